@@ -1,0 +1,1 @@
+//! Structural classification (fallback): from key shapes and step structure.
