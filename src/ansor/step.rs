@@ -317,6 +317,7 @@ macro_rules! each_step {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use each_step;
 
 fn read_as<T: StepRecord>(args: &[Value], wrap: fn(T) -> Step) -> Result<Step, StepError> {

@@ -1,2 +1,104 @@
-//! (in progress)
-pub fn main() -> i32 { eprintln!("ttdb: no commands yet"); 2 }
+//! The `ttdb` command line: parses arguments and dispatches; each subcommand lives in its
+//! own file and renders its human output through a pure function (snapshot-tested).
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+mod export;
+mod import;
+mod stats;
+mod table;
+mod workloads;
+
+pub use import::{render_import_summary, ImportSummary};
+pub use stats::render_stats;
+pub use workloads::render_workloads;
+
+#[derive(Parser, Debug)]
+#[command(name = "ttdb", version, about = "A database of tuned tensor-kernel schedules (TVM Ansor records), with transfer-tuning")]
+pub struct Cli {
+    /// Database file. Default: $TTDB_DB, else $XDG_DATA_HOME/ttdb/ttdb.db,
+    /// else ~/.local/share/ttdb/ttdb.db.
+    #[arg(long, global = true, env = "TTDB_DB")]
+    pub db: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Import Ansor log files or directories (recursively); one transaction per file.
+    Import {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print the summary as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Database statistics.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// List workloads: signature, class, shapes, target, records, best mean cost.
+    Workloads {
+        /// Only this op class (`conv2d_nhwc`) or class prefix chain (`conv2d_nhwc+add`).
+        #[arg(long)]
+        class: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write records as Ansor log lines (TVM reads them back).
+    Export {
+        /// Only the best valid record per workload and target.
+        #[arg(long)]
+        best: bool,
+        /// Only workloads whose signature starts with this hex prefix.
+        #[arg(long)]
+        workload: Option<String>,
+        /// Output file (default: standard output).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// A command failure: a message for the user and the exit code.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: i32,
+}
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError { message: e.to_string(), code: 1 }
+    }
+}
+
+pub type CliResult = Result<(), CliError>;
+
+fn open_store(db: &Option<PathBuf>) -> Result<crate::store::Store, CliError> {
+    let path = db.clone().unwrap_or_else(crate::store::default_db_path);
+    crate::store::Store::open(&path).map_err(|e| CliError { message: format!("{}: {e}", path.display()), code: 1 })
+}
+
+pub fn run(cli: Cli) -> CliResult {
+    match cli.command {
+        Command::Import { paths, json } => import::run(&mut open_store(&cli.db)?, &paths, json),
+        Command::Stats { json } => stats::run(&open_store(&cli.db)?, json),
+        Command::Workloads { class, json } => workloads::run(&open_store(&cli.db)?, class.as_deref(), json),
+        Command::Export { best, workload, output } => export::run(&open_store(&cli.db)?, best, workload, output),
+    }
+}
+
+/// Entry point of the binary; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ttdb: {}", e.message);
+            e.code
+        }
+    }
+}

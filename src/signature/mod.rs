@@ -89,3 +89,10 @@ mod tests {
         assert_eq!(s.sha256_hex(), s.clone().sha256_hex());
     }
 }
+
+/// The signature of a workload key and which producer made it (`registered`,
+/// `structural`; DAG recognition adds `md5`). `steps` is the structure of one of its records.
+pub fn signature_for(key: &crate::ansor::WorkloadKey, steps: &classify::StepStructure) -> (WorkloadSignature, &'static str) {
+    let by = if key.form == crate::ansor::KeyForm::Registered { "registered" } else { "structural" };
+    (classify::classify(key, steps), by)
+}

@@ -1,1 +1,175 @@
-//! (in progress)
+//! The SQLite schedule database: open with migrations (SQL in `schema/`), import, queries.
+//!
+//! Concurrency: WAL mode with a busy timeout, so readers work while one writer imports.
+//! Atomicity: each imported file is one transaction, so a killed import leaves the file
+//! either fully in or absent.
+use rusqlite::Connection;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub mod import;
+pub mod query;
+pub mod target;
+
+pub use import::{import_file, FileReport, Rejected};
+
+/// Schema migrations, in order; migration `i` brings `user_version` from `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[include_str!("../../schema/001_init.sql")];
+
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+#[derive(Debug)]
+pub enum StoreError {
+    Sqlite(rusqlite::Error),
+    Io { path: PathBuf, error: std::io::Error },
+    /// The database was written by a newer ttdb.
+    TooNew { found: u32, supported: u32 },
+    Other(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Sqlite(e) => write!(f, "database: {e}"),
+            StoreError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            StoreError::TooNew { found, supported } => write!(
+                f,
+                "database schema version {found} is newer than this ttdb supports ({supported}); upgrade ttdb"
+            ),
+            StoreError::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sqlite(e)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// An open ttdb database.
+pub struct Store {
+    pub conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    pub fn open(path: &Path) -> Result<Store> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|error| StoreError::Io { path: dir.to_path_buf(), error })?;
+        }
+        let conn = Connection::open(path)?;
+        Self::configure(conn, path)
+    }
+
+    /// An in-memory database (tests, dry runs).
+    pub fn open_in_memory() -> Result<Store> {
+        Self::configure(Connection::open_in_memory()?, Path::new(":memory:"))
+    }
+
+    fn configure(conn: Connection, path: &Path) -> Result<Store> {
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        // WAL: readers never block the writer; NORMAL sync is crash-safe in WAL mode.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut store = Store { conn, path: path.to_path_buf() };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let version: u32 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew { found: version, supported: SCHEMA_VERSION });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            // Another process may have migrated while we waited for the write lock.
+            let now: u32 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if now > i as u32 {
+                continue;
+            }
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", i as u32 + 1)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn schema_version(&self) -> Result<u32> {
+        Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+}
+
+/// The default database location: `$TTDB_DB` if set (handled by the CLI), else
+/// `$XDG_DATA_HOME/ttdb/ttdb.db`, else `~/.local/share/ttdb/ttdb.db`, else `./ttdb.db`.
+pub fn default_db_path() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("ttdb/ttdb.db");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(h).join(".local/share/ttdb/ttdb.db");
+    }
+    PathBuf::from("ttdb.db")
+}
+
+/// Current UTC time as RFC 3339 (`2026-11-22T01:12:14Z`), without a date crate.
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    rfc3339(secs)
+}
+
+fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_to_current_version() {
+        let s = Store::open_in_memory().unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.db");
+        Store::open(&p).unwrap().conn.pragma_update(None, "user_version", 99).unwrap();
+        assert!(matches!(Store::open(&p), Err(StoreError::TooNew { found: 99, .. })));
+    }
+
+    #[test]
+    fn formats_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_606_960_986), "2020-12-03T02:03:06Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}
