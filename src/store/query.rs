@@ -168,10 +168,12 @@ pub struct ExportFilter {
 pub fn export(store: &Store, filter: &ExportFilter, mut emit: impl FnMut(&str) -> std::io::Result<()>) -> Result<usize> {
     let sig = filter.signature.as_deref().map(|s| format!("{s}%"));
     let sql = if filter.best {
-        // SQLite returns the bare columns of the row holding MIN() in an aggregate query.
-        "SELECT raw, MIN(mean_cost), MIN(r.id) AS first FROM records r JOIN workloads w ON w.id = r.workload_id
-         WHERE r.mean_cost IS NOT NULL AND (?1 IS NULL OR w.signature LIKE ?1)
-         GROUP BY r.workload_id, r.target_id ORDER BY first"
+        "SELECT raw FROM (
+             SELECT r.raw, r.id, ROW_NUMBER() OVER (
+                 PARTITION BY r.workload_id, r.target_id ORDER BY r.mean_cost, r.id) AS rank
+             FROM records r JOIN workloads w ON w.id = r.workload_id
+             WHERE r.mean_cost IS NOT NULL AND (?1 IS NULL OR w.signature LIKE ?1))
+         WHERE rank = 1 ORDER BY id"
     } else {
         "SELECT raw FROM records r JOIN workloads w ON w.id = r.workload_id
          WHERE ?1 IS NULL OR w.signature LIKE ?1 ORDER BY r.id"
