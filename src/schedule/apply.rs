@@ -1,0 +1,72 @@
+//! Step dispatch: `Step::apply_to(&mut State)` and `State::apply`, the replay loop.
+use super::error::ReplayError;
+use super::state::State;
+use super::validate;
+use crate::ansor::step::each_step;
+use crate::ansor::Step;
+
+/// A transform step that knows its effect on a [`State`] (TVM's `ApplyToState`).
+/// Implemented for each step struct in `schedule/steps/`.
+pub trait ApplyToState {
+    /// Checks the step against `state`, then applies it. Returns the reason on failure;
+    /// the state is left unchanged in that case.
+    fn apply_to_state(&self, state: &mut State) -> Result<(), String>;
+}
+
+impl Step {
+    /// Applies this step to `state` (the next step of its record). Same as [`State::apply`].
+    pub fn apply_to(&self, state: &mut State) -> Result<(), ReplayError> {
+        state.apply(self)
+    }
+}
+
+/// Can this step create nested parallel loops? Those get the whole-state check after they run.
+fn may_nest_parallel(step: &Step) -> bool {
+    matches!(step, Step::Annotation(_) | Step::ComputeAt(_) | Step::Reorder(_))
+}
+
+impl State {
+    /// Applies the next step of the record. On error the state is unchanged and the step is
+    /// not recorded.
+    pub fn apply(&mut self, step: &Step) -> Result<(), ReplayError> {
+        let step_index = self.transform_steps.len();
+        let fail = |reason: String| ReplayError { step_index, step: step.to_string(), reason };
+        // Steps validate before they mutate, but restoring a copy makes "unchanged on
+        // error" hold by construction (states are small).
+        let backup = self.clone();
+        let mut outcome = each_step!(step, s => s.apply_to_state(self));
+        if outcome.is_ok() && may_nest_parallel(step) {
+            outcome = validate::check_parallel_nesting(self);
+        }
+        match outcome {
+            Ok(()) => {
+                self.transform_steps.push(step.clone());
+                Ok(())
+            }
+            Err(reason) => {
+                *self = backup;
+                Err(fail(reason))
+            }
+        }
+    }
+
+    /// Applies the steps of a record in order; stops at the first that fails.
+    pub fn apply_all(&mut self, steps: &[Step]) -> Result<(), ReplayError> {
+        steps.iter().try_for_each(|s| self.apply(s))
+    }
+
+    /// The first SP whose recorded `extent` disagrees with the replayed extent, as an error.
+    pub fn verify_split_extents(&self) -> Result<(), ReplayError> {
+        match self.split_report.mismatches.first() {
+            None => Ok(()),
+            Some(m) => Err(ReplayError {
+                step_index: m.step_index,
+                step: m.step.clone(),
+                reason: format!(
+                    "the record says the split iterator had extent {}, replay gives {} for {}",
+                    m.recorded, m.simulated, m.iter_name
+                ),
+            }),
+        }
+    }
+}

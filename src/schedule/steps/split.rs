@@ -1,0 +1,258 @@
+//! SP, FSP and FFSP: all three end in `ApplySplitToState` with different lengths.
+use crate::ansor::step::{FollowFusedSplitStep, FollowSplitStep, SplitStep};
+use crate::ansor::{Annotation, Step};
+use crate::schedule::apply::ApplyToState;
+use crate::schedule::error::{capped_product, ceil_div, ensure, StepResult, MAX_EXTENT};
+use crate::schedule::iterator::Iterator;
+use crate::schedule::state::{SplitExtentMismatch, State};
+
+/// TE names of the parts of a split of `te` (outer to inner), as TE's repeated `split`
+/// (factor, from the innermost) or `split_by_nparts` (from the outermost) creates them.
+fn part_te_names(te: &str, n: usize, inner_to_outer: bool) -> Vec<String> {
+    (0..=n)
+        .map(|k| {
+            if inner_to_outer {
+                // part 0 = te.outer^n; part k>0 = te.outer^(n-k).inner
+                let mut s = format!("{te}{}", ".outer".repeat(n - k));
+                if k > 0 {
+                    s.push_str(".inner");
+                }
+                s
+            } else {
+                // part k<n = te.inner^k.outer; part n = te.inner^n
+                let mut s = format!("{te}{}", ".inner".repeat(k));
+                if k < n {
+                    s.push_str(".outer");
+                }
+                s
+            }
+        })
+        .collect()
+}
+
+/// Loop extents of the parts (outer to inner): repeated ceil-division by the lengths, from
+/// the innermost (`inner_to_outer`, factors) or the outermost (nparts). All undefined when
+/// the split loop's extent is.
+fn part_extents(extent: Option<i64>, lengths: &[i64], inner_to_outer: bool) -> Vec<Option<i64>> {
+    let Some(mut rest) = extent else { return vec![None; lengths.len() + 1] };
+    if inner_to_outer {
+        let mut out = vec![None; lengths.len() + 1];
+        for (k, &l) in lengths.iter().enumerate().rev() {
+            out[k + 1] = Some(l);
+            rest = ceil_div(rest, l);
+        }
+        out[0] = Some(rest);
+        out
+    } else {
+        let mut out: Vec<Option<i64>> = Vec::with_capacity(lengths.len() + 1);
+        for &l in lengths {
+            out.push(Some(l));
+            rest = ceil_div(rest, l);
+        }
+        out.push(Some(rest));
+        out
+    }
+}
+
+/// Split loop `i` of stage `s` into `lengths.len() + 1` loops named `name.0 .. name.n`.
+/// Loops after it, and stages attached to them or to it, move by n (an attach on the split
+/// loop goes to the innermost part, as TE's `LegalizeInvalidAttach` does).
+pub(crate) fn apply_split(state: &mut State, s: usize, i: usize, lengths: &[i64], inner_to_outer: bool) -> StepResult {
+    for &l in lengths {
+        ensure((1..=MAX_EXTENT).contains(&l), || format!("split length {l} must be in 1..=2^40"))?;
+    }
+    let product = capped_product(lengths.iter().copied(), "product of the split lengths")?;
+    let old = state.stages[s].iters[i].clone();
+    if let Some(e) = old.extent {
+        // Ansor only emits factors whose product divides the extent; a product of twice the
+        // extent or more leaves a whole level of empty iterations: a corrupt record.
+        ensure(i128::from(product) < 2 * i128::from(e), || {
+            format!("product of the split lengths {product} is far above the extent {e} of {}", old.name)
+        })?;
+    }
+    let n = lengths.len();
+    let te_names = part_te_names(&old.te_name, n, inner_to_outer);
+    let extents = part_extents(old.extent, lengths, inner_to_outer);
+    let mut parts = Vec::with_capacity(n + 1);
+    for (k, (te_name, extent)) in te_names.into_iter().zip(extents).enumerate() {
+        parts.push(Iterator {
+            name: format!("{}.{k}", old.name),
+            extent,
+            kind: old.kind,
+            annotation: Annotation::None,
+            orig_iters: Vec::new(),
+            te_name,
+            source_axes: old.source_axes.clone(),
+            ident: state.fresh_ident(),
+        });
+    }
+    let innermost = parts[n].ident;
+    let stage = &mut state.stages[s];
+    let old_len = stage.iters.len();
+    stage.iters.splice(i..=i, parts);
+    stage.transformed = true;
+    let from: Vec<usize> = (i..old_len).collect();
+    let to: Vec<usize> = (i..old_len).map(|x| x + n).collect();
+    state.attach_map.update_iters(s, &from, &to);
+    state.attach_map.replace_ident(s, &[old.ident], innermost);
+    Ok(())
+}
+
+impl ApplyToState for SplitStep {
+    fn apply_to_state(&self, state: &mut State) -> StepResult {
+        let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
+        let it = &state.stages[s].iters[i];
+        let check = match it.extent {
+            Some(e) if self.extent != 0 => Some((e, it.name.clone())),
+            _ => None,
+        };
+        apply_split(state, s, i, &self.lengths, self.inner_to_outer)?;
+        // `extent` is the loop's extent when Ansor made the step: a check of the bookkeeping.
+        if let Some((simulated, iter_name)) = check {
+            state.split_report.checked += 1;
+            if simulated != self.extent {
+                state.split_report.mismatches.push(SplitExtentMismatch {
+                    step_index: state.transform_steps.len(),
+                    step: Step::Split(self.clone()).to_string(),
+                    iter_name,
+                    simulated,
+                    recorded: self.extent,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The SP step `src` of the record so far, which must come before the current step.
+fn source_split(state: &State, src: u32, who: &str) -> StepResult<SplitStep> {
+    let here = state.transform_steps.len();
+    let src = src as usize;
+    ensure(src < here, || format!("{who} source step {src} is not an earlier step (this is step {here})"))?;
+    match &state.transform_steps[src] {
+        Step::Split(sp) => Ok(sp.clone()),
+        other => Err(format!("{who} source step {src} is {}, not SP", other.tag())),
+    }
+}
+
+impl ApplyToState for FollowSplitStep {
+    fn apply_to_state(&self, state: &mut State) -> StepResult {
+        let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
+        let src = source_split(state, self.src_step_id, "FSP")?;
+        let max = src.lengths.len() as i64 + 1;
+        ensure((1..=max).contains(&self.n_split), || {
+            format!("FSP n_split {} must be in 1..={max} for a source with {} lengths", self.n_split, src.lengths.len())
+        })?;
+        // The first n_split-1 lengths, then the product of the rest as one level.
+        let keep = (self.n_split - 1) as usize;
+        let mut lengths = src.lengths[..keep].to_vec();
+        lengths.push(capped_product(src.lengths[keep..].iter().copied(), "FSP merged length")?);
+        apply_split(state, s, i, &lengths, true)
+    }
+}
+
+impl ApplyToState for FollowFusedSplitStep {
+    fn apply_to_state(&self, state: &mut State) -> StepResult {
+        let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
+        let mut factors = Vec::with_capacity(self.src_step_ids.len());
+        for &src in &self.src_step_ids {
+            let sp = source_split(state, src, "FFSP")?;
+            let level = usize::try_from(self.level).ok().filter(|&l| l < sp.lengths.len());
+            let level = level.ok_or_else(|| {
+                format!("FFSP level {} is out of range for source step {src} ({} lengths)", self.level, sp.lengths.len())
+            })?;
+            factors.push(sp.lengths[level]);
+        }
+        let length = capped_product(factors, "FFSP fused length")?;
+        apply_split(state, s, i, &[length], self.factor_or_nparts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::test_util::{matmul_state, step, stage_line};
+
+    #[test]
+    fn te_names_of_split_parts() {
+        assert_eq!(part_te_names("k", 1, true), ["k.outer", "k.inner"]);
+        assert_eq!(part_te_names("k", 2, true), ["k.outer.outer", "k.outer.inner", "k.inner"]);
+        assert_eq!(part_te_names("k", 2, false), ["k.outer", "k.inner.outer", "k.inner.inner"]);
+        assert_eq!(part_te_names("k", 0, true), ["k"]);
+    }
+
+    #[test]
+    fn split_extents_innermost_first() {
+        assert_eq!(part_extents(Some(1024), &[2, 1, 4], true), [Some(128), Some(2), Some(1), Some(4)]);
+        // not divisible: ceil at every level
+        assert_eq!(part_extents(Some(7), &[2, 3], true), [Some(2), Some(2), Some(3)]);
+        assert_eq!(part_extents(Some(7), &[2, 3], false), [Some(2), Some(3), Some(2)]);
+        assert_eq!(part_extents(None, &[2], true), [None, None]);
+    }
+
+    #[test]
+    fn split_names_extents_and_check() {
+        let mut st = matmul_state();
+        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 1, 4], 1]"#)).unwrap();
+        assert_eq!(stage_line(&st, 2), "2 matmul root unroll=0 : i.0=128:S i.1=2:S i.2=1:S i.3=4:S j=1024:S k=1024:R");
+        st.apply(&step(r#"["SP", 2, 5, 1000, [8], 0]"#)).unwrap();
+        assert_eq!(stage_line(&st, 2), "2 matmul root unroll=0 : i.0=128:S i.1=2:S i.2=1:S i.3=4:S j=1024:S k.0=8:R k.1=128:R");
+        assert_eq!(st.split_report().checked, 2);
+        assert_eq!(st.split_report().mismatches.len(), 1);
+        let e = st.verify_split_extents().unwrap_err();
+        assert_eq!(e.step_index, 1);
+        assert!(e.reason.contains("had extent 1000, replay gives 1024 for k"), "{e}");
+    }
+
+    #[test]
+    fn split_refuses_bad_lengths() {
+        let mut st = matmul_state();
+        for (s, want) in [
+            (r#"["SP", 2, 0, 1024, [0], 1]"#, "must be in 1..=2^40"),
+            (r#"["SP", 2, 0, 1024, [-4], 1]"#, "must be in 1..=2^40"),
+            (r#"["SP", 2, 0, 1024, [2048], 1]"#, "far above the extent"),
+            (r#"["SP", 2, 0, 1024, [2147483647, 2147483647, 2147483647], 1]"#, "exceeds the extent cap"),
+            (r#"["SP", 2, 3, 1024, [2], 1]"#, "out of range"),
+        ] {
+            let e = st.apply(&step(s)).unwrap_err();
+            assert!(e.reason.contains(want), "{s}: {e}");
+        }
+        // up to twice the extent (exclusive) is accepted, with ceil division
+        st.apply(&step(r#"["SP", 2, 0, 1024, [2047], 1]"#)).unwrap();
+        assert_eq!(st.stages()[2].iters[0].extent, Some(1));
+    }
+
+    #[test]
+    fn follow_split_lengths() {
+        let mut st = matmul_state();
+        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 1, 4], 1]"#)).unwrap();
+        // n_split 2 -> [l0, l1*l2]
+        st.apply(&step(r#"["FSP", 4, 0, 0, 2]"#)).unwrap();
+        assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=128:S i.1=2:S i.2=4:S j=1024:S");
+        // n_split 4 = all lengths + [1]
+        st.apply(&step(r#"["FSP", 4, 3, 0, 4]"#)).unwrap();
+        assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=128:S i.1=2:S i.2=4:S j.0=128:S j.1=2:S j.2=1:S j.3=4:S j.4=1:S");
+        for (s, want) in [
+            (r#"["FSP", 4, 0, 0, 5]"#, "n_split 5 must be in 1..=4"),
+            (r#"["FSP", 4, 0, 0, 0]"#, "n_split 0"),
+            (r#"["FSP", 4, 0, 1, 1]"#, "source step 1 is FSP, not SP"),
+            (r#"["FSP", 4, 0, 3, 1]"#, "not an earlier step"),
+        ] {
+            let e = st.apply(&step(s)).unwrap_err();
+            assert!(e.reason.contains(want), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn follow_fused_split() {
+        let mut st = matmul_state();
+        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 4, 4], 1]"#)).unwrap();
+        st.apply(&step(r#"["SP", 2, 4, 1024, [1, 8, 2], 1]"#)).unwrap();
+        st.apply(&step(r#"["FFSP", 4, 0, [0, 1], 1, 1]"#)).unwrap();
+        assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=32:S i.1=32:S j=1024:S");
+        st.apply(&step(r#"["FFSP", 4, 2, [0, 1], 0, 0]"#)).unwrap();
+        assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=32:S i.1=32:S j.0=2:S j.1=512:S");
+        assert!(st.apply(&step(r#"["FFSP", 4, 0, [0], 3, 1]"#)).unwrap_err().reason.contains("level 3"));
+        assert!(st.apply(&step(r#"["FFSP", 4, 0, [2], 0, 1]"#)).unwrap_err().reason.contains("not SP"));
+    }
+}
