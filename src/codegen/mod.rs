@@ -1,1 +1,342 @@
-//! (in progress)
+//! LLVM code generation and JIT execution of loop-nest kernels.
+//!
+//! Pipeline (`compile`): validate → `UnrollLoop` pass → simplify → bounds proof (refuse any
+//! unproven access) → static cost guard → translate to LLVM IR → verify → `default<O3>` with
+//! the host target machine → object file → ORC LLJIT.
+//!
+//! * [`llvm`]: safe wrapper over llvm-sys; [`jit`]: process-wide LLJIT;
+//! * [`translate`], [`expr`], [`vector`]: IR translation;
+//! * [`runtime`]: parallel launcher, watchdog, math symbols; [`cache`]: compiled-kernel cache.
+
+pub mod cache;
+pub mod expr;
+pub mod jit;
+pub mod llvm;
+pub mod runtime;
+pub mod translate;
+pub mod vector;
+
+use crate::loopnest::bounds::{check_bounds, UnprovenAccess};
+use crate::loopnest::cost::{check_cost, CostEstimate, CostLimits};
+use crate::loopnest::data::BufferData;
+use crate::loopnest::interp::check_arguments;
+use crate::loopnest::ir::Kernel;
+use crate::loopnest::simplify::simplify_kernel;
+use crate::loopnest::unroll::{unroll_loops_with, UnrollConfig};
+use crate::loopnest::validate::validate;
+use llvm::{Context, TargetMachine};
+use runtime::{RunCtx, Scratch, STATUS_ABORTED, STATUS_NO_MEMORY, STATUS_OK};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use translate::{Fx, Tr};
+
+pub use cache::KernelCache;
+
+#[derive(Debug)]
+pub enum CodegenError {
+    Invalid(String),
+    Unroll(String),
+    /// Accesses the bounds checker could not prove; the kernel is refused.
+    Unproven(Vec<UnprovenAccess>),
+    Cost(String),
+    Llvm(String),
+}
+
+impl std::fmt::Display for CodegenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CodegenError::Invalid(m) => write!(f, "invalid kernel: {m}"),
+            CodegenError::Unroll(m) => write!(f, "unroll failed: {m}"),
+            CodegenError::Unproven(v) => {
+                write!(f, "{} access(es) not provably in bounds", v.len())?;
+                for a in v.iter().take(5) {
+                    write!(f, "; {a}")?;
+                }
+                Ok(())
+            }
+            CodegenError::Cost(m) => write!(f, "kernel rejected by cost guard: {m}"),
+            CodegenError::Llvm(m) => write!(f, "LLVM error: {m}"),
+        }
+    }
+}
+impl std::error::Error for CodegenError {}
+
+#[derive(Clone, Debug)]
+pub struct CodegenOptions {
+    /// Insert abort-flag checks at non-innermost loop iterations (needed for timeouts).
+    pub abort_checks: bool,
+    /// Allow re-association of float ops (off by default: TVM only contracts to FMA).
+    pub reassociate: bool,
+    pub limits: CostLimits,
+    /// Keep the unoptimised LLVM IR text in the compiled kernel (debugging).
+    pub keep_ir: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions {
+            abort_checks: true,
+            reassociate: false,
+            limits: CostLimits::default(),
+            keep_ir: false,
+        }
+    }
+}
+
+/// Statistics about one compilation.
+#[derive(Clone, Debug, Default)]
+pub struct CompileStats {
+    pub vector_loops: usize,
+    pub scalarized_loops: usize,
+    pub top_scratch_bytes: i64,
+    pub cost: Option<CostEstimate>,
+    pub translate_time: Duration,
+    pub optimize_time: Duration,
+    pub jit_time: Duration,
+}
+
+/// Options for one execution.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Worker threads for the parallel loop; `None` = all cores.
+    pub threads: Option<usize>,
+    /// Abort the kernel after this long (it returns `RunError::TimedOut`).
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    BadArguments(String),
+    TimedOut,
+    OutOfMemory,
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::BadArguments(m) => write!(f, "bad arguments: {m}"),
+            RunError::TimedOut => write!(f, "kernel timed out"),
+            RunError::OutOfMemory => write!(f, "kernel scratch allocation failed"),
+        }
+    }
+}
+impl std::error::Error for RunError {}
+
+type KernelFn = unsafe extern "C" fn(*const *mut u8, *mut u8, *const AtomicI32, *const RunCtx) -> i32;
+
+/// A JIT-compiled kernel. Dropping it frees its machine code.
+pub struct CompiledKernel {
+    pub kernel: Kernel,
+    pub stats: CompileStats,
+    pub ir: Option<String>,
+    entry: KernelFn,
+    scratch_bytes: usize,
+    scratch: Mutex<Option<Scratch>>,
+    _code: jit::JitCode,
+}
+
+impl std::fmt::Debug for CompiledKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledKernel").field("name", &self.kernel.name).finish()
+    }
+}
+
+impl CompiledKernel {
+    /// Run on `bufs` (one per parameter, ABI order; dtypes and sizes are checked).
+    pub fn run(&self, bufs: &mut [BufferData], opts: &RunOptions) -> Result<(), RunError> {
+        check_arguments(&self.kernel, bufs).map_err(RunError::BadArguments)?;
+        let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let abort = Arc::new(AtomicI32::new(0));
+        let threads = opts.threads.unwrap_or_else(runtime::default_threads).max(1);
+        let ctx = RunCtx { pool: runtime::pool(threads), threads };
+        let _guard = opts.timeout.map(|t| runtime::arm_watchdog(Instant::now() + t, abort.clone()));
+        let mut cached = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.is_none() {
+            *cached = Some(Scratch::new(self.scratch_bytes).ok_or(RunError::OutOfMemory)?);
+        }
+        let scratch = cached.as_ref().unwrap().ptr();
+        // SAFETY: `entry` was compiled from `self.kernel`, whose every access the bounds checker
+        // proved inside the parameter shapes; `ptrs` point to buffers of exactly those shapes
+        // and dtypes (checked above) that are distinct `&mut` borrows, so the noalias
+        // assumptions hold; scratch is at least `scratch_bytes` long; `abort` and `ctx` outlive
+        // the call, which blocks until all parallel chunks are done.
+        let status = unsafe { (self.entry)(ptrs.as_ptr(), scratch, Arc::as_ptr(&abort), &ctx) };
+        match status {
+            STATUS_OK => Ok(()),
+            STATUS_ABORTED => Err(RunError::TimedOut),
+            STATUS_NO_MEMORY => Err(RunError::OutOfMemory),
+            s => Err(RunError::BadArguments(format!("unexpected kernel status {s}"))),
+        }
+    }
+}
+
+thread_local! {
+    static TM: RefCell<Option<TargetMachine>> = const { RefCell::new(None) };
+}
+
+static KERNEL_ID: AtomicUsize = AtomicUsize::new(0);
+
+/// `(cpu, features)` the code is generated for (part of cache keys).
+pub fn target_id() -> (String, String) {
+    llvm::init_native();
+    llvm::host_cpu()
+}
+
+fn prefer_vector_width(features: &str) -> &'static str {
+    if features.split(',').any(|f| f == "+avx512f") {
+        "512"
+    } else if features.split(',').any(|f| f == "+avx") {
+        "256"
+    } else {
+        "128"
+    }
+}
+
+/// Prepare a kernel for codegen: validate, unroll, simplify, prove bounds, check cost.
+pub fn prepare(k: &Kernel, opts: &CodegenOptions) -> Result<(Kernel, CostEstimate), CodegenError> {
+    validate(k).map_err(|e| CodegenError::Invalid(e.0))?;
+    let cfg = UnrollConfig { max_nodes: opts.limits.max_stmt_nodes, ..UnrollConfig::default() };
+    let k = unroll_loops_with(k, cfg).map_err(|e| CodegenError::Unroll(e.to_string()))?;
+    let k = simplify_kernel(&k);
+    let unproven = check_bounds(&k).map_err(|e| CodegenError::Invalid(e.0))?;
+    if !unproven.is_empty() {
+        return Err(CodegenError::Unproven(unproven));
+    }
+    let cost = check_cost(&k, &opts.limits).map_err(CodegenError::Cost)?;
+    Ok((k, cost))
+}
+
+/// Compile a kernel to machine code.
+pub fn compile(k: &Kernel, opts: &CodegenOptions) -> Result<CompiledKernel, CodegenError> {
+    let t0 = Instant::now();
+    let (prepared, cost) = prepare(k, opts)?;
+    TM.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(TargetMachine::host().map_err(CodegenError::Llvm)?);
+        }
+        let tm = slot.as_ref().unwrap();
+        compile_prepared(k, &prepared, cost, tm, opts, t0)
+    })
+}
+
+fn compile_prepared(
+    original: &Kernel,
+    k: &Kernel,
+    cost: CostEstimate,
+    tm: &TargetMachine,
+    opts: &CodegenOptions,
+    t0: Instant,
+) -> Result<CompiledKernel, CodegenError> {
+    let id = KERNEL_ID.fetch_add(1, Ordering::Relaxed);
+    let clean: String =
+        k.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(40).collect();
+    let prefix = format!("ttdb_k{id}_{clean}");
+    let cx = Context::new();
+    let m = cx.module(&prefix);
+    m.set_target(tm);
+    let mut fm = llvm::FM_CONTRACT;
+    if opts.reassociate {
+        fm |= llvm::FM_REASSOC | llvm::FM_NSZ;
+    }
+    let fn_attrs = vec![
+        ("target-cpu".to_string(), tm.cpu.clone()),
+        ("target-features".to_string(), tm.features.clone()),
+        ("prefer-vector-width".to_string(), prefer_vector_width(&tm.features).to_string()),
+    ];
+    let dummy = cx.ptr().null();
+    let mut tr = Tr {
+        cx: &cx,
+        m: &m,
+        b: cx.builder(),
+        fm_flags: fm,
+        bufs: Vec::new(),
+        vars: Vec::new(),
+        fx: Fx {
+            func: dummy,
+            entry: llvm::Block::placeholder(),
+            abort_bb: llvm::Block::placeholder(),
+            abort_ptr: dummy,
+            scratch: dummy,
+            scratch_used: 0,
+            rtctx: None,
+        },
+        vec: None,
+        prefix: prefix.clone(),
+        fn_count: 0,
+        fn_attrs,
+        abort_checks: opts.abort_checks,
+        vector_loops: 0,
+        scalarized_loops: 0,
+    };
+    let (ptr_t, i32t, i64t) = (cx.ptr(), cx.i32(), cx.i64());
+    let np = k.params.len();
+    // impl(noalias p0..pn, scratch, abort, rtctx)
+    let mut params = vec![ptr_t; np];
+    params.extend([ptr_t, ptr_t, ptr_t]);
+    let impl_ty = cx.fn_type(i32t, &params);
+    let f = tr.begin_function(&format!("{prefix}_impl"), impl_ty, true);
+    let start = tr.b.current_block();
+    for (i, p) in k.params.iter().enumerate() {
+        cx.enum_attr(f, i as u32 + 1, "noalias");
+        tr.bufs.push(translate::BufSlot { name: p.name.clone(), ptr: f.param(i as u32), decl: p.clone() });
+    }
+    tr.fx.scratch = f.param(np as u32);
+    tr.fx.abort_ptr = f.param(np as u32 + 1);
+    tr.fx.rtctx = Some(f.param(np as u32 + 2));
+    tr.stmt(&k.body).map_err(CodegenError::Llvm)?;
+    tr.end_function(start);
+    let top_scratch = tr.fx.scratch_used;
+    // Exported wrapper: kernel(ptr bufs, ptr scratch, ptr abort, ptr rtctx)
+    let wrap_ty = cx.fn_type(i32t, &[ptr_t, ptr_t, ptr_t, ptr_t]);
+    let w = tr.begin_function(&prefix, wrap_ty, false);
+    let wstart = tr.b.current_block();
+    let mut args = Vec::new();
+    for i in 0..np {
+        let at = tr.b.gep(ptr_t, w.param(0), i64t.const_int(i as i64));
+        args.push(tr.b.load(ptr_t, at, 8));
+    }
+    args.extend([w.param(1), w.param(2), w.param(3)]);
+    let st = tr.b.call(impl_ty, f, &args);
+    tr.b.ret(st);
+    let cur = tr.b.current_block();
+    tr.b.position_at_end(tr.fx.entry);
+    tr.b.br(wstart);
+    tr.b.position_at_end(cur);
+    let (vector_loops, scalarized_loops) = (tr.vector_loops, tr.scalarized_loops);
+    drop(tr);
+
+    let ir = opts.keep_ir.then(|| m.print());
+    m.verify().map_err(|e| CodegenError::Llvm(format!("module verification failed: {e}")))?;
+    let t1 = Instant::now();
+    m.run_passes("default<O3>", tm).map_err(CodegenError::Llvm)?;
+    let obj = tm.emit_object(&m).map_err(CodegenError::Llvm)?;
+    let t2 = Instant::now();
+    let code = jit::add_object(obj, std::slice::from_ref(&prefix), runtime::symbols)
+        .map_err(CodegenError::Llvm)?;
+    let t3 = Instant::now();
+    // SAFETY: the symbol is the exported wrapper defined above with exactly this signature.
+    let entry: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(code.addresses[0]) };
+    Ok(CompiledKernel {
+        kernel: original.clone(),
+        stats: CompileStats {
+            vector_loops,
+            scalarized_loops,
+            top_scratch_bytes: top_scratch,
+            cost: Some(cost),
+            translate_time: t1 - t0,
+            optimize_time: t2 - t1,
+            jit_time: t3 - t2,
+        },
+        ir,
+        entry,
+        scratch_bytes: top_scratch as usize,
+        scratch: Mutex::new(None),
+        _code: code,
+    })
+}
+
+#[cfg(test)]
+mod tests;

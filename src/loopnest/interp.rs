@@ -6,8 +6,8 @@
 //! * `F32` arithmetic is IEEE single precision (computed in f64 and rounded, which is exact for
 //!   + - * /); float `min(a,b)` = `a < b ? a : b`, `max(a,b)` = `a > b ? a : b`;
 //! * float→int casts saturate (NaN → 0); int→int casts wrap; `U8` zero-extends;
-//! * `And`/`Or`/`Select` evaluate all operands (no short-circuit), so guards must be `if`s or
-//!   select conditions proven by the bounds checker, never `&&` ordering;
+//! * `And`/`Or` evaluate both operands (no short-circuit), so `&&` ordering never guards an
+//!   access; `Select` evaluates only the chosen arm (its condition may guard loads);
 //! * temporaries are zero-initialised when allocated.
 //!
 //! An out-of-bounds access, a division by zero or an exhausted step budget is an `Err`.
@@ -418,13 +418,12 @@ impl Machine<'_> {
             }
             IE::Not(a) => V::I((self.eval(a)?.i() == 0) as i64),
             IE::Select(c, t, f) => {
-                let c = self.eval(c)?.i() != 0;
-                let t = self.eval(t)?;
-                let f = self.eval(f)?;
-                if c {
-                    t
+                // Only the chosen arm is evaluated: select conditions guard loads (bounds
+                // checker), and codegen branches when an arm contains a load.
+                if self.eval(c)?.i() != 0 {
+                    self.eval(t)?
                 } else {
-                    f
+                    self.eval(f)?
                 }
             }
             IE::Cast(from, to, a) => {

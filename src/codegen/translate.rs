@@ -1,0 +1,492 @@
+//! Kernel → LLVM IR translation: functions, statements, scalar expressions, loops, parallel
+//! outlining and temporaries. Vector loops live in `vector.rs`, operations in `expr.rs`.
+//!
+//! Temporaries: ≤ `ALLOCA_LIMIT` bytes become zero-initialised entry-block allocas of the
+//! function that executes them (SROA can promote them to registers); larger ones are carved from
+//! a scratch block the runtime allocates (per call for the top function, per chunk for a
+//! parallel body). All memory handed to generated code is initialised, so no load yields undef.
+
+use super::llvm::*;
+use crate::loopnest::ir::*;
+use crate::loopnest::simplify::simplify_expr;
+
+pub(crate) const ALLOCA_LIMIT: i64 = 16 * 1024;
+
+pub(crate) struct BufSlot<'c> {
+    pub name: String,
+    pub ptr: Value<'c>,
+    pub decl: Buffer,
+}
+
+/// Per-function state.
+pub(crate) struct Fx<'c> {
+    pub func: Value<'c>,
+    pub entry: Block<'c>,
+    pub abort_bb: Block<'c>,
+    pub abort_ptr: Value<'c>,
+    pub scratch: Value<'c>,
+    pub scratch_used: i64,
+    pub rtctx: Option<Value<'c>>,
+}
+
+pub(crate) struct VecCtx<'c> {
+    pub var: String,
+    pub lanes: u32,
+    /// `min + <0, 1, …, lanes-1>` as an i64 vector.
+    pub iota: Value<'c>,
+    /// Active lanes while evaluating a select arm under a lane-varying condition.
+    pub mask: Option<Value<'c>>,
+}
+
+pub(crate) struct Tr<'c, 'a> {
+    pub cx: &'c Context,
+    pub m: &'a Module<'c>,
+    pub b: Builder<'c>,
+    pub fm_flags: u32,
+    pub bufs: Vec<BufSlot<'c>>,
+    pub vars: Vec<(String, Value<'c>)>,
+    pub fx: Fx<'c>,
+    pub vec: Option<VecCtx<'c>>,
+    pub prefix: String,
+    pub fn_count: usize,
+    pub fn_attrs: Vec<(String, String)>,
+    pub abort_checks: bool,
+    /// Statistics for tests / reports.
+    pub vector_loops: usize,
+    pub scalarized_loops: usize,
+}
+
+fn align_up(x: i64, a: i64) -> i64 {
+    (x + a - 1) / a * a
+}
+
+impl<'c, 'a> Tr<'c, 'a> {
+    pub(crate) fn buf(&self, name: &str) -> &BufSlot<'c> {
+        self.bufs.iter().rev().find(|b| b.name == name).expect("validated buffer")
+    }
+    pub(crate) fn var(&self, name: &str) -> Value<'c> {
+        self.vars.iter().rev().find(|v| v.0 == name).expect("validated variable").1
+    }
+
+    /// Type of an expression (kernel already validated).
+    pub(crate) fn ty(&self, e: &Expr) -> DType {
+        match e {
+            Expr::Int(_, t) | Expr::Float(_, t) => *t,
+            Expr::Var(_) => DType::I64,
+            Expr::Load { buf, .. } => self.buf(buf).decl.dtype,
+            Expr::Bin(_, a, _) => self.ty(a),
+            Expr::Cmp(..) | Expr::And(..) | Expr::Or(..) | Expr::Not(_) => DType::Bool,
+            Expr::Select(_, t, _) => self.ty(t),
+            Expr::Cast(t, _) => *t,
+            Expr::Call(Intrinsic::Likely, _) => DType::Bool,
+            Expr::Call(_, a) => self.ty(&a[0]),
+        }
+    }
+
+    /// Row-major flattened I64 index expression.
+    pub(crate) fn flat_index(&self, buf: &str, index: &[Expr]) -> Expr {
+        let strides = self.buf(buf).decl.strides();
+        let mut acc = Expr::int(0);
+        for (i, s) in index.iter().zip(strides) {
+            let i = if self.ty(i) == DType::I64 { i.clone() } else { Expr::cast(DType::I64, i.clone()) };
+            acc = Expr::add(acc, Expr::mul(i, Expr::int(s)));
+        }
+        simplify_expr(&acc)
+    }
+
+    /// Create a function with entry / start / abort blocks and make it current.
+    pub(crate) fn begin_function(&mut self, name: &str, fty: Type<'c>, internal: bool) -> Value<'c> {
+        let f = self.m.add_function(name, fty);
+        if internal {
+            f.set_internal();
+        }
+        for (k, v) in &self.fn_attrs {
+            self.cx.string_attr(f, k, v);
+        }
+        self.cx.enum_attr(f, u32::MAX, "nounwind");
+        let entry = self.cx.append_block(f, "entry");
+        let abort_bb = self.cx.append_block(f, "aborted");
+        self.b.position_at_end(abort_bb);
+        self.b.ret(self.cx.i32().const_int(super::runtime::STATUS_ABORTED as i64));
+        let start = self.cx.append_block(f, "start");
+        self.b.position_at_end(start);
+        self.fx = Fx {
+            func: f,
+            entry,
+            abort_bb,
+            abort_ptr: self.cx.ptr().null(),
+            scratch: self.cx.ptr().null(),
+            scratch_used: 0,
+            rtctx: None,
+        };
+        f
+    }
+
+    /// Terminate the current block with `ret 0` and link entry → start.
+    pub(crate) fn end_function(&mut self, start: Block<'c>) {
+        self.b.ret(self.cx.i32().const_int(0));
+        let cur = self.b.current_block();
+        self.b.position_at_end(self.fx.entry);
+        self.b.br(start);
+        self.b.position_at_end(cur);
+    }
+
+    /// Run `f` with the builder positioned at the end of the entry block.
+    pub(crate) fn in_entry<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let cur = self.b.current_block();
+        self.b.position_at_end(self.fx.entry);
+        let r = f(self);
+        self.b.position_at_end(cur);
+        r
+    }
+
+    fn new_fn_name(&mut self, what: &str) -> String {
+        self.fn_count += 1;
+        format!("{}_{}{}", self.prefix, what, self.fn_count)
+    }
+
+    pub(crate) fn abort_check(&mut self) {
+        if !self.abort_checks {
+            return;
+        }
+        let i32t = self.cx.i32();
+        let v = self.b.load_atomic_i32(i32t, self.fx.abort_ptr);
+        let c = self.b.icmp(LLVMIntNE, v, i32t.const_int(0));
+        let cont = self.cx.append_block(self.fx.func, "cont");
+        self.b.cond_br(c, self.fx.abort_bb, cont);
+        self.b.position_at_end(cont);
+    }
+
+    // ----- statements ------------------------------------------------------------------------
+
+    pub(crate) fn stmt(&mut self, s: &Stmt) -> Result<(), String> {
+        match s {
+            Stmt::For { var, min, extent, kind, body } => match kind {
+                ForKind::Parallel => self.parallel(var, min, extent, body),
+                ForKind::Vectorized => {
+                    if self.vectorizable(var, extent, body) {
+                        self.vector_loop(var, min, extent, body)
+                    } else {
+                        self.scalarized_loops += 1;
+                        self.serial(var, min, extent, body)
+                    }
+                }
+                ForKind::Serial | ForKind::Unrolled => self.serial(var, min, extent, body),
+            },
+            Stmt::Attr { body, .. } => self.stmt(body),
+            Stmt::Seq(v) => v.iter().try_for_each(|s| self.stmt(s)),
+            Stmt::Store { buf, index, value } => {
+                let v = self.expr(value)?;
+                let ptr = self.address(buf, index)?;
+                let align = self.buf(buf).decl.dtype.bytes() as u32;
+                self.b.store(v, ptr, align);
+                Ok(())
+            }
+            Stmt::IfThenElse { cond, then_, else_ } => {
+                let c = self.expr(cond)?;
+                let f = self.fx.func;
+                let tb = self.cx.append_block(f, "then");
+                let eb = self.cx.append_block(f, "else");
+                let join = self.cx.append_block(f, "endif");
+                self.b.cond_br(c, tb, eb);
+                self.b.position_at_end(tb);
+                self.stmt(then_)?;
+                self.b.br(join);
+                self.b.position_at_end(eb);
+                if let Some(e) = else_ {
+                    self.stmt(e)?;
+                }
+                self.b.br(join);
+                self.b.position_at_end(join);
+                Ok(())
+            }
+            Stmt::Allocate { buffer, body } => {
+                let ptr = self.allocate(buffer);
+                self.bufs.push(BufSlot { name: buffer.name.clone(), ptr, decl: buffer.clone() });
+                let r = self.stmt(body);
+                self.bufs.pop();
+                r
+            }
+            Stmt::Evaluate(e) => self.expr(e).map(|_| ()),
+        }
+    }
+
+    fn allocate(&mut self, buffer: &Buffer) -> Value<'c> {
+        let bytes = buffer.size_bytes().max(1);
+        if bytes <= ALLOCA_LIMIT {
+            return self.in_entry(|t| {
+                let i8t = t.cx.i8();
+                let n = t.cx.i64().const_int(bytes);
+                let p = t.b.alloca(i8t, n, 64);
+                let memset = t.m.intrinsic("llvm.memset", &[t.cx.ptr(), t.cx.i64()]).expect("memset");
+                t.b.call_fn(memset, &[p, i8t.const_int(0), n, t.cx.i1().const_int(0)]);
+                p
+            });
+        }
+        let off = self.fx.scratch_used;
+        self.fx.scratch_used = align_up(off + bytes, 64);
+        let scratch = self.fx.scratch;
+        self.in_entry(|t| t.b.gep(t.cx.i8(), scratch, t.cx.i64().const_int(off)))
+    }
+
+    pub(crate) fn address(&mut self, buf: &str, index: &[Expr]) -> Result<Value<'c>, String> {
+        let flat = self.flat_index(buf, index);
+        let i = self.expr(&flat)?;
+        let slot = self.buf(buf);
+        let et = self.scalar_ty(slot.decl.dtype);
+        Ok(self.b.gep(et, slot.ptr, i))
+    }
+
+    /// Serial loop `for var in [min, min + extent)`.
+    fn serial(&mut self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> Result<(), String> {
+        let lo = self.expr(min)?;
+        let ext = self.expr(extent)?;
+        let hi = self.b.add(lo, ext);
+        let check = body.contains_loop() || extent.as_int().is_none_or(|e| e > 1 << 16);
+        self.counted_loop(var, lo, hi, check, |t| t.stmt(body))
+    }
+
+    /// Emit `for var in [lo, hi)` around `f`.
+    pub(crate) fn counted_loop(
+        &mut self,
+        var: &str,
+        lo: Value<'c>,
+        hi: Value<'c>,
+        check_abort: bool,
+        f: impl FnOnce(&mut Self) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let func = self.fx.func;
+        let pre = self.b.current_block();
+        let header = self.cx.append_block(func, "loop");
+        let body = self.cx.append_block(func, "body");
+        let exit = self.cx.append_block(func, "endloop");
+        self.b.br(header);
+        self.b.position_at_end(header);
+        let i = self.b.phi(self.cx.i64());
+        i.add_incoming(lo, pre);
+        let c = self.b.icmp(LLVMIntSLT, i, hi);
+        self.b.cond_br(c, body, exit);
+        self.b.position_at_end(body);
+        if check_abort {
+            self.abort_check();
+        }
+        self.vars.push((var.to_string(), i));
+        let r = f(self);
+        self.vars.pop();
+        r?;
+        let next = self.b.add(i, self.cx.i64().const_int(1));
+        i.add_incoming(next, self.b.current_block());
+        self.b.br(header);
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
+    /// Outline the parallel loop body and call the runtime launcher.
+    fn parallel(&mut self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> Result<(), String> {
+        let lo = self.expr(min)?;
+        let ext = self.expr(extent)?;
+        let ptr_t = self.cx.ptr();
+        let i64t = self.cx.i64();
+        let i32t = self.cx.i32();
+        // Captures: every visible buffer pointer, every visible variable, and `lo`.
+        let nb = self.bufs.len();
+        let nv = self.vars.len() + 1;
+        let (parr, varr) = self.in_entry(|t| {
+            let p = t.b.alloca(ptr_t, i64t.const_int(nb.max(1) as i64), 8);
+            let v = t.b.alloca(i64t, i64t.const_int(nv as i64), 8);
+            (p, v)
+        });
+        for (k, slot) in self.bufs.iter().enumerate() {
+            let at = self.b.gep(ptr_t, parr, i64t.const_int(k as i64));
+            self.b.store(slot.ptr, at, 8);
+        }
+        let mut var_vals: Vec<Value<'c>> = self.vars.iter().map(|v| v.1).collect();
+        var_vals.push(lo);
+        for (k, v) in var_vals.iter().enumerate() {
+            let at = self.b.gep(i64t, varr, i64t.const_int(k as i64));
+            self.b.store(*v, at, 8);
+        }
+
+        // --- outlined functions -----------------------------------------------------------
+        let impl_name = self.new_fn_name("par_impl");
+        let wrap_name = self.new_fn_name("par");
+        let mut impl_params: Vec<Type<'c>> = vec![ptr_t; nb];
+        impl_params.extend(vec![i64t; nv]);
+        impl_params.extend([i64t, i64t, ptr_t, ptr_t]); // begin, end, scratch, abort
+        let impl_ty = self.cx.fn_type(i32t, &impl_params);
+        let ph = self.fx_placeholder();
+        let saved_fx = std::mem::replace(&mut self.fx, ph);
+        let saved_bufs: Vec<BufSlot<'c>> = std::mem::take(&mut self.bufs);
+        let saved_vars = std::mem::take(&mut self.vars);
+        let saved_block = self.b.current_block();
+
+        let f = self.begin_function(&impl_name, impl_ty, true);
+        let start = self.b.current_block();
+        for (k, slot) in saved_bufs.iter().enumerate() {
+            self.cx.enum_attr(f, k as u32 + 1, "noalias");
+            self.bufs.push(BufSlot { name: slot.name.clone(), ptr: f.param(k as u32), decl: slot.decl.clone() });
+        }
+        for (k, (name, _)) in saved_vars.iter().enumerate() {
+            self.vars.push((name.clone(), f.param((nb + k) as u32)));
+        }
+        let base = (nb + nv) as u32;
+        let par_lo = f.param(base - 1);
+        let (begin, end) = (f.param(base), f.param(base + 1));
+        self.fx.scratch = f.param(base + 2);
+        self.fx.abort_ptr = f.param(base + 3);
+        let result = self.counted_loop("__par_i", begin, end, true, |t| {
+            let i = t.var("__par_i");
+            let v = t.b.add(par_lo, i);
+            t.vars.push((var.to_string(), v));
+            let r = t.stmt(body);
+            t.vars.pop();
+            r
+        });
+        self.end_function(start);
+        let body_scratch = self.fx.scratch_used;
+
+        // wrapper: body(ptr ptrs, ptr vars, i64 begin, i64 end, ptr scratch, ptr abort)
+        let wrap_ty = self.cx.fn_type(i32t, &[ptr_t, ptr_t, i64t, i64t, ptr_t, ptr_t]);
+        let w = self.begin_function(&wrap_name, wrap_ty, true);
+        let wstart = self.b.current_block();
+        let mut args = Vec::new();
+        for k in 0..nb {
+            let at = self.b.gep(ptr_t, w.param(0), i64t.const_int(k as i64));
+            args.push(self.b.load(ptr_t, at, 8));
+        }
+        for k in 0..nv {
+            let at = self.b.gep(i64t, w.param(1), i64t.const_int(k as i64));
+            args.push(self.b.load(i64t, at, 8));
+        }
+        args.extend([w.param(2), w.param(3), w.param(4), w.param(5)]);
+        let st = self.b.call(impl_ty, f, &args);
+        self.b.ret(st);
+        let cur = self.b.current_block();
+        self.b.position_at_end(self.fx.entry);
+        self.b.br(wstart);
+        self.b.position_at_end(cur);
+
+        // --- restore and launch --------------------------------------------------------------
+        self.fx = saved_fx;
+        self.bufs = saved_bufs;
+        self.vars = saved_vars;
+        self.b.position_at_end(saved_block);
+        result?;
+        let launch_ty = self.cx.fn_type(i32t, &[ptr_t, ptr_t, ptr_t, ptr_t, i64t, i64t, ptr_t]);
+        let launch = self
+            .m
+            .function("ttdb_parallel_for")
+            .unwrap_or_else(|| self.m.add_function("ttdb_parallel_for", launch_ty));
+        let rtctx = self.fx.rtctx.ok_or("parallel loop outside the top-level function")?;
+        let status = self.b.call(
+            launch_ty,
+            launch,
+            &[rtctx, w, parr, varr, ext, i64t.const_int(body_scratch), self.fx.abort_ptr],
+        );
+        let bad = self.b.icmp(LLVMIntNE, status, i32t.const_int(0));
+        let cont = self.cx.append_block(self.fx.func, "after_par");
+        self.b.cond_br(bad, self.fx.abort_bb, cont);
+        self.b.position_at_end(cont);
+        Ok(())
+    }
+
+    fn fx_placeholder(&self) -> Fx<'c> {
+        Fx {
+            func: self.fx.func,
+            entry: self.fx.entry,
+            abort_bb: self.fx.abort_bb,
+            abort_ptr: self.fx.abort_ptr,
+            scratch: self.fx.scratch,
+            scratch_used: 0,
+            rtctx: None,
+        }
+    }
+
+    // ----- scalar expressions ----------------------------------------------------------------
+
+    pub(crate) fn expr(&mut self, e: &Expr) -> Result<Value<'c>, String> {
+        Ok(match e {
+            Expr::Int(v, t) => self.scalar_ty(*t).const_int(*v),
+            Expr::Float(v, t) => self.scalar_ty(*t).const_float(*v),
+            Expr::Var(v) => self.var(v),
+            Expr::Load { buf, index } => {
+                let ptr = self.address(buf, index)?;
+                let t = self.buf(buf).decl.dtype;
+                self.b.load(self.scalar_ty(t), ptr, t.bytes() as u32)
+            }
+            Expr::Bin(op, a, b) => {
+                let t = self.ty(a);
+                let x = self.expr(a)?;
+                let y = self.expr(b)?;
+                self.emit_bin(*op, t, x, y, 1)
+            }
+            Expr::Cmp(op, a, b) => {
+                let t = self.ty(a);
+                let x = self.expr(a)?;
+                let y = self.expr(b)?;
+                self.emit_cmp(*op, t, x, y)
+            }
+            Expr::And(a, b) => {
+                let x = self.expr(a)?;
+                let y = self.expr(b)?;
+                self.b.and(x, y)
+            }
+            Expr::Or(a, b) => {
+                let x = self.expr(a)?;
+                let y = self.expr(b)?;
+                self.b.or(x, y)
+            }
+            Expr::Not(a) => {
+                let x = self.expr(a)?;
+                self.b.not(x)
+            }
+            Expr::Select(c, t, f) => {
+                let cv = self.expr(c)?;
+                if t.has_load() || f.has_load() {
+                    // Loads may only be valid under the condition: branch, don't speculate.
+                    return self.branchy_select(cv, t, f);
+                }
+                let tv = self.expr(t)?;
+                let fv = self.expr(f)?;
+                self.b.select(cv, tv, fv)
+            }
+            Expr::Cast(to, a) => {
+                let from = self.ty(a);
+                let x = self.expr(a)?;
+                self.emit_cast(from, *to, x, 1)
+            }
+            Expr::Call(f, args) => {
+                if *f == Intrinsic::Likely {
+                    return self.expr(&args[0]);
+                }
+                let t = self.ty(&args[0]);
+                let mut vals = Vec::new();
+                for a in args {
+                    vals.push(self.expr(a)?);
+                }
+                self.emit_call(*f, t, &vals, 1)
+            }
+        })
+    }
+
+    fn branchy_select(&mut self, c: Value<'c>, t: &Expr, f: &Expr) -> Result<Value<'c>, String> {
+        let func = self.fx.func;
+        let tb = self.cx.append_block(func, "sel_t");
+        let fb = self.cx.append_block(func, "sel_f");
+        let join = self.cx.append_block(func, "sel_join");
+        self.b.cond_br(c, tb, fb);
+        self.b.position_at_end(tb);
+        let tv = self.expr(t)?;
+        let tend = self.b.current_block();
+        self.b.br(join);
+        self.b.position_at_end(fb);
+        let fv = self.expr(f)?;
+        let fend = self.b.current_block();
+        self.b.br(join);
+        self.b.position_at_end(join);
+        let phi = self.b.phi(tv.ty());
+        phi.add_incoming(tv, tend);
+        phi.add_incoming(fv, fend);
+        Ok(phi)
+    }
+}

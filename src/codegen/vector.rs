@@ -1,0 +1,399 @@
+//! Explicit vectorization of `Vectorized` loops (TVM `VectorizeLoop` analogue).
+//!
+//! A loop with constant extent L (2..=64) is emitted as one L-lane vector body when it is
+//! provably lane-independent, else it is scalarized into a serial loop (as TVM does):
+//! * the body contains only stores, sequences, attributes and `if`s whose condition does not
+//!   depend on the loop variable and reads no buffer written in the body;
+//! * every written buffer is accessed (loads and stores) with one single flattened index whose
+//!   coefficient in the loop variable is a non-zero constant (each lane owns its elements);
+//! Selects whose arms contain loads are evaluated with the arm's lanes masked (masked
+//! load/gather, no `inbounds` on their addresses), since those loads may only be valid under the
+//! condition; a uniform condition branches instead.
+//!
+//! Accesses: stride 0 → scalar load + broadcast, stride 1 → vector load/store, other constant
+//! stride → gather/scatter with a `base + c·iota` address vector, non-affine → gather with a
+//! vector index.
+
+use super::llvm::*;
+use super::translate::{Tr, VecCtx};
+use crate::loopnest::affine::linearize;
+use crate::loopnest::ir::*;
+
+pub(crate) const MAX_LANES: i64 = 64;
+
+/// A value in a vector body: uniform across lanes (scalar) or per-lane.
+#[derive(Clone, Copy)]
+pub(crate) enum VV<'c> {
+    U(Value<'c>),
+    V(Value<'c>),
+}
+
+impl<'c> Tr<'c, '_> {
+    pub(crate) fn vectorizable(&self, var: &str, extent: &Expr, body: &Stmt) -> bool {
+        let Some(l) = extent.as_int() else { return false };
+        if !(2..=MAX_LANES).contains(&l) {
+            return false;
+        }
+        let mut stores: Vec<(String, Expr)> = Vec::new();
+        if !self.collect_stores(body, var, &mut stores) {
+            return false;
+        }
+        // All accesses to a written buffer must be lane-private or provably disjoint.
+        let mut accesses = stores.clone();
+        let mut collect = |e: &Expr| {
+            visit_loads(e, &mut |buf, idx| {
+                if stores.iter().any(|(b, _)| b == buf) {
+                    accesses.push((buf.to_string(), self.flat_index(buf, idx)));
+                }
+            })
+        };
+        for_each_expr(body, &mut collect);
+        for (b1, f1) in &stores {
+            for (b2, f2) in &accesses {
+                if b1 == b2 && !lanes_disjoint(f1, f2, var, l) {
+                    return false;
+                }
+            }
+        }
+        let written: Vec<&str> = stores.iter().map(|(b, _)| b.as_str()).collect();
+        self.conds_ok(body, var, &written)
+    }
+
+    fn collect_stores(&self, s: &Stmt, var: &str, out: &mut Vec<(String, Expr)>) -> bool {
+        match s {
+            Stmt::Seq(v) => v.iter().all(|s| self.collect_stores(s, var, out)),
+            Stmt::Attr { body, .. } => self.collect_stores(body, var, out),
+            Stmt::IfThenElse { then_, else_, .. } => {
+                self.collect_stores(then_, var, out)
+                    && else_.as_ref().is_none_or(|e| self.collect_stores(e, var, out))
+            }
+            Stmt::Store { buf, index, .. } => {
+                let flat = self.flat_index(buf, index);
+                if !matches!(linearize(&flat).coeff_of_var(var), Some(c) if c != 0) {
+                    return false;
+                }
+                out.push((buf.clone(), flat));
+                true
+            }
+            Stmt::For { .. } | Stmt::Allocate { .. } | Stmt::Evaluate(_) => false,
+        }
+    }
+
+    fn conds_ok(&self, s: &Stmt, var: &str, written: &[&str]) -> bool {
+        match s {
+            Stmt::Seq(v) => v.iter().all(|s| self.conds_ok(s, var, written)),
+            Stmt::Attr { body, .. } => self.conds_ok(body, var, written),
+            Stmt::IfThenElse { cond, then_, else_ } => {
+                let mut reads_written = false;
+                visit_loads(cond, &mut |b, _| reads_written |= written.contains(&b));
+                !cond.uses_var(var)
+                    && !reads_written
+                    && self.conds_ok(then_, var, written)
+                    && else_.as_ref().is_none_or(|e| self.conds_ok(e, var, written))
+            }
+            _ => true,
+        }
+    }
+
+    pub(crate) fn vector_loop(&mut self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> Result<(), String> {
+        let lanes = extent.as_int().expect("checked constant") as u32;
+        let lo = self.expr(min)?;
+        let i64t = self.cx.i64();
+        let steps: Vec<Value<'c>> = (0..lanes).map(|l| i64t.const_int(l as i64)).collect();
+        let iota = self.b.add(self.splat(lo, lanes), Value::const_vector(&steps));
+        // Scalar uses of the variable (e.g. uniform sub-expressions) see lane 0's value.
+        self.vars.push((var.to_string(), lo));
+        self.vec = Some(VecCtx { var: var.to_string(), lanes, iota, mask: None });
+        let r = self.vstmt(body);
+        self.vec = None;
+        self.vars.pop();
+        self.vector_loops += 1;
+        r
+    }
+
+    fn lanes(&self) -> u32 {
+        self.vec.as_ref().map_or(1, |v| v.lanes)
+    }
+
+    fn widen(&self, v: VV<'c>) -> Value<'c> {
+        match v {
+            VV::U(x) => self.splat(x, self.lanes()),
+            VV::V(x) => x,
+        }
+    }
+
+    fn vstmt(&mut self, s: &Stmt) -> Result<(), String> {
+        match s {
+            Stmt::Seq(v) => v.iter().try_for_each(|s| self.vstmt(s)),
+            Stmt::Attr { body, .. } => self.vstmt(body),
+            Stmt::IfThenElse { cond, then_, else_ } => {
+                let c = self.expr(cond)?; // uniform by legality
+                let f = self.fx.func;
+                let tb = self.cx.append_block(f, "vthen");
+                let eb = self.cx.append_block(f, "velse");
+                let join = self.cx.append_block(f, "vendif");
+                self.b.cond_br(c, tb, eb);
+                self.b.position_at_end(tb);
+                self.vstmt(then_)?;
+                self.b.br(join);
+                self.b.position_at_end(eb);
+                if let Some(e) = else_ {
+                    self.vstmt(e)?;
+                }
+                self.b.br(join);
+                self.b.position_at_end(join);
+                Ok(())
+            }
+            Stmt::Store { buf, index, value } => {
+                let v = self.vexpr(value)?;
+                let v = self.widen(v);
+                let dt = self.buf(buf).decl.dtype;
+                match self.vaddress(buf, index)? {
+                    Addr::Contiguous(p) => self.b.store(v, p, dt.bytes() as u32),
+                    Addr::Gather(ptrs) => {
+                        let f = self
+                            .m
+                            .intrinsic("llvm.masked.scatter", &[v.ty(), ptrs.ty()])
+                            .ok_or("masked.scatter")?;
+                        let mask = self.all_true();
+                        self.b.call_fn(f, &[v, ptrs, self.cx.i32().const_int(dt.bytes() as i64), mask]);
+                    }
+                    Addr::Uniform(_) => return Err("uniform store in vector loop".into()),
+                }
+                Ok(())
+            }
+            _ => Err("statement not vectorizable (legality check missed it)".into()),
+        }
+    }
+
+    fn all_true(&self) -> Value<'c> {
+        let t = self.cx.i1().const_int(1);
+        Value::const_vector(&vec![t; self.lanes() as usize])
+    }
+
+    fn vaddress(&mut self, buf: &str, index: &[Expr]) -> Result<Addr<'c>, String> {
+        let (var, lanes) = {
+            let v = self.vec.as_ref().expect("vector context");
+            (v.var.clone(), v.lanes)
+        };
+        let flat = self.flat_index(buf, index);
+        let base_ptr = self.buf(buf).ptr;
+        let et = self.scalar_ty(self.buf(buf).decl.dtype);
+        let i64t = self.cx.i64();
+        let masked = self.vec.as_ref().is_some_and(|v| v.mask.is_some());
+        // Under a mask, indices may be out of range in inactive lanes: no `inbounds`, and
+        // loads inside the index are evaluated lane-wise (masked) too.
+        let gep = |t: &Self, i: Value<'c>| {
+            if masked {
+                t.b.gep_plain(et, base_ptr, i)
+            } else {
+                t.b.gep(et, base_ptr, i)
+            }
+        };
+        let coeff = if masked && flat.has_load() { None } else { linearize(&flat).coeff_of_var(&var) };
+        match coeff {
+            Some(0) => {
+                let i = self.expr(&flat)?;
+                Ok(Addr::Uniform(gep(self, i)))
+            }
+            Some(1) => {
+                let i = self.expr(&flat)?; // var bound to lane 0
+                Ok(Addr::Contiguous(gep(self, i)))
+            }
+            Some(c) => {
+                let i = self.expr(&flat)?;
+                let offs: Vec<Value<'c>> =
+                    (0..lanes).map(|l| i64t.const_int((c as i64).wrapping_mul(l as i64))).collect();
+                let idx = self.b.add(self.splat(i, lanes), Value::const_vector(&offs));
+                Ok(Addr::Gather(gep(self, idx)))
+            }
+            None => {
+                let i = self.vexpr(&flat)?;
+                let i = self.widen(i);
+                Ok(Addr::Gather(gep(self, i)))
+            }
+        }
+    }
+
+    pub(crate) fn vexpr(&mut self, e: &Expr) -> Result<VV<'c>, String> {
+        let var = self.vec.as_ref().expect("vector context").var.clone();
+        let mask = self.vec.as_ref().and_then(|v| v.mask);
+        if !e.uses_var(&var) && !(mask.is_some() && e.has_load()) {
+            return Ok(VV::U(self.expr(e)?));
+        }
+        let lanes = self.lanes();
+        Ok(match e {
+            Expr::Var(_) => VV::V(self.vec.as_ref().unwrap().iota),
+            Expr::Load { buf, index } => {
+                let dt = self.buf(buf).decl.dtype;
+                let st = self.scalar_ty(dt);
+                let vt = st.vector(lanes);
+                let align = self.cx.i32().const_int(dt.bytes() as i64);
+                let addr = self.vaddress(buf, index)?;
+                match (addr, mask) {
+                    (Addr::Uniform(p), None) => VV::U(self.b.load(st, p, dt.bytes() as u32)),
+                    (Addr::Contiguous(p), None) => VV::V(self.b.load(vt, p, dt.bytes() as u32)),
+                    (Addr::Contiguous(p), Some(m)) => {
+                        let f = self
+                            .m
+                            .intrinsic("llvm.masked.load", &[vt, p.ty()])
+                            .ok_or("masked.load")?;
+                        VV::V(self.b.call_fn(f, &[p, align, m, vt.poison()]))
+                    }
+                    (Addr::Uniform(p), m) | (Addr::Gather(p), m) => {
+                        let ptrs = if p.ty() == self.cx.ptr() { self.splat(p, lanes) } else { p };
+                        let f = self
+                            .m
+                            .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
+                            .ok_or("masked.gather")?;
+                        let m = m.unwrap_or_else(|| self.all_true());
+                        VV::V(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
+                    }
+                }
+            }
+            Expr::Bin(op, a, b) => {
+                let t = self.ty(a);
+                let x = self.vexpr(a)?;
+                let y = self.vexpr(b)?;
+                let (x, y) = (self.widen(x), self.widen(y));
+                VV::V(self.emit_bin(*op, t, x, y, lanes))
+            }
+            Expr::Cmp(op, a, b) => {
+                let t = self.ty(a);
+                let x = self.vexpr(a)?;
+                let y = self.vexpr(b)?;
+                let (x, y) = (self.widen(x), self.widen(y));
+                VV::V(self.emit_cmp(*op, t, x, y))
+            }
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                let x = self.vexpr(a)?;
+                let y = self.vexpr(b)?;
+                let (x, y) = (self.widen(x), self.widen(y));
+                VV::V(if matches!(e, Expr::And(..)) { self.b.and(x, y) } else { self.b.or(x, y) })
+            }
+            Expr::Not(a) => {
+                let x = self.vexpr(a)?;
+                let x = self.widen(x);
+                VV::V(self.b.not(x))
+            }
+            Expr::Select(c, t, f) if !c.uses_var(&var) && (t.has_load() || f.has_load()) => {
+                // Uniform condition guarding loads: branch instead of evaluating both arms.
+                let cv = self.expr(c)?;
+                let func = self.fx.func;
+                let tb = self.cx.append_block(func, "vsel_t");
+                let fb = self.cx.append_block(func, "vsel_f");
+                let join = self.cx.append_block(func, "vsel_join");
+                self.b.cond_br(cv, tb, fb);
+                self.b.position_at_end(tb);
+                let tv = self.vexpr(t)?;
+                let tv = self.widen(tv);
+                let tend = self.b.current_block();
+                self.b.br(join);
+                self.b.position_at_end(fb);
+                let fv = self.vexpr(f)?;
+                let fv = self.widen(fv);
+                let fend = self.b.current_block();
+                self.b.br(join);
+                self.b.position_at_end(join);
+                let phi = self.b.phi(tv.ty());
+                phi.add_incoming(tv, tend);
+                phi.add_incoming(fv, fend);
+                VV::V(phi)
+            }
+            Expr::Select(c, t, f) if t.has_load() || f.has_load() => {
+                // Lane-varying condition guarding loads: evaluate each arm with its lanes masked.
+                let cv = self.vexpr(c)?;
+                let cv = self.widen(cv);
+                let not_c = self.b.not(cv);
+                let (mt, mf) = match mask {
+                    Some(m) => (self.b.and(m, cv), self.b.and(m, not_c)),
+                    None => (cv, not_c),
+                };
+                self.vec.as_mut().unwrap().mask = Some(mt);
+                let tv = self.vexpr(t);
+                self.vec.as_mut().unwrap().mask = Some(mf);
+                let fv = self.vexpr(f);
+                self.vec.as_mut().unwrap().mask = mask;
+                let (tv, fv) = (self.widen(tv?), self.widen(fv?));
+                VV::V(self.b.select(cv, tv, fv))
+            }
+            Expr::Select(c, t, f) => {
+                let cv = self.vexpr(c)?;
+                let tv = self.vexpr(t)?;
+                let fv = self.vexpr(f)?;
+                let cv = self.widen(cv);
+                let (tv, fv) = (self.widen(tv), self.widen(fv));
+                VV::V(self.b.select(cv, tv, fv))
+            }
+            Expr::Cast(to, a) => {
+                let from = self.ty(a);
+                let x = self.vexpr(a)?;
+                let x = self.widen(x);
+                VV::V(self.emit_cast(from, *to, x, lanes))
+            }
+            Expr::Call(f, args) => {
+                if *f == Intrinsic::Likely {
+                    return self.vexpr(&args[0]);
+                }
+                let t = self.ty(&args[0]);
+                let mut vals = Vec::new();
+                for a in args {
+                    let v = self.vexpr(a)?;
+                    vals.push(self.widen(v));
+                }
+                VV::V(self.emit_call(*f, t, &vals, lanes))
+            }
+            Expr::Int(..) | Expr::Float(..) => unreachable!("constants do not use the variable"),
+        })
+    }
+}
+
+/// Two accesses `f1` (a store) and `f2` of one buffer in an L-lane body never let one lane
+/// touch another lane's element: identical index, or indices differing by a constant `d` that
+/// no lane difference can produce (`d` not a multiple of the stride `c`, or `|d / c| ≥ L`).
+fn lanes_disjoint(f1: &Expr, f2: &Expr, var: &str, lanes: i64) -> bool {
+    let l1 = linearize(f1);
+    let d = l1.add(&linearize(f2), -1);
+    let Some(d) = d.as_constant() else { return false };
+    if d == 0 {
+        return true;
+    }
+    match l1.coeff_of_var(var) {
+        Some(c) if c != 0 => d % c != 0 || (d / c).abs() >= lanes as i128,
+        _ => false,
+    }
+}
+
+enum Addr<'c> {
+    Uniform(Value<'c>),
+    Contiguous(Value<'c>),
+    Gather(Value<'c>),
+}
+
+fn visit_loads(e: &Expr, f: &mut dyn FnMut(&str, &[Expr])) {
+    if let Expr::Load { buf, index } = e {
+        f(buf, index);
+    }
+    e.for_each_child(|c| visit_loads(c, f));
+}
+
+fn for_each_expr(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
+    match s {
+        Stmt::Seq(v) => v.iter().for_each(|s| for_each_expr(s, f)),
+        Stmt::Attr { body, .. } | Stmt::For { body, .. } | Stmt::Allocate { body, .. } => {
+            for_each_expr(body, f)
+        }
+        Stmt::IfThenElse { cond, then_, else_ } => {
+            f(cond);
+            for_each_expr(then_, f);
+            if let Some(e) = else_ {
+                for_each_expr(e, f);
+            }
+        }
+        Stmt::Store { index, value, .. } => {
+            index.iter().for_each(&mut *f);
+            f(value);
+        }
+        Stmt::Evaluate(e) => f(e),
+    }
+}
