@@ -1,1 +1,23 @@
-//! (in progress)
+//! The op library: one builder per TOPI op family, producing the exact stage list (names,
+//! axes, reduce axes and their order, bodies) TVM generates in each [`Era`], plus the
+//! registry ([`registry::WorkloadSpec`]: anchor op + fused epilogue) used by recognition,
+//! the tutorial workloads registered by name, and hand-written reference loops.
+pub mod conv2d;
+pub mod conv2d_nchwc;
+pub mod dense;
+pub mod depthwise;
+pub mod epilogue;
+pub mod era;
+pub mod pad;
+pub mod pool;
+pub mod reduction;
+pub mod reference;
+pub mod registered;
+pub mod registry;
+pub mod util;
+pub mod winograd;
+
+pub use era::Era;
+pub use pool::{PoolAttrs, PoolKind, PoolLayout};
+pub use registry::{Anchor, EpilogueOp, WorkloadSpec};
+pub use util::Window2d;
