@@ -242,7 +242,7 @@ impl<'c, 'a> Tr<'c, 'a> {
         let lo = self.expr(min)?;
         let ext = self.expr(extent)?;
         let hi = self.b.add(lo, ext);
-        let check = body.contains_loop() || extent.as_int().is_none_or(|e| e > 1 << 16);
+        let check = has_non_vector_loop(body) || extent.as_int().is_none_or(|e| e > 1 << 16);
         self.counted_loop(var, lo, hi, check, |t| t.stmt(body))
     }
 
@@ -488,5 +488,20 @@ impl<'c, 'a> Tr<'c, 'a> {
         phi.add_incoming(tv, tend);
         phi.add_incoming(fv, fend);
         Ok(phi)
+    }
+}
+
+/// True if `s` contains a loop other than a (to-be-vectorized) `Vectorized` loop: abort checks
+/// go into loops whose body does real looping work, so innermost loops stay check-free.
+fn has_non_vector_loop(s: &Stmt) -> bool {
+    match s {
+        Stmt::For { kind: ForKind::Vectorized, body, .. } => has_non_vector_loop(body),
+        Stmt::For { .. } => true,
+        Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => has_non_vector_loop(body),
+        Stmt::Seq(v) => v.iter().any(has_non_vector_loop),
+        Stmt::IfThenElse { then_, else_, .. } => {
+            has_non_vector_loop(then_) || else_.as_ref().is_some_and(|e| has_non_vector_loop(e))
+        }
+        Stmt::Store { .. } | Stmt::Evaluate(_) => false,
     }
 }

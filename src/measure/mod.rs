@@ -1,1 +1,13 @@
-//! (in progress)
+//! Measurement: host fingerprint, timing runner, output verification, fp32 FMA peak, and the
+//! GEMM fixture used as the codegen performance proof.
+
+pub mod gemm;
+pub mod host;
+pub mod peak;
+pub mod runner;
+pub mod verify;
+
+pub use host::HostFingerprint;
+pub use peak::{measure_peak, Peak};
+pub use runner::{measure, MeasureOptions, Measurement};
+pub use verify::{compare, verify_against_interpreter, Mismatch, DEFAULT_RTOL};

@@ -1,0 +1,183 @@
+//! GEMM fixture (C = A·B, fp32, row-major) expressed as a loop-nest kernel with a hand-written
+//! schedule: B packed into `nr`-column panels, an `mr × nr` register-blocked micro-kernel of
+//! vector FMAs (accumulators in a small temporary promoted to registers), and one parallel loop
+//! over (panel, row-split) pairs. Used by the GEMM benchmark as the codegen performance proof.
+
+use crate::loopnest::ir::*;
+
+#[derive(Clone, Copy, Debug)]
+pub struct GemmSchedule {
+    /// Rows per micro-tile.
+    pub mr: i64,
+    /// Vectors per micro-tile row (`nr = nv · lanes` columns).
+    pub nv: i64,
+    /// fp32 lanes per vector.
+    pub lanes: i64,
+    /// The M dimension is split into this many parts; parallel work items = panels × splits.
+    pub row_splits: i64,
+}
+
+impl Default for GemmSchedule {
+    /// 4×24 micro-kernel for 16 AVX2 registers (12 accumulators + 3 B vectors + 1 broadcast).
+    fn default() -> Self {
+        GemmSchedule { mr: 4, nv: 3, lanes: 8, row_splits: 2 }
+    }
+}
+
+pub fn gemm_flops(m: i64, n: i64, k: i64) -> f64 {
+    2.0 * m as f64 * n as f64 * k as f64
+}
+
+/// Build the kernel. Requires `m % (mr · row_splits) == 0`; `n` is arbitrary (the last panel
+/// is zero-padded and written back under guards).
+pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
+    assert!(m % (s.mr * s.row_splits) == 0, "m must be a multiple of mr * row_splits");
+    let (mr, nv, lanes, splits) = (s.mr, s.nv, s.lanes, s.row_splits);
+    let nr = nv * lanes;
+    let np = (n + nr - 1) / nr;
+    let tiles = m / splits / mr;
+    let v = Expr::var;
+    let c = Expr::int;
+    let add = Expr::add;
+    let mul = Expr::mul;
+
+    // Bp[jo, kk, jv*lanes + l] = B[kk, jo*nr + jv*lanes + l]  (0 past n)
+    let col = |jo: Expr| add(add(mul(jo, c(nr)), mul(v("jv"), c(lanes))), v("l"));
+    let pack = Stmt::loop_(
+        "jo",
+        np,
+        ForKind::Parallel,
+        Stmt::loop_(
+            "kk",
+            k,
+            ForKind::Serial,
+            Stmt::loop_(
+                "jv",
+                nv,
+                ForKind::Serial,
+                Stmt::loop_(
+                    "l",
+                    lanes,
+                    ForKind::Vectorized,
+                    Stmt::store(
+                        "Bp",
+                        vec![v("jo"), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))],
+                        Expr::select(
+                            Expr::lt(col(v("jo")), c(n)),
+                            Expr::load("B", vec![v("kk"), col(v("jo"))]),
+                            Expr::f32(0.0),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    );
+
+    let jo = || Expr::floordiv(v("p"), c(splits));
+    let hs = || Expr::floormod(v("p"), c(splits));
+    let row = || add(mul(add(mul(hs(), c(tiles)), v("it")), c(mr)), v("ii"));
+    let cl = || vec![v("ii"), add(mul(v("jv"), c(lanes)), v("l"))];
+    let tile = |body: Stmt| {
+        Stmt::loop_("ii", mr, ForKind::Unrolled, Stmt::loop_("jv", nv, ForKind::Unrolled, body))
+    };
+    let vec_l = |st: Stmt| Stmt::loop_("l", lanes, ForKind::Vectorized, st);
+    let zero = tile(vec_l(Stmt::store("Cl", cl(), Expr::f32(0.0))));
+    let fma = Stmt::loop_(
+        "kk",
+        k,
+        ForKind::Serial,
+        tile(vec_l(Stmt::store(
+            "Cl",
+            cl(),
+            add(
+                Expr::load("Cl", cl()),
+                mul(
+                    Expr::load("A", vec![row(), v("kk")]),
+                    Expr::load("Bp", vec![jo(), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))]),
+                ),
+            ),
+        ))),
+    );
+    let ccol = || add(add(mul(jo(), c(nr)), mul(v("jv"), c(lanes))), v("l"));
+    let full = add(add(mul(jo(), c(nr)), mul(v("jv"), c(lanes))), c(lanes - 1));
+    let write = tile(Stmt::if_(
+        Expr::lt(full, c(n)),
+        vec_l(Stmt::store("C", vec![row(), ccol()], Expr::load("Cl", cl()))),
+        Some(Stmt::loop_(
+            "l",
+            lanes,
+            ForKind::Serial,
+            Stmt::if_(
+                Expr::lt(ccol(), c(n)),
+                Stmt::store("C", vec![row(), ccol()], Expr::load("Cl", cl())),
+                None,
+            ),
+        )),
+    ));
+    let compute = Stmt::loop_(
+        "p",
+        np * splits,
+        ForKind::Parallel,
+        Stmt::loop_(
+            "it",
+            tiles,
+            ForKind::Serial,
+            Stmt::allocate(
+                Buffer::new("Cl", DType::F32, &[mr, nr], BufferRole::Temporary),
+                Stmt::seq(vec![zero, fma, write]),
+            ),
+        ),
+    );
+    Kernel::new(
+        &format!("gemm_{m}x{n}x{k}"),
+        vec![
+            Buffer::new("A", DType::F32, &[m, k], BufferRole::Input),
+            Buffer::new("B", DType::F32, &[k, n], BufferRole::Input),
+            Buffer::new("C", DType::F32, &[m, n], BufferRole::Output),
+        ],
+        Stmt::allocate(
+            Buffer::new("Bp", DType::F32, &[np, k, nr], BufferRole::Temporary),
+            Stmt::seq(vec![pack, compute]),
+        ),
+    )
+}
+
+/// Textbook kernel (parallel rows, vectorized columns, serial reduction) for comparison.
+pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
+    let v = Expr::var;
+    let body = Stmt::loop_(
+        "i",
+        m,
+        ForKind::Parallel,
+        Stmt::loop_(
+            "j",
+            n,
+            ForKind::Serial,
+            Stmt::seq(vec![
+                Stmt::store("C", vec![v("i"), v("j")], Expr::f32(0.0)),
+                Stmt::loop_(
+                    "kk",
+                    k,
+                    ForKind::Serial,
+                    Stmt::store(
+                        "C",
+                        vec![v("i"), v("j")],
+                        Expr::add(
+                            Expr::load("C", vec![v("i"), v("j")]),
+                            Expr::mul(Expr::load("A", vec![v("i"), v("kk")]), Expr::load("B", vec![v("kk"), v("j")])),
+                        ),
+                    ),
+                ),
+            ]),
+        ),
+    );
+    Kernel::new(
+        &format!("gemm_naive_{m}x{n}x{k}"),
+        vec![
+            Buffer::new("A", DType::F32, &[m, k], BufferRole::Input),
+            Buffer::new("B", DType::F32, &[k, n], BufferRole::Input),
+            Buffer::new("C", DType::F32, &[m, n], BufferRole::Output),
+        ],
+        body,
+    )
+}

@@ -1,0 +1,120 @@
+//! Timing runner modelled on TVM's `time_evaluator` as used by Ansor: warm-up, then `repeat`
+//! measurements, each averaging `number` back-to-back runs where `number` is grown until one
+//! measurement lasts at least `min_repeat_ms`. Optional cache flush before every run (then each
+//! run is timed individually and the flush is excluded).
+
+use crate::codegen::{CompiledKernel, RunError, RunOptions};
+use crate::loopnest::data::BufferData;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct MeasureOptions {
+    pub warmup: usize,
+    pub repeat: usize,
+    pub min_repeat_ms: u64,
+    pub flush_cache: bool,
+    pub threads: Option<usize>,
+    /// Per-run timeout.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for MeasureOptions {
+    fn default() -> Self {
+        MeasureOptions {
+            warmup: 1,
+            repeat: 5,
+            min_repeat_ms: 100,
+            flush_cache: false,
+            threads: None,
+            timeout: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measurement {
+    /// Seconds per run, one entry per repeat.
+    pub samples: Vec<f64>,
+    pub number: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Relative spread: (max - min) / median.
+    pub spread: f64,
+}
+
+impl Measurement {
+    pub fn from_samples(mut samples: Vec<f64>, number: usize) -> Measurement {
+        samples.sort_by(|a, b| a.total_cmp(b));
+        let n = samples.len();
+        let median = if n == 0 {
+            f64::NAN
+        } else if n % 2 == 1 {
+            samples[n / 2]
+        } else {
+            (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+        };
+        let (min, max) = (samples.first().copied().unwrap_or(f64::NAN), samples.last().copied().unwrap_or(f64::NAN));
+        Measurement { spread: (max - min) / median, samples, number, median, min, max }
+    }
+    /// GFLOP/s for a kernel doing `flops` floating-point operations per run.
+    pub fn gflops(&self, flops: f64) -> f64 {
+        flops / self.median / 1e9
+    }
+}
+
+fn flush_caches() {
+    use std::sync::OnceLock;
+    static BUF: OnceLock<std::sync::Mutex<Vec<u8>>> = OnceLock::new();
+    let m = BUF.get_or_init(|| std::sync::Mutex::new(vec![1u8; 64 << 20]));
+    let mut b = m.lock().unwrap_or_else(|p| p.into_inner());
+    let mut acc = 0u8;
+    for i in (0..b.len()).step_by(64) {
+        b[i] = b[i].wrapping_add(1);
+        acc ^= b[i];
+    }
+    std::hint::black_box(acc);
+}
+
+/// Time a compiled kernel on `bufs`.
+pub fn measure(k: &CompiledKernel, bufs: &mut [BufferData], opts: &MeasureOptions) -> Result<Measurement, RunError> {
+    let ro = RunOptions { threads: opts.threads, timeout: opts.timeout };
+    for _ in 0..opts.warmup {
+        k.run(bufs, &ro)?;
+    }
+    let min_dur = Duration::from_millis(opts.min_repeat_ms);
+    let mut samples = Vec::with_capacity(opts.repeat);
+    if opts.flush_cache {
+        for _ in 0..opts.repeat.max(1) {
+            let mut total = Duration::ZERO;
+            let mut runs = 0;
+            while runs == 0 || total < min_dur {
+                flush_caches();
+                let t = Instant::now();
+                k.run(bufs, &ro)?;
+                total += t.elapsed();
+                runs += 1;
+            }
+            samples.push(total.as_secs_f64() / runs as f64);
+        }
+        return Ok(Measurement::from_samples(samples, 1));
+    }
+    let mut number = 1usize;
+    for _ in 0..opts.repeat.max(1) {
+        loop {
+            let t = Instant::now();
+            for _ in 0..number {
+                k.run(bufs, &ro)?;
+            }
+            let d = t.elapsed();
+            if d >= min_dur || number >= 1 << 20 {
+                samples.push(d.as_secs_f64() / number as f64);
+                break;
+            }
+            // Grow like TVM: aim directly at min_repeat_ms with some headroom.
+            let per = d.as_secs_f64().max(1e-9) / number as f64;
+            number = ((min_dur.as_secs_f64() / per * 1.2) as usize).clamp(number + 1, number * 1000);
+        }
+    }
+    Ok(Measurement::from_samples(samples, number))
+}
