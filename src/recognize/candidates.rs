@@ -1,0 +1,256 @@
+//! Candidate workloads for a key's shapes: which anchor op (and attributes) and which
+//! fused epilogue chain could have produced these input/output shapes. Candidates are
+//! ordered most-likely first; recognition renders each one's PrintDAG and compares md5.
+use super::windows::{conv_windows, fits_unpadded, pool_windows, solve_padding};
+use crate::ops::epilogue::broadcast_shape;
+use crate::ops::{Anchor, EpilogueOp, PoolAttrs, PoolKind, PoolLayout, WorkloadSpec};
+
+/// A workload spec plus its inputs in canonical order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub spec: WorkloadSpec,
+    pub canonical: Vec<Vec<i64>>,
+}
+
+/// Anchor ops whose own inputs have these shapes and whose output has shape `out`.
+pub fn anchors(ins: &[Vec<i64>], out: &[i64]) -> Vec<Anchor> {
+    match ins {
+        [x] => one_input_anchors(x, out),
+        [a, b] => two_input_anchors(a, b, out),
+        _ => vec![],
+    }
+}
+
+fn one_input_anchors(x: &[i64], out: &[i64]) -> Vec<Anchor> {
+    let mut v = Vec::new();
+    // pooling: NCHW[x]c (5-D), NHWC and NCHW (4-D)
+    let layouts: &[PoolLayout] = match x.len() {
+        5 => &[PoolLayout::Nchwc],
+        4 => &[PoolLayout::Nhwc, PoolLayout::Nchw],
+        _ => &[],
+    };
+    for &layout in layouts {
+        let (hx, wx) = layout.hw_axes();
+        let same_other = out.len() == x.len() && (0..x.len()).all(|i| i == hx || i == wx || x[i] == out[i]);
+        if !same_other {
+            continue;
+        }
+        let (in_hw, out_hw) = ([x[hx], x[wx]], [out[hx], out[wx]]);
+        if out_hw[0] <= in_hw[0] && out_hw[1] <= in_hw[1] {
+            for kind in [PoolKind::Avg { count_include_pad: true }, PoolKind::Max] {
+                v.push(Anchor::AdaptivePool { kind, layout, out_hw });
+            }
+        }
+        for (kernel, stride, padding) in pool_windows(in_hw, out_hw, false) {
+            v.push(pool(PoolKind::Max, kernel, stride, padding, layout));
+        }
+        for (kernel, stride, padding) in pool_windows(in_hw, out_hw, true) {
+            for count_include_pad in [true, false] {
+                v.push(pool(PoolKind::Avg { count_include_pad }, kernel, stride, padding, layout));
+            }
+        }
+    }
+    if x == out {
+        let r = x.len();
+        v.extend((0..r).rev().map(|axis| Anchor::Softmax { axis }));
+    }
+    if let Some((axes, keepdims)) = reduced_axes(x, out) {
+        v.push(Anchor::Mean { axes, keepdims });
+    }
+    v
+}
+
+fn pool(kind: PoolKind, kernel: [i64; 2], stride: i64, padding: [i64; 4], layout: PoolLayout) -> Anchor {
+    Anchor::Pool(PoolAttrs { kind, kernel, stride: [stride, stride], dilation: [1, 1], padding, ceil_mode: false, layout })
+}
+
+/// Axes reduced from `x` to `out`: keepdims (same rank, 1s where reduced) or dropped dims.
+fn reduced_axes(x: &[i64], out: &[i64]) -> Option<(Vec<usize>, bool)> {
+    if x.len() == out.len() {
+        let axes: Vec<usize> = (0..x.len()).filter(|&i| x[i] != out[i]).collect();
+        let ok = !axes.is_empty() && axes.iter().all(|&i| out[i] == 1) && (0..x.len()).all(|i| axes.contains(&i) || x[i] == out[i]);
+        return ok.then_some((axes, true));
+    }
+    if out.len() < x.len() && !out.is_empty() {
+        // dropped dims: the subset of axes whose removal leaves `out`, trailing axes first
+        let n = x.len();
+        let drop = n - out.len();
+        let mut masks: Vec<u32> = (0u32..(1 << n)).filter(|m| m.count_ones() as usize == drop).collect();
+        masks.sort_by_key(|m| std::cmp::Reverse(*m));
+        for m in masks {
+            let kept: Vec<i64> = (0..n).filter(|i| m & (1 << i) == 0).map(|i| x[i]).collect();
+            if kept == out {
+                return Some(((0..n).filter(|i| m & (1 << i) != 0).collect(), false));
+            }
+        }
+    }
+    None
+}
+
+fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    let mut v = Vec::new();
+    match (a.len(), b.len(), out.len()) {
+        (4, 4, 4) => {
+            // NHWC data [N,H,W,C]
+            if a[0] == out[0] {
+                let in_hw = [a[1], a[2]];
+                let out_hw = [out[1], out[2]];
+                // winograd: pre-transformed kernel [alpha, alpha, CO, CI], 3x3 stride 1
+                if b[0] == b[1] && (4..=8).contains(&b[0]) && b[3] == a[3] && b[2] == out[3] {
+                    let pads: Vec<Option<(i64, i64)>> = (0..2)
+                        .map(|i| solve_padding(in_hw[i], 3, 1, 1, out_hw[i]).or(fits_unpadded(in_hw[i], 3, 1, 1, out_hw[i]).then_some((0, 0))))
+                        .collect();
+                    if let (Some(h), Some(w)) = (pads[0], pads[1]) {
+                        v.push(Anchor::WinogradNhwc { padding: [h.0, w.0, h.1, w.1] });
+                    }
+                }
+                // conv2d NHWC, kernel HWIO [KH,KW,CI,CO]
+                if b[2] == a[3] && b[3] == out[3] {
+                    v.extend(conv_windows(in_hw, [b[0], b[1]], out_hw).into_iter().map(Anchor::Conv2dNhwc));
+                }
+                // depthwise NHWC, kernel [KH,KW,C,M]
+                if b[2] == a[3] && a[3] * b[3] == out[3] {
+                    v.extend(conv_windows(in_hw, [b[0], b[1]], out_hw).into_iter().map(Anchor::DepthwiseNhwc));
+                }
+            }
+            // NCHW data [N,C,H,W], kernel OIHW [O, C/g, KH, KW]
+            if a[0] == out[0] && b[0] == out[1] && b[1] > 0 && a[1] % b[1] == 0 {
+                let groups = a[1] / b[1];
+                if b[0] % groups == 0 {
+                    for w in conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]]) {
+                        v.push(Anchor::Conv2dNchw { window: w, groups });
+                    }
+                }
+            }
+        }
+        (5, 6, 5) => {
+            // NCHWc data [N,ICc,H,W,ib], kernel [OCc, ICc/g, KH, KW, ib, ob]
+            if a[0] == out[0] && b[0] == out[1] && b[5] == out[4] {
+                let windows = conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]]);
+                if b[1] == 1 && b[4] == 1 && b[0] * b[5] == a[1] * a[4] {
+                    v.extend(windows.iter().copied().map(Anchor::DepthwiseNchwc));
+                }
+                if b[4] == a[4] {
+                    v.extend(windows.into_iter().map(Anchor::Conv2dNchwc));
+                }
+            }
+        }
+        (2, 2, 2) if a[1] == b[1] && out == [a[0], b[0]] => v.push(Anchor::Dense),
+        (3, 3, 3) if a[2] == b[2] && out[1] == a[1] && out[2] == b[1] && out[0] == a[0].max(b[0]) => v.push(Anchor::BatchMatmul),
+        _ => {}
+    }
+    // variance(x, mean): mean keeps reduced dims as 1
+    if a.len() == b.len() {
+        if let Some((axes, true)) = reduced_axes(a, b) {
+            if let Some((_, keepdims)) = reduced_axes(a, out).or_else(|| (out == b).then(|| (axes.clone(), true))) {
+                for unbiased in [false, true] {
+                    v.push(Anchor::Variance { axes: axes.clone(), keepdims, unbiased });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Epilogue op kinds that fit an operand of shape `operand` against output `out`, for an
+/// operand-after (`first == false`) or operand-first position.
+fn operand_ops(operand: &[i64], out: &[i64], first: bool) -> Vec<EpilogueOp> {
+    let Some(shape) = broadcast_shape(operand, out) else { return vec![] };
+    if shape != out {
+        return vec![];
+    }
+    if first {
+        return vec![EpilogueOp::Add { operand_first: true }, EpilogueOp::Multiply { operand_first: true }];
+    }
+    let mut v = Vec::new();
+    if operand.len() < out.len() {
+        v.push(EpilogueOp::ExpandAdd);
+    }
+    v.push(EpilogueOp::Add { operand_first: false });
+    v.push(EpilogueOp::Multiply { operand_first: false });
+    v
+}
+
+/// Activations tried at the end of a chain.
+const ACTIVATIONS: [Option<EpilogueOp>; 4] =
+    [None, Some(EpilogueOp::Relu), Some(EpilogueOp::Clip { lo: 0.0, hi: 6.0 }), Some(EpilogueOp::Tanh)];
+
+/// All candidates for key-order input shapes `ins` and output `out`, most likely first:
+/// two-input anchors before one-input ones, operand-after before operand-first, and for
+/// each chain every anchor. Activations are only tried at the end of the chain.
+pub fn candidates(ins: &[Vec<i64>], out: &[i64]) -> Vec<Candidate> {
+    let mut result = Vec::new();
+    for k in [2usize, 1] {
+        if ins.len() < k {
+            continue;
+        }
+        let m = ins.len() - k;
+        // operand-first flags, all-after first
+        for mask in 0u32..(1 << m) {
+            let firsts: Vec<bool> = (0..m).map(|j| mask & (1 << j) != 0).collect();
+            // key order of canonical indices for these flags (see WorkloadSpec::key_order)
+            let skeleton = WorkloadSpec::new(
+                if k == 2 { Anchor::Dense } else { Anchor::Softmax { axis: 0 } },
+                firsts.iter().map(|&f| EpilogueOp::Add { operand_first: f }).collect(),
+            );
+            let Ok(canonical) = skeleton.canonical_inputs(ins) else { continue };
+            let anchor_list = anchors(&canonical[..k], out);
+            if anchor_list.is_empty() {
+                continue;
+            }
+            let per_operand: Vec<Vec<EpilogueOp>> = (0..m).map(|j| operand_ops(&canonical[k + j], out, firsts[j])).collect();
+            if per_operand.iter().any(Vec::is_empty) {
+                continue;
+            }
+            for ops in cartesian(&per_operand) {
+                for act in ACTIVATIONS {
+                    let mut epilogue = ops.clone();
+                    epilogue.extend(act);
+                    for anchor in &anchor_list {
+                        result.push(Candidate {
+                            spec: WorkloadSpec::new(anchor.clone(), epilogue.clone()),
+                            canonical: canonical.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    result
+}
+
+fn cartesian(choices: &[Vec<EpilogueOp>]) -> Vec<Vec<EpilogueOp>> {
+    choices.iter().fold(vec![vec![]], |acc, opts| {
+        acc.iter()
+            .flat_map(|prefix| opts.iter().map(move |o| {
+                let mut v = prefix.clone();
+                v.push(*o);
+                v
+            }))
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Window2d;
+
+    #[test]
+    fn conv_bias_relu_is_among_the_candidates() {
+        let ins = vec![vec![1, 56, 56, 64], vec![3, 3, 64, 64], vec![1, 1, 1, 64]];
+        let c = candidates(&ins, &[1, 56, 56, 64]);
+        let want = WorkloadSpec::new(
+            Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+            vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+        );
+        assert!(c.iter().any(|x| x.spec == want), "{} candidates", c.len());
+    }
+
+    #[test]
+    fn reduced_axes_keepdims_and_dropped() {
+        assert_eq!(reduced_axes(&[1, 14, 768], &[1, 14, 1]), Some((vec![2], true)));
+        assert_eq!(reduced_axes(&[2, 3, 4], &[2, 3]), Some((vec![2], false)));
+        assert_eq!(reduced_axes(&[2, 3], &[2, 3]), None);
+    }
+}

@@ -1,0 +1,40 @@
+//! Workload signatures of recognized workloads. Everything era-specific (stage names,
+//! placeholder names, key argument order) is left out: a signature is built from the
+//! spec's attributes and the inputs in canonical order (anchor inputs, then epilogue
+//! operands in the order the chain applies them), so a residual-first key and a
+//! residual-last key of the same kernel, or the same conv tuned by TVM 0.7 and 0.15, get
+//! the same sha256.
+use crate::ir::DType;
+use crate::ops::{EpilogueOp, WorkloadSpec};
+use crate::signature::WorkloadSignature;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+pub fn spec_signature(spec: &WorkloadSpec, canonical: &[Vec<i64>], output: &[i64]) -> WorkloadSignature {
+    let mut attrs = spec.anchor.attrs(canonical);
+    for op in &spec.epilogue {
+        if let EpilogueOp::Clip { lo, hi } = op {
+            attrs.insert("clip".into(), json!([lo, hi]));
+        }
+    }
+    WorkloadSignature {
+        op_class: spec.op_class(),
+        attrs,
+        inputs: canonical.to_vec(),
+        output: output.to_vec(),
+        dtype: spec.dtype.to_string(),
+        layout: spec.anchor.layout(&canonical[0]),
+    }
+}
+
+/// Signature of a registered workload.
+pub fn registered_signature(
+    op_class: &str,
+    attrs: BTreeMap<String, serde_json::Value>,
+    inputs: Vec<Vec<i64>>,
+    output: Vec<i64>,
+    dtype: DType,
+    layout: &str,
+) -> WorkloadSignature {
+    WorkloadSignature { op_class: op_class.into(), attrs, inputs, output, dtype: dtype.to_string(), layout: layout.into() }
+}
