@@ -167,6 +167,9 @@ fn compare(files: &[PathBuf]) -> (BTreeMap<String, FileTally>, Vec<String>) {
         let mut state = State::new(init).unwrap_or_else(|e| panic!("{path}:{ln}: {e}"));
         let replayed = state.apply_all(&record.steps);
         let sp_ok = state.verify_split_extents();
+        if let Err(why) = state.check_invariants() {
+            failures.push(format!("{path}:{ln}: invariant broken: {why}"));
+        }
         match (&expected.problem, replayed.and(sp_ok)) {
             (None, Ok(())) => {
                 t.replayed += 1;

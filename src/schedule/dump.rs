@@ -67,7 +67,8 @@ impl State {
 
 /// Reads the dump of an *initial* state (every compute stage at root, no annotations, as
 /// `ansor_state_sim.py --dag KEY` prints it) back into the stage list that starts replay.
-/// Loop names are taken as the TE axis names (true for TOPI's plain axis names).
+/// Loop names are taken as the TE axis names (true for TOPI's plain axis names); the
+/// dataflow is unknown.
 pub fn stage_inits_from_dump(text: &str) -> Result<Vec<StageInit>, String> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -82,7 +83,8 @@ pub fn stage_inits_from_dump(text: &str) -> Result<Vec<StageInit>, String> {
         let name = name.to_string();
         if let Some(shape) = rest.strip_prefix("placeholder [").and_then(|r| r.strip_suffix(']')) {
             let dims = shape.split(',').map(|d| d.parse::<i64>().map_err(|_| bad("bad dimension")));
-            out.push(StageInit { name, placeholder_shape: Some(dims.collect::<Result<_, _>>()?), iters: Vec::new() });
+            let shape = dims.collect::<Result<_, _>>()?;
+            out.push(StageInit { name, placeholder_shape: Some(shape), iters: Vec::new(), inputs: None });
             continue;
         }
         let Some(iters) = rest.strip_prefix("root unroll=0 : ").or(rest.strip_prefix("root unroll=0 :")) else {
@@ -102,7 +104,7 @@ pub fn stage_inits_from_dump(text: &str) -> Result<Vec<StageInit>, String> {
             };
             axes.push(AxisInit { name: axis.to_string(), extent, kind });
         }
-        out.push(StageInit { name, placeholder_shape: None, iters: axes });
+        out.push(StageInit { name, placeholder_shape: None, iters: axes, inputs: None });
     }
     Ok(out)
 }

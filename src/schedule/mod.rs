@@ -17,6 +17,8 @@ mod attach;
 mod dump;
 mod error;
 mod iterator;
+#[cfg(test)]
+mod spec_examples;
 mod state;
 mod steps;
 #[cfg(test)]

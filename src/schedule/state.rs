@@ -24,6 +24,10 @@ pub struct StageInit {
     /// `Some(shape)` for a placeholder (which has no loops), `None` for a compute op.
     pub placeholder_shape: Option<Vec<i64>>,
     pub iters: Vec<AxisInit>,
+    /// Ids of the stages this op reads, when the dataflow is known (all smaller than the
+    /// stage's own id). With it, CA targets must be consumers and CHR readers must read the
+    /// cached stage; without it only the stage order is checked.
+    pub inputs: Option<Vec<usize>>,
 }
 
 /// An axis of a stage's op: TE name and extent.
@@ -63,6 +67,8 @@ pub struct StageOp {
     pub name: String,
     pub kind: OpKind,
     pub origin: OpOrigin,
+    /// Stage ids this op reads (kept up to date as stages are inserted), if known.
+    pub inputs: Option<Vec<usize>>,
 }
 
 impl StageOp {
@@ -177,14 +183,18 @@ impl State {
     fn init_op(dag_index: usize, init: &StageInit) -> Result<StageOp, InitError> {
         let origin = OpOrigin::Initial { dag_index };
         let name = init.name.clone();
+        let inputs = init.inputs.clone();
+        if let Some(bad) = inputs.iter().flatten().find(|&&i| i >= dag_index) {
+            return Err(InitError(format!("{name} (stage {dag_index}) reads stage {bad}, which does not come before it")));
+        }
         if let Some(shape) = &init.placeholder_shape {
-            if !init.iters.is_empty() {
-                return Err(InitError(format!("placeholder {name} must have no loops")));
+            if !init.iters.is_empty() || inputs.as_ref().is_some_and(|i| !i.is_empty()) {
+                return Err(InitError(format!("placeholder {name} must have no loops and no inputs")));
             }
             for &d in shape {
                 check_extent(d, &format!("a dimension of placeholder {name}"))?;
             }
-            return Ok(StageOp { name, kind: OpKind::Placeholder { shape: shape.clone() }, origin });
+            return Ok(StageOp { name, kind: OpKind::Placeholder { shape: shape.clone() }, origin, inputs });
         }
         let (mut axes, mut reduce_axes) = (Vec::new(), Vec::new());
         for it in &init.iters {
@@ -203,7 +213,41 @@ impl State {
                 }
             }
         }
-        Ok(StageOp { name, kind: OpKind::Compute { axes, reduce_axes }, origin })
+        Ok(StageOp { name, kind: OpKind::Compute { axes, reduce_axes }, origin, inputs })
+    }
+
+    /// After `offset` stages were inserted at `start`: every stage id `>= start` in the
+    /// attach map and in the ops' inputs moves up by `offset` (`ApplyStageIdOffset`).
+    pub(crate) fn shift_stage_ids(&mut self, start: usize, offset: usize) {
+        self.attach_map.apply_stage_id_offset(start, offset);
+        for st in &mut self.stages {
+            for i in st.op.inputs.iter_mut().flatten() {
+                if *i >= start {
+                    *i += offset;
+                }
+            }
+        }
+    }
+
+    /// Does stage `consumer` read stage `producer`, directly or through other stages?
+    /// `None` when the dataflow is unknown.
+    pub fn consumes(&self, consumer: usize, producer: usize) -> Option<bool> {
+        let mut reaches = vec![false; self.stages.len()];
+        *reaches.get_mut(producer)? = true;
+        for j in producer + 1..=consumer.min(self.stages.len().saturating_sub(1)) {
+            let inputs = self.stages[j].op.inputs.as_ref()?;
+            reaches[j] = inputs.iter().any(|&i| reaches.get(i) == Some(&true));
+        }
+        Some(consumer > producer && reaches.get(consumer) == Some(&true))
+    }
+
+    /// Is any stage known to read stage `s`? `None` when the dataflow is unknown.
+    pub fn has_consumers(&self, s: usize) -> Option<bool> {
+        let mut any = false;
+        for st in &self.stages[s + 1..] {
+            any |= st.op.inputs.as_ref()?.contains(&s);
+        }
+        Some(any)
     }
 
     pub(crate) fn fresh_ident(&mut self) -> IterIdent {

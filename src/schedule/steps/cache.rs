@@ -22,6 +22,8 @@ impl ApplyToState for CacheReadStep {
             // Readers consume the stage, so they follow it in DAG order.
             ensure(r > s, || format!("CHR reader stage {r} does not come after stage {s}"))?;
             ensure(!self.reader_stage_ids[..k].contains(&(r as u32)), || format!("CHR reader stage {r} listed twice"))?;
+            let reads = state.stages[r].op.inputs.as_ref().map(|i| i.contains(&s));
+            ensure(reads != Some(false), || format!("CHR reader stage {r} does not read stage {s}"))?;
             readers.push(state.stages[r].op.name.clone());
         }
         let source = &state.stages[s].op;
@@ -40,11 +42,20 @@ impl ApplyToState for CacheReadStep {
             name: format!("{base}.{}", self.scope),
             kind: OpKind::Compute { axes, reduce_axes: Vec::new() },
             origin: OpOrigin::CacheRead { source: source.name.clone(), readers },
+            inputs: source.inputs.as_ref().map(|_| vec![s]),
         };
         let stage = state.stage_from_op(op);
         // The cache goes right after its source; later ids shift by one.
         state.stages.insert(s + 1, stage);
-        state.attach_map.apply_stage_id_offset(s + 1, 1);
+        state.shift_stage_ids(s + 1, 1);
+        // The readers now read the cache instead of the source.
+        for &r in &self.reader_stage_ids {
+            for i in state.stages[r as usize + 1].op.inputs.iter_mut().flatten() {
+                if *i == s {
+                    *i = s + 1;
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -73,18 +84,24 @@ impl ApplyToState for CacheWriteStep {
                 reduce_axes: stage.op.reduce_axes().to_vec(),
             },
             origin: OpOrigin::CacheWrite { original: name.clone() },
+            inputs: stage.op.inputs.clone(),
         };
         let copy = StageOp {
             name,
             kind: OpKind::Compute { axes: stage.op.axes().to_vec(), reduce_axes: Vec::new() },
             origin: OpOrigin::CacheWriteCopy { cache: cache_name },
+            inputs: stage.op.inputs.as_ref().map(|_| vec![s]),
         };
         let cache = state.stage_from_op(cache);
         let copy = state.stage_from_op(copy);
         // The cache takes index s, the original moves to s+1, later ids shift by one.
         state.stages[s] = copy;
         state.stages.insert(s, cache);
-        state.attach_map.apply_stage_id_offset(s, 1);
+        state.shift_stage_ids(s, 1);
+        // (the shift moved the copy's input s, the cache, to s+1: put it back)
+        if let Some(inputs) = &mut state.stages[s + 1].op.inputs {
+            *inputs = vec![s];
+        }
         Ok(())
     }
 }

@@ -51,6 +51,7 @@ impl ApplyToState for RfactorStep {
             name: rf_name.clone(),
             kind: OpKind::Compute { axes: rf_axes, reduce_axes: rf_reduce },
             origin: OpOrigin::Rfactor { original: name.clone(), factored_axis: axis.te_name.clone(), factor_axis },
+            inputs: stage.op.inputs.clone(),
         };
         // The final reduction: axes ax0.. with the original extents, reducing over the factored loop.
         let repl_axes = (stage.op.axes().iter().enumerate())
@@ -63,6 +64,7 @@ impl ApplyToState for RfactorStep {
                 reduce_axes: vec![OpAxis { te_name: format!("{}.v", axis.te_name), extent: axis.extent }],
             },
             origin: OpOrigin::RfactorRepl { original: name, rfactor: rf_name },
+            inputs: stage.op.inputs.as_ref().map(|_| vec![s]),
         };
         let compute_at = stage.compute_at;
         let rf = state.stage_from_op(rf);
@@ -71,7 +73,11 @@ impl ApplyToState for RfactorStep {
         repl.compute_at = compute_at;
         state.stages[s] = repl;
         state.stages.insert(s, rf);
-        state.attach_map.apply_stage_id_offset(s, 1);
+        state.shift_stage_ids(s, 1);
+        // (the shift moved the final stage's input s, the partial stage, to s+1: put it back)
+        if let Some(inputs) = &mut state.stages[s + 1].op.inputs {
+            *inputs = vec![s];
+        }
         Ok(())
     }
 }
