@@ -10,8 +10,8 @@ use ttdb::measure::verify_against_interpreter;
 #[test]
 fn gemm_fixture_matches_interpreter() {
     // n = 80 is not a multiple of the 24-column panel: exercises padding and guarded tails.
-    for (m, n, k) in [(48, 80, 40), (16, 24, 8)] {
-        let kern = gemm_kernel(m, n, k, &GemmSchedule::default());
+    for (m, n, k, kc) in [(48, 80, 40, 8), (16, 24, 8, 0), (16, 40, 12, 5)] {
+        let kern = gemm_kernel(m, n, k, &GemmSchedule { kc, ..GemmSchedule::default() });
         assert!(check_bounds(&kern).unwrap().is_empty());
         let c = compile(&kern, &CodegenOptions::default()).unwrap();
         assert!(c.stats.vector_loops > 0);

@@ -23,8 +23,8 @@ impl KernelCache {
             format!("{cpu};{features}")
         });
         format!(
-            "{key}|{target}|abort={}|reassoc={}",
-            opts.abort_checks, opts.reassociate
+            "{key}|{target}|abort={}|reassoc={}|{}|vec={}",
+            opts.abort_checks, opts.reassociate, opts.pipeline, opts.llvm_vectorizers
         )
     }
 

@@ -309,13 +309,13 @@ impl<'c> Module<'c> {
         take_message(unsafe { LLVMPrintModuleToString(self.raw) })
     }
     /// Run a new-pass-manager pipeline, e.g. "default<O3>".
-    pub fn run_passes(&self, pipeline: &str, tm: &TargetMachine) -> Result<(), String> {
+    pub fn run_passes(&self, pipeline: &str, tm: &TargetMachine, vectorizers: bool) -> Result<(), String> {
         let p = cstring(pipeline);
         // SAFETY: options created and disposed here; module and TM are live.
         unsafe {
             let opts = LLVMCreatePassBuilderOptions();
-            LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
-            LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+            LLVMPassBuilderOptionsSetLoopVectorization(opts, vectorizers as i32);
+            LLVMPassBuilderOptionsSetSLPVectorization(opts, vectorizers as i32);
             LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
             let err = LLVMRunPasses(self.raw, p.as_ptr(), tm.raw, opts);
             LLVMDisposePassBuilderOptions(opts);

@@ -72,6 +72,10 @@ pub struct CodegenOptions {
     pub limits: CostLimits,
     /// Keep the unoptimised LLVM IR text in the compiled kernel (debugging).
     pub keep_ir: bool,
+    /// New-pass-manager pipeline.
+    pub pipeline: String,
+    /// Also run LLVM's loop and SLP vectorizers (on top of ttdb's explicit vectorization).
+    pub llvm_vectorizers: bool,
 }
 
 impl Default for CodegenOptions {
@@ -81,6 +85,8 @@ impl Default for CodegenOptions {
             reassociate: false,
             limits: CostLimits::default(),
             keep_ir: false,
+            pipeline: std::env::var("TTDB_LLVM_PIPELINE").unwrap_or_else(|_| "default<O3>".into()),
+            llvm_vectorizers: std::env::var("TTDB_LLVM_VECTORIZERS").map_or(true, |v| v != "0"),
         }
     }
 }
@@ -94,6 +100,8 @@ pub struct CompileStats {
     pub cost: Option<CostEstimate>,
     pub translate_time: Duration,
     pub optimize_time: Duration,
+    /// Instruction selection + object emission.
+    pub emit_time: Duration,
     pub jit_time: Duration,
 }
 
@@ -311,7 +319,8 @@ fn compile_prepared(
     let ir = opts.keep_ir.then(|| m.print());
     m.verify().map_err(|e| CodegenError::Llvm(format!("module verification failed: {e}")))?;
     let t1 = Instant::now();
-    m.run_passes("default<O3>", tm).map_err(CodegenError::Llvm)?;
+    m.run_passes(&opts.pipeline, tm, opts.llvm_vectorizers).map_err(CodegenError::Llvm)?;
+    let t15 = Instant::now();
     let obj = tm.emit_object(&m).map_err(CodegenError::Llvm)?;
     let t2 = Instant::now();
     let code = jit::add_object(obj, std::slice::from_ref(&prefix), runtime::symbols)
@@ -327,7 +336,8 @@ fn compile_prepared(
             top_scratch_bytes: top_scratch,
             cost: Some(cost),
             translate_time: t1 - t0,
-            optimize_time: t2 - t1,
+            optimize_time: t15 - t1,
+            emit_time: t2 - t15,
             jit_time: t3 - t2,
         },
         ir,

@@ -15,12 +15,14 @@ pub struct GemmSchedule {
     pub lanes: i64,
     /// The M dimension is split into this many parts; parallel work items = panels × splits.
     pub row_splits: i64,
+    /// Reduction block: a `kc × nr` slice of a B panel stays in L1 (used when it divides k).
+    pub kc: i64,
 }
 
 impl Default for GemmSchedule {
     /// 4×24 micro-kernel for 16 AVX2 registers (12 accumulators + 3 B vectors + 1 broadcast).
     fn default() -> Self {
-        GemmSchedule { mr: 4, nv: 3, lanes: 8, row_splits: 2 }
+        GemmSchedule { mr: 4, nv: 3, lanes: 8, row_splits: 2, kc: 256 }
     }
 }
 
@@ -36,6 +38,8 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
     let nr = nv * lanes;
     let np = (n + nr - 1) / nr;
     let tiles = m / splits / mr;
+    let kc = if s.kc > 0 && k % s.kc == 0 { s.kc } else { k };
+    let nko = k / kc;
     let v = Expr::var;
     let c = Expr::int;
     let add = Expr::add;
@@ -81,10 +85,31 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
         Stmt::loop_("ii", mr, ForKind::Unrolled, Stmt::loop_("jv", nv, ForKind::Unrolled, body))
     };
     let vec_l = |st: Stmt| Stmt::loop_("l", lanes, ForKind::Vectorized, st);
-    let zero = tile(vec_l(Stmt::store("Cl", cl(), Expr::f32(0.0))));
-    let fma = Stmt::loop_(
+    let ccol = || add(add(mul(jo(), c(nr)), mul(v("jv"), c(lanes))), v("l"));
+    let full = || add(add(mul(jo(), c(nr)), mul(v("jv"), c(lanes))), c(lanes - 1));
+    // First K block starts from zero, later ones continue from C.
+    let init = Stmt::if_(
+        Expr::cmp(CmpOp::Eq, v("ko"), c(0)),
+        tile(vec_l(Stmt::store("Cl", cl(), Expr::f32(0.0)))),
+        Some(tile(Stmt::if_(
+            Expr::lt(full(), c(n)),
+            vec_l(Stmt::store("Cl", cl(), Expr::load("C", vec![row(), ccol()]))),
+            Some(Stmt::loop_(
+                "l",
+                lanes,
+                ForKind::Serial,
+                Stmt::store(
+                    "Cl",
+                    cl(),
+                    Expr::select(Expr::lt(ccol(), c(n)), Expr::load("C", vec![row(), ccol()]), Expr::f32(0.0)),
+                ),
+            )),
+        ))),
+    );
+    let fma = Stmt::for_(
         "kk",
-        k,
+        mul(v("ko"), c(kc)),
+        c(kc),
         ForKind::Serial,
         tile(vec_l(Stmt::store(
             "Cl",
@@ -98,10 +123,8 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
             ),
         ))),
     );
-    let ccol = || add(add(mul(jo(), c(nr)), mul(v("jv"), c(lanes))), v("l"));
-    let full = add(add(mul(jo(), c(nr)), mul(v("jv"), c(lanes))), c(lanes - 1));
     let write = tile(Stmt::if_(
-        Expr::lt(full, c(n)),
+        Expr::lt(full(), c(n)),
         vec_l(Stmt::store("C", vec![row(), ccol()], Expr::load("Cl", cl()))),
         Some(Stmt::loop_(
             "l",
@@ -119,12 +142,17 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
         np * splits,
         ForKind::Parallel,
         Stmt::loop_(
-            "it",
-            tiles,
+            "ko",
+            nko,
             ForKind::Serial,
-            Stmt::allocate(
-                Buffer::new("Cl", DType::F32, &[mr, nr], BufferRole::Temporary),
-                Stmt::seq(vec![zero, fma, write]),
+            Stmt::loop_(
+                "it",
+                tiles,
+                ForKind::Serial,
+                Stmt::allocate(
+                    Buffer::new("Cl", DType::F32, &[mr, nr], BufferRole::Temporary),
+                    Stmt::seq(vec![init, fma, write]),
+                ),
             ),
         ),
     );

@@ -1,6 +1,7 @@
 //! Measurement: host fingerprint, timing runner, output verification, fp32 FMA peak, and the
 //! GEMM fixture used as the codegen performance proof.
 
+pub mod fixtures;
 pub mod gemm;
 pub mod host;
 pub mod peak;
