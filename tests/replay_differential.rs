@@ -3,9 +3,9 @@
 //! ttdb and by the oracle, and the final states must agree line by line; every SP `extent`
 //! field must match the replayed extent.
 //!
-//! Initial stages come from the oracle (its DAG builders, through the same function that
-//! `--dag KEY` uses), the final states from `--dump`. The oracle runs twice per test (one
-//! process for all keys, one for all files), so the test stays fast.
+//! Initial stages come from ttdb's own DAGs (`recognize` + `stage_inits_from_dag`, with
+//! the dataflow, so CA/CHR consumer checks are exact); the oracle only supplies the final
+//! states (`--dump`, one process for all files).
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -13,7 +13,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use ttdb::ansor::log::{lines, parse_line, LogLine};
-use ttdb::schedule::{stage_inits_from_dump, StageInit, State};
+use ttdb::ansor::WorkloadKey;
+use ttdb::recognize::recognize;
+use ttdb::schedule::{stage_inits_from_dag, StageInit, State};
 
 fn sim_path() -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/ansor_state_sim.py");
@@ -42,31 +44,17 @@ fn python(args: &[&str], stdin: &str) -> (String, String) {
     (stdout, stderr)
 }
 
-/// Initial stages of every key, from the oracle's DAG builders (`State(build(key)).dump()`
-/// is exactly what `--dag KEY` prints first). Unknown keys map to `None`.
-fn oracle_initial_stages(keys: &BTreeSet<String>) -> HashMap<String, Option<Vec<StageInit>>> {
-    let tools = sim_path().parent().unwrap().display().to_string();
-    let script = format!(
-        "import sys\nsys.path.insert(0, {tools:?})\nimport ansor_state_sim as sim\n\
-         for key in sys.stdin.read().splitlines():\n    \
-             print('KEY ' + key)\n    \
-             try:\n        print(sim.State(sim.build(key)).dump())\n    \
-             except KeyError:\n        print('UNKNOWN')\n"
-    );
-    let input: String = keys.iter().map(|k| format!("{k}\n")).collect();
-    let (stdout, _) = python(&["-c", &script], &input);
-    let mut out = HashMap::new();
-    let mut blocks = stdout.split("KEY ").skip(1);
-    for key in keys {
-        let block = blocks.next().expect("one oracle block per key");
-        let (k, body) = block.split_once('\n').unwrap();
-        assert_eq!(k, key, "oracle blocks out of order");
-        let inits = (body.trim() != "UNKNOWN").then(|| {
-            stage_inits_from_dump(body).unwrap_or_else(|e| panic!("oracle initial state of {key}: {e}"))
-        });
-        out.insert(key.clone(), inits);
-    }
-    out
+/// Initial stages of every key from ttdb's own DAGs (`recognize`), or why there is none.
+fn ttdb_initial_stages(keys: &BTreeSet<String>) -> HashMap<String, Result<Vec<StageInit>, String>> {
+    keys.iter()
+        .map(|key| {
+            let inits = WorkloadKey::parse(key)
+                .map_err(|e| e.to_string())
+                .and_then(|k| recognize(&k).map_err(|e| e.to_string()))
+                .map(|r| stage_inits_from_dag(&r.dag));
+            (key.clone(), inits)
+        })
+        .collect()
 }
 
 /// One record's block of `--dump`: the final state, or the problem the oracle found.
@@ -148,7 +136,7 @@ fn compare(files: &[PathBuf]) -> (BTreeMap<String, FileTally>, Vec<String>) {
             }
         }
     }
-    let inits = oracle_initial_stages(&keys);
+    let inits = ttdb_initial_stages(&keys);
     let oracle = run_oracle(files);
     let mut tally: BTreeMap<String, FileTally> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -159,9 +147,12 @@ fn compare(files: &[PathBuf]) -> (BTreeMap<String, FileTally>, Vec<String>) {
             failures.push(format!("{path}:{ln}: no oracle output"));
             continue;
         };
-        let Some(init) = &inits[&record.task.workload_key] else {
-            failures.push(format!("{path}:{ln}: the oracle knows no DAG for {}", record.task.workload_key));
-            continue;
+        let init = match &inits[&record.task.workload_key] {
+            Ok(init) => init,
+            Err(e) => {
+                failures.push(format!("{path}:{ln}: ttdb has no DAG for {}: {e}", record.task.workload_key));
+                continue;
+            }
         };
         assert!(!expected.skipped);
         let mut state = State::new(init).unwrap_or_else(|e| panic!("{path}:{ln}: {e}"));

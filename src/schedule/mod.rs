@@ -3,7 +3,7 @@
 //!
 //! The algorithm (a compute DAG, given as its initial stages) and the schedule (the steps
 //! of a record) stay apart: [`State::new`] builds the initial loop state from
-//! [`StageInit`]s, and each step applies itself to a state through [`ApplyToState`]
+//! [`StageInit`]s (from ttdb's DAGs: [`stage_inits_from_dag`]), and each step applies itself to a state through [`ApplyToState`]
 //! (one impl per step struct, in `steps/`), dispatched by [`Step::apply_to`] /
 //! [`State::apply`]. Every id, length and extent is checked: a bad step is a
 //! [`ReplayError`], never a panic, and leaves the state unchanged.
@@ -16,6 +16,7 @@ mod apply;
 mod attach;
 mod dump;
 mod error;
+mod from_dag;
 mod iterator;
 #[cfg(test)]
 mod spec_examples;
@@ -29,6 +30,7 @@ pub use apply::ApplyToState;
 pub use attach::{AttachMap, AttachPoint};
 pub use dump::stage_inits_from_dump;
 pub use error::{InitError, ReplayError, MAX_EXTENT};
+pub use from_dag::stage_inits_from_dag;
 pub use iterator::{clean_name, IterIdent, IterKind, Iterator};
 pub use state::{
     AxisInit, ComputeAt, OpAxis, OpKind, OpOrigin, SplitExtentMismatch, SplitExtentReport, Stage, StageAttrs,
