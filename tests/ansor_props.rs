@@ -134,8 +134,13 @@ proptest! {
     fn mutated_real_lines_never_panic(cut in 0usize..SAMPLE.len(), pos in 0usize..SAMPLE.len(), byte in any::<u8>()) {
         let mut b = SAMPLE.as_bytes().to_vec();
         b[pos] = byte;
-        let _ = parse_line(&b);
-        let _ = parse_line(&SAMPLE.as_bytes()[..cut]);
+        // Never accept what is not JSON.
+        if let LogLine::Record { .. } = parse_line(&b) {
+            let text = String::from_utf8_lossy(&b).into_owned();
+            prop_assert!(serde_json::from_slice::<serde_json::Value>(&b).is_ok(), "accepted non-JSON: {}", text);
+        }
+        let truncated_is_record = matches!(parse_line(&SAMPLE.as_bytes()[..cut]), LogLine::Record { .. });
+        prop_assert!(!truncated_is_record);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! * nested `["<md5>", [1, 14, 14, 1024], [1, 1, 1024, 512], ...]` (TVM >= v0.8);
 //! * registered function `["matmul_add", 1024, 1024, 1024, "float32"]`, tensors as
 //!   `["TENSOR", [shape], "dtype"]`.
+use super::scan::{Kind, ScanError, Scanner};
 use serde_json::Value;
 use std::fmt;
 
@@ -67,32 +68,47 @@ pub fn is_md5_hex(s: &str) -> bool {
 }
 
 impl KeyArg {
-    fn from_json(v: &Value) -> Result<KeyArg, KeyError> {
-        Ok(match v {
-            Value::Null => KeyArg::Null,
-            Value::Bool(b) => KeyArg::Bool(*b),
-            Value::Number(n) => match n.as_i64() {
-                Some(i) => KeyArg::Int(i),
-                None => KeyArg::Float(
-                    n.as_f64().ok_or_else(|| KeyError(format!("number {n} out of range")))?,
-                ),
-            },
-            Value::String(s) => KeyArg::Str(s.clone()),
-            Value::Array(items) => {
-                if let [Value::String(tag), Value::Array(shape), Value::String(dtype)] =
-                    items.as_slice()
-                {
+    fn read(sc: &mut Scanner<'_>, depth: usize) -> Result<KeyArg, KeyError> {
+        let bad = |e: ScanError| KeyError(format!("bad JSON at column {}: {}", e.pos + 1, e.msg));
+        if depth > 16 {
+            return Err(KeyError("nesting too deep".into()));
+        }
+        Ok(match sc.kind().map_err(bad)? {
+            Kind::Null => {
+                sc.null().map_err(bad)?;
+                KeyArg::Null
+            }
+            Kind::Bool => KeyArg::Bool(sc.boolean().map_err(bad)?),
+            Kind::Number => {
+                let text = sc.number_text().map_err(bad)?;
+                match text.parse::<i64>() {
+                    Ok(i) => KeyArg::Int(i),
+                    Err(_) => match text.parse::<f64>() {
+                        Ok(x) if x.is_finite() => KeyArg::Float(x),
+                        _ => return Err(KeyError(format!("number {text} out of range"))),
+                    },
+                }
+            }
+            Kind::String => KeyArg::Str(sc.string().map_err(bad)?.into_owned()),
+            Kind::Object => return Err(KeyError("objects are not allowed in workload keys".into())),
+            Kind::Array => {
+                sc.expect(b'[').map_err(bad)?;
+                let mut items = Vec::new();
+                let mut first = true;
+                while sc.next_item(&mut first).map_err(bad)? {
+                    items.push(KeyArg::read(sc, depth + 1)?);
+                }
+                if let [KeyArg::Str(tag), KeyArg::List(shape), KeyArg::Str(dtype)] = items.as_slice() {
                     if tag == "TENSOR" {
                         let shape = shape
                             .iter()
-                            .map(|d| d.as_i64().ok_or_else(|| KeyError(format!("bad TENSOR dim {d}"))))
+                            .map(|d| d.as_int().ok_or_else(|| KeyError(format!("bad TENSOR dim {d:?}"))))
                             .collect::<Result<_, _>>()?;
                         return Ok(KeyArg::Tensor { shape, dtype: dtype.clone() });
                     }
                 }
-                KeyArg::List(items.iter().map(KeyArg::from_json).collect::<Result<_, _>>()?)
+                KeyArg::List(items)
             }
-            Value::Object(_) => return Err(KeyError("objects are not allowed in workload keys".into())),
         })
     }
 
@@ -128,14 +144,20 @@ impl KeyArg {
 
 impl WorkloadKey {
     pub fn parse(raw: &str) -> Result<WorkloadKey, KeyError> {
-        let v: Value = serde_json::from_str(raw).map_err(|e| KeyError(format!("not JSON: {e}")))?;
-        let items = v.as_array().ok_or_else(|| KeyError("not a JSON array".into()))?;
-        let head = items
-            .first()
-            .and_then(Value::as_str)
-            .ok_or_else(|| KeyError("first element must be a string (hash or function name)".into()))?
-            .to_string();
-        let args = items[1..].iter().map(KeyArg::from_json).collect::<Result<Vec<_>, _>>()?;
+        let mut sc = Scanner::new(raw);
+        let items = match KeyArg::read(&mut sc, 0)? {
+            KeyArg::List(items) => items,
+            _ => return Err(KeyError("not a JSON array".into())),
+        };
+        if !sc.at_end() {
+            return Err(KeyError("trailing characters after the key".into()));
+        }
+        let mut items = items.into_iter();
+        let head = match items.next() {
+            Some(KeyArg::Str(h)) => h,
+            _ => return Err(KeyError("first element must be a string (hash or function name)".into())),
+        };
+        let args: Vec<KeyArg> = items.collect();
         let form = if !is_md5_hex(&head) {
             KeyForm::Registered
         } else if args.is_empty() {

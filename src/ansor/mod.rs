@@ -9,6 +9,7 @@ pub mod json;
 pub mod key;
 pub mod log;
 pub mod record;
+pub mod scan;
 pub mod step;
 
 pub use key::{KeyArg, KeyForm, WorkloadKey};

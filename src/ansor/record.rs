@@ -4,8 +4,8 @@
 //! string: 2 (v0.2), 3 (v0.3, + hardware_params), 4 (v0.4, + target_host), 5 (v0.5,
 //! + layout_rewrite_option), 6 (v0.6, + task_input_names).
 use super::json::JsonWriter;
-use super::step::Step;
-use serde_json::Value;
+use super::scan::{Kind, ScanError, Scanner};
+use super::step::{kind_name, Step};
 use std::fmt;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -123,130 +123,236 @@ fn bad<T>(msg: impl Into<String>) -> Result<T, RecordError> {
     Err(RecordError(msg.into()))
 }
 
-fn as_array<'a>(v: &'a Value, what: &str) -> Result<&'a [Value], RecordError> {
-    v.as_array().map(Vec::as_slice).ok_or_else(|| RecordError(format!("{what} must be a list")))
+fn syntax(e: ScanError) -> RecordError {
+    RecordError(format!("bad JSON at column {}: {}", e.pos + 1, e.msg))
 }
 
-fn as_str(v: &Value, what: &str) -> Result<String, RecordError> {
-    v.as_str().map(str::to_string).ok_or_else(|| RecordError(format!("{what} must be a string")))
+/// Checks the kind of the next value, naming the field otherwise.
+fn want(sc: &mut Scanner<'_>, kind: Kind, what: &str) -> Result<(), RecordError> {
+    let k = sc.kind().map_err(syntax)?;
+    if k != kind {
+        return bad(format!("{what} must be {}, got {}", kind_name(kind), kind_name(k)));
+    }
+    Ok(())
 }
 
-fn as_f64(v: &Value, what: &str) -> Result<f64, RecordError> {
-    v.as_f64().ok_or_else(|| RecordError(format!("{what} must be a number")))
+fn string(sc: &mut Scanner<'_>, what: &str) -> Result<String, RecordError> {
+    want(sc, Kind::String, what)?;
+    Ok(sc.string().map_err(syntax)?.into_owned())
 }
 
-fn as_i64(v: &Value, what: &str) -> Result<i64, RecordError> {
-    v.as_i64().ok_or_else(|| RecordError(format!("{what} must be an integer")))
+fn int(sc: &mut Scanner<'_>, what: &str) -> Result<i64, RecordError> {
+    want(sc, Kind::Number, what)?;
+    sc.int().map_err(|e| RecordError(format!("{what}: {}", e.msg)))
 }
 
-fn parse_task(v: &Value) -> Result<Task, RecordError> {
-    let t = as_array(v, "task")?;
-    if !(2..=6).contains(&t.len()) {
+fn float(sc: &mut Scanner<'_>, what: &str) -> Result<f64, RecordError> {
+    want(sc, Kind::Number, what)?;
+    sc.float().map_err(|e| RecordError(format!("{what}: {}", e.msg)))
+}
+
+/// Reads a list, calling `item` for each element.
+fn list<'a>(
+    sc: &mut Scanner<'a>,
+    what: &str,
+    mut item: impl FnMut(&mut Scanner<'a>) -> Result<(), RecordError>,
+) -> Result<(), RecordError> {
+    want(sc, Kind::Array, what)?;
+    sc.expect(b'[').map_err(syntax)?;
+    let mut first = true;
+    while sc.next_item(&mut first).map_err(syntax)? {
+        item(sc)?;
+    }
+    Ok(())
+}
+
+/// Counts the elements of the list at the scanner without consuming it (for arity
+/// messages on the small fixed-size lists: task and result).
+fn arity(sc: &Scanner<'_>, line: &str) -> usize {
+    let mut probe = Scanner::new(line);
+    probe.pos = sc.pos;
+    let mut n = 0;
+    if probe.expect(b'[').is_ok() {
+        let mut first = true;
+        while let Ok(true) = probe.next_item(&mut first) {
+            if probe.skip_value().is_err() {
+                break;
+            }
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Validates a workload key. Logs repeat one key for many consecutive records, so the
+/// last key validated on this thread is remembered.
+fn validate_key(key: &str) -> Result<(), RecordError> {
+    thread_local! {
+        static LAST_VALID: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    if LAST_VALID.with(|k| *k.borrow() == key) {
+        return Ok(());
+    }
+    super::key::WorkloadKey::parse(key).map_err(|e| RecordError(e.to_string()))?;
+    LAST_VALID.with(|k| key.clone_into(&mut k.borrow_mut()));
+    Ok(())
+}
+
+fn parse_task(sc: &mut Scanner<'_>, line: &str) -> Result<Task, RecordError> {
+    want(sc, Kind::Array, "task")?;
+    let n = arity(sc, line);
+    if !(2..=6).contains(&n) {
         return bad(format!(
-            "task has {} elements; expected 2 (v0.2), 3 (v0.3), 4 (v0.4), 5 (v0.5) or 6 (v0.6)",
-            t.len()
+            "task has {n} elements; expected 2 (v0.2), 3 (v0.3), 4 (v0.4), 5 (v0.5) or 6 (v0.6)"
         ));
     }
-    let workload_key = as_str(&t[0], "workload key")?;
-    super::key::WorkloadKey::parse(&workload_key).map_err(|e| RecordError(e.to_string()))?;
+    sc.expect(b'[').map_err(syntax)?;
+    let workload_key = string(sc, "workload key")?;
+    validate_key(&workload_key)?;
+    sc.expect(b',').map_err(syntax)?;
     let mut task = Task {
         workload_key,
-        target: as_str(&t[1], "target")?,
+        target: string(sc, "target")?,
         hardware_params: None,
         target_host: None,
         layout_rewrite_option: None,
         task_input_names: None,
     };
-    if let Some(h) = t.get(2) {
-        let hp = as_array(h, "hardware_params")?
-            .iter()
-            .map(|x| as_i64(x, "hardware_params entry"))
-            .collect::<Result<Vec<_>, _>>()?;
+    if n >= 3 {
+        sc.expect(b',').map_err(syntax)?;
+        let mut hp = Vec::new();
+        list(sc, "hardware_params", |sc| {
+            hp.push(int(sc, "hardware_params entry")?);
+            Ok(())
+        })?;
         if hp.is_empty() || hp.len() > 8 {
             return bad(format!("hardware_params has {} entries; expected 1..=8", hp.len()));
         }
         task.hardware_params = Some(hp);
     }
-    if let Some(h) = t.get(3) {
-        task.target_host = Some(as_str(h, "target_host")?);
+    if n >= 4 {
+        sc.expect(b',').map_err(syntax)?;
+        task.target_host = Some(string(sc, "target_host")?);
     }
-    if let Some(o) = t.get(4) {
-        let o = as_i64(o, "layout_rewrite_option")?;
+    if n >= 5 {
+        sc.expect(b',').map_err(syntax)?;
+        let o = int(sc, "layout_rewrite_option")?;
         if !(0..=2).contains(&o) {
             return bad(format!("layout_rewrite_option {o} is not 0, 1 or 2"));
         }
         task.layout_rewrite_option = Some(o);
     }
-    if let Some(n) = t.get(5) {
-        let names = as_array(n, "task_input_names")?
-            .iter()
-            .map(|x| as_str(x, "task input name"))
-            .collect::<Result<Vec<_>, _>>()?;
+    if n >= 6 {
+        sc.expect(b',').map_err(syntax)?;
+        let mut names = Vec::new();
+        list(sc, "task_input_names", |sc| {
+            names.push(string(sc, "task input name")?);
+            Ok(())
+        })?;
         task.task_input_names = Some(names);
     }
+    sc.expect(b']').map_err(syntax)?;
     Ok(task)
 }
 
-fn parse_steps(v: &Value) -> Result<Vec<Step>, RecordError> {
-    let state = as_array(v, "state")?;
-    let [stages, steps] = state else {
-        return bad(format!("state has {} elements; expected [stages, steps]", state.len()));
-    };
-    if !as_array(stages, "state stages")?.is_empty() {
+fn parse_state(sc: &mut Scanner<'_>) -> Result<Vec<Step>, RecordError> {
+    want(sc, Kind::Array, "state")?;
+    sc.expect(b'[').map_err(syntax)?;
+    if sc.peek() == Some(b']') {
+        return bad("state has 0 elements; expected [stages, steps]");
+    }
+    let mut stages = 0;
+    list(sc, "state stages", |sc| {
+        stages += 1;
+        sc.skip_value().map_err(syntax)
+    })?;
+    if stages != 0 {
         return bad("state stages must be written as [] (TVM rebuilds them by replay)");
     }
-    as_array(steps, "steps")?
-        .iter()
-        .enumerate()
-        .map(|(i, s)| Step::from_json(s).map_err(|e| RecordError(format!("step {i}: {e}"))))
-        .collect()
+    if sc.peek() != Some(b',') {
+        return bad("state has 1 element; expected [stages, steps]");
+    }
+    sc.expect(b',').map_err(syntax)?;
+    let mut steps = Vec::new();
+    list(sc, "steps", |sc| {
+        let i = steps.len();
+        steps.push(Step::read(sc).map_err(|e| RecordError(format!("step {i}: {e}")))?);
+        Ok(())
+    })?;
+    if sc.peek() != Some(b']') {
+        return bad("state has more than 2 elements; expected [stages, steps]");
+    }
+    sc.expect(b']').map_err(syntax)?;
+    Ok(steps)
 }
 
-fn parse_result(v: &Value) -> Result<MeasureResult, RecordError> {
-    let r = as_array(v, "result")?;
-    let [costs, error_no, all_cost, timestamp] = r else {
-        return bad(format!("result has {} elements; expected [costs, error_no, all_cost, timestamp]", r.len()));
-    };
-    let costs = as_array(costs, "costs")?
-        .iter()
-        .map(|c| as_f64(c, "cost"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let e = as_i64(error_no, "error_no")?;
+fn parse_result(sc: &mut Scanner<'_>, line: &str) -> Result<MeasureResult, RecordError> {
+    want(sc, Kind::Array, "result")?;
+    let n = arity(sc, line);
+    if n != 4 {
+        return bad(format!("result has {n} elements; expected [costs, error_no, all_cost, timestamp]"));
+    }
+    sc.expect(b'[').map_err(syntax)?;
+    let mut costs = Vec::new();
+    list(sc, "costs", |sc| {
+        costs.push(float(sc, "cost")?);
+        Ok(())
+    })?;
+    sc.expect(b',').map_err(syntax)?;
+    let e = int(sc, "error_no")?;
     if !(0..=8).contains(&e) {
         return bad(format!("error_no {e} is out of range 0..=8"));
     }
-    Ok(MeasureResult {
-        costs,
-        error_no: ErrorNo(e as u8),
-        all_cost: as_f64(all_cost, "all_cost")?,
-        timestamp: as_f64(timestamp, "timestamp")?,
-    })
+    sc.expect(b',').map_err(syntax)?;
+    let all_cost = float(sc, "all_cost")?;
+    sc.expect(b',').map_err(syntax)?;
+    let timestamp = float(sc, "timestamp")?;
+    sc.expect(b']').map_err(syntax)?;
+    Ok(MeasureResult { costs, error_no: ErrorNo(e as u8), all_cost, timestamp })
 }
 
 impl Record {
     /// Parses one record line (the caller has already skipped comments and blank lines).
     pub fn parse(line: &str) -> Result<Record, RecordError> {
-        let v: Value = serde_json::from_str(line).map_err(|e| RecordError(format!("bad JSON: {e}")))?;
-        let obj = v.as_object().ok_or_else(|| RecordError("record must be a JSON object".into()))?;
-        if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "i" | "r" | "v")) {
-            return bad(format!("unknown top-level key {k:?} (expected \"i\", \"r\", \"v\")"));
+        let mut sc = Scanner::new(line);
+        if sc.kind().map_err(syntax)? != Kind::Object {
+            return bad("record must be a JSON object");
         }
-        let input = obj.get("i").ok_or_else(|| RecordError("missing \"i\" (task and state)".into()))?;
-        let result = obj.get("r").ok_or_else(|| RecordError("missing \"r\" (result)".into()))?;
-        let i = as_array(input, "\"i\"")?;
-        let [task, state] = i else {
-            return bad(format!("\"i\" has {} elements; expected [task, state]", i.len()));
-        };
-        let version = match obj.get("v") {
-            Some(v) => Some(as_str(v, "\"v\"")?),
-            None => None,
-        };
-        Ok(Record {
-            task: parse_task(task)?,
-            steps: parse_steps(state)?,
-            result: parse_result(result)?,
-            version,
-        })
+        sc.expect(b'{').map_err(syntax)?;
+        let (mut input, mut result, mut version) = (None, None, None);
+        let mut first = true;
+        while let Some(key) = sc.next_key(&mut first).map_err(syntax)? {
+            match &*key {
+                "i" if input.is_none() => {
+                    want(&mut sc, Kind::Array, "\"i\"")?;
+                    sc.expect(b'[').map_err(syntax)?;
+                    if sc.peek() == Some(b']') {
+                        return bad("\"i\" has 0 elements; expected [task, state]");
+                    }
+                    let task = parse_task(&mut sc, line)?;
+                    if sc.peek() != Some(b',') {
+                        return bad("\"i\" has 1 element; expected [task, state]");
+                    }
+                    sc.expect(b',').map_err(syntax)?;
+                    let steps = parse_state(&mut sc)?;
+                    if sc.peek() != Some(b']') {
+                        return bad("\"i\" has more than 2 elements; expected [task, state]");
+                    }
+                    sc.expect(b']').map_err(syntax)?;
+                    input = Some((task, steps));
+                }
+                "r" if result.is_none() => result = Some(parse_result(&mut sc, line)?),
+                "v" if version.is_none() => version = Some(string(&mut sc, "\"v\"")?),
+                "i" | "r" | "v" => return bad(format!("duplicate top-level key {key:?}")),
+                other => return bad(format!("unknown top-level key {other:?} (expected \"i\", \"r\", \"v\")")),
+            }
+        }
+        if !sc.at_end() {
+            return bad(format!("trailing characters at column {}", sc.pos + 1));
+        }
+        let (task, steps) = input.ok_or_else(|| RecordError("missing \"i\" (task and state)".into()))?;
+        let result = result.ok_or_else(|| RecordError("missing \"r\" (result)".into()))?;
+        Ok(Record { task, steps, result, version })
     }
 
     /// Writes the record as one line (no newline) in TVM's layout; TVM's reader accepts it.

@@ -5,7 +5,7 @@
 //! Integer fields are TVM `int`s (32-bit); ids must be non-negative. A value outside those
 //! ranges is an "out-of-range number" error, never a silent truncation.
 use super::json::JsonWriter;
-use serde_json::Value;
+use super::scan::{Kind, ScanError, Scanner};
 use std::fmt;
 
 /// Why a step record could not be read.
@@ -23,26 +23,47 @@ fn err<T>(msg: impl Into<String>) -> Result<T, StepError> {
     Err(StepError(msg.into()))
 }
 
-/// Reads the positional arguments of one step record, with errors naming the field.
-pub struct ArgReader<'a> {
+/// Reads the positional arguments of one step record from the line being scanned, with
+/// errors naming the field.
+pub struct ArgReader<'s, 'a> {
     tag: &'static str,
-    args: &'a [Value],
-    pos: usize,
+    sc: &'s mut Scanner<'a>,
+    first: bool,
+    count: usize,
 }
 
-impl<'a> ArgReader<'a> {
-    fn next(&mut self, field: &str) -> Result<&'a Value, StepError> {
-        let v = self.args.get(self.pos).ok_or_else(|| {
-            StepError(format!("{} step: missing field `{field}` (argument {})", self.tag, self.pos + 1))
-        })?;
-        self.pos += 1;
-        Ok(v)
+/// A JSON syntax error inside a step.
+fn syntax(e: ScanError) -> StepError {
+    StepError(format!("bad JSON at column {}: {}", e.pos + 1, e.msg))
+}
+
+pub(crate) fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Null => "null",
+        Kind::Bool => "a boolean",
+        Kind::Number => "a number",
+        Kind::String => "a string",
+        Kind::Array => "a list",
+        Kind::Object => "an object",
+    }
+}
+
+impl<'s, 'a> ArgReader<'s, 'a> {
+    /// Moves to the next argument; `Err` if the step has no more.
+    fn next(&mut self, field: &str) -> Result<(), StepError> {
+        if !self.sc.next_item(&mut self.first).map_err(syntax)? {
+            return err(format!("{} step: missing field `{field}` (argument {})", self.tag, self.count + 1));
+        }
+        self.count += 1;
+        Ok(())
     }
 
-    fn int_value(&self, v: &Value, field: &str) -> Result<i64, StepError> {
-        let i = v.as_i64().ok_or_else(|| {
-            StepError(format!("{} step: `{field}` must be an integer, got {}", self.tag, short(v)))
-        })?;
+    fn int_value(&mut self, field: &str) -> Result<i64, StepError> {
+        let k = self.sc.kind().map_err(syntax)?;
+        if k != Kind::Number {
+            return err(format!("{} step: `{field}` must be an integer, got {}", self.tag, kind_name(k)));
+        }
+        let i = self.sc.int().map_err(|e| StepError(format!("{} step: `{field}`: {}", self.tag, e.msg)))?;
         if i < i32::MIN as i64 || i > i32::MAX as i64 {
             return err(format!("{} step: `{field}` = {i} is out of range for a 32-bit int", self.tag));
         }
@@ -51,8 +72,8 @@ impl<'a> ArgReader<'a> {
 
     /// A TVM `int` field.
     pub fn int(&mut self, field: &str) -> Result<i64, StepError> {
-        let v = self.next(field)?;
-        self.int_value(v, field)
+        self.next(field)?;
+        self.int_value(field)
     }
 
     /// A stage or iterator id: a non-negative int.
@@ -71,18 +92,27 @@ impl<'a> ArgReader<'a> {
     }
 
     pub fn string(&mut self, field: &str) -> Result<String, StepError> {
-        let v = self.next(field)?;
-        v.as_str()
-            .map(str::to_string)
-            .ok_or_else(|| StepError(format!("{} step: `{field}` must be a string, got {}", self.tag, short(v))))
+        self.next(field)?;
+        let k = self.sc.kind().map_err(syntax)?;
+        if k != Kind::String {
+            return err(format!("{} step: `{field}` must be a string, got {}", self.tag, kind_name(k)));
+        }
+        Ok(self.sc.string().map_err(syntax)?.into_owned())
     }
 
     pub fn int_list(&mut self, field: &str) -> Result<Vec<i64>, StepError> {
-        let v = self.next(field)?;
-        let items = v.as_array().ok_or_else(|| {
-            StepError(format!("{} step: `{field}` must be a list of integers, got {}", self.tag, short(v)))
-        })?;
-        items.iter().map(|x| self.int_value(x, field)).collect()
+        self.next(field)?;
+        let k = self.sc.kind().map_err(syntax)?;
+        if k != Kind::Array {
+            return err(format!("{} step: `{field}` must be a list of integers, got {}", self.tag, kind_name(k)));
+        }
+        self.sc.expect(b'[').map_err(syntax)?;
+        let mut out = Vec::new();
+        let mut first = true;
+        while self.sc.next_item(&mut first).map_err(syntax)? {
+            out.push(self.int_value(field)?);
+        }
+        Ok(out)
     }
 
     pub fn id_list(&mut self, field: &str) -> Result<Vec<u32>, StepError> {
@@ -95,33 +125,24 @@ impl<'a> ArgReader<'a> {
             .collect()
     }
 
-    fn finish(&self) -> Result<(), StepError> {
-        if self.pos != self.args.len() {
-            return err(format!(
-                "{} step: {} arguments, expected {}",
-                self.tag,
-                self.args.len(),
-                self.pos
-            ));
+    /// The step must end here; counts surplus arguments for the message.
+    fn finish(mut self) -> Result<(), StepError> {
+        let expected = self.count;
+        while self.sc.next_item(&mut self.first).map_err(syntax)? {
+            self.sc.skip_value().map_err(syntax)?;
+            self.count += 1;
+        }
+        if self.count != expected {
+            return err(format!("{} step: {} arguments, expected {expected}", self.tag, self.count));
         }
         Ok(())
-    }
-}
-
-/// Shortened rendering of a JSON value for error messages.
-fn short(v: &Value) -> String {
-    let s = v.to_string();
-    if s.len() > 40 {
-        format!("{}...", &s[..s.char_indices().take_while(|(i, _)| *i < 40).last().map_or(0, |(i, c)| i + c.len_utf8())])
-    } else {
-        s
     }
 }
 
 /// One step kind: its record tag, how to read its arguments, how to write them back.
 pub trait StepRecord: Sized {
     const TAG: &'static str;
-    fn read(r: &mut ArgReader<'_>) -> Result<Self, StepError>;
+    fn read(r: &mut ArgReader<'_, '_>) -> Result<Self, StepError>;
     fn write_args(&self, w: &mut JsonWriter);
 }
 
@@ -180,7 +201,7 @@ macro_rules! step_struct {
 
         impl StepRecord for $name {
             const TAG: &'static str = $tag;
-            fn read(r: &mut ArgReader<'_>) -> Result<Self, StepError> {
+            fn read(r: &mut ArgReader<'_, '_>) -> Result<Self, StepError> {
                 Ok($name { $($field: r.$read(stringify!($field))?),* })
             }
             fn write_args(&self, w: &mut JsonWriter) {
@@ -200,7 +221,7 @@ pub struct AnnotationStep {
 
 impl StepRecord for AnnotationStep {
     const TAG: &'static str = "AN";
-    fn read(r: &mut ArgReader<'_>) -> Result<Self, StepError> {
+    fn read(r: &mut ArgReader<'_, '_>) -> Result<Self, StepError> {
         let stage_id = r.id("stage_id")?;
         let iter_id = r.id("iter_id")?;
         let code = r.int("annotation")?;
@@ -320,8 +341,8 @@ macro_rules! each_step {
 #[allow(unused_imports)]
 pub(crate) use each_step;
 
-fn read_as<T: StepRecord>(args: &[Value], wrap: fn(T) -> Step) -> Result<Step, StepError> {
-    let mut r = ArgReader { tag: T::TAG, args, pos: 0 };
+fn read_as<T: StepRecord>(tag: &'static str, sc: &mut Scanner<'_>, wrap: fn(T) -> Step) -> Result<Step, StepError> {
+    let mut r = ArgReader { tag, sc, first: false, count: 0 };
     let step = T::read(&mut r)?;
     r.finish()?;
     Ok(wrap(step))
@@ -336,31 +357,52 @@ impl Step {
     pub const TAGS: [&'static str; 14] =
         ["AN", "FU", "PR", "RE", "SP", "FSP", "FFSP", "SA", "CA", "CI", "CR", "CHR", "CHW", "RF"];
 
-    /// Reads one step record `["TAG", args...]`.
-    pub fn from_json(v: &Value) -> Result<Step, StepError> {
-        let items = v.as_array().ok_or_else(|| StepError(format!("step must be a list, got {}", short(v))))?;
-        let tag = items
-            .first()
-            .and_then(Value::as_str)
-            .ok_or_else(|| StepError(format!("step must start with its tag string, got {}", short(v))))?;
-        let args = &items[1..];
-        match tag {
-            "AN" => read_as(args, Step::Annotation),
-            "FU" => read_as(args, Step::Fuse),
-            "PR" => read_as(args, Step::Pragma),
-            "RE" => read_as(args, Step::Reorder),
-            "SP" => read_as(args, Step::Split),
-            "FSP" => read_as(args, Step::FollowSplit),
-            "FFSP" => read_as(args, Step::FollowFusedSplit),
-            "SA" => read_as(args, Step::StorageAlign),
-            "CA" => read_as(args, Step::ComputeAt),
-            "CI" => read_as(args, Step::ComputeInline),
-            "CR" => read_as(args, Step::ComputeRoot),
-            "CHR" => read_as(args, Step::CacheRead),
-            "CHW" => read_as(args, Step::CacheWrite),
-            "RF" => read_as(args, Step::Rfactor),
-            other => err(format!("unknown step tag {:?}", short(&Value::from(other)))),
+    /// Reads one step record `["TAG", args...]` at the scanner's position.
+    pub fn read(sc: &mut Scanner<'_>) -> Result<Step, StepError> {
+        let k = sc.kind().map_err(syntax)?;
+        if k != Kind::Array {
+            return err(format!("step must be a list, got {}", kind_name(k)));
         }
+        sc.expect(b'[').map_err(syntax)?;
+        if sc.kind().map_err(syntax)? != Kind::String {
+            return err("step must start with its tag string");
+        }
+        let tag = sc.string().map_err(syntax)?;
+        match &*tag {
+            "AN" => read_as("AN", sc, Step::Annotation),
+            "FU" => read_as("FU", sc, Step::Fuse),
+            "PR" => read_as("PR", sc, Step::Pragma),
+            "RE" => read_as("RE", sc, Step::Reorder),
+            "SP" => read_as("SP", sc, Step::Split),
+            "FSP" => read_as("FSP", sc, Step::FollowSplit),
+            "FFSP" => read_as("FFSP", sc, Step::FollowFusedSplit),
+            "SA" => read_as("SA", sc, Step::StorageAlign),
+            "CA" => read_as("CA", sc, Step::ComputeAt),
+            "CI" => read_as("CI", sc, Step::ComputeInline),
+            "CR" => read_as("CR", sc, Step::ComputeRoot),
+            "CHR" => read_as("CHR", sc, Step::CacheRead),
+            "CHW" => read_as("CHW", sc, Step::CacheWrite),
+            "RF" => read_as("RF", sc, Step::Rfactor),
+            other => {
+                let shown: String = other.chars().take(20).collect();
+                err(format!("unknown step tag {shown:?}"))
+            }
+        }
+    }
+
+    /// Reads a step from an already-parsed JSON value (convenience for tools and tests).
+    pub fn from_json(v: &serde_json::Value) -> Result<Step, StepError> {
+        Step::parse(&v.to_string())
+    }
+
+    /// Parses one step from its JSON text, e.g. `["SP", 3, 0, 1, [1, 1, 1], 1]`.
+    pub fn parse(text: &str) -> Result<Step, StepError> {
+        let mut sc = Scanner::new(text);
+        let step = Step::read(&mut sc)?;
+        if !sc.at_end() {
+            return err("trailing characters after the step");
+        }
+        Ok(step)
     }
 
     pub fn tag(&self) -> &'static str {
@@ -399,7 +441,7 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Result<Step, StepError> {
-        Step::from_json(&serde_json::from_str(s).unwrap())
+        Step::parse(s)
     }
 
     #[test]
