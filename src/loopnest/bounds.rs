@@ -468,9 +468,20 @@ impl Checker {
             }
             Stmt::IfThenElse { cond, then_, else_ } => {
                 self.visit_expr(cond);
-                self.with_cond(cond, true, |s| s.visit_stmt(then_));
+                // A condition that reads a buffer the branch writes may be invalidated by those
+                // writes before a later access: it proves nothing then.
+                let stale = |branch: &Stmt| {
+                    let mut written = Vec::new();
+                    stored_buffers(branch, &mut written);
+                    let mut hit = false;
+                    loaded_buffers(cond, &mut |b| hit |= written.iter().any(|w| w == b));
+                    hit
+                };
+                let truthy = if stale(then_) { Expr::Int(1, DType::Bool) } else { cond.clone() };
+                self.with_cond(&truthy, true, |s| s.visit_stmt(then_));
                 if let Some(e) = else_ {
-                    self.with_cond(cond, false, |s| s.visit_stmt(e));
+                    let falsy = if stale(e) { Expr::Int(0, DType::Bool) } else { cond.clone() };
+                    self.with_cond(&falsy, false, |s| s.visit_stmt(e));
                 }
             }
             Stmt::Allocate { buffer, body } => {
@@ -542,4 +553,28 @@ pub fn expr_interval(e: &Expr, vars: &HashMap<String, Interval>, buffers: &[Buff
         wrapped: false,
     };
     c.eval(e).0
+}
+
+fn stored_buffers(s: &Stmt, out: &mut Vec<String>) {
+    match s {
+        Stmt::Store { buf, .. } => out.push(buf.clone()),
+        Stmt::For { body, .. } | Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => {
+            stored_buffers(body, out)
+        }
+        Stmt::Seq(v) => v.iter().for_each(|s| stored_buffers(s, out)),
+        Stmt::IfThenElse { then_, else_, .. } => {
+            stored_buffers(then_, out);
+            if let Some(e) = else_ {
+                stored_buffers(e, out);
+            }
+        }
+        Stmt::Evaluate(_) => {}
+    }
+}
+
+fn loaded_buffers(e: &Expr, f: &mut dyn FnMut(&str)) {
+    if let Expr::Load { buf, .. } = e {
+        f(buf);
+    }
+    e.for_each_child(|c| loaded_buffers(c, f));
 }

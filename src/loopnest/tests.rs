@@ -468,3 +468,29 @@ fn cost_guard_rejects_absurd_kernels() {
     assert!(cost::check_cost(&mem, &cost::CostLimits::default()).is_err());
     assert!(cost::check_cost(&matmul(64), &cost::CostLimits::default()).is_ok());
 }
+
+#[test]
+fn bounds_guard_invalidated_by_store_is_not_trusted() {
+    // if (I[0] < 16) { I[0] = 100; A[I[0]] = 0 }  -- the guard is stale after the store.
+    let idx = || Expr::cast(DType::I64, Expr::load("I", vec![i(0)]));
+    let mk = |store_first: bool| {
+        let mut body = vec![Stmt::store("A", vec![idx()], Expr::f32(0.0))];
+        if store_first {
+            body.insert(0, Stmt::store("I", vec![i(0)], Expr::i32(100)));
+        }
+        Kernel::new(
+            "k",
+            vec![Buffer::new("I", DType::I32, &[1], BufferRole::Output), f32buf("A", &[16], BufferRole::Output)],
+            Stmt::if_(
+                Expr::And(
+                    Box::new(Expr::cmp(CmpOp::Ge, idx(), i(0))),
+                    Box::new(Expr::lt(idx(), i(16))),
+                ),
+                Stmt::seq(body),
+                None,
+            ),
+        )
+    };
+    assert!(check_bounds(&mk(false)).unwrap().is_empty());
+    assert_eq!(check_bounds(&mk(true)).unwrap().len(), 1);
+}
