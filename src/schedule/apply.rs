@@ -1,6 +1,6 @@
 //! Step dispatch: `Step::apply_to(&mut State)` and `State::apply`, the replay loop.
-use super::error::ReplayError;
-use super::state::State;
+use super::error::{InitError, ReplayError};
+use super::state::{StageInit, State};
 use super::validate;
 use crate::ansor::step::each_step;
 use crate::ansor::Step;
@@ -69,4 +69,32 @@ impl State {
             }),
         }
     }
+}
+
+/// Why a whole record could not be replayed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayFailure {
+    /// The initial stages themselves are unusable (e.g. an extent above 2^40).
+    Init(InitError),
+    /// A step failed, or an SP `extent` field disagrees with the replay.
+    Step(ReplayError),
+}
+
+impl std::fmt::Display for ReplayFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayFailure::Init(e) => e.fmt(f),
+            ReplayFailure::Step(e) => e.fmt(f),
+        }
+    }
+}
+impl std::error::Error for ReplayFailure {}
+
+/// Replays a whole record on its initial stages and checks every SP `extent` field: the
+/// state the record's schedule describes.
+pub fn replay(inits: &[StageInit], steps: &[Step]) -> Result<State, ReplayFailure> {
+    let mut state = State::new(inits).map_err(ReplayFailure::Init)?;
+    state.apply_all(steps).map_err(ReplayFailure::Step)?;
+    state.verify_split_extents().map_err(ReplayFailure::Step)?;
+    Ok(state)
 }

@@ -5,8 +5,20 @@
 //! of a record) stay apart: [`State::new`] builds the initial loop state from
 //! [`StageInit`]s (from ttdb's DAGs: [`stage_inits_from_dag`]), and each step applies itself to a state through [`ApplyToState`]
 //! (one impl per step struct, in `steps/`), dispatched by [`Step::apply_to`] /
-//! [`State::apply`]. Every id, length and extent is checked: a bad step is a
-//! [`ReplayError`], never a panic, and leaves the state unchanged.
+//! [`State::apply`]; [`replay`] does a whole record. Every id, length and extent is
+//! checked: a bad step is a [`ReplayError`], never a panic, and leaves the state unchanged.
+//!
+//! Compute-at follows TVM's index bookkeeping (RE does not update the attach map) but also
+//! remembers the loop *object* attached to (TE's `attach_ivar`, spec §2.4.1). The two can
+//! only part ways through an RE of the target that moves the attach loop; such an RE is
+//! refused with a [`ReplayError`] naming both loops, instead of silently retargeting the
+//! stage. (Ansor always reorders before it attaches, so real records never do this.)
+//!
+//! Beyond TVM's own checks, replay refuses what TE or codegen would reject later or what
+//! no Ansor search produces: split lengths < 1 or with a product of twice the extent or
+//! more, extents above 2^40, CA onto a non-consumer (or, without dataflow, an earlier
+//! stage), CI of a reduction or an output, nested parallel loops, tensorize, CHW/RF of a
+//! stage others are attached to, and steps on the loops of an inlined stage.
 //!
 //! [`State::dump`] prints the state in the text format of the reference simulator
 //! (`shared/tools/ansor_state_sim.py --dump`) for differential testing.
@@ -26,7 +38,7 @@ mod steps;
 mod test_util;
 mod validate;
 
-pub use apply::ApplyToState;
+pub use apply::{replay, ApplyToState, ReplayFailure};
 pub use attach::{AttachMap, AttachPoint};
 pub use dump::stage_inits_from_dump;
 pub use error::{InitError, ReplayError, MAX_EXTENT};

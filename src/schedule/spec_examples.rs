@@ -106,3 +106,21 @@ fn dataflow_through_stage_insertions() {
     assert!(st.apply(&step(r#"["CI", 6]"#)).unwrap_err().reason.contains("an output"));
     apply_all(&mut st, &[r#"["CA", 2, 6, 0]"#, r#"["CA", 4, 5, 0]"#]);
 }
+
+#[test]
+fn replay_runs_a_whole_record_and_checks_split_extents() {
+    let inits = super::stage_inits_from_dump(
+        "0 A placeholder [64]
+1 B root unroll=0 : ax0=64:S",
+    )
+    .unwrap();
+    let sp = |extent: i64| step(&format!(r#"["SP", 1, 0, {extent}, [8], 1]"#));
+    assert_eq!(super::replay(&inits, &[sp(64)]).unwrap().split_report().checked, 1);
+    match super::replay(&inits, &[sp(63)]) {
+        Err(super::ReplayFailure::Step(e)) => assert!(e.reason.contains("had extent 63, replay gives 64"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    let mut huge = inits.clone();
+    huge[0].placeholder_shape = Some(vec![1 << 50]);
+    assert!(matches!(super::replay(&huge, &[]), Err(super::ReplayFailure::Init(_))));
+}

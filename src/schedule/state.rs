@@ -155,7 +155,7 @@ pub struct State {
 }
 
 fn check_extent(e: i64, what: &str) -> Result<(), InitError> {
-    if e < 1 || e > MAX_EXTENT {
+    if !(1..=MAX_EXTENT).contains(&e) {
         return Err(InitError(format!("{what} = {e} is outside 1..=2^40")));
     }
     Ok(())
@@ -244,7 +244,7 @@ impl State {
     /// Is any stage known to read stage `s`? `None` when the dataflow is unknown.
     pub fn has_consumers(&self, s: usize) -> Option<bool> {
         let mut any = false;
-        for st in &self.stages[s + 1..] {
+        for st in self.stages.get(s + 1..)? {
             any |= st.op.inputs.as_ref()?.contains(&s);
         }
         Some(any)
