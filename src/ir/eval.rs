@@ -372,6 +372,7 @@ fn reduce_point(
     env: &mut [i64],
     cx: &Ctx,
 ) -> Result<f64, EvalError> {
+    #[allow(clippy::too_many_arguments)]
     fn rec(
         level: usize,
         body: &Compiled,

@@ -42,7 +42,7 @@ impl Expr {
         match self {
             Expr::IntImm { .. } | Expr::FloatImm { .. } | Expr::Var(_) => self.clone(),
             Expr::Load { tensor, indices, dtype } => {
-                Expr::Load { tensor: *tensor, indices: indices.iter().map(|e| f(e)).collect(), dtype: *dtype }
+                Expr::Load { tensor: *tensor, indices: indices.iter().map(&mut *f).collect(), dtype: *dtype }
             }
             Expr::Binary { op, a, b } => Expr::Binary { op: *op, a: Box::new(f(a)), b: Box::new(f(b)) },
             Expr::Not(a) => Expr::Not(Box::new(f(a))),
@@ -53,7 +53,7 @@ impl Expr {
             },
             Expr::Cast { dtype, value } => Expr::Cast { dtype: *dtype, value: Box::new(f(value)) },
             Expr::Call { func, args, dtype } => {
-                Expr::Call { func: *func, args: args.iter().map(|e| f(e)).collect(), dtype: *dtype }
+                Expr::Call { func: *func, args: args.iter().map(&mut *f).collect(), dtype: *dtype }
             }
         }
     }

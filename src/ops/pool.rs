@@ -84,7 +84,7 @@ struct PoolNames {
 fn names(era: Era) -> PoolNames {
     match era {
         Era::V07 => PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["dh", "dw"] },
-        Era::V08 | Era::V09 => PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["rv0", "rv1"] },
+        Era::V08 | Era::V09 | Era::V010Early => PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["rv0", "rv1"] },
         Era::V010 | Era::V015 => PoolNames { max: "pool_max", sum: "pool_sum", avg: "pool_avg", rv: ["rv0", "rv1"] },
     }
 }

@@ -310,7 +310,7 @@ impl WorkloadSpec {
 
     /// Builds from input shapes in key order.
     pub fn build_from_key_order(&self, era: Era, key_inputs: &[Vec<i64>]) -> Result<Dag, BuildError> {
-        Ok(self.build(era, &self.canonical_inputs(key_inputs)?)?)
+        self.build(era, &self.canonical_inputs(key_inputs)?)
     }
 
     /// Key-order input shapes -> canonical order.

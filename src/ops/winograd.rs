@@ -29,6 +29,7 @@ fn gcd(a: i128, b: i128) -> i128 {
     }
 }
 
+#[allow(clippy::should_implement_trait)]
 impl Q {
     fn new(n: i128, d: i128) -> Q {
         let g = gcd(n, d).max(1);
@@ -126,8 +127,8 @@ fn cook_toom(tile_size: usize, kernel_size: usize) -> Option<(Mat, Mat, Mat)> {
     let n = tile_size + kernel_size - 1; // alpha
     // F: diag(lagrange denominators) with a trailing 1; first row sign-normalized
     let mut f: Mat = vec![vec![Q::int(0); n]; n];
-    for i in 0..n - 1 {
-        f[i][i] = lagrange_denominator(&a, i, n - 1);
+    for (i, row) in f.iter_mut().enumerate().take(n - 1) {
+        row[i] = lagrange_denominator(&a, i, n - 1);
     }
     f[n - 1][n - 1] = Q::int(1);
     if f[0][0].n < 0 {
@@ -138,7 +139,7 @@ fn cook_toom(tile_size: usize, kernel_size: usize) -> Option<(Mat, Mat, Mat)> {
     am.push((0..tile_size).map(|j| Q::int((j == tile_size - 1) as i128)).collect());
     // B: rows of the Lagrange basis coefficients, times [I | -a_i^(n-1)], plus e_{n-1}; then * F^T
     let mut coef: Mat = vec![vec![Q::int(0); n - 1]; n - 1];
-    for i in 0..n - 1 {
+    for (i, coef_row) in coef.iter_mut().enumerate() {
         // polynomial prod_{k != i} (x - a_k), coefficients lowest degree first
         let mut p = vec![Q::int(1)];
         for k in (0..n - 1).filter(|&k| k != i) {
@@ -150,7 +151,7 @@ fn cook_toom(tile_size: usize, kernel_size: usize) -> Option<(Mat, Mat, Mat)> {
             p = next;
         }
         let den = lagrange_denominator(&a, i, n - 1);
-        for (nth, slot) in coef[i].iter_mut().enumerate() {
+        for (nth, slot) in coef_row.iter_mut().enumerate() {
             *slot = p[nth].div(den);
         }
     }

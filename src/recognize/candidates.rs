@@ -123,16 +123,14 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
                 }
             }
         }
-        (5, 6, 5) => {
-            // NCHWc data [N,ICc,H,W,ib], kernel [OCc, ICc/g, KH, KW, ib, ob]
-            if a[0] == out[0] && b[0] == out[1] && b[5] == out[4] {
-                let windows = conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]]);
-                if b[1] == 1 && b[4] == 1 && b[0] * b[5] == a[1] * a[4] {
-                    v.extend(windows.iter().copied().map(Anchor::DepthwiseNchwc));
-                }
-                if b[4] == a[4] {
-                    v.extend(windows.into_iter().map(Anchor::Conv2dNchwc));
-                }
+        // NCHWc data [N,ICc,H,W,ib], kernel [OCc, ICc/g, KH, KW, ib, ob]
+        (5, 6, 5) if a[0] == out[0] && b[0] == out[1] && b[5] == out[4] => {
+            let windows = conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]]);
+            if b[1] == 1 && b[4] == 1 && b[0] * b[5] == a[1] * a[4] {
+                v.extend(windows.iter().copied().map(Anchor::DepthwiseNchwc));
+            }
+            if b[4] == a[4] {
+                v.extend(windows.into_iter().map(Anchor::Conv2dNchwc));
             }
         }
         (2, 2, 2) if a[1] == b[1] && out == [a[0], b[0]] => v.push(Anchor::Dense),

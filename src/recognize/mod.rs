@@ -116,7 +116,7 @@ pub fn recognize_uncached(key: &WorkloadKey) -> Result<Recognized, RecognizeErro
 fn eras_for(form: KeyForm) -> Vec<Era> {
     let preferred: Vec<Era> = match form {
         KeyForm::Flat => vec![Era::V07, Era::V08],
-        _ => vec![Era::V010, Era::V015, Era::V08, Era::V09],
+        _ => vec![Era::V010, Era::V015, Era::V08, Era::V09, Era::V010Early],
     };
     let rest = Era::ALL.into_iter().filter(|e| !preferred.contains(e));
     preferred.iter().copied().chain(rest).collect()

@@ -6,6 +6,9 @@
 //! size, else the smallest total split as (total/2, total - total/2).
 use crate::ops::util::{window_out, Window2d};
 
+/// A kernel size and its (before, after) padding in one dimension.
+type DimChoice = (i64, (i64, i64));
+
 /// Largest stride tried.
 const MAX_STRIDE: i64 = 8;
 
@@ -78,7 +81,7 @@ pub fn pool_windows(in_hw: [i64; 2], out_hw: [i64; 2], all_kernels: bool) -> Vec
     for stride in 1..=MAX_STRIDE.min(in_hw[0].max(in_hw[1]).max(1)) {
         for padded in [false, true] {
             // per dim: the kernels that work, in preference order
-            let per_dim: Vec<Vec<(i64, (i64, i64))>> = (0..2)
+            let per_dim: Vec<Vec<DimChoice>> = (0..2)
                 .map(|i| {
                     kernels
                         .iter()
@@ -92,7 +95,7 @@ pub fn pool_windows(in_hw: [i64; 2], out_hw: [i64; 2], all_kernels: bool) -> Vec
                         .collect()
                 })
                 .collect();
-            let choices: Vec<((i64, (i64, i64)), (i64, (i64, i64)))> = if all_kernels {
+            let choices: Vec<(DimChoice, DimChoice)> = if all_kernels {
                 // square kernels, every size
                 per_dim[0]
                     .iter()
