@@ -132,3 +132,35 @@ fn recognition_is_fast() {
     println!("{per_key:.3} ms per key over {} keys", keys.len());
     assert!(per_key < 50.0, "recognition takes {per_key:.1} ms per key");
 }
+
+/// The same kernels occur in logs of different TVM eras (the gallery resnet-50 of ~v0.7
+/// with flat keys and `placeholder` names; the >= v0.10 NHWC bench and resnet-18 logs with
+/// nested keys and `p0` names): their different key hashes must give one signature.
+#[test]
+fn signatures_are_shared_across_tvm_eras() {
+    use std::collections::BTreeMap;
+    let mut groups: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    for (_, _, keys) in corpus_files() {
+        for raw in keys {
+            let key = WorkloadKey::parse(&raw).unwrap();
+            let Ok(r) = recognize_uncached(&key) else { continue };
+            let era = r.era.map_or("-".to_string(), |e| e.to_string());
+            groups.entry(r.signature.sha256_hex()).or_default().insert((era, key.head.clone()));
+        }
+    }
+    let cross: Vec<&BTreeSet<(String, String)>> =
+        groups.values().filter(|g| g.iter().map(|(e, _)| e).collect::<BTreeSet<_>>().len() > 1).collect();
+    println!("{} signatures shared by keys of different TVM eras", cross.len());
+    assert!(cross.len() >= 10, "only {} cross-era signatures", cross.len());
+    // (v0.7 hash, >= v0.10 hash) of the same kernels: conv3x3+bias+relu, softmax, max pool
+    // + add + relu, global average pool
+    for (old, new) in [
+        ("2350d19dc42a0665244368384c66b3a5", "d37380659057397544e056461ea3bad3"),
+        ("d7b65649a4dd54becea0a52aabbc5af5", "7d79c516e212fe1d73f5dbb90eaca2cf"),
+        ("a5612fdeb9db4d579a75ec225ea4c06a", "6d012ba18a086c11ee2b85c7324e16f2"),
+        ("69115f188984ae34ede37c3b8ca40b43", "8c53ca2904398da2889aa7508082d7bb"),
+    ] {
+        let together = cross.iter().any(|g| g.iter().any(|(_, h)| h == old) && g.iter().any(|(_, h)| h == new));
+        assert!(together, "{old} (v0.7) and {new} (v0.10+) should share a signature");
+    }
+}

@@ -246,6 +246,22 @@ mod tests {
         assert_eq!(r.signature.attrs["padding"], serde_json::json!([1, 1, 1, 1]));
     }
 
+    /// A 1-D bias through expand_dims (BERT, TVM 0.8) and a `[1, N]` broadcast bias (TVM
+    /// 0.15) of the same dense kernel normalize to one signature.
+    #[test]
+    fn bias_rank_does_not_change_the_signature() {
+        let old = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::ExpandAdd]);
+        let new = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::Add { operand_first: false }]);
+        let a = old.build(Era::V08, &[vec![1, 64], vec![32, 64], vec![32]]).unwrap();
+        let b = new.build(Era::V015, &[vec![1, 64], vec![32, 64], vec![1, 32]]).unwrap();
+        let ra = recognize_uncached(&key_for(&a, false)).unwrap();
+        let rb = recognize_uncached(&key_for(&b, false)).unwrap();
+        assert_eq!((ra.recognized_by.as_str(), rb.recognized_by.as_str()), ("md5", "md5"));
+        assert_eq!(ra.spec.as_ref().unwrap().epilogue, vec![EpilogueOp::ExpandAdd]);
+        assert_eq!(ra.signature.sha256_hex(), rb.signature.sha256_hex());
+        assert_eq!(ra.signature.inputs[2], vec![1, 32]);
+    }
+
     #[test]
     fn hash_only_keys_are_an_error() {
         let key = WorkloadKey::parse(r#"["de7d1695278cf52778b038e6573d7626"]"#).unwrap();

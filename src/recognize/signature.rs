@@ -17,10 +17,19 @@ pub fn spec_signature(spec: &WorkloadSpec, canonical: &[Vec<i64>], output: &[i64
             attrs.insert("clip".into(), json!([lo, hi]));
         }
     }
+    // A lower-rank epilogue operand (a 1-D bias via expand_dims, or a right-aligned
+    // broadcast) is the same data as its rank-padded form: `[768]` and `[1, 768]` biases
+    // of one dense kernel must give one signature.
+    let k = spec.anchor.num_inputs();
+    let inputs = canonical
+        .iter()
+        .enumerate()
+        .map(|(i, s)| if i >= k && s.len() < output.len() { [vec![1; output.len() - s.len()], s.clone()].concat() } else { s.clone() })
+        .collect();
     WorkloadSignature {
         op_class: spec.op_class(),
         attrs,
-        inputs: canonical.to_vec(),
+        inputs,
         output: output.to_vec(),
         dtype: spec.dtype.to_string(),
         layout: spec.anchor.layout(&canonical[0]),
