@@ -366,3 +366,50 @@ fn sparse_dense_bsr_equals_dense_product() {
     }
     close(&out, &want);
 }
+
+/// Grouped conv2d_NCHWc (v0.11+) on packed tensors equals grouped conv2d NCHW on the
+/// unpacked ones.
+#[test]
+fn grouped_conv2d_nchwc_equals_grouped_nchw() {
+    let (groups, c, o, ib, ob) = (2i64, 4i64, 8i64, 2i64, 2i64);
+    let nchw = WorkloadSpec::new(Anchor::Conv2dNchw { window: Window2d::simple(1, 1), groups }, vec![]);
+    let ndag = nchw.build(Era::V015, &[vec![1, c, 5, 5], vec![o, c / groups, 3, 3]]).unwrap();
+    let ins = random_inputs(&ndag, 13);
+    let want = evaluate(&ndag, &ins).unwrap().remove(0);
+    // pack data [1,C,H,W] -> [1,C/ib,H,W,ib]; kernel [O,C/g,KH,KW] -> [O/ob,C/g/ib,KH,KW,ib,ob]
+    let dshape = [1, c / ib, 5, 5, ib];
+    let mut data = vec![0.0; ins[0].len()];
+    for ch in 0..c {
+        for y in 0..5 {
+            for x in 0..5 {
+                data[idx(&dshape, &[0, ch / ib, y, x, ch % ib])] = ins[0].data[idx(&[1, c, 5, 5], &[0, ch, y, x])];
+            }
+        }
+    }
+    let kshape = [o / ob, c / groups / ib, 3, 3, ib, ob];
+    let mut kernel = vec![0.0; ins[1].len()];
+    for f in 0..o {
+        for ch in 0..c / groups {
+            for ry in 0..3 {
+                for rx in 0..3 {
+                    kernel[idx(&kshape, &[f / ob, ch / ib, ry, rx, ch % ib, f % ob])] =
+                        ins[1].data[idx(&[o, c / groups, 3, 3], &[f, ch, ry, rx])];
+                }
+            }
+        }
+    }
+    let nchwc = WorkloadSpec::new(Anchor::Conv2dNchwc(Window2d::simple(1, 1)), vec![]);
+    let cdag = nchwc.build(Era::V015, &[dshape.to_vec(), kshape.to_vec()]).unwrap();
+    assert!(print_dag(&cdag).contains("conv2d_NCHWc(n, occ, oh, ow, oc_block)"));
+    assert!(nchwc.build(Era::V09, &[dshape.to_vec(), kshape.to_vec()]).is_err(), "no grouped NCHWc before v0.11");
+    let got = evaluate(&cdag, &[TensorData::new(&dshape, data), TensorData::new(&kshape, kernel)]).unwrap().remove(0);
+    let mut unpacked = vec![0.0; want.len()];
+    for f in 0..o {
+        for y in 0..5 {
+            for x in 0..5 {
+                unpacked[idx(&[1, o, 5, 5], &[0, f, y, x])] = got.data[idx(&got.shape, &[0, f / ob, y, x, f % ob])];
+            }
+        }
+    }
+    close(&want, &unpacked);
+}
