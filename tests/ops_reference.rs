@@ -2,7 +2,7 @@
 //! evaluator, equals a direct loop written here from the op's definition; plus era naming
 //! and FLOP counts.
 use ttdb::ir::eval::{evaluate, random_inputs, TensorData};
-use ttdb::ir::{print_dag, Dag, DType};
+use ttdb::ir::{print_dag, DType, Dag};
 use ttdb::ops::registered::{conv2d_layer, matmul_add, sparse_dense};
 use ttdb::ops::winograd::winograd_kernel_transform;
 use ttdb::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec};
@@ -72,8 +72,9 @@ fn depthwise_nchwc_equals_per_channel_conv() {
                             if iy < 0 || ix < 0 || iy >= 5 || ix >= 5 {
                                 continue;
                             }
-                            want[idx(&out.shape, &[0, oco, y, x, oci])] +=
-                                ins[0].data[idx(&d, &[0, c / 4, iy, ix, c % 4])] * ins[1].data[idx(&k, &[oco, 0, ry, rx, 0, oci])];
+                            want[idx(&out.shape, &[0, oco, y, x, oci])] += ins[0].data
+                                [idx(&d, &[0, c / 4, iy, ix, c % 4])]
+                                * ins[1].data[idx(&k, &[oco, 0, ry, rx, 0, oci])];
                         }
                     }
                 }
@@ -109,8 +110,9 @@ fn grouped_and_plain_conv2d_nchw() {
                                 if iy < 0 || ix < 0 || iy >= 5 || ix >= 4 {
                                     continue;
                                 }
-                                want[idx(&out.shape, &[0, f, y, x])] +=
-                                    ins[0].data[idx(&d, &[0, g * ipg + rc, iy, ix])] * ins[1].data[idx(&k, &[f, rc, ry, rx])];
+                                want[idx(&out.shape, &[0, f, y, x])] += ins[0].data
+                                    [idx(&d, &[0, g * ipg + rc, iy, ix])]
+                                    * ins[1].data[idx(&k, &[f, rc, ry, rx])];
                             }
                         }
                     }
@@ -135,7 +137,10 @@ fn winograd_equals_direct_convolution() {
         let wino = WorkloadSpec::new(Anchor::WinogradNhwc { padding: [1; 4] }, vec![]);
         let wdag = wino.build(Era::V010, &[vec![1, hw, hw, 3], vec![alpha, alpha, 4, 3]]).unwrap();
         let names: Vec<&str> = wdag.stages.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["p0", "data_pad", "input_tile", "B", "data_pack", "p1", "bgemm", "A", "inverse", "conv2d_winograd"]);
+        assert_eq!(
+            names,
+            ["p0", "data_pad", "input_tile", "B", "data_pack", "p1", "bgemm", "A", "inverse", "conv2d_winograd"]
+        );
         let got = evaluate(&wdag, &[ins[0].clone(), packed]).unwrap().remove(0);
         assert_eq!(got.shape, want.shape);
         let worst = got.max_abs_diff(&want);
@@ -185,12 +190,24 @@ fn direct_pool(data: &TensorData, a: &PoolAttrs, out_shape: &[i64]) -> Vec<f64> 
 
 #[test]
 fn pools_in_every_era_and_layout() {
-    let layouts = [(PoolLayout::Nhwc, vec![1, 7, 7, 3]), (PoolLayout::Nchw, vec![1, 3, 7, 7]), (PoolLayout::Nchwc, vec![1, 2, 7, 7, 4])];
+    let layouts = [
+        (PoolLayout::Nhwc, vec![1, 7, 7, 3]),
+        (PoolLayout::Nchw, vec![1, 3, 7, 7]),
+        (PoolLayout::Nchwc, vec![1, 2, 7, 7, 4]),
+    ];
     let kinds = [PoolKind::Max, PoolKind::Avg { count_include_pad: true }, PoolKind::Avg { count_include_pad: false }];
     for (layout, shape) in layouts {
         for kind in kinds {
             for (kernel, stride, pad) in [(3, 2, 1), (2, 2, 0), (3, 1, 1)] {
-                let a = PoolAttrs { kind, kernel: [kernel; 2], stride: [stride; 2], dilation: [1, 1], padding: [pad; 4], ceil_mode: false, layout };
+                let a = PoolAttrs {
+                    kind,
+                    kernel: [kernel; 2],
+                    stride: [stride; 2],
+                    dilation: [1, 1],
+                    padding: [pad; 4],
+                    ceil_mode: false,
+                    layout,
+                };
                 for era in Era::ALL {
                     let spec = WorkloadSpec::new(Anchor::Pool(a), vec![]);
                     let (dag, ins, out) = run(&spec, era, std::slice::from_ref(&shape), 4);
@@ -216,16 +233,24 @@ fn pool_names_follow_the_era() {
     };
     let spec = WorkloadSpec::new(Anchor::Pool(a), vec![]);
     let text = |era| print_dag(&spec.build(era, &[vec![1, 8, 8, 2]]).unwrap());
-    assert!(text(Era::V07).contains("tensor(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + dh), ((ax2*2) + dw), ax3]"));
-    assert!(text(Era::V010Early).starts_with("p0 = PLACEHOLDER \npad_temp(ax0, ax1, ax2, ax3) = Op(tir.if_then_else)\ntensor("));
-    assert!(text(Era::V015).contains("pool_max(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + rv0), ((ax2*2) + rv1), ax3]"));
+    assert!(
+        text(Era::V07).contains("tensor(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + dh), ((ax2*2) + dw), ax3]")
+    );
+    assert!(text(Era::V010Early)
+        .starts_with("p0 = PLACEHOLDER \npad_temp(ax0, ax1, ax2, ax3) = Op(tir.if_then_else)\ntensor("));
+    assert!(text(Era::V015)
+        .contains("pool_max(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + rv0), ((ax2*2) + rv1), ax3]"));
 }
 
 #[test]
 fn adaptive_avg_pool_windows() {
     for (in_hw, out_hw) in [(7, 1), (14, 4), (6, 6), (5, 3)] {
         let spec = WorkloadSpec::new(
-            Anchor::AdaptivePool { kind: PoolKind::Avg { count_include_pad: true }, layout: PoolLayout::Nchw, out_hw: [out_hw, out_hw] },
+            Anchor::AdaptivePool {
+                kind: PoolKind::Avg { count_include_pad: true },
+                layout: PoolLayout::Nchw,
+                out_hw: [out_hw, out_hw],
+            },
             vec![],
         );
         let (dag, ins, out) = run(&spec, Era::V010, &[vec![1, 2, in_hw, in_hw]], 5);
@@ -264,7 +289,10 @@ fn mean_and_variance() {
         let mean = TensorData::new(&[1, 3, 1], means.clone());
         let out = evaluate(&dag, &[x.clone(), mean]).unwrap().remove(0);
         let want: Vec<f64> = (0..3)
-            .map(|r| x.data[r * 8..(r + 1) * 8].iter().map(|v| (v - means[r]).powi(2)).sum::<f64>() / (8 - unbiased as i64) as f64)
+            .map(|r| {
+                x.data[r * 8..(r + 1) * 8].iter().map(|v| (v - means[r]).powi(2)).sum::<f64>()
+                    / (8 - unbiased as i64) as f64
+            })
             .collect();
         close(&out, &want);
     }
@@ -302,7 +330,10 @@ fn dense_names_per_era() {
 #[test]
 fn flop_counts_follow_tvm() {
     // conv 3x3 pad 1 + bias + relu: the pad stage (if_then_else on int conditions) is free
-    let spec = WorkloadSpec::new(Anchor::Conv2dNhwc(Window2d::simple(1, 1)), vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
+    let spec = WorkloadSpec::new(
+        Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+    );
     let dag = spec.build(Era::V010, &[vec![1, 8, 8, 4], vec![3, 3, 4, 16], vec![1, 1, 1, 16]]).unwrap();
     let out_elems = (8 * 8 * 16) as f64;
     assert_eq!(dag.flop_count(), Some(out_elems * 3.0 * 3.0 * 4.0 * 2.0 + out_elems * 2.0));
@@ -319,7 +350,8 @@ fn registered_matmul_add_and_conv2d_layer() {
     let mut want = vec![0.0; 12];
     for i in 0..3 {
         for j in 0..4 {
-            want[i * 4 + j] = (0..5).map(|k| ins[0].data[i * 5 + k] * ins[1].data[k * 4 + j]).sum::<f64>() + ins[2].data[i * 4 + j];
+            want[i * 4 + j] =
+                (0..5).map(|k| ins[0].data[i * 5 + k] * ins[1].data[k * 4 + j]).sum::<f64>() + ins[2].data[i * 4 + j];
         }
     }
     close(&out, &want);
@@ -343,7 +375,13 @@ fn sparse_dense_bsr_equals_dense_product() {
     let order: Vec<Vec<i64>> = dag.placeholder_shapes();
     assert_eq!(order, vec![vec![3], vec![nnz, bs_r, bs_c], vec![nnz], vec![m, k], vec![m, n]]);
     let rnd = random_inputs(&dag, 12);
-    let ins = vec![TensorData::new(&[3], indptr.to_vec()), rnd[1].clone(), TensorData::new(&[3], indices.to_vec()), rnd[3].clone(), rnd[4].clone()];
+    let ins = vec![
+        TensorData::new(&[3], indptr.to_vec()),
+        rnd[1].clone(),
+        TensorData::new(&[3], indices.to_vec()),
+        rnd[3].clone(),
+        rnd[4].clone(),
+    ];
     let out = evaluate(&dag, &ins).unwrap().remove(0);
     // dense W [n, k]
     let mut w = vec![0.0; (n * k) as usize];
@@ -352,7 +390,8 @@ fn sparse_dense_bsr_equals_dense_product() {
             let bc = bc as i64;
             for r in 0..bs_r {
                 for c in 0..bs_c {
-                    w[((br as i64 * bs_r + r) * k + bc * bs_c + c) as usize] = ins[1].data[idx(&[nnz, bs_r, bs_c], &[e as i64, r, c])];
+                    w[((br as i64 * bs_r + r) * k + bc * bs_c + c) as usize] =
+                        ins[1].data[idx(&[nnz, bs_r, bs_c], &[e as i64, r, c])];
                 }
             }
         }

@@ -45,7 +45,8 @@ fn corpus_files() -> Vec<(String, bool, Vec<String>)> {
                 if line.trim().is_empty() || line.starts_with('#') || line.starts_with(' ') {
                     continue;
                 }
-                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 let task = &v["i"][0];
                 let key = task[0].as_str().expect("workload key string").to_string();
                 cuda |= task[1].as_str().is_some_and(|t| t.starts_with("cuda"));
@@ -94,7 +95,8 @@ fn every_corpus_key_is_recognized() {
                         c.structural += 1;
                         let winograd = r.signature.op_class.starts_with("conv2d_winograd");
                         if !winograd {
-                            failures.push(format!("{file}: structural fallback for a non-winograd key {raw}: {reason}"));
+                            failures
+                                .push(format!("{file}: structural fallback for a non-winograd key {raw}: {reason}"));
                         }
                     }
                 },

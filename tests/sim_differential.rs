@@ -19,7 +19,11 @@ use ttdb::recognize::recognize_uncached;
 fn shared() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
     assert!(dir.join("corpus/ansor").is_dir(), "the shared corpus is missing under {}", dir.display());
-    assert!(dir.join("tools/ansor_state_sim.py").is_file(), "the reference simulator is missing under {}/tools", dir.display());
+    assert!(
+        dir.join("tools/ansor_state_sim.py").is_file(),
+        "the reference simulator is missing under {}/tools",
+        dir.display()
+    );
     dir
 }
 

@@ -245,7 +245,11 @@ impl Dag {
                     let mut iters: Vec<InitialIter> = c
                         .axes
                         .iter()
-                        .map(|a| InitialIter { name: clean_name(&a.name), extent: a.const_extent(), kind: IterKind::Spatial })
+                        .map(|a| InitialIter {
+                            name: clean_name(&a.name),
+                            extent: a.const_extent(),
+                            kind: IterKind::Spatial,
+                        })
                         .collect();
                     iters.extend(c.reduce_axes.iter().map(|a| InitialIter {
                         name: clean_name(&a.name),
@@ -448,7 +452,9 @@ mod tests {
         let add = b.elementwise("add", "", vec![IterVar::new("i", 4)], |v| {
             conv.at(vec![v[0].clone()]) + bias.at(vec![v[0].clone()])
         });
-        let relu = b.elementwise("relu", "", vec![IterVar::new("i", 4)], |v| Expr::max(add.at(vec![v[0].clone()]), Expr::f32(0.0)));
+        let relu = b.elementwise("relu", "", vec![IterVar::new("i", 4)], |v| {
+            Expr::max(add.at(vec![v[0].clone()]), Expr::f32(0.0))
+        });
         let dag = b.finish(&[&relu]);
         let names: Vec<&str> = dag.stages.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["data", "pad", "kernel", "conv", "bias", "add", "relu"]);

@@ -72,7 +72,11 @@ impl std::error::Error for EvalError {}
 pub fn evaluate_all(dag: &Dag, inputs: &[TensorData]) -> Result<Vec<TensorData>, EvalError> {
     let placeholders = dag.placeholders();
     if inputs.len() != placeholders.len() {
-        return Err(EvalError(format!("{} inputs given, the DAG has {} placeholders", inputs.len(), placeholders.len())));
+        return Err(EvalError(format!(
+            "{} inputs given, the DAG has {} placeholders",
+            inputs.len(),
+            placeholders.len()
+        )));
     }
     let mut values: Vec<TensorData> = Vec::with_capacity(dag.stages.len());
     let mut next_input = 0;
@@ -82,7 +86,10 @@ pub fn evaluate_all(dag: &Dag, inputs: &[TensorData]) -> Result<Vec<TensorData>,
                 let t = &inputs[next_input];
                 next_input += 1;
                 if &t.shape != shape {
-                    return Err(EvalError(format!("input for {} has shape {:?}, expected {:?}", stage.name, t.shape, shape)));
+                    return Err(EvalError(format!(
+                        "input for {} has shape {:?}, expected {:?}",
+                        stage.name, t.shape, shape
+                    )));
                 }
                 values.push(t.clone());
             }
@@ -145,9 +152,9 @@ fn compile(e: &Expr, slots: &[String]) -> Result<Compiled, EvalError> {
     Ok(match e {
         Expr::IntImm { value, .. } => Compiled::Const(Val::I(*value)),
         Expr::FloatImm { value, .. } => Compiled::Const(Val::F(*value)),
-        Expr::Var(n) => Compiled::Slot(
-            slots.iter().position(|s| s == n).ok_or_else(|| EvalError(format!("unbound variable {n}")))?,
-        ),
+        Expr::Var(n) => {
+            Compiled::Slot(slots.iter().position(|s| s == n).ok_or_else(|| EvalError(format!("unbound variable {n}")))?)
+        }
         Expr::Load { tensor, indices, dtype } => Compiled::Load {
             tensor: tensor.0,
             int: !dtype.is_float(),
@@ -160,10 +167,9 @@ fn compile(e: &Expr, slots: &[String]) -> Result<Compiled, EvalError> {
         Expr::Not(a) => Compiled::Not(c(a)?),
         Expr::Select { cond, then, otherwise } => Compiled::Select(c(cond)?, c(then)?, c(otherwise)?),
         Expr::Cast { dtype, value } => Compiled::Cast { to: *dtype, value: c(value)? },
-        Expr::Call { func, args, .. } => Compiled::Call {
-            func: *func,
-            args: args.iter().map(|a| compile(a, slots)).collect::<Result<_, _>>()?,
-        },
+        Expr::Call { func, args, .. } => {
+            Compiled::Call { func: *func, args: args.iter().map(|a| compile(a, slots)).collect::<Result<_, _>>()? }
+        }
     })
 }
 
@@ -313,7 +319,8 @@ fn erf(x: f64) -> f64 {
                 + t * (0.37409196
                     + t * (0.09678418
                         + t * (-0.18628806
-                            + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+                            + t * (0.27886807
+                                + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
             .exp();
     if x >= 0.0 {
         1.0 - ans
@@ -459,7 +466,9 @@ mod tests {
             ComputeAttrs::default(),
             |v, r| pad.at(vec![v[0].clone() + r[0].clone()]) * w.at(vec![r[0].clone()]),
         );
-        let relu = b.elementwise("relu", "", vec![IterVar::new("i", 3)], |v| Expr::max(conv.at(vec![v[0].clone()]), Expr::f32(0.0)));
+        let relu = b.elementwise("relu", "", vec![IterVar::new("i", 3)], |v| {
+            Expr::max(conv.at(vec![v[0].clone()]), Expr::f32(0.0))
+        });
         let dag = b.finish(&[&relu]);
         let out = evaluate(
             &dag,

@@ -88,16 +88,41 @@ impl Intrinsic {
 /// unique inside a stage; TVM checks it), always int32.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
-    IntImm { value: i64, dtype: DType },
-    FloatImm { value: f64, dtype: DType },
+    IntImm {
+        value: i64,
+        dtype: DType,
+    },
+    FloatImm {
+        value: f64,
+        dtype: DType,
+    },
     Var(String),
     /// `T[i, j, ...]`, a read of another stage's output (TVM `ProducerLoad`).
-    Load { tensor: TensorId, indices: Vec<Expr>, dtype: DType },
-    Binary { op: BinOp, a: Box<Expr>, b: Box<Expr> },
+    Load {
+        tensor: TensorId,
+        indices: Vec<Expr>,
+        dtype: DType,
+    },
+    Binary {
+        op: BinOp,
+        a: Box<Expr>,
+        b: Box<Expr>,
+    },
     Not(Box<Expr>),
-    Select { cond: Box<Expr>, then: Box<Expr>, otherwise: Box<Expr> },
-    Cast { dtype: DType, value: Box<Expr> },
-    Call { func: Intrinsic, args: Vec<Expr>, dtype: DType },
+    Select {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
+    Cast {
+        dtype: DType,
+        value: Box<Expr>,
+    },
+    Call {
+        func: Intrinsic,
+        args: Vec<Expr>,
+        dtype: DType,
+    },
 }
 
 /// Constant view of an immediate, for folding.

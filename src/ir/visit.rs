@@ -46,11 +46,9 @@ impl Expr {
             }
             Expr::Binary { op, a, b } => Expr::Binary { op: *op, a: Box::new(f(a)), b: Box::new(f(b)) },
             Expr::Not(a) => Expr::Not(Box::new(f(a))),
-            Expr::Select { cond, then, otherwise } => Expr::Select {
-                cond: Box::new(f(cond)),
-                then: Box::new(f(then)),
-                otherwise: Box::new(f(otherwise)),
-            },
+            Expr::Select { cond, then, otherwise } => {
+                Expr::Select { cond: Box::new(f(cond)), then: Box::new(f(then)), otherwise: Box::new(f(otherwise)) }
+            }
             Expr::Cast { dtype, value } => Expr::Cast { dtype: *dtype, value: Box::new(f(value)) },
             Expr::Call { func, args, dtype } => {
                 Expr::Call { func: *func, args: args.iter().map(&mut *f).collect(), dtype: *dtype }

@@ -11,7 +11,13 @@ use super::util::{check, named_axes, rank, window_index, Window2d};
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
 /// Conv2d NHWC: data [N,H,W,CI], kernel [KH,KW,CI,CO] -> [N,OH,OW,CO]; reduction (ry, rx, rc).
-pub fn conv2d_nhwc(b: &mut DagBuilder, era: Era, data: &Tensor, kernel: &Tensor, w: &Window2d) -> Result<Tensor, BuildError> {
+pub fn conv2d_nhwc(
+    b: &mut DagBuilder,
+    era: Era,
+    data: &Tensor,
+    kernel: &Tensor,
+    w: &Window2d,
+) -> Result<Tensor, BuildError> {
     rank(&data.shape, 4, "conv2d_nhwc data")?;
     rank(&kernel.shape, 4, "conv2d_nhwc kernel")?;
     let (n, h, wd, ci) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
@@ -19,7 +25,8 @@ pub fn conv2d_nhwc(b: &mut DagBuilder, era: Era, data: &Tensor, kernel: &Tensor,
     check(kci == ci, || format!("conv2d_nhwc: kernel in-channels {kci} != data channels {ci}"))?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
     check(oh > 0 && ow > 0, || "conv2d_nhwc: empty output".into())?;
-    let (pad_name, conv_name) = if era <= Era::V08 { ("PaddedInput", "Conv2dOutput") } else { ("pad_temp", "conv2d_nhwc") };
+    let (pad_name, conv_name) =
+        if era <= Era::V08 { ("PaddedInput", "Conv2dOutput") } else { ("pad_temp", "conv2d_nhwc") };
     let [pt, pl, pb, pr] = w.padding;
     let padded = pad(b, data, &[0, pt, pl, 0], &[0, pb, pr, 0], Expr::f32(0.0), pad_name, PadFlavor::Python)?;
     let attrs = ComputeAttrs { layout_free_placeholders: vec![kernel.id], ..Default::default() };
@@ -56,7 +63,9 @@ pub fn conv2d_nchw(
     rank(&kernel.shape, 4, "conv2d_nchw kernel")?;
     let (n, c, h, wd) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
     let (o, kc, kh, kw) = (kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3]);
-    check(groups >= 1 && c % groups == 0 && o % groups == 0, || format!("conv2d_nchw: groups {groups} must divide {c} and {o}"))?;
+    check(groups >= 1 && c % groups == 0 && o % groups == 0, || {
+        format!("conv2d_nchw: groups {groups} must divide {c} and {o}")
+    })?;
     check(kc * groups == c, || format!("conv2d_nchw: kernel in-channels {kc} x groups {groups} != {c}"))?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
     check(oh > 0 && ow > 0, || "conv2d_nchw: empty output".into())?;
@@ -77,7 +86,11 @@ pub fn conv2d_nchw(
         ComputeAttrs::default(),
         |v, r| {
             let (rc, ry, rx) = (r[0].clone(), r[1].clone(), r[2].clone());
-            let channel = if groups == 1 { rc.clone() } else { Expr::floordiv(v[1].clone(), o / groups) * (c / groups) + rc.clone() };
+            let channel = if groups == 1 {
+                rc.clone()
+            } else {
+                Expr::floordiv(v[1].clone(), o / groups) * (c / groups) + rc.clone()
+            };
             padded.at(vec![
                 v[0].clone(),
                 channel,

@@ -8,7 +8,13 @@ use super::pad::{pad, PadFlavor};
 use super::util::{check, named_axes, rank, window_index, Window2d};
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
-pub fn conv2d_nchwc(b: &mut DagBuilder, era: Era, data: &Tensor, kernel: &Tensor, w: &Window2d) -> Result<Tensor, BuildError> {
+pub fn conv2d_nchwc(
+    b: &mut DagBuilder,
+    era: Era,
+    data: &Tensor,
+    kernel: &Tensor,
+    w: &Window2d,
+) -> Result<Tensor, BuildError> {
     rank(&data.shape, 5, "conv2d_NCHWc data")?;
     rank(&kernel.shape, 6, "conv2d_NCHWc kernel")?;
     let (n, ic_chunk, h, wd, ic_bn) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3], data.shape[4]);
@@ -19,7 +25,9 @@ pub fn conv2d_nchwc(b: &mut DagBuilder, era: Era, data: &Tensor, kernel: &Tensor
     check(in_channel % (ic_chunk_group * k_ic_bn) == 0, || "conv2d_NCHWc: channels do not divide into groups".into())?;
     let groups = in_channel / (ic_chunk_group * k_ic_bn);
     check(groups == 1 || era >= Era::V010, || format!("grouped conv2d_NCHWc does not exist in TVM {era}"))?;
-    check(oc_chunk % groups == 0 && ic_chunk % groups == 0, || "conv2d_NCHWc: groups must divide the channel chunks".into())?;
+    check(oc_chunk % groups == 0 && ic_chunk % groups == 0, || {
+        "conv2d_NCHWc: groups must divide the channel chunks".into()
+    })?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
     check(oh > 0 && ow > 0, || "conv2d_NCHWc: empty output".into())?;
     let [pt, pl, pb, pr] = w.padding;
@@ -32,7 +40,10 @@ pub fn conv2d_nchwc(b: &mut DagBuilder, era: Era, data: &Tensor, kernel: &Tensor
     Ok(b.reduce(
         "conv2d_NCHWc",
         "conv2d_NCHWc",
-        named_axes(&["n", if groups == 1 { "oc_chunk" } else { "occ" }, "oh", "ow", "oc_block"], &[n, oc_chunk, oh, ow, oc_bn]),
+        named_axes(
+            &["n", if groups == 1 { "oc_chunk" } else { "occ" }, "oh", "ow", "oc_block"],
+            &[n, oc_chunk, oh, ow, oc_bn],
+        ),
         vec![IterVar::new("ic", ic_extent), IterVar::new("kh", kh), IterVar::new("kw", kw)],
         Combiner::Sum,
         ComputeAttrs::default(),

@@ -21,9 +21,15 @@ pub fn dense(b: &mut DagBuilder, era: Era, data: &Tensor, weight: &Tensor) -> Re
         _ => ("T_matmul_NT", ["i", "j"]),
     };
     let attrs = ComputeAttrs { layout_free_placeholders: vec![weight.id], ..Default::default() };
-    Ok(b.reduce(name, "dense", named_axes(&axis_names, &[m, n]), vec![IterVar::new("k", k)], Combiner::Sum, attrs, |v, r| {
-        data.at(vec![v[0].clone(), r[0].clone()]) * weight.at(vec![v[1].clone(), r[0].clone()])
-    }))
+    Ok(b.reduce(
+        name,
+        "dense",
+        named_axes(&axis_names, &[m, n]),
+        vec![IterVar::new("k", k)],
+        Combiner::Sum,
+        attrs,
+        |v, r| data.at(vec![v[0].clone(), r[0].clone()]) * weight.at(vec![v[1].clone(), r[0].clone()]),
+    ))
 }
 
 /// x [XB,M,K], y [YB,N,K] -> [max(XB,YB),M,N]; a batch dim of 1 broadcasts (index 0).

@@ -6,7 +6,13 @@ use super::pad::{pad, PadFlavor};
 use super::util::{check, named_axes, rank, window_index, Window2d};
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
-pub fn depthwise_conv2d_nhwc(b: &mut DagBuilder, _era: Era, data: &Tensor, kernel: &Tensor, w: &Window2d) -> Result<Tensor, BuildError> {
+pub fn depthwise_conv2d_nhwc(
+    b: &mut DagBuilder,
+    _era: Era,
+    data: &Tensor,
+    kernel: &Tensor,
+    w: &Window2d,
+) -> Result<Tensor, BuildError> {
     rank(&data.shape, 4, "depthwise_conv2d_nhwc data")?;
     rank(&kernel.shape, 4, "depthwise_conv2d_nhwc kernel")?;
     let (n, h, wd, c) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
@@ -36,7 +42,13 @@ pub fn depthwise_conv2d_nhwc(b: &mut DagBuilder, _era: Era, data: &Tensor, kerne
     ))
 }
 
-pub fn depthwise_conv2d_nchwc(b: &mut DagBuilder, _era: Era, data: &Tensor, kernel: &Tensor, w: &Window2d) -> Result<Tensor, BuildError> {
+pub fn depthwise_conv2d_nchwc(
+    b: &mut DagBuilder,
+    _era: Era,
+    data: &Tensor,
+    kernel: &Tensor,
+    w: &Window2d,
+) -> Result<Tensor, BuildError> {
     rank(&data.shape, 5, "depthwise_conv2d_NCHWc data")?;
     rank(&kernel.shape, 6, "depthwise_conv2d_NCHWc kernel")?;
     let (n, ic_chunk, h, wd, ic_bn) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3], data.shape[4]);

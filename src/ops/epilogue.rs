@@ -36,7 +36,13 @@ fn broadcast_index(shape: &[i64], out: &[i64], vars: &[Expr]) -> Vec<Expr> {
 }
 
 /// `topi::<op>(a, b)` with broadcasting, named `name`.
-pub fn broadcast_binary(b: &mut DagBuilder, op: BinOp, x: &Tensor, y: &Tensor, name: &str) -> Result<Tensor, BuildError> {
+pub fn broadcast_binary(
+    b: &mut DagBuilder,
+    op: BinOp,
+    x: &Tensor,
+    y: &Tensor,
+    name: &str,
+) -> Result<Tensor, BuildError> {
     let out = broadcast_shape(&x.shape, &y.shape)
         .ok_or_else(|| BuildError(format!("{name}: shapes {:?} and {:?} do not broadcast", x.shape, y.shape)))?;
     Ok(b.elementwise(name, "broadcast", axes("ax", &out), |v| {
@@ -60,7 +66,9 @@ pub fn expand_dims(b: &mut DagBuilder, x: &Tensor, axis: usize, num_newaxis: usi
 }
 
 pub fn relu(b: &mut DagBuilder, x: &Tensor) -> Tensor {
-    b.elementwise("T_relu", "elemwise", axes("ax", &x.shape), |v| Expr::max(x.at(v.to_vec()), Expr::constant(0.0, x.dtype)))
+    b.elementwise("T_relu", "elemwise", axes("ax", &x.shape), |v| {
+        Expr::max(x.at(v.to_vec()), Expr::constant(0.0, x.dtype))
+    })
 }
 
 pub fn clip(b: &mut DagBuilder, x: &Tensor, lo: f64, hi: f64) -> Tensor {

@@ -84,13 +84,17 @@ struct PoolNames {
 fn names(era: Era) -> PoolNames {
     match era {
         Era::V07 => PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["dh", "dw"] },
-        Era::V08 | Era::V09 | Era::V010Early => PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["rv0", "rv1"] },
+        Era::V08 | Era::V09 | Era::V010Early => {
+            PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["rv0", "rv1"] }
+        }
         Era::V010 | Era::V015 => PoolNames { max: "pool_max", sum: "pool_sum", avg: "pool_avg", rv: ["rv0", "rv1"] },
     }
 }
 
 pub fn pool2d(b: &mut DagBuilder, era: Era, data: &Tensor, a: &PoolAttrs) -> Result<Tensor, BuildError> {
-    check(data.ndim() == a.layout.rank(), || format!("pool: {:?} data must be {}-D, got {:?}", a.layout, a.layout.rank(), data.shape))?;
+    check(data.ndim() == a.layout.rank(), || {
+        format!("pool: {:?} data must be {}-D, got {:?}", a.layout, a.layout.rank(), data.shape)
+    })?;
     check(era != Era::V07 || a.dilation == [1, 1], || "pool dilation did not exist in TVM v0.7".into())?;
     let (hx, wx) = a.layout.hw_axes();
     let [out_h, out_w] = a.out_hw([data.shape[hx], data.shape[wx]]);
@@ -125,11 +129,27 @@ pub fn pool2d(b: &mut DagBuilder, era: Era, data: &Tensor, a: &PoolAttrs) -> Res
     };
     let count_include_pad = match a.kind {
         PoolKind::Max => {
-            return Ok(b.reduce(nm.max, "pool_max", axes("ax", &out_shape), reduce_axes, Combiner::Max, ComputeAttrs::default(), window));
+            return Ok(b.reduce(
+                nm.max,
+                "pool_max",
+                axes("ax", &out_shape),
+                reduce_axes,
+                Combiner::Max,
+                ComputeAttrs::default(),
+                window,
+            ));
         }
         PoolKind::Avg { count_include_pad } => count_include_pad,
     };
-    let sum = b.reduce(nm.sum, "pool_sum", axes("ax", &out_shape), reduce_axes, Combiner::Sum, ComputeAttrs::default(), window);
+    let sum = b.reduce(
+        nm.sum,
+        "pool_sum",
+        axes("ax", &out_shape),
+        reduce_axes,
+        Combiner::Sum,
+        ComputeAttrs::default(),
+        window,
+    );
     let hw = [data.shape[hx], data.shape[wx]];
     let ax = axes("ax", &out_shape);
     let v = vars(&ax);
@@ -218,8 +238,17 @@ pub fn adaptive_pool2d(
             Ok(b.reduce(name, "adaptive_pool_max", ax, reduce_axes, Combiner::Max, ComputeAttrs::default(), load))
         }
         PoolKind::Avg { .. } => {
-            let (sum_name, avg_name) = if modern { ("adaptive_pool_sum", "adaptive_pool_avg") } else { ("tensor", "tensor") };
-            let sum = b.reduce(sum_name, "adaptive_pool_sum", ax.clone(), reduce_axes, Combiner::Sum, ComputeAttrs::default(), load);
+            let (sum_name, avg_name) =
+                if modern { ("adaptive_pool_sum", "adaptive_pool_avg") } else { ("tensor", "tensor") };
+            let sum = b.reduce(
+                sum_name,
+                "adaptive_pool_sum",
+                ax.clone(),
+                reduce_axes,
+                Combiner::Sum,
+                ComputeAttrs::default(),
+                load,
+            );
             Ok(b.elementwise(avg_name, "elemwise", ax, |v| {
                 let mut factor = Expr::f32(1.0);
                 for r in window(v) {

@@ -16,7 +16,9 @@ pub fn softmax(b: &mut DagBuilder, _era: Era, x: &Tensor, axis: usize) -> Result
         v.insert(axis, k.clone());
         v
     };
-    let without_axis = |idx: &[Expr]| -> Vec<Expr> { idx.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, e)| e.clone()).collect() };
+    let without_axis = |idx: &[Expr]| -> Vec<Expr> {
+        idx.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, e)| e.clone()).collect()
+    };
     let maxelem = b.reduce(
         "T_softmax_maxelem",
         "",
@@ -38,42 +40,62 @@ pub fn softmax(b: &mut DagBuilder, _era: Era, x: &Tensor, axis: usize) -> Result
         ComputeAttrs::default(),
         |v, r| exp.at(with_k(v, &r[0])),
     );
-    Ok(b.elementwise("T_softmax_norm", "", axes("i", &x.shape), |v| Expr::div(exp.at(v.to_vec()), expsum.at(without_axis(v)))))
+    Ok(b.elementwise("T_softmax_norm", "", axes("i", &x.shape), |v| {
+        Expr::div(exp.at(v.to_vec()), expsum.at(without_axis(v)))
+    }))
 }
 
 /// `topi::sum` over `reduce_axes` (sorted, distinct).
 fn comm_sum(b: &mut DagBuilder, x: &Tensor, reduce_axes: &[usize], keepdims: bool) -> Result<Tensor, BuildError> {
-    check(!reduce_axes.is_empty() && reduce_axes.iter().all(|&a| a < x.ndim()), || format!("bad reduce axes {reduce_axes:?}"))?;
+    check(!reduce_axes.is_empty() && reduce_axes.iter().all(|&a| a < x.ndim()), || {
+        format!("bad reduce axes {reduce_axes:?}")
+    })?;
     let out_shape: Vec<i64> = (0..x.ndim())
         .filter_map(|i| if reduce_axes.contains(&i) { keepdims.then_some(1) } else { Some(x.shape[i]) })
         .collect();
     let r_axes: Vec<IterVar> = reduce_axes.iter().map(|&i| IterVar::new(format!("k{i}"), x.shape[i])).collect();
     let name = format!("{}_red", x.name);
-    Ok(b.reduce(&name, "comm_reduce", axes("ax", &out_shape), r_axes, Combiner::Sum, ComputeAttrs::default(), |v, r| {
-        let mut idx = Vec::new();
-        let (mut arg, mut red) = (0, 0);
-        for i in 0..x.ndim() {
-            if reduce_axes.contains(&i) {
-                idx.push(r[red].clone());
-                red += 1;
-                if keepdims {
+    Ok(b.reduce(
+        &name,
+        "comm_reduce",
+        axes("ax", &out_shape),
+        r_axes,
+        Combiner::Sum,
+        ComputeAttrs::default(),
+        |v, r| {
+            let mut idx = Vec::new();
+            let (mut arg, mut red) = (0, 0);
+            for i in 0..x.ndim() {
+                if reduce_axes.contains(&i) {
+                    idx.push(r[red].clone());
+                    red += 1;
+                    if keepdims {
+                        arg += 1;
+                    }
+                } else {
+                    idx.push(v[arg].clone());
                     arg += 1;
                 }
-            } else {
-                idx.push(v[arg].clone());
-                arg += 1;
             }
-        }
-        x.at(idx)
-    }))
+            x.at(idx)
+        },
+    ))
 }
 
 fn divide_by(b: &mut DagBuilder, t: &Tensor, count: i64) -> Tensor {
-    b.elementwise("T_divide", "elemwise", axes("ax", &t.shape), |v| Expr::div(t.at(v.to_vec()), Expr::constant(count as f64, t.dtype)))
+    b.elementwise("T_divide", "elemwise", axes("ax", &t.shape), |v| {
+        Expr::div(t.at(v.to_vec()), Expr::constant(count as f64, t.dtype))
+    })
 }
 
 /// Relay `mean(x, axis, keepdims)`.
-pub fn mean(b: &mut DagBuilder, _era: Era, x: &Tensor, reduce_axes: &[usize], keepdims: bool) -> Result<Tensor, BuildError> {
+pub fn mean(
+    b: &mut DagBuilder,
+    _era: Era,
+    x: &Tensor,
+    reduce_axes: &[usize],
+    keepdims: bool,
+) -> Result<Tensor, BuildError> {
     let sum = comm_sum(b, x, reduce_axes, keepdims)?;
     let count: i64 = reduce_axes.iter().map(|&i| x.shape[i]).product();
     Ok(divide_by(b, &sum, count))

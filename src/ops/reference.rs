@@ -77,8 +77,10 @@ pub fn conv2d_nchwc(
                                     if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                         continue;
                                     }
-                                    let d = data[(((b * icc + cc) * h + iy as usize) * w + ix as usize) * ib + cb] as f64;
-                                    let k = kernel[((((oc * kicc + cc) * kh + ry) * kw + rx) * kib + cb) * ob + obi] as f64;
+                                    let d =
+                                        data[(((b * icc + cc) * h + iy as usize) * w + ix as usize) * ib + cb] as f64;
+                                    let k =
+                                        kernel[((((oc * kicc + cc) * kh + ry) * kw + rx) * kib + cb) * ob + obi] as f64;
                                     acc += d * k;
                                 }
                             }
@@ -164,8 +166,14 @@ mod tests {
             assert_eq!(dag.stages.iter().any(|s| s.name == "data_pad"), pad > 0);
             let ins = random_inputs(&dag, 11);
             let got = evaluate(&dag, &ins).unwrap();
-            let (want, _) =
-                conv2d_nchwc(&f32s(&ins[0]), [1, 2, 6, 5, 4], &f32s(&ins[1]), [3, 2, 3, 3, 4, 2], [stride as usize; 2], [pad as usize; 4]);
+            let (want, _) = conv2d_nchwc(
+                &f32s(&ins[0]),
+                [1, 2, 6, 5, 4],
+                &f32s(&ins[1]),
+                [3, 2, 3, 3, 4, 2],
+                [stride as usize; 2],
+                [pad as usize; 4],
+            );
             close(&got[0].data, &want);
         }
     }

@@ -9,7 +9,7 @@ use super::conv2d::conv2d_nchw;
 use super::epilogue::broadcast_binary;
 use super::era::Era;
 use super::util::{axes, check, named_axes, rank, Window2d};
-use crate::ir::{BinOp, BuildError, Combiner, ComputeAttrs, Dag, DagBuilder, DType, Expr, IterVar, Tensor};
+use crate::ir::{BinOp, BuildError, Combiner, ComputeAttrs, DType, Dag, DagBuilder, Expr, IterVar, Tensor};
 
 pub fn matmul_add(n: i64, l: i64, m: i64, dtype: DType) -> Result<Dag, BuildError> {
     check(n > 0 && l > 0 && m > 0, || "matmul_add: sizes must be positive".into())?;
@@ -18,16 +18,24 @@ pub fn matmul_add(n: i64, l: i64, m: i64, dtype: DType) -> Result<Dag, BuildErro
     let bt = b.placeholder("B", &[l, m], dtype);
     let c = b.placeholder("C", &[n, m], dtype);
     let attrs = ComputeAttrs { layout_free_placeholders: vec![bt.id], ..Default::default() };
-    let mm = b.reduce("matmul", "", named_axes(&["i", "j"], &[n, m]), vec![IterVar::new("k", l)], Combiner::Sum, attrs, |v, r| {
-        a.at(vec![v[0].clone(), r[0].clone()]) * bt.at(vec![r[0].clone(), v[1].clone()])
-    });
+    let mm = b.reduce(
+        "matmul",
+        "",
+        named_axes(&["i", "j"], &[n, m]),
+        vec![IterVar::new("k", l)],
+        Combiner::Sum,
+        attrs,
+        |v, r| a.at(vec![v[0].clone(), r[0].clone()]) * bt.at(vec![r[0].clone(), v[1].clone()]),
+    );
     let out = b.elementwise("out", "", named_axes(&["i", "j"], &[n, m]), |v| mm.at(v.to_vec()) + c.at(v.to_vec()));
     Ok(b.finish(&[&out]))
 }
 
 /// Python `topi.nn.relu`: an unnamed `compute` over `i*` axes.
 fn python_relu(b: &mut DagBuilder, x: &Tensor) -> Tensor {
-    b.elementwise("compute", "elemwise", axes("i", &x.shape), |v| Expr::max(x.at(v.to_vec()), Expr::constant(0.0, x.dtype)))
+    b.elementwise("compute", "elemwise", axes("i", &x.shape), |v| {
+        Expr::max(x.at(v.to_vec()), Expr::constant(0.0, x.dtype))
+    })
 }
 
 /// The conv2d_layer tutorial. Its TOPI names depend on the TVM version that tuned it; the
@@ -95,13 +103,15 @@ pub fn sparse_dense(
         |v, r| {
             let offset = row_start.clone() + r[0].clone();
             let block_j = wi.at(vec![offset.clone()]);
-            wd.at(vec![offset, v[2].clone(), r[1].clone()]) * relu_x.at(vec![v[0].clone(), Expr::int(bs_c) * block_j + r[1].clone()])
+            wd.at(vec![offset, v[2].clone(), r[1].clone()])
+                * relu_x.at(vec![v[0].clone(), Expr::int(bs_c) * block_j + r[1].clone()])
         },
     );
     let out = b.elementwise("compute", "sparse_dense_sp_rhs_bsrmm", named_axes(&["m", "n"], &[m, n]), |v| {
         block.at(vec![v[0].clone(), Expr::floordiv(v[1].clone(), bs_r), Expr::floormod(v[1].clone(), bs_r)])
     });
-    let add = b.elementwise("BiasAdd", "", named_axes(&["i", "j"], &[m, n]), |v| out.at(v.to_vec()) + bias.at(v.to_vec()));
+    let add =
+        b.elementwise("BiasAdd", "", named_axes(&["i", "j"], &[m, n]), |v| out.at(v.to_vec()) + bias.at(v.to_vec()));
     let relu = python_relu(&mut b, &add);
     Ok(b.finish(&[&relu]))
 }

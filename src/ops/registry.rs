@@ -9,15 +9,15 @@
 //! [`WorkloadSpec::key_order`].
 use super::conv2d::{conv2d_nchw, conv2d_nhwc};
 use super::conv2d_nchwc::conv2d_nchwc;
-use super::depthwise::{depthwise_conv2d_nchwc, depthwise_conv2d_nhwc};
 use super::dense::{batch_matmul, dense};
+use super::depthwise::{depthwise_conv2d_nchwc, depthwise_conv2d_nhwc};
 use super::epilogue::{broadcast_binary, clip, expand_dims, relu, tanh};
 use super::era::Era;
 use super::pool::{adaptive_pool2d, pool2d, PoolAttrs, PoolKind, PoolLayout};
 use super::reduction::{mean, softmax, variance};
 use super::util::{check, Window2d};
 use super::winograd::conv2d_winograd_nhwc;
-use crate::ir::{BinOp, BuildError, Dag, DagBuilder, DType, Tensor};
+use crate::ir::{BinOp, BuildError, DType, Dag, DagBuilder, Tensor};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -26,19 +26,37 @@ use std::collections::BTreeMap;
 pub enum Anchor {
     Conv2dNhwc(Window2d),
     /// `groups > 1` is `group_conv2d_nchw`.
-    Conv2dNchw { window: Window2d, groups: i64 },
+    Conv2dNchw {
+        window: Window2d,
+        groups: i64,
+    },
     Conv2dNchwc(Window2d),
     DepthwiseNhwc(Window2d),
     DepthwiseNchwc(Window2d),
     /// Pre-transformed kernel `[alpha, alpha, CO, CI]`; 3x3, stride 1.
-    WinogradNhwc { padding: [i64; 4] },
+    WinogradNhwc {
+        padding: [i64; 4],
+    },
     Dense,
     BatchMatmul,
     Pool(PoolAttrs),
-    AdaptivePool { kind: PoolKind, layout: PoolLayout, out_hw: [i64; 2] },
-    Softmax { axis: usize },
-    Mean { axes: Vec<usize>, keepdims: bool },
-    Variance { axes: Vec<usize>, keepdims: bool, unbiased: bool },
+    AdaptivePool {
+        kind: PoolKind,
+        layout: PoolLayout,
+        out_hw: [i64; 2],
+    },
+    Softmax {
+        axis: usize,
+    },
+    Mean {
+        axes: Vec<usize>,
+        keepdims: bool,
+    },
+    Variance {
+        axes: Vec<usize>,
+        keepdims: bool,
+        unbiased: bool,
+    },
 }
 
 /// One fused element-wise op after the anchor.
@@ -46,13 +64,20 @@ pub enum Anchor {
 pub enum EpilogueOp {
     /// `add(prev, operand)`, or `add(operand, prev)` when `operand_first` (residual-first
     /// keys); bias adds are broadcast adds of a `[1,1,1,C]`-like operand.
-    Add { operand_first: bool },
-    Multiply { operand_first: bool },
+    Add {
+        operand_first: bool,
+    },
+    Multiply {
+        operand_first: bool,
+    },
     /// `add(prev, expand_dims(operand, 0, rank difference))` (relay bias_add on a 1-D bias).
     ExpandAdd,
     Relu,
     /// `clip(prev, lo, hi)` (relu6 = clip 0..6).
-    Clip { lo: f64, hi: f64 },
+    Clip {
+        lo: f64,
+        hi: f64,
+    },
     Tanh,
 }
 
@@ -209,7 +234,9 @@ impl Anchor {
             Anchor::AdaptivePool { kind, layout, out_hw } => adaptive_pool2d(b, era, &ins[0], *out_hw, *kind, *layout),
             Anchor::Softmax { axis } => softmax(b, era, &ins[0], *axis),
             Anchor::Mean { axes, keepdims } => mean(b, era, &ins[0], axes, *keepdims),
-            Anchor::Variance { axes, keepdims, unbiased } => variance(b, era, &ins[0], &ins[1], axes, *keepdims, *unbiased),
+            Anchor::Variance { axes, keepdims, unbiased } => {
+                variance(b, era, &ins[0], &ins[1], axes, *keepdims, *unbiased)
+            }
         }
     }
 }
@@ -263,8 +290,12 @@ impl WorkloadSpec {
 
     /// Builds the DAG with canonical-order input shapes.
     pub fn build(&self, era: Era, inputs: &[Vec<i64>]) -> Result<Dag, BuildError> {
-        check(inputs.len() == self.num_inputs(), || format!("{} needs {} inputs, got {}", self.op_class(), self.num_inputs(), inputs.len()))?;
-        check(self.anchor.exists_in(era, inputs), || format!("{} does not exist in TVM {era}", self.anchor.class_name()))?;
+        check(inputs.len() == self.num_inputs(), || {
+            format!("{} needs {} inputs, got {}", self.op_class(), self.num_inputs(), inputs.len())
+        })?;
+        check(self.anchor.exists_in(era, inputs), || {
+            format!("{} does not exist in TVM {era}", self.anchor.class_name())
+        })?;
         let mut b = DagBuilder::new();
         let k = self.anchor.num_inputs();
         let anchor_ins: Vec<Tensor> =
@@ -316,7 +347,9 @@ impl WorkloadSpec {
     /// Key-order input shapes -> canonical order.
     pub fn canonical_inputs(&self, key_inputs: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, BuildError> {
         let order = self.key_order();
-        check(key_inputs.len() == order.len(), || format!("{} needs {} inputs, key has {}", self.op_class(), order.len(), key_inputs.len()))?;
+        check(key_inputs.len() == order.len(), || {
+            format!("{} needs {} inputs, key has {}", self.op_class(), order.len(), key_inputs.len())
+        })?;
         let mut canonical = vec![Vec::new(); order.len()];
         for (pos, &c) in order.iter().enumerate() {
             canonical[c] = key_inputs[pos].clone();
@@ -365,7 +398,10 @@ mod tests {
 
     #[test]
     fn winograd_hash_matches_real_key() {
-        let spec = WorkloadSpec::new(Anchor::WinogradNhwc { padding: [1; 4] }, vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
+        let spec = WorkloadSpec::new(
+            Anchor::WinogradNhwc { padding: [1; 4] },
+            vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+        );
         let dag = spec.build(Era::V010, &[vec![1, 14, 14, 256], vec![6, 6, 256, 256], vec![1, 1, 1, 256]]).unwrap();
         assert_eq!(dag_hash(&dag), "38552500208b25b4035682b0e93cbce3");
     }

@@ -69,7 +69,9 @@ type Mat = Vec<Vec<Q>>;
 
 fn matmul(x: &Mat, y: &Mat) -> Mat {
     (0..x.len())
-        .map(|i| (0..y[0].len()).map(|j| (0..y.len()).fold(Q::int(0), |acc, k| acc.add(x[i][k].mul(y[k][j])))).collect())
+        .map(|i| {
+            (0..y[0].len()).map(|j| (0..y.len()).fold(Q::int(0), |acc, k| acc.add(x[i][k].mul(y[k][j])))).collect()
+        })
         .collect()
 }
 
@@ -125,7 +127,7 @@ fn lagrange_denominator(a: &[Q], i: usize, count: usize) -> Q {
 fn cook_toom(tile_size: usize, kernel_size: usize) -> Option<(Mat, Mat, Mat)> {
     let a = interpolation_points(tile_size)?;
     let n = tile_size + kernel_size - 1; // alpha
-    // F: diag(lagrange denominators) with a trailing 1; first row sign-normalized
+                                         // F: diag(lagrange denominators) with a trailing 1; first row sign-normalized
     let mut f: Mat = vec![vec![Q::int(0); n]; n];
     for (i, row) in f.iter_mut().enumerate().take(n - 1) {
         row[i] = lagrange_denominator(&a, i, n - 1);
@@ -200,8 +202,11 @@ pub fn conv2d_winograd_nhwc(
     rank(&data.shape, 4, "winograd data")?;
     rank(&kernel_pack.shape, 4, "winograd kernel_pack")?;
     let (n, h, w, ci) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
-    let (alpha, alpha2, co, kci) = (kernel_pack.shape[0], kernel_pack.shape[1], kernel_pack.shape[2], kernel_pack.shape[3]);
-    check(alpha == alpha2 && kci == ci, || format!("winograd kernel_pack {:?} does not fit data {:?}", kernel_pack.shape, data.shape))?;
+    let (alpha, alpha2, co, kci) =
+        (kernel_pack.shape[0], kernel_pack.shape[1], kernel_pack.shape[2], kernel_pack.shape[3]);
+    check(alpha == alpha2 && kci == ci, || {
+        format!("winograd kernel_pack {:?} does not fit data {:?}", kernel_pack.shape, data.shape)
+    })?;
     let r = 3i64;
     let m = alpha - r + 1;
     let (a_mat, b_mat, _) = cook_toom(m as usize, r as usize)
@@ -214,7 +219,15 @@ pub fn conv2d_winograd_nhwc(
     let p = n * nh * nw;
     // TOPI computes the extra padding from nW and the *height* padding for both dims
     let pad_extra = (nw - 1) * m + alpha - (oh + pt + pb);
-    let data_pad = pad(b, data, &[0, pt, pl, 0], &[0, pb + pad_extra, pr + pad_extra, 0], Expr::f32(0.0), "data_pad", PadFlavor::Python)?;
+    let data_pad = pad(
+        b,
+        data,
+        &[0, pt, pl, 0],
+        &[0, pb + pad_extra, pr + pad_extra, 0],
+        Expr::f32(0.0),
+        "data_pad",
+        PadFlavor::Python,
+    )?;
     let tile_axes = named_axes(&["eps", "nu", "p", "ci"], &[alpha, alpha, p, ci]);
     let input_tile = b.elementwise("input_tile", "", tile_axes, |v| {
         let (eps, nu, pv, civ) = (v[0].clone(), v[1].clone(), v[2].clone(), v[3].clone());
@@ -287,7 +300,8 @@ pub fn winograd_kernel_transform(kernel_hwio: &TensorData, tile_size: i64) -> Re
     rank(&kernel_hwio.shape, 4, "winograd raw kernel")?;
     let (kh, kw, ci, co) = (kernel_hwio.shape[0], kernel_hwio.shape[1], kernel_hwio.shape[2], kernel_hwio.shape[3]);
     check(kh == 3 && kw == 3, || "winograd kernel transform needs a 3x3 kernel".into())?;
-    let (_, _, g) = cook_toom(tile_size as usize, 3).ok_or_else(|| BuildError(format!("tile size {tile_size} unsupported")))?;
+    let (_, _, g) =
+        cook_toom(tile_size as usize, 3).ok_or_else(|| BuildError(format!("tile size {tile_size} unsupported")))?;
     let alpha = tile_size + 2;
     let mut out = TensorData::zeros(&[alpha, alpha, co, ci]);
     for e in 0..alpha {

@@ -61,14 +61,24 @@ fn one_input_anchors(x: &[i64], out: &[i64]) -> Vec<Anchor> {
 }
 
 fn pool(kind: PoolKind, kernel: [i64; 2], stride: i64, padding: [i64; 4], layout: PoolLayout) -> Anchor {
-    Anchor::Pool(PoolAttrs { kind, kernel, stride: [stride, stride], dilation: [1, 1], padding, ceil_mode: false, layout })
+    Anchor::Pool(PoolAttrs {
+        kind,
+        kernel,
+        stride: [stride, stride],
+        dilation: [1, 1],
+        padding,
+        ceil_mode: false,
+        layout,
+    })
 }
 
 /// Axes reduced from `x` to `out`: keepdims (same rank, 1s where reduced) or dropped dims.
 fn reduced_axes(x: &[i64], out: &[i64]) -> Option<(Vec<usize>, bool)> {
     if x.len() == out.len() {
         let axes: Vec<usize> = (0..x.len()).filter(|&i| x[i] != out[i]).collect();
-        let ok = !axes.is_empty() && axes.iter().all(|&i| out[i] == 1) && (0..x.len()).all(|i| axes.contains(&i) || x[i] == out[i]);
+        let ok = !axes.is_empty()
+            && axes.iter().all(|&i| out[i] == 1)
+            && (0..x.len()).all(|i| axes.contains(&i) || x[i] == out[i]);
         return ok.then_some((axes, true));
     }
     if out.len() < x.len() && !out.is_empty() {
@@ -98,7 +108,10 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
                 // winograd: pre-transformed kernel [alpha, alpha, CO, CI], 3x3 stride 1
                 if b[0] == b[1] && (4..=8).contains(&b[0]) && b[3] == a[3] && b[2] == out[3] {
                     let pads: Vec<Option<(i64, i64)>> = (0..2)
-                        .map(|i| solve_padding(in_hw[i], 3, 1, 1, out_hw[i]).or(fits_unpadded(in_hw[i], 3, 1, 1, out_hw[i]).then_some((0, 0))))
+                        .map(|i| {
+                            solve_padding(in_hw[i], 3, 1, 1, out_hw[i])
+                                .or(fits_unpadded(in_hw[i], 3, 1, 1, out_hw[i]).then_some((0, 0)))
+                        })
                         .collect();
                     if let (Some(h), Some(w)) = (pads[0], pads[1]) {
                         v.push(Anchor::WinogradNhwc { padding: [h.0, w.0, h.1, w.1] });
@@ -134,7 +147,9 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
             }
         }
         (2, 2, 2) if a[1] == b[1] && out == [a[0], b[0]] => v.push(Anchor::Dense),
-        (3, 3, 3) if a[2] == b[2] && out[1] == a[1] && out[2] == b[1] && out[0] == a[0].max(b[0]) => v.push(Anchor::BatchMatmul),
+        (3, 3, 3) if a[2] == b[2] && out[1] == a[1] && out[2] == b[1] && out[0] == a[0].max(b[0]) => {
+            v.push(Anchor::BatchMatmul)
+        }
         _ => {}
     }
     // variance(x, mean): mean keeps reduced dims as 1
@@ -196,7 +211,8 @@ pub fn candidates(ins: &[Vec<i64>], out: &[i64]) -> Vec<Candidate> {
             if anchor_list.is_empty() {
                 continue;
             }
-            let per_operand: Vec<Vec<EpilogueOp>> = (0..m).map(|j| operand_ops(&canonical[k + j], out, firsts[j])).collect();
+            let per_operand: Vec<Vec<EpilogueOp>> =
+                (0..m).map(|j| operand_ops(&canonical[k + j], out, firsts[j])).collect();
             if per_operand.iter().any(Vec::is_empty) {
                 continue;
             }
@@ -220,11 +236,13 @@ pub fn candidates(ins: &[Vec<i64>], out: &[i64]) -> Vec<Candidate> {
 fn cartesian(choices: &[Vec<EpilogueOp>]) -> Vec<Vec<EpilogueOp>> {
     choices.iter().fold(vec![vec![]], |acc, opts| {
         acc.iter()
-            .flat_map(|prefix| opts.iter().map(move |o| {
-                let mut v = prefix.clone();
-                v.push(*o);
-                v
-            }))
+            .flat_map(|prefix| {
+                opts.iter().map(move |o| {
+                    let mut v = prefix.clone();
+                    v.push(*o);
+                    v
+                })
+            })
             .collect()
     })
 }

@@ -104,7 +104,14 @@ pub fn recognize_uncached(key: &WorkloadKey) -> Result<Recognized, RecognizeErro
     match key.form {
         KeyForm::Registered => {
             let (dag, era, signature) = registered::recognize_registered(key)?;
-            Ok(Recognized { dag, era, recognized_by: RecognizedBy::Registered, signature, spec: None, candidates_tried: 0 })
+            Ok(Recognized {
+                dag,
+                era,
+                recognized_by: RecognizedBy::Registered,
+                signature,
+                spec: None,
+                candidates_tried: 0,
+            })
         }
         KeyForm::HashOnly => Err(RecognizeError::NoShapes(key.head.clone())),
         KeyForm::Flat | KeyForm::Nested => recognize_relay(key),
@@ -203,9 +210,17 @@ mod tests {
         let shapes = dag.io_shapes();
         let raw = if form_flat {
             let flat: Vec<i64> = shapes.iter().flatten().copied().collect();
-            serde_json::to_string(&(std::iter::once(serde_json::json!(dag_hash(dag))).chain(flat.iter().map(|v| serde_json::json!(v)))).collect::<Vec<_>>()).unwrap()
+            serde_json::to_string(
+                &(std::iter::once(serde_json::json!(dag_hash(dag))).chain(flat.iter().map(|v| serde_json::json!(v))))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap()
         } else {
-            serde_json::to_string(&(std::iter::once(serde_json::json!(dag_hash(dag))).chain(shapes.iter().map(|s| serde_json::json!(s)))).collect::<Vec<_>>()).unwrap()
+            serde_json::to_string(
+                &(std::iter::once(serde_json::json!(dag_hash(dag))).chain(shapes.iter().map(|s| serde_json::json!(s))))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap()
         };
         WorkloadKey::parse(&raw).unwrap()
     }
@@ -217,7 +232,8 @@ mod tests {
         let canonical = vec![vec![1, 14, 14, 256], vec![1, 1, 256, 1024], vec![1, 1, 1, 1024], vec![1, 14, 14, 1024]];
         let anchor = Anchor::Conv2dNhwc(Window2d::simple(1, 0));
         let bias = EpilogueOp::Add { operand_first: false };
-        let old = WorkloadSpec::new(anchor.clone(), vec![bias, EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
+        let old =
+            WorkloadSpec::new(anchor.clone(), vec![bias, EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
         let new = WorkloadSpec::new(anchor, vec![bias, EpilogueOp::Add { operand_first: true }, EpilogueOp::Relu]);
         let old_dag = old.build(Era::V07, &canonical).unwrap();
         let new_dag = new.build(Era::V010, &canonical).unwrap();
@@ -236,7 +252,10 @@ mod tests {
 
     #[test]
     fn unknown_hash_falls_back_to_structure_with_a_reason() {
-        let key = WorkloadKey::parse(r#"["00000000000000000000000000000000", [1, 8, 8, 16], [3, 3, 16, 32], [1, 1, 1, 32], [1, 8, 8, 32]]"#).unwrap();
+        let key = WorkloadKey::parse(
+            r#"["00000000000000000000000000000000", [1, 8, 8, 16], [3, 3, 16, 32], [1, 1, 1, 32], [1, 8, 8, 32]]"#,
+        )
+        .unwrap();
         let r = recognize_uncached(&key).unwrap();
         match &r.recognized_by {
             RecognizedBy::Structural { reason } => assert!(reason.contains("no candidate"), "{reason}"),

@@ -3,7 +3,7 @@
 use super::signature::registered_signature;
 use super::RecognizeError;
 use crate::ansor::{KeyArg, WorkloadKey};
-use crate::ir::{Dag, DType};
+use crate::ir::{DType, Dag};
 use crate::ops::registered::{conv2d_layer, matmul_add, sparse_dense};
 use crate::ops::{Anchor, Era, Window2d};
 use crate::signature::WorkloadSignature;
@@ -48,26 +48,38 @@ fn bad(key: &WorkloadKey, msg: &str) -> RecognizeError {
 
 /// (DAG, era the names follow if they depend on one, signature).
 pub fn recognize_registered(key: &WorkloadKey) -> Result<(Dag, Option<Era>, WorkloadSignature), RecognizeError> {
-    let build = |r: Result<Dag, crate::ir::BuildError>| r.map_err(|e| RecognizeError::BadArguments(format!("{}: {e}", key.head)));
+    let build = |r: Result<Dag, crate::ir::BuildError>| {
+        r.map_err(|e| RecognizeError::BadArguments(format!("{}: {e}", key.head)))
+    };
     match key.head.as_str() {
         "matmul_add" => {
             let (n, l, m) = (int(key, 0)?, int(key, 1)?, int(key, 2)?);
             let dt = dtype(key, 3)?;
             let dag = build(matmul_add(n, l, m, dt))?;
-            let sig = registered_signature("matmul+add", BTreeMap::new(), vec![vec![n, l], vec![l, m], vec![n, m]], vec![n, m], dt, "NC");
+            let sig = registered_signature(
+                "matmul+add",
+                BTreeMap::new(),
+                vec![vec![n, l], vec![l, m], vec![n, m]],
+                vec![n, m],
+                dt,
+                "NC",
+            );
             Ok((dag, None, sig))
         }
         "conv2d_layer" => {
-            let (n, h, w, co, ci, kh, kw) = (int(key, 0)?, int(key, 1)?, int(key, 2)?, int(key, 3)?, int(key, 4)?, int(key, 5)?, int(key, 6)?);
+            let (n, h, w, co, ci, kh, kw) =
+                (int(key, 0)?, int(key, 1)?, int(key, 2)?, int(key, 3)?, int(key, 4)?, int(key, 5)?, int(key, 6)?);
             let (stride, padding) = (pair(key, 7)?, pair(key, 8)?);
             // the tutorial logs come from TVM 0.7, whose conv2d_nchw op is named `compute`
             let era = Era::V07;
             let dag = build(conv2d_layer(era, n, h, w, co, ci, kh, kw, stride, padding))?;
-            let window = Window2d { stride, padding: [padding[0], padding[1], padding[0], padding[1]], dilation: [1, 1] };
+            let window =
+                Window2d { stride, padding: [padding[0], padding[1], padding[0], padding[1]], dilation: [1, 1] };
             let anchor = Anchor::Conv2dNchw { window, groups: 1 };
             let inputs = vec![vec![n, ci, h, w], vec![co, ci, kh, kw], vec![1, co, 1, 1]];
             let out = dag.stage(dag.output()).shape();
-            let sig = registered_signature("conv2d_nchw+add+relu", anchor.attrs(&inputs), inputs, out, DType::F32, "NCHW");
+            let sig =
+                registered_signature("conv2d_nchw+add+relu", anchor.attrs(&inputs), inputs, out, DType::F32, "NCHW");
             Ok((dag, Some(era), sig))
         }
         "sparse_dense" => {

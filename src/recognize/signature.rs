@@ -24,7 +24,13 @@ pub fn spec_signature(spec: &WorkloadSpec, canonical: &[Vec<i64>], output: &[i64
     let inputs = canonical
         .iter()
         .enumerate()
-        .map(|(i, s)| if i >= k && s.len() < output.len() { [vec![1; output.len() - s.len()], s.clone()].concat() } else { s.clone() })
+        .map(|(i, s)| {
+            if i >= k && s.len() < output.len() {
+                [vec![1; output.len() - s.len()], s.clone()].concat()
+            } else {
+                s.clone()
+            }
+        })
         .collect();
     WorkloadSignature {
         op_class: spec.op_class(),
@@ -45,5 +51,12 @@ pub fn registered_signature(
     dtype: DType,
     layout: &str,
 ) -> WorkloadSignature {
-    WorkloadSignature { op_class: op_class.into(), attrs, inputs, output, dtype: dtype.to_string(), layout: layout.into() }
+    WorkloadSignature {
+        op_class: op_class.into(),
+        attrs,
+        inputs,
+        output,
+        dtype: dtype.to_string(),
+        layout: layout.into(),
+    }
 }

@@ -15,9 +15,10 @@ const MAX_STRIDE: i64 = 8;
 /// Padding (before, after) of one dimension, with at least one non-zero side.
 pub fn solve_padding(input: i64, kernel: i64, stride: i64, dilation: i64, out: i64) -> Option<(i64, i64)> {
     let dk = (kernel - 1) * dilation + 1;
-    (1..=dk).map(|p| (p, p)).chain((1..=2 * dk).map(|t| (t / 2, t - t / 2))).find(|&(b, a)| {
-        window_out(input, kernel, stride, dilation, b, a) == out
-    })
+    (1..=dk)
+        .map(|p| (p, p))
+        .chain((1..=2 * dk).map(|t| (t / 2, t - t / 2)))
+        .find(|&(b, a)| window_out(input, kernel, stride, dilation, b, a) == out)
 }
 
 /// True when the unpadded window maps `input` to exactly `out`.
@@ -97,10 +98,7 @@ pub fn pool_windows(in_hw: [i64; 2], out_hw: [i64; 2], all_kernels: bool) -> Vec
                 .collect();
             let choices: Vec<(DimChoice, DimChoice)> = if all_kernels {
                 // square kernels, every size
-                per_dim[0]
-                    .iter()
-                    .filter_map(|&h| per_dim[1].iter().find(|w| w.0 == h.0).map(|&w| (h, w)))
-                    .collect()
+                per_dim[0].iter().filter_map(|&h| per_dim[1].iter().find(|w| w.0 == h.0).map(|&w| (h, w))).collect()
             } else {
                 match (per_dim[0].first(), per_dim[1].first()) {
                     (Some(&h), Some(&w)) => vec![(h, w)],
