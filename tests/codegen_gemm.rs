@@ -11,11 +11,13 @@ use ttdb::measure::verify_against_interpreter;
 fn gemm_fixture_matches_interpreter() {
     // n = 80 is not a multiple of the 24-column panel: exercises padding and guarded tails.
     for (m, n, k, kc) in [(48, 80, 40, 8), (16, 24, 8, 0), (16, 40, 12, 5)] {
-        let kern = gemm_kernel(m, n, k, &GemmSchedule { kc, ..GemmSchedule::default() });
+        for pack_a in [false, true] {
+        let kern = gemm_kernel(m, n, k, &GemmSchedule { kc, pack_a, ..GemmSchedule::default() });
         assert!(check_bounds(&kern).unwrap().is_empty());
         let c = compile(&kern, &CodegenOptions::default()).unwrap();
         assert!(c.stats.vector_loops > 0);
         verify_against_interpreter(&c, 11, 1e-4).unwrap();
+        }
     }
     let naive = compile(&gemm_naive_kernel(12, 20, 9), &CodegenOptions::default()).unwrap();
     verify_against_interpreter(&naive, 5, 1e-4).unwrap();

@@ -96,6 +96,35 @@ impl<'c> Tr<'c, '_> {
         }
     }
 
+    /// Integer division by a constant `c ∉ {0, -1}` (no guards needed).
+    pub(crate) fn emit_div_const(&self, op: BinOp, t: DType, a: Value<'c>, c: i64, lanes: u32) -> Value<'c> {
+        let bd = &self.b;
+        let cv = self.cint(t, c, lanes);
+        if !t.is_signed() {
+            return match op {
+                BinOp::Div | BinOp::FloorDiv => bd.udiv(a, cv),
+                _ => bd.urem(a, cv),
+            };
+        }
+        let zero = self.cint(t, 0, lanes);
+        match op {
+            BinOp::Div => bd.sdiv(a, cv),
+            BinOp::Mod => bd.srem(a, cv),
+            BinOp::FloorDiv | BinOp::FloorMod => {
+                let q = bd.sdiv(a, cv);
+                let r = bd.srem(a, cv);
+                // r != 0 with sign(r) != sign(c)
+                let off = if c > 0 { bd.icmp(LLVMIntSLT, r, zero) } else { bd.icmp(LLVMIntSGT, r, zero) };
+                if op == BinOp::FloorDiv {
+                    bd.select(off, bd.sub(q, self.cint(t, 1, lanes)), q)
+                } else {
+                    bd.select(off, bd.add(r, cv), r)
+                }
+            }
+            _ => unreachable!(),
+        }
+    }
+
     /// Integer division family without UB: b == 0 → 0; MIN / -1 wraps.
     fn emit_div(&self, op: BinOp, t: DType, a: Value<'c>, b: Value<'c>, lanes: u32) -> Value<'c> {
         let bd = &self.b;

@@ -101,8 +101,9 @@ unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// Parallel launch callback registered into the JIT. Splits `[0, extent)` into one contiguous
-/// chunk per thread (static schedule, as TVM's parallel launch does).
+/// Parallel launch callback registered into the JIT. Splits `[0, extent)` into contiguous
+/// chunks (4 per thread) run on the persistent pool with work stealing; each worker gets its
+/// own zeroed scratch block for the body's large temporaries.
 ///
 /// # Safety
 /// Called only by generated code with the pointers it received from `CompiledKernel::run`.
@@ -120,32 +121,37 @@ pub unsafe extern "C" fn ttdb_parallel_for(
     }
     // SAFETY: `ctx` points to the RunCtx owned by the running `run` call.
     let ctx = unsafe { &*ctx };
-    let n = (ctx.threads as i64).min(extent).max(1);
+    let threads = ctx.threads as i64;
+    // Over-decompose (4 chunks per thread, work-stealing) so that a thread slowed down by
+    // other processes does not stall the whole launch; one thread runs inline.
+    let n = if threads <= 1 { 1 } else { (threads * 4).min(extent) };
     let status = AtomicI32::new(STATUS_OK);
     let (ptrs, vars, abort) = (SendPtr(ptrs), SendPtr(vars), SendPtr(abort));
-    let run_chunk = |c: i64| {
+    let run_chunk = |scratch: &mut Option<Scratch>, c: i64| {
         let begin = extent * c / n;
         let end = extent * (c + 1) / n;
-        let Some(scratch) = Scratch::new(scratch_bytes.max(0) as usize) else {
+        let Some(s) = scratch.as_ref() else {
             status.store(STATUS_NO_MEMORY, Ordering::Relaxed);
             return;
         };
         let (p, v, a) = (ptrs, vars, abort);
-        // SAFETY: generated body with the ABI above; all pointers are live for the launch.
-        let r = unsafe { body(p.0, v.0, begin, end, scratch.ptr(), a.0) };
+        // SAFETY: generated body with the ABI above; all pointers are live for the launch;
+        // the scratch block is private to this worker for the duration of the call.
+        let r = unsafe { body(p.0, v.0, begin, end, s.ptr(), a.0) };
         if r != STATUS_OK {
             status.fetch_max(r, Ordering::Relaxed);
         }
     };
+    let new_scratch = || Scratch::new(scratch_bytes.max(0) as usize);
     if n == 1 {
-        run_chunk(0);
+        run_chunk(&mut new_scratch(), 0);
     } else {
-        ctx.pool.scope(|s| {
-            for c in 1..n {
-                let rc = &run_chunk;
-                s.spawn(move |_| rc(c));
-            }
-            run_chunk(0);
+        use rayon::prelude::*;
+        ctx.pool.install(|| {
+            (0..n as usize)
+                .into_par_iter()
+                .with_max_len(1)
+                .for_each_init(new_scratch, |s, c| run_chunk(s, c as i64));
         });
     }
     status.load(Ordering::Relaxed)

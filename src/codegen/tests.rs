@@ -400,3 +400,17 @@ fn unroll_pragmas_compile() {
     let k = Kernel::new("unr", vec![f32b("O", &[4, 4, 4], BufferRole::Output)], body);
     check(&k, 1);
 }
+
+#[test]
+fn compiled_code_is_freed_on_drop() {
+    // Many compile/drop cycles: resource trackers must release code without disturbing others.
+    let keep = compile(&expr_kernel(vec![Expr::add(x(), Expr::f32(2.0))], DType::F32, ForKind::Vectorized), &CodegenOptions::default()).unwrap();
+    for n in 0..20 {
+        let k = expr_kernel(vec![Expr::add(x(), Expr::f32(n as f64))], DType::F32, ForKind::Serial);
+        let c = compile(&k, &CodegenOptions::default()).unwrap();
+        let mut b = inputs(&k, n);
+        c.run(&mut b, &RunOptions::default()).unwrap();
+    }
+    let mut b = inputs(&keep.kernel, 1);
+    keep.run(&mut b, &RunOptions::default()).unwrap();
+}

@@ -417,6 +417,11 @@ impl<'c, 'a> Tr<'c, 'a> {
             Expr::Bin(op, a, b) => {
                 let t = self.ty(a);
                 let x = self.expr(a)?;
+                if let (BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod, Some(c)) = (op, b.as_int()) {
+                    if t.is_int() && c != 0 && c != -1 && crate::loopnest::interp::wrap_int(c, t) == c {
+                        return Ok(self.emit_div_const(*op, t, x, c, 1));
+                    }
+                }
                 let y = self.expr(b)?;
                 self.emit_bin(*op, t, x, y, 1)
             }

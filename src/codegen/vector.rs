@@ -254,6 +254,12 @@ impl<'c> Tr<'c, '_> {
             Expr::Bin(op, a, b) => {
                 let t = self.ty(a);
                 let x = self.vexpr(a)?;
+                if let (BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod, Some(c)) = (op, b.as_int()) {
+                    if t.is_int() && c != 0 && c != -1 && crate::loopnest::interp::wrap_int(c, t) == c {
+                        let x = self.widen(x);
+                        return Ok(VV::V(self.emit_div_const(*op, t, x, c, lanes)));
+                    }
+                }
                 let y = self.vexpr(b)?;
                 let (x, y) = (self.widen(x), self.widen(y));
                 VV::V(self.emit_bin(*op, t, x, y, lanes))

@@ -9,6 +9,23 @@
 //! * [`unroll`]: TIR `UnrollLoop` semantics;
 //! * [`cost`]: static trip-count / memory guard;
 //! * [`data`]: host buffers.
+//!
+//! # What lowering must produce
+//! A [`Kernel`]: `params` in ABI order (inputs and outputs, roles set), `body` a [`Stmt`] tree:
+//! * loops: `Stmt::For { var, min, extent, kind }`; loop variables are `I64` and unique while in
+//!   scope; Ansor annotations map to `ForKind` (unroll → `Unrolled`, vectorize → `Vectorized`,
+//!   parallel → `Parallel`, at most one parallel level);
+//! * `PR auto_unroll_max_step$N` → `Stmt::Attr { attr: Attr::AutoUnroll { max_step: N,
+//!   explicit: true }, body }` placed as the *body* of the pragma'd loop (as TE does);
+//! * compute_at'ed / cache stages → `Stmt::Allocate` of a `Temporary` buffer with a constant
+//!   shape around the consumer loop that reads it;
+//! * non-divisible splits → `Stmt::IfThenElse` guards (optionally `Expr::likely(cond)`), or
+//!   `Expr::Select` for padding-style reads; `&&` ordering never guards an access;
+//! * indices stay multi-dimensional (one `I64` expression per buffer dimension).
+//!
+//! Then `codegen::compile` runs `unroll_loops`, `simplify_kernel`, `check_bounds` (refusing any
+//! unproven access) and the cost guard before generating code; `interp::run` executes the same
+//! kernel with run-time checks.
 
 pub mod affine;
 pub mod bounds;

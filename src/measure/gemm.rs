@@ -17,12 +17,15 @@ pub struct GemmSchedule {
     pub row_splits: i64,
     /// Reduction block: a `kc × nr` slice of a B panel stays in L1 (used when it divides k).
     pub kc: i64,
+    /// Also pack A into `[m/mr, k, mr]` tiles: the micro-kernel then broadcasts from one
+    /// contiguous stream instead of `mr` rows (which alias in L1 when the row pitch is 4 KiB).
+    pub pack_a: bool,
 }
 
 impl Default for GemmSchedule {
     /// 4×24 micro-kernel for 16 AVX2 registers (12 accumulators + 3 B vectors + 1 broadcast).
     fn default() -> Self {
-        GemmSchedule { mr: 4, nv: 3, lanes: 8, row_splits: 2, kc: 256 }
+        GemmSchedule { mr: 4, nv: 3, lanes: 8, row_splits: 2, kc: 256, pack_a: true }
     }
 }
 
@@ -117,7 +120,11 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
             add(
                 Expr::load("Cl", cl()),
                 mul(
-                    Expr::load("A", vec![row(), v("kk")]),
+                    if s.pack_a {
+                        Expr::load("Ap", vec![add(mul(hs(), c(tiles)), v("it")), v("kk"), v("ii")])
+                    } else {
+                        Expr::load("A", vec![row(), v("kk")])
+                    },
                     Expr::load("Bp", vec![jo(), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))]),
                 ),
             ),
@@ -156,6 +163,35 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
             ),
         ),
     );
+    let pack_a = Stmt::loop_(
+        "ta",
+        m / mr,
+        ForKind::Parallel,
+        Stmt::loop_(
+            "ii",
+            mr,
+            ForKind::Serial,
+            Stmt::loop_(
+                "kk",
+                k,
+                ForKind::Serial,
+                Stmt::store(
+                    "Ap",
+                    vec![v("ta"), v("kk"), v("ii")],
+                    Expr::load("A", vec![add(mul(v("ta"), c(mr)), v("ii")), v("kk")]),
+                ),
+            ),
+        ),
+    );
+    let mut steps = vec![pack];
+    if s.pack_a {
+        steps.push(pack_a);
+    }
+    steps.push(compute);
+    let mut body = Stmt::seq(steps);
+    if s.pack_a {
+        body = Stmt::allocate(Buffer::new("Ap", DType::F32, &[m / mr, k, mr], BufferRole::Temporary), body);
+    }
     Kernel::new(
         &format!("gemm_{m}x{n}x{k}"),
         vec![
@@ -163,10 +199,7 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
             Buffer::new("B", DType::F32, &[k, n], BufferRole::Input),
             Buffer::new("C", DType::F32, &[m, n], BufferRole::Output),
         ],
-        Stmt::allocate(
-            Buffer::new("Bp", DType::F32, &[np, k, nr], BufferRole::Temporary),
-            Stmt::seq(vec![pack, compute]),
-        ),
+        Stmt::allocate(Buffer::new("Bp", DType::F32, &[np, k, nr], BufferRole::Temporary), body),
     )
 }
 
