@@ -12,6 +12,7 @@ pub mod codegen;
 pub mod ir;
 pub mod loopnest;
 pub mod measure;
+pub mod onnx;
 pub mod ops;
 pub mod recognize;
 pub mod schedule;

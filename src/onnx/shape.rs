@@ -1,0 +1,1007 @@
+//! Static shape inference (with constant folding of small integer tensors, so that
+//! `Shape -> Gather -> Unsqueeze -> Concat -> Reshape` chains and `ConstantOfShape` weights
+//! resolve) for the ops ttdb's corpus uses. Unsupported ops are an error naming the node.
+//!
+//! All arithmetic on numbers read from the file is checked: a hostile file gets an error,
+//! never a panic or a huge allocation.
+use super::error::{OnnxError, Result};
+use super::graph::{dtype, numel, Attr, Data, Graph, Node, TensorInfo, MAX_KEPT_ELEMENTS};
+
+/// Infers every node's output types in order (ONNX requires topological order).
+pub fn infer(g: &mut Graph) -> Result<()> {
+    for idx in 0..g.nodes.len() {
+        let node = &g.nodes[idx];
+        let mut ins = Vec::with_capacity(node.inputs.len());
+        for name in &node.inputs {
+            if name.is_empty() {
+                ins.push(None);
+                continue;
+            }
+            let t = g.tensors.get(name).ok_or_else(|| OnnxError::Invalid(format!(
+                "node `{}` ({}) reads `{name}`, which is neither a graph input, an initializer nor the output of an earlier node",
+                node.name, node.op_type
+            )))?;
+            ins.push(Some(t.clone()));
+        }
+        let outs = infer_node(node, &ins, g.opset)?;
+        let node = &g.nodes[idx];
+        for (i, name) in node.outputs.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            let t = outs.get(i).cloned().ok_or_else(|| OnnxError::Shape {
+                node: node.name.clone(),
+                op: node.op_type.clone(),
+                msg: format!("output {i} (`{name}`) is not produced by this op"),
+            })?;
+            g.tensors.insert(name.clone(), t);
+        }
+    }
+    for o in &g.outputs {
+        if !g.tensors.contains_key(o) {
+            return Err(OnnxError::Invalid(format!("graph output `{o}` is not produced by any node")));
+        }
+    }
+    Ok(())
+}
+
+/// Resolved window attributes of a conv or pool over the spatial dims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub kernel: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub dilations: Vec<i64>,
+    /// Per spatial dim (begin, end).
+    pub pads: Vec<(i64, i64)>,
+}
+
+/// Conv attributes: window plus `group`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvParams {
+    pub window: Window,
+    pub group: i64,
+}
+
+/// Pool attributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolParams {
+    pub window: Window,
+    pub ceil_mode: bool,
+    pub count_include_pad: bool,
+}
+
+struct Ctx<'a> {
+    node: &'a Node,
+    ins: &'a [Option<TensorInfo>],
+    opset: i64,
+}
+
+impl<'a> Ctx<'a> {
+    fn err<T>(&self, msg: impl Into<String>) -> Result<T> {
+        Err(OnnxError::Shape { node: self.node.name.clone(), op: self.node.op_type.clone(), msg: msg.into() })
+    }
+
+    fn unsupported<T>(&self, reason: impl Into<String>) -> Result<T> {
+        Err(OnnxError::Unsupported { node: self.node.name.clone(), op: self.node.op_type.clone(), reason: reason.into() })
+    }
+
+    fn input(&self, i: usize) -> Result<&'a TensorInfo> {
+        match self.ins.get(i) {
+            Some(Some(t)) => Ok(t),
+            _ => self.err(format!("input {i} is missing")),
+        }
+    }
+
+    fn opt(&self, i: usize) -> Option<&'a TensorInfo> {
+        self.ins.get(i).and_then(|t| t.as_ref())
+    }
+
+    /// Integer values of input `i`, which must be known (a constant or folded shape tensor).
+    fn ints(&self, i: usize, what: &str) -> Result<Vec<i64>> {
+        let t = self.input(i)?;
+        match t.data.as_ref().and_then(Data::as_ints) {
+            Some(v) => Ok(v),
+            None => self.unsupported(format!("{what} (input {i}) must be a constant known at load time; it is computed at run time")),
+        }
+    }
+
+    fn axis(&self, axis: i64, rank: usize) -> Result<usize> {
+        let r = rank as i64;
+        if axis < -r || axis >= r.max(1) {
+            return self.err(format!("axis {axis} out of range for rank {rank}"));
+        }
+        Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    }
+
+    fn all_constant(&self) -> bool {
+        self.ins.iter().flatten().all(|t| t.constant)
+    }
+
+    /// An output with the shape of input 0.
+    fn same(&self) -> Result<TensorInfo> {
+        let x = self.input(0)?;
+        Ok(TensorInfo { shape: x.shape.clone(), dtype: x.dtype, data: None, constant: self.all_constant() })
+    }
+
+    fn out(&self, shape: Vec<i64>, dtype: i32, data: Option<Data>) -> Result<TensorInfo> {
+        let n = match numel(&shape) {
+            Some(n) => n,
+            None => return self.err(format!("output shape {shape:?} overflows")),
+        };
+        let data = data.filter(|d| d.len() as i64 == n && n <= MAX_KEPT_ELEMENTS);
+        Ok(TensorInfo { shape, dtype, data, constant: self.all_constant() })
+    }
+}
+
+fn checked(ctx: &Ctx, v: Option<i64>) -> Result<i64> {
+    match v {
+        Some(v) => Ok(v),
+        None => ctx.err("integer overflow in shape arithmetic"),
+    }
+}
+
+/// Numpy-style broadcast of shapes.
+pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for (i, o) in out.iter_mut().enumerate() {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        *o = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return None;
+        };
+    }
+    Some(out)
+}
+
+const UNARY: &[&str] = &[
+    "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf",
+    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Floor", "Ceil", "Round", "Reciprocal", "Not", "Sin",
+    "Cos", "Sign", "Mish", "Gelu", "LRN", "Softmax", "LogSoftmax", "Hardmax", "Clip", "InstanceNormalization",
+    "LpNormalization", "Shrink", "ThresholdedRelu", "MeanVarianceNormalization", "IsNaN", "IsInf",
+];
+
+const BINARY: &[&str] = &[
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less", "Greater", "LessOrEqual",
+    "GreaterOrEqual", "And", "Or", "Xor", "Mod", "PRelu", "Where", "BitShift",
+];
+
+/// Output types of one node.
+pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result<Vec<TensorInfo>> {
+    let ctx = Ctx { node, ins, opset };
+    if !node.domain.is_empty() && node.domain != "ai.onnx" {
+        return ctx.unsupported(format!("custom-domain op `{}::{}`", node.domain, node.op_type));
+    }
+    if let Some((name, Attr::Graph(ops))) = node.attrs.iter().find(|(_, a)| matches!(a, Attr::Graph(_))) {
+        let mut kinds: Vec<&str> = ops.iter().map(String::as_str).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        return ctx.unsupported(format!(
+            "control flow with subgraphs (attribute `{name}`, {} nodes: {}) is not supported; kernels inside it cannot be extracted",
+            ops.len(),
+            kinds.join(", ")
+        ));
+    }
+    let op = node.op_type.as_str();
+    let one = |t: Result<TensorInfo>| t.map(|t| vec![t]);
+    match op {
+        "Identity" => one(Ok(ctx.input(0)?.clone())),
+        "Dropout" => {
+            let x = ctx.input(0)?.clone();
+            let mask = TensorInfo::new(x.shape.clone(), dtype::BOOL);
+            Ok(vec![x, mask])
+        }
+        "Cast" => {
+            let x = ctx.input(0)?;
+            let to = node.int("to").unwrap_or(dtype::FLOAT as i64) as i32;
+            let data = x.data.as_ref().map(|d| if dtype::is_integer(to) { d.as_ints().map(Data::Ints) } else { Some(Data::Floats(d.as_floats())) }).flatten();
+            one(ctx.out(x.shape.clone(), to, data))
+        }
+        "BatchNormalization" => {
+            let x = ctx.input(0)?;
+            if x.shape.len() < 2 {
+                return ctx.err(format!("input rank {} < 2", x.shape.len()));
+            }
+            let c = vec![x.shape[1]];
+            for i in 1..5 {
+                if let Some(p) = ctx.opt(i) {
+                    if p.shape != c && numel(&p.shape) != Some(c[0]) {
+                        return ctx.err(format!("parameter {i} has shape {:?}, expected [{}]", p.shape, c[0]));
+                    }
+                }
+            }
+            Ok(vec![ctx.same()?, TensorInfo::new(c.clone(), x.dtype), TensorInfo::new(c.clone(), x.dtype), TensorInfo::new(c.clone(), x.dtype), TensorInfo::new(c, x.dtype)])
+        }
+        _ if UNARY.contains(&op) => one(ctx.same()),
+        _ if BINARY.contains(&op) => one(binary(&ctx)),
+        "Conv" => {
+            let x = ctx.input(0)?;
+            let p = conv_params(node, &x.shape, &ctx.input(1)?.shape)?;
+            let w = &ctx.input(1)?.shape;
+            let mut shape = vec![x.shape[0], w[0]];
+            shape.extend(spatial_out(&ctx, &x.shape[2..], &p.window, false)?);
+            if let Some(b) = ctx.opt(2) {
+                if numel(&b.shape) != Some(w[0]) {
+                    return ctx.err(format!("bias shape {:?} does not match {} output channels", b.shape, w[0]));
+                }
+            }
+            one(ctx.out(shape, x.dtype, None))
+        }
+        "MaxPool" | "AveragePool" | "LpPool" => {
+            let x = ctx.input(0)?;
+            let p = pool_params(node, &x.shape)?;
+            let mut shape = x.shape[..2].to_vec();
+            shape.extend(spatial_out(&ctx, &x.shape[2..], &p.window, p.ceil_mode)?);
+            let t = ctx.out(shape, x.dtype, None)?;
+            let idx = TensorInfo::new(t.shape.clone(), dtype::INT64);
+            Ok(vec![t, idx])
+        }
+        "GlobalAveragePool" | "GlobalMaxPool" | "GlobalLpPool" => {
+            let x = ctx.input(0)?;
+            if x.shape.len() < 3 {
+                return ctx.err(format!("input rank {} < 3", x.shape.len()));
+            }
+            let mut shape = x.shape[..2].to_vec();
+            shape.extend(std::iter::repeat(1).take(x.shape.len() - 2));
+            one(ctx.out(shape, x.dtype, None))
+        }
+        "Gemm" => {
+            let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+            if a.shape.len() != 2 || b.shape.len() != 2 {
+                return ctx.err(format!("Gemm needs 2-D inputs, got {:?} and {:?}", a.shape, b.shape));
+            }
+            let ta = node.int("transA").unwrap_or(0) != 0;
+            let tb = node.int("transB").unwrap_or(0) != 0;
+            let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
+            let (k2, n) = if tb { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+            if k != k2 {
+                return ctx.err(format!("inner dims differ: A {:?} (transA={ta}), B {:?} (transB={tb})", a.shape, b.shape));
+            }
+            if let Some(c) = ctx.opt(2) {
+                if broadcast(&c.shape, &[m, n]).as_deref() != Some(&[m, n][..]) {
+                    return ctx.err(format!("C {:?} does not broadcast to [{m}, {n}]", c.shape));
+                }
+            }
+            one(ctx.out(vec![m, n], a.dtype, None))
+        }
+        "MatMul" => one(matmul(&ctx)),
+        "Flatten" => {
+            let x = ctx.input(0)?;
+            let r = x.shape.len();
+            let axis = node.int("axis").unwrap_or(1);
+            let a = if axis == r as i64 { r } else { ctx.axis(axis, r)? };
+            let outer = checked(&ctx, numel(&x.shape[..a]))?;
+            let inner = checked(&ctx, numel(&x.shape[a..]))?;
+            one(ctx.out(vec![outer, inner], x.dtype, x.data.clone()))
+        }
+        "Reshape" => {
+            let x = ctx.input(0)?;
+            let target = if ctx.opset < 5 { node.ints("shape").map(<[i64]>::to_vec).unwrap_or_default() } else { ctx.ints(1, "the target shape")? };
+            let allowzero = node.int("allowzero").unwrap_or(0) != 0;
+            let shape = reshape(&ctx, &x.shape, &target, allowzero)?;
+            one(ctx.out(shape, x.dtype, x.data.clone()))
+        }
+        "Concat" => one(concat(&ctx)),
+        "Transpose" => {
+            let x = ctx.input(0)?;
+            let r = x.shape.len();
+            let perm: Vec<i64> = node.ints("perm").map(<[i64]>::to_vec).unwrap_or_else(|| (0..r as i64).rev().collect());
+            let mut seen = vec![false; r];
+            let mut shape = Vec::with_capacity(r);
+            for &p in &perm {
+                if p < 0 || p as usize >= r || seen[p as usize] {
+                    return ctx.err(format!("perm {perm:?} is not a permutation of rank {r}"));
+                }
+                seen[p as usize] = true;
+                shape.push(x.shape[p as usize]);
+            }
+            if perm.len() != r {
+                return ctx.err(format!("perm {perm:?} is not a permutation of rank {r}"));
+            }
+            let data = if r <= 1 { x.data.clone() } else { None };
+            one(ctx.out(shape, x.dtype, data))
+        }
+        "Shape" => {
+            let x = ctx.input(0)?;
+            let r = x.shape.len() as i64;
+            let clamp = |v: i64| if v < 0 { (v + r).max(0) } else { v.min(r) };
+            let start = clamp(node.int("start").unwrap_or(0)) as usize;
+            let end = clamp(node.int("end").unwrap_or(r)) as usize;
+            let dims = if start < end { x.shape[start..end].to_vec() } else { vec![] };
+            Ok(vec![TensorInfo::constant(vec![dims.len() as i64], dtype::INT64, Some(Data::Ints(dims)))])
+        }
+        "Size" => {
+            let n = checked(&ctx, ctx.input(0)?.numel())?;
+            Ok(vec![TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![n])))])
+        }
+        "Gather" => one(gather(&ctx)),
+        "Unsqueeze" => {
+            let x = ctx.input(0)?;
+            let axes = if ctx.opset < 13 { node.ints("axes").map(<[i64]>::to_vec).unwrap_or_default() } else { ctx.ints(1, "the axes")? };
+            let r = x.shape.len() + axes.len();
+            let mut norm = axes.iter().map(|&a| ctx.axis(a, r)).collect::<Result<Vec<_>>>()?;
+            norm.sort_unstable();
+            norm.dedup();
+            if norm.len() != axes.len() {
+                return ctx.err(format!("repeated axes {axes:?}"));
+            }
+            let mut shape = x.shape.clone();
+            for a in norm {
+                shape.insert(a, 1);
+            }
+            one(ctx.out(shape, x.dtype, x.data.clone()))
+        }
+        "Squeeze" => {
+            let x = ctx.input(0)?;
+            let axes = if ctx.opset < 13 { node.ints("axes").map(<[i64]>::to_vec) } else if ctx.opt(1).is_some() { Some(ctx.ints(1, "the axes")?) } else { None };
+            let r = x.shape.len();
+            let drop: Vec<usize> = match axes {
+                Some(a) => a.iter().map(|&a| ctx.axis(a, r)).collect::<Result<Vec<_>>>()?,
+                None => (0..r).filter(|&i| x.shape[i] == 1).collect(),
+            };
+            if let Some(&i) = drop.iter().find(|&&i| x.shape[i] != 1) {
+                return ctx.err(format!("cannot squeeze axis {i} of {:?}", x.shape));
+            }
+            let shape = (0..r).filter(|i| !drop.contains(i)).map(|i| x.shape[i]).collect();
+            one(ctx.out(shape, x.dtype, x.data.clone()))
+        }
+        "Constant" => {
+            let (name, a) = match node.attrs.iter().next() {
+                Some(kv) => kv,
+                None => return ctx.err("Constant without a value attribute"),
+            };
+            let t = match (name.as_str(), a) {
+                ("value", Attr::Tensor(t)) => t.clone(),
+                ("value_float", Attr::Float(f)) => TensorInfo::constant(vec![], dtype::FLOAT, Some(Data::Floats(vec![*f as f64]))),
+                ("value_floats", Attr::Floats(v)) => {
+                    TensorInfo::constant(vec![v.len() as i64], dtype::FLOAT, Some(Data::Floats(v.iter().map(|&x| x as f64).collect())))
+                }
+                ("value_int", Attr::Int(i)) => TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![*i]))),
+                ("value_ints", Attr::Ints(v)) => TensorInfo::constant(vec![v.len() as i64], dtype::INT64, Some(Data::Ints(v.clone()))),
+                (other, _) => return ctx.unsupported(format!("Constant with attribute `{other}`")),
+            };
+            Ok(vec![t])
+        }
+        "ConstantOfShape" => {
+            let dims = ctx.ints(0, "the shape")?;
+            if let Some(d) = dims.iter().find(|&&d| d < 0) {
+                return ctx.err(format!("negative dim {d}"));
+            }
+            let (dt, fill) = match node.attrs.get("value") {
+                Some(Attr::Tensor(t)) => (t.dtype, t.data.clone()),
+                _ => (dtype::FLOAT, Some(Data::Floats(vec![0.0]))),
+            };
+            let n = checked(&ctx, numel(&dims))?;
+            let data = match fill {
+                Some(Data::Ints(v)) if v.len() == 1 && n <= MAX_KEPT_ELEMENTS => Some(Data::Ints(vec![v[0]; n as usize])),
+                Some(Data::Floats(v)) if v.len() == 1 && n <= MAX_KEPT_ELEMENTS => Some(Data::Floats(vec![v[0]; n as usize])),
+                _ => None,
+            };
+            let mut t = ctx.out(dims, dt, data)?;
+            t.constant = true;
+            Ok(vec![t])
+        }
+        "Pad" => {
+            let x = ctx.input(0)?;
+            let pads = if ctx.opset < 11 {
+                node.ints("pads").or_else(|| node.ints("paddings")).map(<[i64]>::to_vec).unwrap_or_default()
+            } else {
+                ctx.ints(1, "the pads")?
+            };
+            let r = x.shape.len();
+            let axes: Vec<usize> = if ctx.opset >= 18 && ctx.opt(3).is_some() {
+                ctx.ints(3, "the axes")?.iter().map(|&a| ctx.axis(a, r)).collect::<Result<_>>()?
+            } else {
+                (0..r).collect()
+            };
+            if pads.len() != 2 * axes.len() {
+                return ctx.err(format!("{} pads for {} axes", pads.len(), axes.len()));
+            }
+            let mut shape = x.shape.clone();
+            for (j, &a) in axes.iter().enumerate() {
+                let v = checked(&ctx, shape[a].checked_add(pads[j]).and_then(|v| v.checked_add(pads[j + axes.len()])))?;
+                if v < 0 {
+                    return ctx.err(format!("negative padded dim on axis {a}"));
+                }
+                shape[a] = v;
+            }
+            one(ctx.out(shape, x.dtype, None))
+        }
+        "Slice" => one(slice(&ctx)),
+        "Split" => split(&ctx),
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2" | "ReduceLogSumExp" | "ReduceSumSquare" => {
+            let x = ctx.input(0)?;
+            let axes_from_input = ctx.opset >= 18 || (op == "ReduceSum" && ctx.opset >= 13);
+            let axes = if axes_from_input { if ctx.opt(1).is_some() { Some(ctx.ints(1, "the axes")?) } else { None } } else { node.ints("axes").map(<[i64]>::to_vec) };
+            let keep = node.int("keepdims").unwrap_or(1) != 0;
+            let r = x.shape.len();
+            let axes: Vec<usize> = match axes {
+                Some(a) if !a.is_empty() => a.iter().map(|&a| ctx.axis(a, r)).collect::<Result<_>>()?,
+                _ if node.int("noop_with_empty_axes").unwrap_or(0) != 0 => vec![],
+                _ => (0..r).collect(),
+            };
+            let mut shape = Vec::new();
+            for (i, &d) in x.shape.iter().enumerate() {
+                if axes.contains(&i) {
+                    if keep {
+                        shape.push(1);
+                    }
+                } else {
+                    shape.push(d);
+                }
+            }
+            one(ctx.out(shape, x.dtype, None))
+        }
+        "ArgMax" | "ArgMin" => {
+            let x = ctx.input(0)?;
+            let a = ctx.axis(node.int("axis").unwrap_or(0), x.shape.len())?;
+            let mut shape = x.shape.clone();
+            if node.int("keepdims").unwrap_or(1) != 0 {
+                shape[a] = 1;
+            } else {
+                shape.remove(a);
+            }
+            one(ctx.out(shape, dtype::INT64, None))
+        }
+        "Expand" => {
+            let x = ctx.input(0)?;
+            let target = ctx.ints(1, "the shape")?;
+            match broadcast(&x.shape, &target) {
+                Some(s) => one(ctx.out(s, x.dtype, None)),
+                None => ctx.err(format!("{:?} does not expand to {target:?}", x.shape)),
+            }
+        }
+        "Tile" => {
+            let x = ctx.input(0)?;
+            let reps = ctx.ints(1, "the repeats")?;
+            if reps.len() != x.shape.len() || reps.iter().any(|&r| r < 0) {
+                return ctx.err(format!("repeats {reps:?} for shape {:?}", x.shape));
+            }
+            let shape = x.shape.iter().zip(&reps).map(|(&d, &r)| checked(&ctx, d.checked_mul(r))).collect::<Result<Vec<_>>>()?;
+            one(ctx.out(shape, x.dtype, None))
+        }
+        "Resize" | "Upsample" => one(resize(&ctx)),
+        _ => ctx.unsupported("no shape rule for this op in ttdb's ONNX frontend"),
+    }
+}
+
+fn binary(ctx: &Ctx) -> Result<TensorInfo> {
+    let op = ctx.node.op_type.as_str();
+    let present: Vec<&TensorInfo> = ctx.ins.iter().flatten().collect();
+    if present.is_empty() {
+        return ctx.err("no inputs");
+    }
+    let mut shape = present[0].shape.clone();
+    for t in &present[1..] {
+        shape = match broadcast(&shape, &t.shape) {
+            Some(s) => s,
+            None => return ctx.err(format!("shapes {:?} do not broadcast ({:?})", t.shape, present.iter().map(|t| &t.shape).collect::<Vec<_>>())),
+        };
+    }
+    let compare = matches!(op, "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor");
+    let dt = if compare {
+        dtype::BOOL
+    } else if op == "Where" {
+        present.get(1).map(|t| t.dtype).unwrap_or(dtype::FLOAT)
+    } else {
+        present[0].dtype
+    };
+    let data = fold_binary(op, &present, &shape);
+    ctx.out(shape, dt, data)
+}
+
+/// Element-wise folding of small known integer/float tensors (shape arithmetic).
+fn fold_binary(op: &str, ins: &[&TensorInfo], out: &[i64]) -> Option<Data> {
+    let n = numel(out)?;
+    if n > MAX_KEPT_ELEMENTS || ins.len() < 2 {
+        return None;
+    }
+    let vals: Vec<Vec<f64>> = ins.iter().map(|t| t.data.as_ref().map(Data::as_floats)).collect::<Option<_>>()?;
+    let ints = ins.iter().all(|t| matches!(t.data, Some(Data::Ints(_))));
+    let at = |k: usize, flat: i64| -> f64 {
+        // broadcast index of operand k
+        let s = &ins[k].shape;
+        let mut idx = 0i64;
+        let mut stride = 1i64;
+        let mut rem = flat;
+        let mut coords = vec![0i64; out.len()];
+        for i in (0..out.len()).rev() {
+            coords[i] = rem % out[i].max(1);
+            rem /= out[i].max(1);
+        }
+        for i in (0..s.len()).rev() {
+            let c = coords[i + out.len() - s.len()];
+            let c = if s[i] == 1 { 0 } else { c };
+            idx += c * stride;
+            stride *= s[i];
+        }
+        vals[k].get(idx as usize).copied().unwrap_or(0.0)
+    };
+    let mut res = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let (a, b) = (at(0, i), at(1, i));
+        let v = match op {
+            "Add" | "Sum" => a + b,
+            "Sub" => a - b,
+            "Mul" => a * b,
+            "Div" if ints => {
+                if b == 0.0 {
+                    return None;
+                }
+                (a / b).trunc()
+            }
+            "Div" => a / b,
+            "Max" => a.max(b),
+            "Min" => a.min(b),
+            "Equal" => (a == b) as i64 as f64,
+            "Less" => (a < b) as i64 as f64,
+            "Greater" => (a > b) as i64 as f64,
+            "Where" if ins.len() == 3 => {
+                if a != 0.0 {
+                    b
+                } else {
+                    at(2, i)
+                }
+            }
+            _ => return None,
+        };
+        res.push(v);
+    }
+    let int_result = (ints && op != "Where") || matches!(op, "Equal" | "Less" | "Greater");
+    if int_result || (op == "Where" && ins[1..].iter().all(|t| matches!(t.data, Some(Data::Ints(_))))) {
+        if res.iter().any(|v| v.abs() > 9.0e15) {
+            return None;
+        }
+        Some(Data::Ints(res.into_iter().map(|v| v as i64).collect()))
+    } else {
+        Some(Data::Floats(res))
+    }
+}
+
+fn matmul(ctx: &Ctx) -> Result<TensorInfo> {
+    let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+    if a.shape.is_empty() || b.shape.is_empty() {
+        return ctx.err("MatMul of a scalar");
+    }
+    let mut sa = a.shape.clone();
+    let mut sb = b.shape.clone();
+    let (pa, pb) = (sa.len() == 1, sb.len() == 1);
+    if pa {
+        sa.insert(0, 1);
+    }
+    if pb {
+        sb.push(1);
+    }
+    let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+    if k != k2 {
+        return ctx.err(format!("inner dims differ: {:?} x {:?}", a.shape, b.shape));
+    }
+    let batch = match broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2]) {
+        Some(s) => s,
+        None => return ctx.err(format!("batch dims of {:?} and {:?} do not broadcast", a.shape, b.shape)),
+    };
+    let mut shape = batch;
+    if !pa {
+        shape.push(m);
+    }
+    if !pb {
+        shape.push(n);
+    }
+    ctx.out(shape, a.dtype, None)
+}
+
+fn reshape(ctx: &Ctx, input: &[i64], target: &[i64], allowzero: bool) -> Result<Vec<i64>> {
+    let mut shape = Vec::with_capacity(target.len());
+    let mut infer = None;
+    for (i, &d) in target.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                shape.push(1);
+            }
+            0 if !allowzero => match input.get(i) {
+                Some(&v) => shape.push(v),
+                None => return ctx.err(format!("target {target:?}: dim {i} copies a dim the input {input:?} lacks")),
+            },
+            d if d >= 0 => shape.push(d),
+            _ => return ctx.err(format!("invalid target shape {target:?}")),
+        }
+    }
+    let total = checked(ctx, numel(input))?;
+    let known = checked(ctx, numel(&shape))?;
+    if let Some(i) = infer {
+        if known == 0 || total % known != 0 {
+            return ctx.err(format!("cannot reshape {input:?} to {target:?}"));
+        }
+        shape[i] = total / known;
+    } else if known != total {
+        return ctx.err(format!("cannot reshape {input:?} ({total} elements) to {target:?}"));
+    }
+    Ok(shape)
+}
+
+fn concat(ctx: &Ctx) -> Result<TensorInfo> {
+    let ins: Vec<&TensorInfo> = ctx.ins.iter().flatten().collect();
+    let first = match ins.first() {
+        Some(t) => *t,
+        None => return ctx.err("no inputs"),
+    };
+    let r = first.shape.len();
+    let axis = ctx.axis(ctx.node.int("axis").unwrap_or(0), r)?;
+    let mut shape = first.shape.clone();
+    shape[axis] = 0;
+    for t in &ins {
+        if t.shape.len() != r || (0..r).any(|i| i != axis && t.shape[i] != first.shape[i]) {
+            return ctx.err(format!("inputs {:?} differ off the concat axis {axis}", ins.iter().map(|t| &t.shape).collect::<Vec<_>>()));
+        }
+        shape[axis] = checked(ctx, shape[axis].checked_add(t.shape[axis]))?;
+    }
+    let data = if r == 1 {
+        let parts: Option<Vec<Data>> = ins.iter().map(|t| t.data.clone()).collect();
+        parts.map(|p| {
+            if p.iter().all(|d| matches!(d, Data::Ints(_))) {
+                Data::Ints(p.iter().flat_map(|d| d.as_ints().unwrap_or_default()).collect())
+            } else {
+                Data::Floats(p.iter().flat_map(Data::as_floats).collect())
+            }
+        })
+    } else {
+        None
+    };
+    ctx.out(shape, first.dtype, data)
+}
+
+fn gather(ctx: &Ctx) -> Result<TensorInfo> {
+    let (x, idx) = (ctx.input(0)?, ctx.input(1)?);
+    let r = x.shape.len();
+    if r == 0 {
+        return ctx.err("Gather on a scalar");
+    }
+    let axis = ctx.axis(ctx.node.int("axis").unwrap_or(0), r)?;
+    let mut shape = x.shape[..axis].to_vec();
+    shape.extend(&idx.shape);
+    shape.extend(&x.shape[axis + 1..]);
+    let data = match (&x.data, idx.data.as_ref().and_then(Data::as_ints)) {
+        (Some(d), Some(ix)) if r == 1 => {
+            let n = x.shape[0];
+            let picks: Option<Vec<usize>> = ix.iter().map(|&i| {
+                let j = if i < 0 { i + n } else { i };
+                (0..n).contains(&j).then_some(j as usize)
+            }).collect();
+            match (picks, d) {
+                (Some(p), Data::Ints(v)) => Some(Data::Ints(p.iter().filter_map(|&j| v.get(j).copied()).collect())),
+                (Some(p), Data::Floats(v)) => Some(Data::Floats(p.iter().filter_map(|&j| v.get(j).copied()).collect())),
+                (None, _) => return ctx.err(format!("index {ix:?} out of range for {n} elements")),
+            }
+        }
+        _ => None,
+    };
+    ctx.out(shape, x.dtype, data)
+}
+
+fn slice(ctx: &Ctx) -> Result<TensorInfo> {
+    let x = ctx.input(0)?;
+    let node = ctx.node;
+    let (starts, ends, axes, steps) = if ctx.opset < 10 {
+        let g = |n: &str| node.ints(n).map(<[i64]>::to_vec);
+        (g("starts").unwrap_or_default(), g("ends").unwrap_or_default(), g("axes"), None)
+    } else {
+        let axes = if ctx.opt(3).is_some() { Some(ctx.ints(3, "the axes")?) } else { None };
+        let steps = if ctx.opt(4).is_some() { Some(ctx.ints(4, "the steps")?) } else { None };
+        (ctx.ints(1, "the starts")?, ctx.ints(2, "the ends")?, axes, steps)
+    };
+    let r = x.shape.len();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a.iter().map(|&a| ctx.axis(a, r)).collect::<Result<_>>()?,
+        None => (0..starts.len().min(r)).collect(),
+    };
+    if starts.len() != axes.len() || ends.len() != axes.len() {
+        return ctx.err(format!("starts {starts:?}, ends {ends:?} and axes {axes:?} differ in length"));
+    }
+    let mut shape = x.shape.clone();
+    let mut ranges = Vec::new();
+    for (j, &a) in axes.iter().enumerate() {
+        let d = x.shape[a];
+        let step = steps.as_ref().and_then(|s| s.get(j).copied()).unwrap_or(1);
+        if step == 0 {
+            return ctx.err("step 0");
+        }
+        let norm = |v: i64, lo: i64, hi: i64| -> i64 {
+            let v = if v < 0 { v.saturating_add(d) } else { v };
+            v.clamp(lo, hi)
+        };
+        let (s, e) = if step > 0 { (norm(starts[j], 0, d), norm(ends[j], 0, d)) } else { (norm(starts[j], -1, d - 1), norm(ends[j], -1, d - 1)) };
+        let len = if step > 0 { if e > s { (e - s + step - 1) / step } else { 0 } } else if s > e { (s - e + (-step) - 1) / (-step) } else { 0 };
+        shape[a] = len;
+        ranges.push((s, step, len));
+    }
+    let data = match (&x.data, r) {
+        (Some(d), 1) if ranges.len() == 1 => {
+            let (s, step, len) = ranges[0];
+            let idx: Vec<usize> = (0..len).map(|i| (s + i * step) as usize).collect();
+            match d {
+                Data::Ints(v) => Some(Data::Ints(idx.iter().filter_map(|&i| v.get(i).copied()).collect())),
+                Data::Floats(v) => Some(Data::Floats(idx.iter().filter_map(|&i| v.get(i).copied()).collect())),
+            }
+        }
+        (Some(d), _) if axes.is_empty() => Some(d.clone()),
+        _ => None,
+    };
+    ctx.out(shape, x.dtype, data)
+}
+
+fn split(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
+    let x = ctx.input(0)?;
+    let r = x.shape.len();
+    let axis = ctx.axis(ctx.node.int("axis").unwrap_or(0), r)?;
+    let n_out = ctx.node.outputs.len().max(1) as i64;
+    let parts: Vec<i64> = if ctx.opset < 13 {
+        ctx.node.ints("split").map(<[i64]>::to_vec).unwrap_or_default()
+    } else if ctx.opt(1).is_some() {
+        ctx.ints(1, "the split sizes")?
+    } else {
+        vec![]
+    };
+    let d = x.shape[axis];
+    let parts = if parts.is_empty() {
+        let n = ctx.node.int("num_outputs").unwrap_or(n_out).max(1);
+        let chunk = (d + n - 1) / n;
+        (0..n).map(|i| (d - i * chunk).clamp(0, chunk)).collect()
+    } else {
+        parts
+    };
+    if parts.iter().any(|&p| p < 0) || parts.iter().try_fold(0i64, |a, &p| a.checked_add(p)) != Some(d) {
+        return ctx.err(format!("split sizes {parts:?} do not add up to {d}"));
+    }
+    parts
+        .iter()
+        .map(|&p| {
+            let mut s = x.shape.clone();
+            s[axis] = p;
+            ctx.out(s, x.dtype, None)
+        })
+        .collect()
+}
+
+fn resize(ctx: &Ctx) -> Result<TensorInfo> {
+    let x = ctx.input(0)?;
+    let r = x.shape.len();
+    // Upsample: scales attr (opset 7-8) or input 1; Resize: roi, scales, sizes (opset >= 11)
+    let (scales_idx, sizes_idx) = if ctx.node.op_type == "Upsample" { (1, usize::MAX) } else if ctx.opset >= 11 { (2, 3) } else { (1, usize::MAX) };
+    if ctx.opt(sizes_idx).is_some_and(|t| t.shape != [0]) {
+        let sizes = ctx.ints(sizes_idx, "the sizes")?;
+        if sizes.len() != r {
+            return ctx.err(format!("sizes {sizes:?} for rank {r}"));
+        }
+        return ctx.out(sizes, x.dtype, None);
+    }
+    let scales: Vec<f64> = match ctx.node.attrs.get("scales") {
+        Some(Attr::Floats(v)) => v.iter().map(|&f| f as f64).collect(),
+        _ => match ctx.opt(scales_idx).and_then(|t| t.data.clone()) {
+            Some(d) => d.as_floats(),
+            None => return ctx.unsupported("scales must be a constant known at load time"),
+        },
+    };
+    if scales.len() != r || scales.iter().any(|s| !s.is_finite() || *s <= 0.0 || *s > 1.0e6) {
+        return ctx.err(format!("scales {scales:?} for rank {r}"));
+    }
+    let shape = x.shape.iter().zip(&scales).map(|(&d, &s)| (d as f64 * s).floor() as i64).collect();
+    ctx.out(shape, x.dtype, None)
+}
+
+fn spatial_attr(node: &Node, name: &str, n: usize, default: i64) -> std::result::Result<Vec<i64>, String> {
+    match node.ints(name) {
+        Some(v) if v.len() == n => Ok(v.to_vec()),
+        Some(v) => Err(format!("`{name}` {v:?} has {} values for {n} spatial dims", v.len())),
+        None => Ok(vec![default; n]),
+    }
+}
+
+fn window(node: &Node, spatial: &[i64], kernel: Vec<i64>, ceil_mode: bool) -> Result<Window> {
+    let n = spatial.len();
+    let bad = |msg: String| OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg };
+    let strides = spatial_attr(node, "strides", n, 1).map_err(bad)?;
+    let dilations = spatial_attr(node, "dilations", n, 1).map_err(bad)?;
+    if kernel.len() != n || kernel.iter().chain(&strides).chain(&dilations).any(|&v| v <= 0 || v > 1 << 20) {
+        return Err(bad(format!("kernel {kernel:?}, strides {strides:?} and dilations {dilations:?} must be positive, one per spatial dim ({n})")));
+    }
+    let auto_pad = node.string("auto_pad").unwrap_or("NOTSET");
+    let pads = match auto_pad {
+        "NOTSET" | "" => {
+            let p = match node.ints("pads") {
+                Some(p) if p.len() == 2 * n => p.to_vec(),
+                Some(p) => return Err(bad(format!("pads {p:?} for {n} spatial dims"))),
+                None => vec![0; 2 * n],
+            };
+            if p.iter().any(|&v| !(0..=1 << 20).contains(&v)) {
+                return Err(bad(format!("pads {p:?} out of range")));
+            }
+            (0..n).map(|i| (p[i], p[i + n])).collect()
+        }
+        "VALID" => vec![(0, 0); n],
+        "SAME_UPPER" | "SAME_LOWER" => (0..n)
+            .map(|i| {
+                let out = (spatial[i] + strides[i] - 1) / strides[i];
+                let dk = (kernel[i] - 1) * dilations[i] + 1;
+                let total = ((out - 1) * strides[i] + dk - spatial[i]).max(0);
+                let small = total / 2;
+                if auto_pad == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                }
+            })
+            .collect(),
+        other => return Err(bad(format!("auto_pad `{other}`"))),
+    };
+    let _ = ceil_mode;
+    Ok(Window { kernel, strides, dilations, pads })
+}
+
+/// Conv attributes resolved against the data and weight shapes.
+pub fn conv_params(node: &Node, x: &[i64], w: &[i64]) -> Result<ConvParams> {
+    let bad = |msg: String| OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg };
+    if x.len() < 3 || w.len() != x.len() {
+        return Err(bad(format!("data {x:?} and weight {w:?} ranks do not fit a convolution")));
+    }
+    let group = node.int("group").unwrap_or(1);
+    if group <= 0 || x[1] % group != 0 || w[0] % group != 0 || w[1].checked_mul(group) != Some(x[1]) {
+        return Err(bad(format!("data {x:?}, weight {w:?} and group {group} are inconsistent")));
+    }
+    let kernel = match node.ints("kernel_shape") {
+        Some(k) if k != &w[2..] => return Err(bad(format!("kernel_shape {k:?} differs from the weight {w:?}"))),
+        _ => w[2..].to_vec(),
+    };
+    Ok(ConvParams { window: window(node, &x[2..], kernel, false)?, group })
+}
+
+/// Pool attributes resolved against the data shape.
+pub fn pool_params(node: &Node, x: &[i64]) -> Result<PoolParams> {
+    let bad = |msg: String| OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg };
+    if x.len() < 3 {
+        return Err(bad(format!("data {x:?} has no spatial dims")));
+    }
+    let kernel = node.ints("kernel_shape").map(<[i64]>::to_vec).ok_or_else(|| bad("missing kernel_shape".into()))?;
+    let ceil_mode = node.int("ceil_mode").unwrap_or(0) != 0;
+    Ok(PoolParams {
+        window: window(node, &x[2..], kernel, ceil_mode)?,
+        ceil_mode,
+        count_include_pad: node.int("count_include_pad").unwrap_or(0) != 0,
+    })
+}
+
+fn spatial_out(ctx: &Ctx, spatial: &[i64], w: &Window, ceil_mode: bool) -> Result<Vec<i64>> {
+    let mut out = Vec::with_capacity(spatial.len());
+    for i in 0..spatial.len() {
+        let dk = (w.kernel[i] - 1) * w.dilations[i] + 1;
+        let padded = spatial[i] + w.pads[i].0 + w.pads[i].1;
+        if padded < dk {
+            return ctx.err(format!("window {dk} larger than the padded input {padded} on spatial dim {i}"));
+        }
+        let s = w.strides[i];
+        let mut o = if ceil_mode { (padded - dk + s - 1) / s + 1 } else { (padded - dk) / s + 1 };
+        // a last window starting inside the end padding is dropped (PyTorch / ONNX >= 1.16)
+        if ceil_mode && (o - 1) * s >= spatial[i] + w.pads[i].0 {
+            o -= 1;
+        }
+        out.push(o);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    pub(crate) fn node(op: &str, attrs: Vec<(&str, Attr)>) -> Node {
+        Node {
+            name: format!("{op}_0"),
+            op_type: op.into(),
+            domain: String::new(),
+            inputs: vec![],
+            outputs: vec!["y".into()],
+            attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
+            folded: vec![],
+        }
+    }
+
+    fn t(shape: &[i64]) -> Option<TensorInfo> {
+        Some(TensorInfo::new(shape.to_vec(), dtype::FLOAT))
+    }
+
+    fn c(v: &[i64]) -> Option<TensorInfo> {
+        Some(TensorInfo::constant(vec![v.len() as i64], dtype::INT64, Some(Data::Ints(v.to_vec()))))
+    }
+
+    fn shape_of(op: &str, attrs: Vec<(&str, Attr)>, ins: &[Option<TensorInfo>], opset: i64) -> Vec<i64> {
+        infer_node(&node(op, attrs), ins, opset).unwrap()[0].shape.clone()
+    }
+
+    #[test]
+    fn conv_pads_strides_dilation_and_auto_pad() {
+        let a = vec![("strides", Attr::Ints(vec![2, 2])), ("pads", Attr::Ints(vec![3, 3, 3, 3]))];
+        assert_eq!(shape_of("Conv", a, &[t(&[1, 3, 224, 224]), t(&[64, 3, 7, 7])], 14), [1, 64, 112, 112]);
+        let a = vec![("dilations", Attr::Ints(vec![2, 2]))];
+        assert_eq!(shape_of("Conv", a, &[t(&[1, 8, 10, 10]), t(&[4, 8, 3, 3])], 14), [1, 4, 6, 6]);
+        let a = vec![("auto_pad", Attr::Str("SAME_UPPER".into())), ("strides", Attr::Ints(vec![2, 2]))];
+        assert_eq!(shape_of("Conv", a, &[t(&[1, 8, 15, 15]), t(&[4, 8, 3, 3])], 14), [1, 4, 8, 8]);
+        let a = vec![("group", Attr::Int(8)), ("pads", Attr::Ints(vec![1, 1, 1, 1]))];
+        assert_eq!(shape_of("Conv", a, &[t(&[1, 8, 5, 5]), t(&[8, 1, 3, 3])], 14), [1, 8, 5, 5]);
+        let e = infer_node(&node("Conv", vec![("group", Attr::Int(3))]), &[t(&[1, 8, 5, 5]), t(&[8, 1, 3, 3])], 14);
+        assert!(matches!(e, Err(OnnxError::Shape { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn pool_ceil_mode_and_pads() {
+        let k = || ("kernel_shape", Attr::Ints(vec![3, 3]));
+        let s = || ("strides", Attr::Ints(vec![2, 2]));
+        // googlenet: 3x3/s2 ceil_mode, no pad: 112 -> 56
+        assert_eq!(shape_of("MaxPool", vec![k(), s(), ("ceil_mode", Attr::Int(1))], &[t(&[1, 64, 112, 112])], 14), [1, 64, 56, 56]);
+        // resnet: 3x3/s2 pad 1: 112 -> 56
+        assert_eq!(shape_of("MaxPool", vec![k(), s(), ("pads", Attr::Ints(vec![1; 4]))], &[t(&[1, 64, 112, 112])], 14), [1, 64, 56, 56]);
+        // floor vs ceil: 55 -> 27 either way; 14 -> 6 floor, 7 ceil
+        assert_eq!(shape_of("MaxPool", vec![k(), s()], &[t(&[1, 1, 14, 14])], 14), [1, 1, 6, 6]);
+        assert_eq!(shape_of("MaxPool", vec![k(), s(), ("ceil_mode", Attr::Int(1))], &[t(&[1, 1, 14, 14])], 14), [1, 1, 7, 7]);
+        assert_eq!(shape_of("GlobalAveragePool", vec![], &[t(&[1, 512, 7, 7])], 14), [1, 512, 1, 1]);
+    }
+
+    #[test]
+    fn gemm_matmul_flatten() {
+        assert_eq!(shape_of("Gemm", vec![("transB", Attr::Int(1))], &[t(&[1, 512]), t(&[1000, 512]), t(&[1000])], 14), [1, 1000]);
+        assert_eq!(shape_of("Gemm", vec![], &[t(&[1, 512]), t(&[512, 10])], 9), [1, 10]);
+        assert_eq!(shape_of("MatMul", vec![], &[t(&[2, 3, 4, 5]), t(&[5, 6])], 14), [2, 3, 4, 6]);
+        assert_eq!(shape_of("MatMul", vec![], &[t(&[4]), t(&[4, 6])], 14), [6]);
+        assert_eq!(shape_of("Flatten", vec![], &[t(&[1, 512, 1, 1])], 14), [1, 512]);
+        assert_eq!(shape_of("Flatten", vec![("axis", Attr::Int(0))], &[t(&[2, 3])], 14), [1, 6]);
+    }
+
+    #[test]
+    fn broadcasting_binary_ops() {
+        assert_eq!(shape_of("Add", vec![], &[t(&[1, 64, 56, 56]), t(&[64, 1, 1])], 14), [1, 64, 56, 56]);
+        assert_eq!(shape_of("Mul", vec![], &[t(&[3, 1]), t(&[1, 4])], 14), [3, 4]);
+        assert!(infer_node(&node("Sub", vec![]), &[t(&[2, 3]), t(&[4, 3])], 14).is_err());
+        let r = infer_node(&node("Mul", vec![]), &[c(&[2, 3]), c(&[4, 5])], 14).unwrap();
+        assert_eq!(r[0].data, Some(Data::Ints(vec![8, 15])));
+    }
+
+    #[test]
+    fn shape_gather_unsqueeze_concat_reshape_chain() {
+        let x = t(&[1, 256, 6, 6]);
+        let s = infer_node(&node("Shape", vec![]), &[x.clone()], 9).unwrap().remove(0);
+        assert_eq!(s.data, Some(Data::Ints(vec![1, 256, 6, 6])));
+        let g = infer_node(&node("Gather", vec![]), &[Some(s), Some(TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![0]))))], 9)
+            .unwrap()
+            .remove(0);
+        assert_eq!((g.shape.clone(), g.data.clone()), (vec![], Some(Data::Ints(vec![1]))));
+        let u = infer_node(&node("Unsqueeze", vec![("axes", Attr::Ints(vec![0]))]), &[Some(g)], 9).unwrap().remove(0);
+        assert_eq!(u.shape, [1]);
+        let cat = infer_node(&node("Concat", vec![("axis", Attr::Int(0))]), &[Some(u), c(&[-1])], 9).unwrap().remove(0);
+        assert_eq!(cat.data, Some(Data::Ints(vec![1, -1])));
+        assert_eq!(shape_of("Reshape", vec![], &[x, Some(cat)], 9), [1, 9216]);
+        assert_eq!(shape_of("Reshape", vec![], &[t(&[2, 3, 4]), c(&[0, -1])], 14), [2, 12]);
+        assert!(infer_node(&node("Reshape", vec![]), &[t(&[2, 3]), c(&[4, -1])], 14).is_err());
+        // a run-time shape tensor is a clear "unsupported"
+        let e = infer_node(&node("Reshape", vec![]), &[t(&[2, 3]), t(&[2])], 14).unwrap_err();
+        assert!(e.to_string().contains("must be a constant"), "{e}");
+    }
+
+    #[test]
+    fn clip_dropout_softmax_transpose_squeeze_pad_constantofshape() {
+        assert_eq!(shape_of("Clip", vec![], &[t(&[1, 32, 112, 112]), None, None], 14), [1, 32, 112, 112]);
+        assert_eq!(infer_node(&node("Dropout", vec![]), &[t(&[1, 4096])], 14).unwrap().len(), 2);
+        assert_eq!(shape_of("Softmax", vec![], &[t(&[1, 1000])], 14), [1, 1000]);
+        assert_eq!(shape_of("Transpose", vec![("perm", Attr::Ints(vec![0, 3, 1, 2]))], &[t(&[1, 12, 12, 3])], 9), [1, 3, 12, 12]);
+        assert_eq!(shape_of("Squeeze", vec![], &[t(&[1, 2, 1, 1]), c(&[2, 3])], 14), [1, 2]);
+        assert_eq!(shape_of("Pad", vec![], &[t(&[1, 3, 4, 4]), c(&[0, 0, 1, 1, 0, 0, 1, 1])], 14), [1, 3, 6, 6]);
+        let w = infer_node(&node("ConstantOfShape", vec![]), &[c(&[64, 3, 7, 7])], 9).unwrap().remove(0);
+        assert_eq!(w.shape, [64, 3, 7, 7]);
+        assert!(w.constant);
+        assert!(matches!(infer_node(&node("NonMaxSuppression", vec![]), &[t(&[1])], 14), Err(OnnxError::Unsupported { .. })));
+    }
+}
