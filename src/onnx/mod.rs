@@ -1,10 +1,194 @@
-//! ONNX frontend: from an `.onnx` file to the fused kernels TVM Relay would extract on x86.
+//! ONNX frontend: from an `.onnx` file to the list of fused kernels TVM Relay would extract
+//! on x86, each with the normalized signature ttdb computes for imported Ansor workload keys.
+//!
+//! Pipeline (one file per concern):
+//! 1. [`load`]: prost decode ([`proto`]), dims of initializers (external data never read),
+//!    input-shape overrides, then [`shape`] inference with constant folding of shape chains;
+//! 2. [`fold`]: Identity/Dropout removal, `Conv -> BatchNormalization` folding;
+//! 3. [`relay`]: lowering to Relay-like ops with fusion pattern kinds;
+//! 4. [`layout`]: NCHWc (x86 AlterOpLayout, blocks from [`tophub`] or the fallback rule),
+//!    NHWC (ConvertLayout, winograd) or plain NCHW, with layout_transform insertion;
+//! 5. [`fuse`]: Relay FuseOps (post-dominator based, three phases);
+//! 6. [`kernel`]: one [`Kernel`] per group, identical kernels counted once.
+//!
+//! [`extract`] runs 2-6 on a loaded graph; [`with_blocking`] re-runs them with one conv's
+//! (ic_bn, oc_bn) chosen by the caller and returns the conv kernel plus the layout transforms
+//! that choice implies. [`writer`] builds small ONNX models (test fixtures).
 pub mod error;
+pub mod fold;
+pub mod fuse;
 pub mod graph;
+pub mod kernel;
+pub mod layout;
 pub mod load;
 pub mod proto;
+pub mod relay;
 pub mod shape;
+pub mod tophub;
+pub mod writer;
 
 pub use error::OnnxError;
 pub use graph::{Graph, Node, TensorInfo};
+pub use kernel::{Kernel, KernelKind};
+pub use layout::{Blocking, BlockingSource, LayoutMode};
 pub use load::{load, load_bytes, InputShape};
+pub use tophub::TopHub;
+
+use error::Result;
+use relay::{OpGraph, OpKind};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Kernel extraction options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub layout: LayoutMode,
+    /// SIMD 32-bit lanes of the target (16 AVX-512, 8 AVX2, 4 without -mcpu).
+    pub lanes: i64,
+    /// TopHub configs for NCHWc blocking (None: fallback rule only).
+    pub tophub: Option<Arc<TopHub>>,
+    /// Per-conv blocking chosen by the caller, by the conv's ONNX node name: (ic_bn, oc_bn).
+    pub blocking: HashMap<String, (i64, i64)>,
+}
+
+impl Default for Options {
+    /// NCHWc, 4 lanes (a target without -mcpu, like tvm_ansor_bench), no TopHub.
+    fn default() -> Options {
+        Options { layout: LayoutMode::Nchwc, lanes: 4, tophub: None, blocking: HashMap::new() }
+    }
+}
+
+impl Options {
+    /// Uses the TopHub log at its default location (`../shared/corpus/tophub/llvm_v0.04.log`)
+    /// when it exists.
+    pub fn with_default_tophub(mut self) -> Result<Options> {
+        if let Some(p) = tophub::default_path() {
+            self.tophub = Some(Arc::new(TopHub::load(&p).map_err(OnnxError::Layout)?));
+        }
+        Ok(self)
+    }
+}
+
+/// The distinct kernels of one model.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KernelList {
+    pub model: String,
+    pub layout: String,
+    pub lanes: i64,
+    pub tophub: Option<String>,
+    /// ONNX nodes in the file.
+    pub onnx_nodes: usize,
+    pub kernels: Vec<Kernel>,
+}
+
+impl KernelList {
+    pub fn tuned(&self) -> impl Iterator<Item = &Kernel> {
+        self.kernels.iter().filter(|k| k.is_tuned())
+    }
+
+    /// Kernel occurrences in total (the model's task count, simple ones included).
+    pub fn occurrences(&self) -> usize {
+        self.kernels.iter().map(Kernel::multiplicity).sum()
+    }
+
+    /// Layout transform kernels (occurrences), standalone or fused into other simple kernels.
+    pub fn layout_transforms(&self) -> usize {
+        self.kernels.iter().filter(|k| k.class.contains("layout_transform")).map(Kernel::multiplicity).sum()
+    }
+}
+
+/// The kernel of one conv under a chosen blocking, and the layout transforms it implies.
+#[derive(Clone, Debug)]
+pub struct BlockingChoice {
+    pub kernel: Kernel,
+    /// Kernels containing a layout_transform into this conv's data layout or out of its
+    /// output layout (one entry per transform occurrence).
+    pub transforms: Vec<Kernel>,
+}
+
+struct Extracted {
+    list: KernelList,
+    graph: OpGraph,
+    groups: Vec<Vec<usize>>,
+    /// per group: its kernel before dedup
+    group_kernels: Vec<Kernel>,
+}
+
+fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
+    let mut g = graph.clone();
+    fold::remove_identities(&mut g);
+    fold::fold_batchnorm(&mut g);
+    let og = relay::lower(&g)?;
+    let lo = layout::LayoutOptions { mode: opts.layout, lanes: opts.lanes, tophub: opts.tophub.as_deref(), blocking: &opts.blocking };
+    let laid = layout::assign(&og, &lo)?;
+    let groups = fuse::fuse(&laid.graph);
+    let group_kernels: Vec<Kernel> = groups.iter().map(|grp| kernel::group_kernel(&laid.graph, grp, &laid.convs)).collect();
+    let list = KernelList {
+        model: graph.name.clone(),
+        layout: opts.layout.as_str().into(),
+        lanes: opts.lanes,
+        tophub: opts.tophub.as_ref().map(|h| h.source.clone()),
+        onnx_nodes: graph.nodes.len(),
+        kernels: kernel::dedup(group_kernels.clone()),
+    };
+    Ok(Extracted { list, graph: laid.graph, groups, group_kernels })
+}
+
+/// Kernel extraction on a loaded graph.
+pub fn extract(graph: &Graph, opts: &Options) -> Result<KernelList> {
+    Ok(run(graph, opts)?.list)
+}
+
+/// Loads `path` and extracts its kernels.
+pub fn kernels_for_file(path: impl AsRef<std::path::Path>, overrides: &[InputShape], opts: &Options) -> Result<KernelList> {
+    let g = load(path, overrides)?;
+    extract(&g, opts)
+}
+
+/// Re-extracts with conv `conv_node` (its ONNX node name) blocked as (ic_bn, oc_bn) and
+/// returns its kernel and the layout transforms on its input and output. Only meaningful in
+/// [`LayoutMode::Nchwc`].
+pub fn with_blocking(graph: &Graph, opts: &Options, conv_node: &str, ic_bn: i64, oc_bn: i64) -> Result<BlockingChoice> {
+    if opts.layout != LayoutMode::Nchwc {
+        return Err(OnnxError::Layout("a conv blocking choice needs the NCHWc layout".into()));
+    }
+    let mut o = opts.clone();
+    o.blocking.insert(conv_node.to_string(), (ic_bn, oc_bn));
+    let ex = run(graph, &o)?;
+    let g = &ex.graph;
+    let conv_op = g
+        .ops
+        .iter()
+        .position(|op| matches!(op.kind, OpKind::Conv { .. }) && op.nodes.first().map(String::as_str) == Some(conv_node))
+        .ok_or_else(|| OnnxError::Layout(format!("no conv node named `{conv_node}`")))?;
+    let group_of = |op: usize| ex.groups.iter().position(|grp| grp.contains(&op));
+    let gi = group_of(conv_op).expect("every op is in a group");
+    let kernel = ex.group_kernels[gi].clone();
+    if kernel.blocking.is_none() {
+        return Err(OnnxError::Layout(format!("conv `{conv_node}` is not an NCHWc conv (grouped convs stay NCHW)")));
+    }
+    let mut transforms = Vec::new();
+    let push = |op: usize, transforms: &mut Vec<Kernel>| {
+        if let Some(gj) = group_of(op) {
+            if gj != gi {
+                transforms.push(ex.group_kernels[gj].clone());
+            }
+        }
+    };
+    // into the conv: the data input's producer
+    if let Some(p) = g.values[g.ops[conv_op].inputs[0]].producer {
+        if matches!(g.ops[p].kind, OpKind::LayoutTransform { .. }) {
+            push(p, &mut transforms);
+        }
+    }
+    // out of the conv's group: transforms reading any value the group produces
+    let consumers = g.consumers();
+    for &op in &ex.groups[gi] {
+        for &(c, _) in &consumers[g.ops[op].output] {
+            if matches!(g.ops[c].kind, OpKind::LayoutTransform { .. }) {
+                push(c, &mut transforms);
+            }
+        }
+    }
+    Ok(BlockingChoice { kernel, transforms })
+}

@@ -1,0 +1,118 @@
+//! `ttdb kernels MODEL.onnx`: the fused kernels TVM Relay would extract on x86.
+use super::table::{io_shapes, Table};
+use super::{CliError, CliResult};
+use crate::onnx::{self, tophub, InputShape, KernelKind, KernelList, LayoutMode, Options, TopHub};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(clap::Args, Debug)]
+pub struct KernelsArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// Layout TVM would use: nchwc (x86 AlterOpLayout), nhwc (ConvertLayout), nchw.
+    #[arg(long, default_value = "nchwc")]
+    pub layout: String,
+    /// Shape of a graph input with symbolic dims: NAME=d0,d1,... (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shape: Vec<String>,
+    /// Target -mcpu: sets the SIMD lanes of the NCHWc fallback blocking (16 AVX-512, 8 AVX2,
+    /// 4 without -mcpu).
+    #[arg(long)]
+    pub mcpu: Option<String>,
+    /// SIMD 32-bit lanes (overrides --mcpu).
+    #[arg(long)]
+    pub lanes: Option<i64>,
+    /// TopHub x86 log for NCHWc blocking. Default: ../shared/corpus/tophub/llvm_v0.04.log when present.
+    #[arg(long)]
+    pub tophub: Option<PathBuf>,
+    /// Use the fallback blocking rule only.
+    #[arg(long)]
+    pub no_tophub: bool,
+    /// Only kernels Ansor would tune.
+    #[arg(long)]
+    pub tuned_only: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn kind_str(k: &KernelKind) -> &'static str {
+    match k {
+        KernelKind::Tuned => "tuned",
+        KernelKind::Untunable { .. } => "untunable",
+        KernelKind::Simple => "simple",
+    }
+}
+
+/// Human table of a kernel list.
+pub fn render_kernels(list: &KernelList, tuned_only: bool) -> String {
+    let mut t = Table::new(&["name", "class", "kind", "shapes", "layout", "blocking", ">count", "signature"]);
+    let mut reasons = Vec::new();
+    for k in list.kernels.iter().filter(|k| !tuned_only || k.is_tuned()) {
+        let blocking = match k.blocking {
+            Some(b) => format!("{},{} {}", b.ic_bn, b.oc_bn, match b.source {
+                onnx::BlockingSource::TopHub => "tophub",
+                onnx::BlockingSource::Fallback => "fallback",
+                onnx::BlockingSource::Override => "chosen",
+            }),
+            None if k.winograd => "winograd".into(),
+            None => String::new(),
+        };
+        let class = if k.detail.is_empty() { k.class.clone() } else { format!("{} ({})", k.class, k.detail) };
+        t.row(vec![
+            k.name.clone(),
+            class,
+            kind_str(&k.kind).into(),
+            io_shapes(&k.inputs, &k.output),
+            k.layout.clone(),
+            blocking,
+            k.multiplicity().to_string(),
+            k.signature_hash.as_deref().map(|h| h[..12].to_string()).unwrap_or_default(),
+        ]);
+        if let KernelKind::Untunable { reason } = &k.kind {
+            reasons.push(format!("  {}: {reason}", k.name));
+        }
+    }
+    let mut out = t.render();
+    let tuned = list.tuned().count();
+    out.push_str(&format!(
+        "{} kernels ({} tuned, {} occurrences tuned), {} occurrences in all, {} layout transforms; {} ONNX nodes; layout {}, {} lanes{}\n",
+        list.kernels.len(),
+        tuned,
+        list.tuned().map(|k| k.multiplicity()).sum::<usize>(),
+        list.occurrences(),
+        list.layout_transforms(),
+        list.onnx_nodes,
+        list.layout,
+        list.lanes,
+        list.tophub.as_deref().map(|p| format!(", TopHub {p}")).unwrap_or_default()
+    ));
+    if !reasons.is_empty() {
+        out.push_str("untunable:\n");
+        out.push_str(&reasons.join("\n"));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn run(args: &KernelsArgs) -> CliResult {
+    let bad = |m: String| CliError { message: m, code: 2 };
+    let layout = LayoutMode::parse(&args.layout).ok_or_else(|| bad(format!("unknown --layout `{}` (nchwc, nhwc, nchw)", args.layout)))?;
+    let overrides = args.input_shape.iter().map(|s| InputShape::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let lanes = args.lanes.unwrap_or_else(|| tophub::lanes_for_mcpu(args.mcpu.as_deref()));
+    let tophub = if args.no_tophub {
+        None
+    } else {
+        match args.tophub.clone().or_else(tophub::default_path) {
+            Some(p) => Some(Arc::new(TopHub::load(&p).map_err(|m| CliError { message: m, code: 1 })?)),
+            None => None,
+        }
+    };
+    let opts = Options { layout, lanes, tophub, ..Options::default() };
+    let list = onnx::kernels_for_file(&args.model, &overrides, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&list)?);
+    } else {
+        print!("{}", render_kernels(&list, args.tuned_only));
+    }
+    Ok(())
+}

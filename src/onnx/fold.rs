@@ -1,0 +1,175 @@
+//! ONNX-level graph passes that mirror what Relay's optimizer does before fusion:
+//!
+//! * [`fold_batchnorm`]: `Conv -> BatchNormalization` becomes one `Conv` with a bias
+//!   (SimplifyInference + FoldScaleAxis + FoldConstant: the BN scale goes into the weights,
+//!   the shift becomes / is added to the conv bias). Only when the conv output feeds the BN
+//!   alone; other BNs stay and are lowered to `multiply` + `add`.
+//! * [`remove_identities`]: `Identity` and inference-mode `Dropout` are pass-throughs.
+use super::graph::{dtype, Graph, TensorInfo};
+
+/// Folds every `Conv -> BatchNormalization` pair whose conv output has no other reader.
+/// Returns how many were folded. The conv keeps its name and records the BN in `folded`.
+pub fn fold_batchnorm(g: &mut Graph) -> usize {
+    let mut folded = 0;
+    loop {
+        let uses = g.use_counts();
+        let producers = g.producers();
+        let pair = g.nodes.iter().enumerate().find_map(|(bi, bn)| {
+            if bn.op_type != "BatchNormalization" || bn.outputs.iter().skip(1).any(|o| !o.is_empty() && uses.get(o).copied().unwrap_or(0) > 0) {
+                return None;
+            }
+            let x = bn.input(0)?;
+            let ci = *producers.get(x)?;
+            let conv = &g.nodes[ci];
+            let single_use = uses.get(x).copied().unwrap_or(0) == 1 && !g.outputs.iter().any(|o| o == x);
+            (conv.op_type == "Conv" && conv.outputs.first().map(String::as_str) == Some(x) && single_use).then_some((ci, bi))
+        });
+        let Some((ci, bi)) = pair else { break };
+        let bn = g.nodes.remove(bi);
+        let ci = if bi < ci { ci - 1 } else { ci };
+        let conv_out = g.nodes[ci].outputs[0].clone();
+        let out = bn.outputs[0].clone();
+        let channels = g.shape(&conv_out).and_then(|s| s.get(1).copied()).unwrap_or(0);
+        let conv = &mut g.nodes[ci];
+        if conv.input(2).is_none() {
+            let bias = format!("{}::folded_bias", bn.name);
+            conv.inputs.resize(2, String::new());
+            conv.inputs.push(bias.clone());
+            g.tensors.insert(bias, TensorInfo::constant(vec![channels], dtype::FLOAT, None));
+        }
+        let conv = &mut g.nodes[ci];
+        conv.outputs[0] = out;
+        conv.folded.push(bn.name.clone());
+        conv.folded.extend(bn.folded);
+        g.tensors.remove(&conv_out);
+        folded += 1;
+    }
+    folded
+}
+
+/// Removes `Identity` and `Dropout` nodes (inference), rewiring their readers to the input.
+/// Returns how many were removed. A removed node's name is kept on the producer's `folded`.
+pub fn remove_identities(g: &mut Graph) -> usize {
+    let mut removed = 0;
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let n = &g.nodes[i];
+        let passthrough = matches!(n.op_type.as_str(), "Identity" | "Dropout") && n.input(0).is_some() && !n.outputs.is_empty();
+        let mask_used = n.op_type == "Dropout" && n.outputs.get(1).is_some_and(|m| !m.is_empty() && g.use_counts().get(m).copied().unwrap_or(0) > 0);
+        if !passthrough || mask_used {
+            i += 1;
+            continue;
+        }
+        let n = g.nodes.remove(i);
+        let (src, dst) = (n.inputs[0].clone(), n.outputs[0].clone());
+        for m in &mut g.nodes {
+            for inp in &mut m.inputs {
+                if *inp == dst {
+                    *inp = src.clone();
+                }
+            }
+        }
+        let is_output = g.outputs.iter().any(|o| *o == dst);
+        if is_output {
+            // keep the graph output's name: alias the tensor instead
+            if let Some(t) = g.tensors.get(&src).cloned() {
+                g.tensors.insert(dst.clone(), t);
+            }
+            for o in &mut g.outputs {
+                if *o == dst {
+                    *o = src.clone();
+                }
+            }
+        } else {
+            g.tensors.remove(&dst);
+        }
+        if let Some(p) = g.nodes.iter_mut().find(|m| m.outputs.iter().any(|o| *o == src)) {
+            p.folded.push(n.name.clone());
+        }
+        removed += 1;
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::graph::{Attr, Node};
+    use crate::onnx::shape;
+    use std::collections::BTreeMap;
+
+    fn node(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> Node {
+        Node {
+            name: name.into(),
+            op_type: op.into(),
+            domain: String::new(),
+            inputs: ins.iter().map(|s| s.to_string()).collect(),
+            outputs: outs.iter().map(|s| s.to_string()).collect(),
+            attrs: BTreeMap::new(),
+            folded: vec![],
+        }
+    }
+
+    fn conv_bn_graph(extra_reader: bool, conv_bias: bool) -> Graph {
+        let mut g = Graph { opset: 14, ..Graph::default() };
+        g.inputs.push("x".into());
+        g.tensors.insert("x".into(), TensorInfo::new(vec![1, 3, 8, 8], dtype::FLOAT));
+        g.tensors.insert("w".into(), TensorInfo::constant(vec![16, 3, 3, 3], dtype::FLOAT, None));
+        g.tensors.insert("cb".into(), TensorInfo::constant(vec![16], dtype::FLOAT, None));
+        for p in ["g", "b", "m", "v"] {
+            g.tensors.insert(p.into(), TensorInfo::constant(vec![16], dtype::FLOAT, None));
+        }
+        let mut conv = node("conv", "Conv", if conv_bias { &["x", "w", "cb"] } else { &["x", "w"] }, &["c"]);
+        conv.attrs.insert("pads".into(), Attr::Ints(vec![1; 4]));
+        g.nodes.push(conv);
+        g.nodes.push(node("bn", "BatchNormalization", &["c", "g", "b", "m", "v"], &["y"]));
+        g.nodes.push(node("relu", "Relu", &["y"], &["z"]));
+        g.outputs.push("z".into());
+        if extra_reader {
+            g.nodes.push(node("tap", "Relu", &["c"], &["t"]));
+            g.outputs.push("t".into());
+        }
+        shape::infer(&mut g).unwrap();
+        g
+    }
+
+    #[test]
+    fn conv_bn_folds_and_the_bias_appears() {
+        let mut g = conv_bn_graph(false, false);
+        assert_eq!(fold_batchnorm(&mut g), 1);
+        assert_eq!(g.nodes.len(), 2);
+        let conv = &g.nodes[0];
+        assert_eq!(conv.op_type, "Conv");
+        assert_eq!(conv.inputs.len(), 3);
+        assert_eq!(g.shape(&conv.inputs[2]).unwrap(), [16]);
+        assert_eq!(conv.outputs[0], "y");
+        assert_eq!(conv.covered(), ["conv", "bn"]);
+        assert_eq!(g.nodes[1].inputs[0], "y");
+        assert!(g.tensor("c").is_none());
+    }
+
+    #[test]
+    fn existing_conv_bias_is_kept() {
+        let mut g = conv_bn_graph(false, true);
+        assert_eq!(fold_batchnorm(&mut g), 1);
+        assert_eq!(g.nodes[0].inputs, ["x", "w", "cb"]);
+    }
+
+    #[test]
+    fn a_conv_output_read_elsewhere_is_not_folded() {
+        let mut g = conv_bn_graph(true, false);
+        assert_eq!(fold_batchnorm(&mut g), 0);
+        assert!(g.nodes.iter().any(|n| n.op_type == "BatchNormalization"));
+    }
+
+    #[test]
+    fn identities_are_removed() {
+        let mut g = conv_bn_graph(false, false);
+        g.nodes.insert(1, node("id", "Identity", &["c"], &["c2"]));
+        g.nodes[2].inputs[0] = "c2".into();
+        shape::infer(&mut g).unwrap();
+        assert_eq!(remove_identities(&mut g), 1);
+        assert_eq!(g.nodes[1].inputs[0], "c");
+        assert_eq!(fold_batchnorm(&mut g), 1);
+    }
+}

@@ -1,0 +1,278 @@
+//! Kernels: one per fused group, as Relay would hand them to the TE compiler / Ansor.
+//!
+//! A group around an anchor (conv, depthwise conv, dense, batch_matmul, pool, global pool,
+//! softmax, mean) whose epilogue is a chain of registry ops (add / multiply with an outside
+//! operand, relu, clip, tanh) becomes a *tuned* kernel: a [`WorkloadSpec`], its inputs in
+//! canonical order (anchor inputs, then epilogue operands in chain order), the output shape
+//! and the normalized [`WorkloadSignature`] (`spec_signature`), which is what ttdb computes
+//! for imported Ansor keys. Anchored groups the registry cannot express are *untunable*
+//! with the reason; groups without an anchor (concat, reshape, layout_transform, plain
+//! element-wise) are *simple* kernels (Ansor does not tune them).
+use super::layout::{Blocking, ConvChoice};
+use super::relay::{BinKind, Layout, OpGraph, OpId, OpKind, UnaryKind};
+use crate::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolLayout, WorkloadSpec};
+use crate::recognize::signature::spec_signature;
+use crate::signature::WorkloadSignature;
+use serde::Serialize;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KernelKind {
+    /// An Ansor task ttdb can match: spec and signature are set.
+    Tuned,
+    /// An anchored task ttdb's op registry cannot express.
+    Untunable { reason: String },
+    /// Injective / element-wise only: not tuned.
+    Simple,
+}
+
+/// One distinct kernel of a model, with how often it occurs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Kernel {
+    /// ONNX node name of the anchor (or first op) of the first occurrence.
+    pub name: String,
+    /// `conv2d_nchwc+add+relu`, `layout_transform`, `concatenate+multiply+add+relu`, ...
+    pub class: String,
+    pub kind: KernelKind,
+    /// For layout transforms: `NCHW32c->NCHW64c`; otherwise empty.
+    pub detail: String,
+    #[serde(skip)]
+    pub spec: Option<WorkloadSpec>,
+    pub signature: Option<WorkloadSignature>,
+    /// sha256 of the signature's canonical JSON (tuned kernels).
+    pub signature_hash: Option<String>,
+    /// Input shapes: canonical order for anchored kernels, group inputs for simple ones.
+    pub inputs: Vec<Vec<i64>>,
+    pub output: Vec<i64>,
+    /// Data layout (`NCHW4c`, `NHWC`, `NC`, ...).
+    pub layout: String,
+    /// NCHWc conv blocking and where it came from.
+    #[serde(skip)]
+    pub blocking: Option<Blocking>,
+    pub winograd: bool,
+    /// ONNX node names covered, one list per occurrence.
+    pub occurrences: Vec<Vec<String>>,
+}
+
+impl Kernel {
+    pub fn multiplicity(&self) -> usize {
+        self.occurrences.len()
+    }
+
+    pub fn is_tuned(&self) -> bool {
+        self.kind == KernelKind::Tuned
+    }
+
+    pub fn is_anchored(&self) -> bool {
+        !matches!(self.kind, KernelKind::Simple)
+    }
+
+    /// Identity used to count occurrences.
+    fn dedup_key(&self) -> String {
+        match &self.signature {
+            Some(s) => s.canonical_json(),
+            None => format!("{}|{}|{:?}|{:?}|{:?}", self.class, self.detail, self.inputs, self.output, self.kind),
+        }
+    }
+}
+
+fn pool_layout(l: Layout) -> PoolLayout {
+    match l {
+        Layout::Plain => PoolLayout::Nchw,
+        Layout::Nchwc(_) => PoolLayout::Nchwc,
+        Layout::Nhwc => PoolLayout::Nhwc,
+    }
+}
+
+fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor, String> {
+    let o = &g.ops[op];
+    let data_layout = o.inputs.first().map(|&v| g.values[v].layout).unwrap_or(Layout::Plain);
+    Ok(match &o.kind {
+        OpKind::Conv { window, groups } => {
+            let c = conv.copied().unwrap_or(ConvChoice { blocking: None, depthwise: false, winograd: false });
+            match data_layout {
+                Layout::Nchwc(_) if c.depthwise => Anchor::DepthwiseNchwc(*window),
+                Layout::Nchwc(_) => Anchor::Conv2dNchwc(*window),
+                Layout::Nhwc if c.winograd => Anchor::WinogradNhwc { padding: window.padding },
+                Layout::Nhwc if c.depthwise => Anchor::DepthwiseNhwc(*window),
+                Layout::Nhwc if *groups == 1 => Anchor::Conv2dNhwc(*window),
+                Layout::Nhwc => return Err(format!("grouped conv (groups={groups}) in NHWC: group_conv2d_nhwc is not in ttdb's op registry")),
+                Layout::Plain => Anchor::Conv2dNchw { window: *window, groups: *groups },
+            }
+        }
+        OpKind::Dense => Anchor::Dense,
+        OpKind::BatchMatmul => Anchor::BatchMatmul,
+        OpKind::Pool(p) => Anchor::Pool(PoolAttrs {
+            kind: p.kind,
+            kernel: p.kernel,
+            stride: p.stride,
+            dilation: p.dilation,
+            padding: p.padding,
+            // with stride 1 ceil mode adds no padding (TOPI pads by stride - 1): the same kernel
+            ceil_mode: p.ceil_mode && p.stride.iter().any(|&s| s > 1),
+            layout: pool_layout(data_layout),
+        }),
+        OpKind::GlobalPool(kind) => Anchor::AdaptivePool { kind: *kind, layout: pool_layout(data_layout), out_hw: [1, 1] },
+        OpKind::Softmax { axis } => Anchor::Softmax { axis: *axis },
+        OpKind::Mean { axes, keepdims } => Anchor::Mean { axes: axes.clone(), keepdims: *keepdims },
+        other => return Err(format!("{} is not an anchor op", other.name())),
+    })
+}
+
+fn is_anchor(kind: &OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::Conv { .. } | OpKind::Dense | OpKind::BatchMatmul | OpKind::Pool(_) | OpKind::GlobalPool(_) | OpKind::Softmax { .. } | OpKind::Mean { .. }
+    )
+}
+
+/// Builds the kernel of one fused group (one occurrence).
+pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoice>) -> Kernel {
+    let names: Vec<String> = {
+        let mut v: Vec<String> = Vec::new();
+        for &o in group {
+            for n in &g.ops[o].nodes {
+                if !v.contains(n) {
+                    v.push(n.clone());
+                }
+            }
+        }
+        v
+    };
+    let last = *group.last().expect("non-empty group");
+    let out_val = &g.values[g.ops[last].output];
+    let mut k = Kernel {
+        name: names.first().cloned().unwrap_or_default(),
+        class: group.iter().map(|&o| g.ops[o].kind.name()).collect::<Vec<_>>().join("+"),
+        kind: KernelKind::Simple,
+        detail: String::new(),
+        spec: None,
+        signature: None,
+        signature_hash: None,
+        inputs: Vec::new(),
+        output: out_val.phys.clone(),
+        layout: out_val.layout.name(out_val.shape.len()),
+        blocking: None,
+        winograd: false,
+        occurrences: vec![names],
+    };
+    let in_group = |v: usize| g.values[v].producer.is_some_and(|p| group.contains(&p));
+    let Some(&anchor_op) = group.iter().find(|&&o| is_anchor(&g.ops[o].kind)) else {
+        // simple kernel: its non-constant inputs from outside the group
+        for &o in group {
+            for &v in &g.ops[o].inputs {
+                if !in_group(v) && !g.values[v].constant {
+                    k.inputs.push(g.values[v].phys.clone());
+                }
+            }
+            if let OpKind::LayoutTransform { src, dst } = g.ops[o].kind {
+                let r = g.values[g.ops[o].output].shape.len();
+                let d = format!("{}->{}", src.name(r), dst.name(r));
+                k.detail = if k.detail.is_empty() { d } else { format!("{}, {d}", k.detail) };
+            }
+        }
+        return k;
+    };
+    let conv = convs.get(&anchor_op);
+    k.blocking = conv.and_then(|c| c.blocking);
+    k.winograd = conv.is_some_and(|c| c.winograd);
+    let a = &g.ops[anchor_op];
+    if let Some(n) = a.nodes.first() {
+        k.name = n.clone();
+    }
+    let untunable = |mut k: Kernel, reason: String| {
+        k.kind = KernelKind::Untunable { reason };
+        k
+    };
+    let anchor = match anchor_of(g, anchor_op, conv) {
+        Ok(a) => a,
+        Err(reason) => return untunable(k, reason),
+    };
+    let mut canonical: Vec<Vec<i64>> = a.inputs.iter().map(|&v| g.values[v].phys.clone()).collect();
+    k.inputs = canonical.clone();
+    // walk the epilogue chain
+    let mut epilogue = Vec::new();
+    let mut cur = a.output;
+    let mut visited = vec![anchor_op];
+    loop {
+        let readers: Vec<(OpId, usize)> = group
+            .iter()
+            .flat_map(|&o| g.ops[o].inputs.iter().enumerate().filter(move |(_, &v)| v == cur).map(move |(i, _)| (o, i)))
+            .collect();
+        let (op, pos) = match readers.as_slice() {
+            [] => break,
+            [one] => *one,
+            _ => return untunable(k, format!("the value after {} is read by {} fused ops (not a chain)", g.ops[visited[visited.len() - 1]].kind.name(), readers.len())),
+        };
+        visited.push(op);
+        let o = &g.ops[op];
+        let e = match &o.kind {
+            OpKind::Unary(UnaryKind::Relu) => EpilogueOp::Relu,
+            OpKind::Unary(UnaryKind::Tanh) => EpilogueOp::Tanh,
+            OpKind::Unary(UnaryKind::Clip { lo, hi }) => EpilogueOp::Clip { lo: *lo, hi: *hi },
+            OpKind::Binary(b @ (BinKind::Add | BinKind::Multiply)) => {
+                if o.inputs.len() != 2 || o.inputs[0] == o.inputs[1] {
+                    return untunable(k, format!("{} of a value with itself", o.kind.name()));
+                }
+                let operand = o.inputs[1 - pos];
+                if in_group(operand) {
+                    return untunable(k, format!("{} operand `{}` is computed inside the fused group", o.kind.name(), g.values[operand].name));
+                }
+                canonical.push(g.values[operand].phys.clone());
+                let first = pos == 1;
+                if *b == BinKind::Add {
+                    EpilogueOp::Add { operand_first: first }
+                } else {
+                    EpilogueOp::Multiply { operand_first: first }
+                }
+            }
+            other => return untunable(k, format!("fused epilogue op `{}` is not in ttdb's op registry", other.name())),
+        };
+        epilogue.push(e);
+        cur = o.output;
+    }
+    if visited.len() != group.len() {
+        let extra: Vec<String> = group.iter().filter(|o| !visited.contains(o)).map(|&o| g.ops[o].kind.name()).collect();
+        return untunable(k, format!("ops fused outside the anchor's epilogue chain: {}", extra.join(", ")));
+    }
+    let output = g.values[cur].phys.clone();
+    let spec = WorkloadSpec::new(anchor, epilogue);
+    k.class = spec.op_class();
+    k.inputs = canonical.clone();
+    k.output = output.clone();
+    k.layout = spec.anchor.layout(&canonical[0]);
+    match spec.build(Era::V010, &canonical) {
+        Ok(dag) => {
+            let built = dag.io_shapes().last().cloned().unwrap_or_default();
+            if built != output {
+                return untunable(k, format!("ttdb's {} DAG gives output {built:?}, the graph has {output:?}", spec.op_class()));
+            }
+        }
+        Err(e) => return untunable(k, format!("ttdb cannot build {}: {}", spec.op_class(), e.0)),
+    }
+    let sig = spec_signature(&spec, &canonical, &output);
+    k.signature_hash = Some(sig.sha256_hex());
+    k.signature = Some(sig);
+    k.spec = Some(spec);
+    k.kind = KernelKind::Tuned;
+    k
+}
+
+/// Merges identical kernels (same signature, or same class / shapes for the others),
+/// keeping first-occurrence order.
+pub fn dedup(kernels: Vec<Kernel>) -> Vec<Kernel> {
+    let mut out: Vec<Kernel> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for k in kernels {
+        let key = k.dedup_key();
+        match index.get(&key) {
+            Some(&i) => out[i].occurrences.extend(k.occurrences),
+            None => {
+                index.insert(key, out.len());
+                out.push(k);
+            }
+        }
+    }
+    out
+}
