@@ -44,7 +44,7 @@ CREATE TABLE workloads (
     signature         TEXT    NOT NULL,         -- sha256 hex of signature_json
     signature_json    TEXT    NOT NULL,         -- canonical JSON (see signature/mod.rs)
     op_class          TEXT    NOT NULL,
-    recognized_by     TEXT    NOT NULL,         -- structural | md5 | registered
+    recognized_by     TEXT    NOT NULL,         -- md5 | registered | structural | unknown
     signature_version INTEGER NOT NULL
 );
 CREATE INDEX workloads_signature ON workloads(signature);

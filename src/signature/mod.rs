@@ -5,20 +5,19 @@
 //! arguments in the workload key (residual-first adds) do not enter it. It is a sha256 over
 //! the canonical JSON of [`WorkloadSignature`] (sorted object keys, no whitespace).
 //!
-//! Two producers fill it: the structural classifier in [`classify`] (from key shapes and step
-//! structure, the fallback) and DAG recognition (`crate::recognize`, md5 match of ttdb's own
-//! PrintDAG text). Both produce the same struct, so upgrading the producer never changes the
-//! database schema: `workloads.signature` is recomputed in place and `recognized_by` records
-//! which producer made it.
+//! DAG recognition (`crate::recognize`) produces it: by md5 match of ttdb's own PrintDAG text,
+//! by registered-function name, or structurally from the key's shapes as a fallback. The
+//! database stores the signature with its `SIGNATURE_VERSION` and `recognized_by`, so a better
+//! producer recomputes `workloads.signature` in place without a schema change
+//! (`store::resign_outdated`).
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-pub mod classify;
-
-/// Bumped whenever the canonical form changes, so stored signatures can be recomputed.
-pub const SIGNATURE_VERSION: u32 = 1;
+/// Bumped whenever the canonical form or its producer changes; stored signatures of older
+/// versions are recomputed on open. v1: shape/step heuristics; v2: DAG recognition.
+pub const SIGNATURE_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadSignature {
@@ -90,9 +89,25 @@ mod tests {
     }
 }
 
-/// The signature of a workload key and which producer made it (`registered`,
-/// `structural`; DAG recognition adds `md5`). `steps` is the structure of one of its records.
-pub fn signature_for(key: &crate::ansor::WorkloadKey, steps: &classify::StepStructure) -> (WorkloadSignature, &'static str) {
-    let by = if key.form == crate::ansor::KeyForm::Registered { "registered" } else { "structural" };
-    (classify::classify(key, steps), by)
+/// The signature of a workload key and which producer made it: `md5`, `registered`,
+/// `structural` (see `crate::recognize`), or `unknown` when no DAG fits (the signature then
+/// carries the key's hash and the reason, so distinct unknown keys stay distinct).
+pub fn signature_for(key: &crate::ansor::WorkloadKey) -> (WorkloadSignature, &'static str) {
+    match crate::recognize::recognize(key) {
+        Ok(r) => (r.signature, r.recognized_by.as_str()),
+        Err(e) => {
+            let mut attrs = BTreeMap::new();
+            attrs.insert("key".to_string(), Value::from(key.raw.as_str()));
+            attrs.insert("reason".to_string(), Value::from(e.to_string()));
+            let sig = WorkloadSignature {
+                op_class: "unknown".into(),
+                attrs,
+                inputs: key.nested_shapes().unwrap_or_default(),
+                output: vec![],
+                dtype: String::new(),
+                layout: String::new(),
+            };
+            (sig, "unknown")
+        }
+    }
 }

@@ -8,7 +8,6 @@ use super::target::NormalizedTarget;
 use super::{Result, Store, StoreError};
 use crate::ansor::log::lines;
 use crate::ansor::{parse_line, LogLine, WorkloadKey};
-use crate::signature::classify::StepStructure;
 use crate::signature::{self, hex};
 use rayon::prelude::*;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -55,7 +54,6 @@ struct ParsedRecord<'a> {
     error_no: u8,
     mean_cost: Option<f64>,
     digest: [u8; 16],
-    structure: StepStructure,
 }
 
 enum Parsed<'a> {
@@ -78,7 +76,6 @@ fn parse_one(line: usize, bytes: &[u8]) -> Parsed<'_> {
             Parsed::Record(ParsedRecord {
                 line,
                 raw,
-                structure: StepStructure::from_steps(&r.steps),
                 mean_cost: valid.then(|| r.result.mean_cost()),
                 error_no: r.result.error_no.0,
                 key: r.task.workload_key,
@@ -148,7 +145,7 @@ impl Ids {
             None => {
                 // The record parser already validated the key.
                 let key = WorkloadKey::parse(&r.key).map_err(|e| StoreError::Other(e.to_string()))?;
-                let (sig, by) = signature::signature_for(&key, &r.structure);
+                let (sig, by) = signature::signature_for(&key);
                 tx.execute(
                     "INSERT INTO workloads (key, key_head, key_form, signature, signature_json, op_class, recognized_by, signature_version)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -80,6 +80,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let mut store = Store { conn, path: path.to_path_buf() };
         store.migrate()?;
+        store.resign_outdated()?;
         Ok(store)
     }
 
@@ -100,6 +101,34 @@ impl Store {
             tx.commit()?;
         }
         Ok(())
+    }
+
+    /// Recomputes the signatures of workloads stored by an older signature producer
+    /// (`signature_version` below the current one), in one transaction. Returns how many.
+    pub fn resign_outdated(&mut self) -> Result<usize> {
+        let current = crate::signature::SIGNATURE_VERSION;
+        let stale: Vec<(i64, String)> = self
+            .conn
+            .prepare("SELECT id, key FROM workloads WHERE signature_version < ?1")?
+            .query_map([current], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<std::result::Result<_, _>>()?;
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut update = tx.prepare(
+                "UPDATE workloads SET signature = ?2, signature_json = ?3, op_class = ?4, recognized_by = ?5,
+                 signature_version = ?6 WHERE id = ?1",
+            )?;
+            for (id, raw) in &stale {
+                let key = crate::ansor::WorkloadKey::parse(raw).map_err(|e| StoreError::Other(e.to_string()))?;
+                let (sig, by) = crate::signature::signature_for(&key);
+                update.execute(rusqlite::params![id, sig.sha256_hex(), sig.canonical_json(), sig.op_class, by, current])?;
+            }
+        }
+        tx.commit()?;
+        Ok(stale.len())
     }
 
     pub fn path(&self) -> &Path {
@@ -164,6 +193,27 @@ mod tests {
         let p = dir.path().join("x.db");
         Store::open(&p).unwrap().conn.pragma_update(None, "user_version", 99).unwrap();
         assert!(matches!(Store::open(&p), Err(StoreError::TooNew { found: 99, .. })));
+    }
+
+    #[test]
+    fn outdated_signatures_are_recomputed_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("old.db");
+        let s = Store::open(&p).unwrap();
+        s.conn
+            .execute_batch(
+                "INSERT INTO workloads (key, key_head, key_form, signature, signature_json, op_class, recognized_by, signature_version)
+                 VALUES ('[\"218090bc617f9a36fbabdf253ec28064\", [14, 3072], [768, 3072], [14, 768]]', '218090bc617f9a36fbabdf253ec28064',
+                         'nested', 'x', '{}', 'dense', 'structural', 1)",
+            )
+            .unwrap();
+        drop(s);
+        let s = Store::open(&p).unwrap();
+        let (class, by, v): (String, String, u32) = s
+            .conn
+            .query_row("SELECT op_class, recognized_by, signature_version FROM workloads", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap();
+        assert_eq!((class.as_str(), by.as_str(), v), ("dense", "md5", crate::signature::SIGNATURE_VERSION));
     }
 
     #[test]
