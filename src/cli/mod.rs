@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 mod export;
 mod import;
+mod kernels;
 mod stats;
 mod table;
 mod workloads;
@@ -48,6 +49,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the fused kernels TVM Relay would extract from an ONNX model on x86.
+    Kernels(kernels::KernelsArgs),
     /// Write records as Ansor log lines (TVM reads them back).
     Export {
         /// Only the best valid record per workload and target.
@@ -88,6 +91,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Stats { json } => stats::run(&open_store(&cli.db)?, json),
         Command::Workloads { class, json } => workloads::run(&open_store(&cli.db)?, class.as_deref(), json),
         Command::Export { best, workload, output } => export::run(&open_store(&cli.db)?, best, workload, output),
+        Command::Kernels(args) => kernels::run(&args),
     }
 }
 
