@@ -11,6 +11,7 @@ pub mod cli;
 pub mod codegen;
 pub mod ir;
 pub mod loopnest;
+pub mod lower;
 pub mod measure;
 pub mod onnx;
 pub mod ops;

@@ -1,0 +1,198 @@
+//! Lowering: a replayed Ansor schedule ([`crate::schedule::State`]) on a compute DAG
+//! ([`crate::ir::Dag`]) to a loop-nest kernel ([`crate::loopnest::Kernel`]), following TE's
+//! `ScheduleOps` (TVM v0.18 `src/te/schedule/*`, `src/te/operation/compute_op.cc`).
+//!
+//! The pipeline, one file per concern:
+//! * [`te`]: the record's steps replayed on a TE-level model (split/fuse relations between
+//!   iteration variables, leaf order, annotations, compute locations), checked against the
+//!   caller's state; [`op`]: the stage bodies after cache_write / cache_read / rfactor and
+//!   inlining;
+//! * [`bound`]: bound inference: regions of stages computed at a loop, loop extents
+//!   (`PassDownDomain`), axis values from loops (`PassUpIndex`), bound checks;
+//! * [`emit`]: loops, attached stages, temporaries, reduction init/update, guards;
+//! * [`convert`]: tensor expressions to loop-nest expressions; [`names`]: buffers, params;
+//! * [`retarget`]: adapting a record's steps to another workload of the same class.
+//!
+//! Safety: the result always passes [`crate::loopnest::validate`], the static bounds checker
+//! ([`crate::loopnest::check_bounds`]: every access proven in bounds, guards included) and the
+//! cost guard; anything else is a [`LowerError`]. Schedules are untrusted input.
+//!
+//! Parameters: the DAG's placeholders in stage order, then its outputs
+//! ([`crate::ir::Dag::io_shapes`] order, see [`param_tensors`]).
+mod bound;
+pub mod check;
+mod convert;
+mod emit;
+mod names;
+mod op;
+pub mod retarget;
+mod te;
+#[cfg(test)]
+mod tests;
+
+pub use retarget::{adapt_split_lengths, retarget_steps, Retargeted};
+
+use crate::ansor::Step;
+use crate::ir::{Dag, TensorId};
+use crate::loopnest::cost::{check_cost, CostLimits};
+use crate::loopnest::{check_bounds, simplify_kernel, validate, Expr, Kernel};
+use crate::schedule::{stage_inits_from_dag, State};
+use std::fmt;
+
+/// Why a schedule could not be lowered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LowerError {
+    /// The state does not describe the steps on this DAG the way lowering replays them.
+    Mismatch(String),
+    /// A schedule TVM itself would refuse to lower (e.g. a consumer outside the loop its
+    /// producer is computed at).
+    InvalidSchedule(String),
+    /// A feature ttdb does not lower (GPU thread bindings, `debug_skip_region`, splits of
+    /// data-dependent extents, ...).
+    Unsupported(String),
+    /// Extents or regions beyond the 2^40 cap.
+    TooLarge(String),
+    /// Accesses the bounds checker could not prove in bounds: the kernel is refused.
+    Unproven(Vec<String>),
+    /// The kernel's work or temporary memory exceeds the limits.
+    Cost(String),
+    /// A ttdb bug (an emitted kernel that does not validate, a broken invariant).
+    Internal(String),
+}
+
+impl LowerError {
+    pub(crate) fn in_step(self, index: usize, step: &Step) -> LowerError {
+        let wrap = |m: String| format!("step {index} {step}: {m}");
+        match self {
+            LowerError::Mismatch(m) => LowerError::Mismatch(wrap(m)),
+            LowerError::InvalidSchedule(m) => LowerError::InvalidSchedule(wrap(m)),
+            LowerError::Unsupported(m) => LowerError::Unsupported(wrap(m)),
+            LowerError::TooLarge(m) => LowerError::TooLarge(wrap(m)),
+            LowerError::Internal(m) => LowerError::Internal(wrap(m)),
+            other => other,
+        }
+    }
+
+    /// A short class name for reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LowerError::Mismatch(_) => "mismatch",
+            LowerError::InvalidSchedule(_) => "invalid schedule",
+            LowerError::Unsupported(_) => "unsupported",
+            LowerError::TooLarge(_) => "too large",
+            LowerError::Unproven(_) => "unproven access",
+            LowerError::Cost(_) => "cost",
+            LowerError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl fmt::Display for LowerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LowerError::Mismatch(m) => write!(f, "the state does not match the schedule: {m}"),
+            LowerError::InvalidSchedule(m) => write!(f, "invalid schedule: {m}"),
+            LowerError::Unsupported(m) => write!(f, "not supported: {m}"),
+            LowerError::TooLarge(m) => write!(f, "too large: {m}"),
+            LowerError::Unproven(v) => {
+                write!(f, "{} access(es) not provably in bounds", v.len())?;
+                for a in v.iter().take(3) {
+                    write!(f, "; {a}")?;
+                }
+                Ok(())
+            }
+            LowerError::Cost(m) => write!(f, "kernel refused by the cost guard: {m}"),
+            LowerError::Internal(m) => write!(f, "internal lowering error: {m}"),
+        }
+    }
+}
+impl std::error::Error for LowerError {}
+
+/// Layout of the layout-free weights (spec §4.8) in the kernel's parameters.
+///
+/// Only [`WeightLayout::Original`] exists today: the weight keeps its DAG shape. The hook for
+/// Ansor's layout rewrite option 2 (weights pre-packed into the state-derived layout, packing
+/// excluded from the measured time) is the pair [`WeightLayout::param_shape`] (the packed
+/// shape of a parameter) and [`WeightLayout::rewrite_index`] (TVM's `IndexRewriter`: every
+/// load of the weight mapped to the packed coordinates, `(idx / div) % extent` per new
+/// dimension); a `PrePacked { .. }` variant computed from the final state plugs in there.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum WeightLayout {
+    #[default]
+    Original,
+}
+
+impl WeightLayout {
+    /// Shape of placeholder `t`'s kernel parameter.
+    pub fn param_shape(&self, dag: &Dag, t: TensorId) -> Vec<i64> {
+        match self {
+            WeightLayout::Original => dag.stage(t).shape(),
+        }
+    }
+
+    /// Indices of a load of placeholder `t` (given in the DAG's coordinates).
+    pub fn rewrite_index(&self, _dag: &Dag, _t: TensorId, idx: Vec<Expr>) -> Vec<Expr> {
+        match self {
+            WeightLayout::Original => idx,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LowerOptions {
+    /// Kernel name.
+    pub name: String,
+    pub weight_layout: WeightLayout,
+    /// Work / temporary-memory limits the kernel must respect.
+    pub limits: CostLimits,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions { name: "lowered".into(), weight_layout: WeightLayout::Original, limits: CostLimits::default() }
+    }
+}
+
+/// DAG tensors bound to the kernel's parameters, in order: placeholders then outputs.
+pub fn param_tensors(dag: &Dag) -> Vec<TensorId> {
+    let mut v = dag.placeholders();
+    v.extend(dag.outputs.iter().copied());
+    v
+}
+
+/// Lowers `state` (replayed from `stage_inits_from_dag(dag)` with a record's steps) to a
+/// kernel whose accesses are all proven in bounds.
+pub fn lower(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Kernel, LowerError> {
+    let mut sch = te::TSchedule::replay(dag, state.transform_steps())?;
+    sch.check_against(state)?;
+    let inlined: Vec<bool> = sch.stages.iter().map(|s| s.loc == te::Loc::Inline).collect();
+    let ops: Vec<op::LOp> = sch.stages.iter().map(|s| s.op.clone()).collect();
+    for (st, op) in sch.stages.iter_mut().zip(op::inject_inline(&ops, &inlined)?) {
+        st.op = op;
+    }
+    let mut names = names::Naming::new(dag, &sch, &opts.weight_layout)?;
+    let bounds = bound::infer(&sch, &mut names)?;
+    let kernel = emit::Emitter::new(dag, &sch, &bounds, &mut names, &opts.weight_layout)?.kernel(&opts.name)?;
+    let kernel = simplify_kernel(&kernel);
+    validate(&kernel).map_err(|e| LowerError::Internal(format!("{e}\n{}", crate::loopnest::kernel_to_string(&kernel))))?;
+    check_cost(&kernel, &opts.limits).map_err(LowerError::Cost)?;
+    let unproven = check_bounds(&kernel).map_err(|e| LowerError::Internal(e.to_string()))?;
+    if !unproven.is_empty() {
+        return Err(LowerError::Unproven(unproven.iter().map(|u| u.to_string()).collect()));
+    }
+    Ok(kernel)
+}
+
+/// Replays `steps` on `dag` (SP extents checked) and lowers the result.
+pub fn lower_steps(dag: &Dag, steps: &[Step], opts: &LowerOptions) -> Result<Kernel, LowerError> {
+    let state = crate::schedule::replay(&stage_inits_from_dag(dag), steps)
+        .map_err(|e| LowerError::Mismatch(format!("replay: {e}")))?;
+    lower(dag, &state, opts)
+}
+
+/// The untuned baseline ("speedup over naive"): every stage at root in its own loop nest
+/// over its axes then its reduce axes, no annotation, nothing inlined (element-wise stages
+/// get their own temporaries).
+pub fn lower_default(dag: &Dag) -> Result<Kernel, LowerError> {
+    lower_steps(dag, &[], &LowerOptions { name: "naive".into(), ..LowerOptions::default() })
+}
