@@ -176,14 +176,23 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
     if !node.domain.is_empty() && node.domain != "ai.onnx" {
         return ctx.unsupported(format!("custom-domain op `{}::{}`", node.domain, node.op_type));
     }
-    if let Some((name, Attr::Graph(ops))) = node.attrs.iter().find(|(_, a)| matches!(a, Attr::Graph(_))) {
-        let mut kinds: Vec<&str> = ops.iter().map(String::as_str).collect();
-        kinds.sort_unstable();
-        kinds.dedup();
+    let subgraphs: Vec<String> = node
+        .attrs
+        .iter()
+        .filter_map(|(name, a)| match a {
+            Attr::Graph(ops) => {
+                let mut kinds: Vec<&str> = ops.iter().map(String::as_str).collect();
+                kinds.sort_unstable();
+                kinds.dedup();
+                Some(format!("`{name}`: {} nodes ({})", ops.len(), kinds.join(", ")))
+            }
+            _ => None,
+        })
+        .collect();
+    if !subgraphs.is_empty() {
         return ctx.unsupported(format!(
-            "control flow with subgraphs (attribute `{name}`, {} nodes: {}) is not supported; kernels inside it cannot be extracted",
-            ops.len(),
-            kinds.join(", ")
+            "control flow with subgraphs is not supported ({}); kernels inside them cannot be extracted",
+            subgraphs.join("; ")
         ));
     }
     let op = node.op_type.as_str();
@@ -302,7 +311,13 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             if perm.len() != r {
                 return ctx.err(format!("perm {perm:?} is not a permutation of rank {r}"));
             }
-            let data = if r <= 1 { x.data.clone() } else { None };
+            let data = x.data.as_ref().and_then(|d| {
+                let p: Vec<usize> = perm.iter().map(|&p| p as usize).collect();
+                remap(d, &x.shape, &shape, |out| p.iter().enumerate().fold(vec![0; r], |mut c, (i, &pi)| {
+                    c[pi] = out[i];
+                    c
+                }))
+            });
             one(ctx.out(shape, x.dtype, data))
         }
         "Shape" => {
@@ -684,6 +699,37 @@ fn gather(ctx: &Ctx) -> Result<TensorInfo> {
     ctx.out(shape, x.dtype, data)
 }
 
+/// Values of a data-movement op on a small known tensor: `src(out_coords)` gives the input
+/// coordinates each output element reads.
+fn remap(d: &Data, in_shape: &[i64], out_shape: &[i64], src: impl Fn(&[i64]) -> Vec<i64>) -> Option<Data> {
+    let n = numel(out_shape)?;
+    if n > MAX_KEPT_ELEMENTS || d.len() as i64 != numel(in_shape)? {
+        return None;
+    }
+    let mut idx = Vec::with_capacity(n as usize);
+    let mut coords = vec![0i64; out_shape.len()];
+    for flat in 0..n {
+        let mut rem = flat;
+        for i in (0..out_shape.len()).rev() {
+            coords[i] = rem % out_shape[i].max(1);
+            rem /= out_shape[i].max(1);
+        }
+        let c = src(&coords);
+        let mut f = 0i64;
+        for (i, &ci) in c.iter().enumerate() {
+            if ci < 0 || ci >= in_shape[i] {
+                return None;
+            }
+            f = f * in_shape[i] + ci;
+        }
+        idx.push(f as usize);
+    }
+    Some(match d {
+        Data::Ints(v) => Data::Ints(idx.iter().map(|&i| v[i]).collect()),
+        Data::Floats(v) => Data::Floats(idx.iter().map(|&i| v[i]).collect()),
+    })
+}
+
 fn slice(ctx: &Ctx) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
     let node = ctx.node;
@@ -720,18 +766,16 @@ fn slice(ctx: &Ctx) -> Result<TensorInfo> {
         shape[a] = len;
         ranges.push((s, step, len));
     }
-    let data = match (&x.data, r) {
-        (Some(d), 1) if ranges.len() == 1 => {
-            let (s, step, len) = ranges[0];
-            let idx: Vec<usize> = (0..len).map(|i| (s + i * step) as usize).collect();
-            match d {
-                Data::Ints(v) => Some(Data::Ints(idx.iter().filter_map(|&i| v.get(i).copied()).collect())),
-                Data::Floats(v) => Some(Data::Floats(idx.iter().filter_map(|&i| v.get(i).copied()).collect())),
+    let data = x.data.as_ref().and_then(|d| {
+        remap(d, &x.shape, &shape, |out| {
+            let mut c = out.to_vec();
+            for (j, &a) in axes.iter().enumerate() {
+                let (s, step, _) = ranges[j];
+                c[a] = s + out[a] * step;
             }
-        }
-        (Some(d), _) if axes.is_empty() => Some(d.clone()),
-        _ => None,
-    };
+            c
+        })
+    });
     ctx.out(shape, x.dtype, data)
 }
 
@@ -989,6 +1033,16 @@ mod tests {
         // a run-time shape tensor is a clear "unsupported"
         let e = infer_node(&node("Reshape", vec![]), &[t(&[2, 3]), t(&[2])], 14).unwrap_err();
         assert!(e.to_string().contains("must be a constant"), "{e}");
+    }
+
+    #[test]
+    fn transpose_and_slice_fold_small_constants() {
+        let m = Some(TensorInfo::constant(vec![3, 2], dtype::INT64, Some(Data::Ints(vec![1, 2, 3, 4, 5, 6]))));
+        let t = infer_node(&node("Transpose", vec![("perm", Attr::Ints(vec![1, 0]))]), &[m.clone()], 14).unwrap().remove(0);
+        assert_eq!((t.shape, t.data), (vec![2, 3], Some(Data::Ints(vec![1, 3, 5, 2, 4, 6]))));
+        // reverse the rows: starts -1, ends -INT_MAX, axes 0, steps -1 (silero_vad's pad chain)
+        let s = infer_node(&node("Slice", vec![]), &[m, c(&[-1]), c(&[i64::MIN + 1]), c(&[0]), c(&[-1])], 14).unwrap().remove(0);
+        assert_eq!((s.shape, s.data), (vec![3, 2], Some(Data::Ints(vec![5, 6, 3, 4, 1, 2]))));
     }
 
     #[test]
