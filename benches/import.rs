@@ -26,29 +26,67 @@ fn corpus_lines() -> Vec<String> {
     lines
 }
 
-/// Writes `n` records; replica `r` rewrites the key's leading batch dim `[1, ` to `[r+2, `
-/// (a new workload per replica) and tags the version string, so every line is distinct.
-fn write_log(path: &Path, n: usize) -> u64 {
+/// Valid variants of a relay workload key at other batch sizes, made with ttdb's own op
+/// library: the recognized spec is rebuilt with the batch dim of its data input, output and
+/// output-shaped operands scaled, and the new key carries the md5 of the new DAG's PrintDAG
+/// text (as TVM would write it). Registered keys and specs that do not rebuild are kept as is.
+fn key_variants(raw_key: &str, batches: usize) -> Vec<String> {
+    let key = ttdb::ansor::WorkloadKey::parse(raw_key).unwrap();
+    let Ok(r) = ttdb::recognize::recognize(&key) else { return vec![raw_key.to_string()] };
+    let (Some(spec), Some(era)) = (r.spec.clone(), r.era) else { return vec![raw_key.to_string()] };
+    let out = r.signature.output.clone();
+    let key_inputs = r.dag.io_shapes()[..spec.num_inputs()].to_vec();
+    let canonical = spec.canonical_inputs(&key_inputs);
+    let Ok(canonical) = canonical else { return vec![raw_key.to_string()] };
+    let mut keys = Vec::new();
+    for b in 1..=batches as i64 {
+        let scaled: Vec<Vec<i64>> = canonical
+            .iter()
+            .enumerate()
+            .map(|(i, s)| if i == 0 || *s == out { [vec![s[0] * b], s[1..].to_vec()].concat() } else { s.clone() })
+            .collect();
+        if let Ok(dag) = spec.build(era, &scaled) {
+            let mut items = vec![serde_json::json!(ttdb::ir::dag_hash(&dag))];
+            items.extend(dag.io_shapes().into_iter().map(|s| serde_json::json!(s)));
+            keys.push(serde_json::to_string(&items).unwrap().replace(",", ", "));
+        }
+    }
+    if keys.is_empty() {
+        keys.push(raw_key.to_string());
+    }
+    keys
+}
+
+/// Writes `n` records: corpus records cycled over batch-size variants of their keys (about
+/// `batches` workloads per corpus key), each line made distinct by a replica tag on "v".
+fn write_log(path: &Path, n: usize, batches: usize) -> (u64, usize) {
     let base = corpus_lines();
+    let mut variants: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
     let mut out = String::with_capacity(n * 1100);
     for i in 0..n {
         let replica = i / base.len();
-        let l = &base[i % base.len()];
-        let line = l.replacen("[1, ", &format!("[{}, ", replica + 2), 1);
+        let line = &base[i % base.len()];
+        let record = ttdb::ansor::Record::parse(line).unwrap();
+        let keys = variants.entry(record.task.workload_key.clone()).or_insert_with(|| key_variants(&record.task.workload_key, batches));
+        let new_key = &keys[replica % keys.len()];
+        let old_escaped = serde_json::to_string(&record.task.workload_key).unwrap();
+        let new_escaped = serde_json::to_string(new_key).unwrap();
+        let line = line.replacen(&old_escaped, &new_escaped, 1);
         let cut = line.rfind("\"}").expect("records end with the version string");
         out.push_str(&line[..cut]);
         out.push_str(&format!("-r{replica}\"}}\n"));
     }
     std::fs::write(path, &out).unwrap();
-    out.len() as u64
+    (out.len() as u64, variants.values().map(Vec::len).sum())
 }
 
 fn main() {
     let n: usize = std::env::var("TTDB_BENCH_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("big.json");
-    let raw_bytes = write_log(&log, n);
-    println!("log: {n} records, {:.1} MB", raw_bytes as f64 / 1e6);
+    let batches: usize = std::env::var("TTDB_BENCH_BATCHES").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
+    let (raw_bytes, keys) = write_log(&log, n, batches);
+    println!("log: {n} records over {keys} workload keys, {:.1} MB", raw_bytes as f64 / 1e6);
     // Parse alone, one thread: the ceiling of what the inserter can be fed per core.
     let buf = std::fs::read(&log).unwrap();
     let t = Instant::now();

@@ -139,14 +139,31 @@ pub fn shape_hypotheses(key: &WorkloadKey) -> Vec<Vec<Vec<i64>>> {
     }
 }
 
+/// The (op class, era) that matched a hash before. One hash stands for many shapes (the same
+/// conv at every layer size), so a new key with a known hash tries that reading first and
+/// renders one DAG instead of dozens (a log of 10,000 keys imports in seconds, not minutes).
+fn hints() -> &'static Mutex<HashMap<String, (String, Era)>> {
+    static HINTS: OnceLock<Mutex<HashMap<String, (String, Era)>>> = OnceLock::new();
+    HINTS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
 fn recognize_relay(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
-    let eras = eras_for(key.form);
+    let mut eras = eras_for(key.form);
+    let hint = hints().lock().expect("recognize hints").get(&key.head).cloned();
+    if let Some((_, era)) = &hint {
+        eras.retain(|e| e != era);
+        eras.insert(0, *era);
+    }
     let mut tried = 0usize;
     let mut first_buildable: Option<(Candidate, Era, Dag)> = None;
     let hypotheses = shape_hypotheses(key);
     for shapes in &hypotheses {
         let (out, ins) = shapes.split_last().expect("at least two shapes");
-        let cands = candidates(ins, out);
+        let mut cands = candidates(ins, out);
+        if let Some((class, _)) = &hint {
+            // Stable: the hinted class first, the rest in their likelihood order.
+            cands.sort_by_key(|c| c.spec.op_class() != *class);
+        }
         // era-major: a whole pass over the candidates per era, most plausible era first
         for &era in &eras {
             for c in &cands {
@@ -156,6 +173,7 @@ fn recognize_relay(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
                 }
                 tried += 1;
                 if dag_hash(&dag) == key.head {
+                    hints().lock().expect("recognize hints").insert(key.head.clone(), (c.spec.op_class(), era));
                     let signature = signature::spec_signature(&c.spec, &c.canonical, out);
                     return Ok(Recognized {
                         dag,
