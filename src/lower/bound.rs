@@ -86,6 +86,8 @@ pub(crate) struct Bounds {
     pub stages: Vec<Option<StageLoops>>,
     /// Every loop variable: inclusive range.
     pub ranges: HashMap<String, (i128, i128)>,
+    /// Loop variables whose extent is not a constant (reduction windows).
+    pub dynamic: HashSet<String>,
 }
 
 /// Interval of an `I64` index expression over variable ranges; None when unbounded
@@ -246,7 +248,7 @@ fn enclosing_loops(sch: &TSchedule, c: usize) -> Result<Vec<(usize, usize)>, Low
 
 pub(crate) fn infer(sch: &TSchedule, names: &mut Naming) -> Result<Bounds, LowerError> {
     let n = sch.stages.len();
-    let mut b = Bounds { stages: vec![None; n], ranges: HashMap::new() };
+    let mut b = Bounds { stages: vec![None; n], ranges: HashMap::new(), dynamic: HashSet::new() };
     for s in (0..n).rev() {
         let st = &sch.stages[s];
         if st.op.is_placeholder() || st.loc == Loc::Inline {
@@ -255,8 +257,11 @@ pub(crate) fn infer(sch: &TSchedule, names: &mut Naming) -> Result<Bounds, Lower
         let loops = stage_loops(sch, s, &b, names)?;
         for (p, v) in loops.loop_var.iter().enumerate() {
             if let Some(v) = v {
-                let e = loops.ext[st.leaves[p]].as_ref().map_or(1, |e| e.max);
-                b.ranges.insert(v.clone(), (0, e as i128 - 1));
+                let e = loops.ext[st.leaves[p]].as_ref();
+                b.ranges.insert(v.clone(), (0, e.map_or(1, |e| e.max) as i128 - 1));
+                if e.is_some_and(|e| e.as_const().is_none()) {
+                    b.dynamic.insert(v.clone());
+                }
             }
         }
         b.stages[s] = Some(loops);
@@ -357,8 +362,11 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
         let vars: HashMap<String, Expr> = st.op.axes().iter().map(|a| a.name.clone()).zip(global.iter().cloned()).collect();
         let load = placeholder_load(sch, names);
         let e = Converter { vars: &vars, load: &load }.expr(&axis.extent)?;
-        if uses_var_where(&e, &|x| x.starts_with('\u{1}')) {
-            return Err(LowerError::Unsupported(format!("{}: a reduce extent that reads a computed stage", st.op.name)));
+        if e.has_load() {
+            return Err(LowerError::Unsupported(format!(
+                "{}: the extent of reduce axis {} depends on input data (sparse workloads); its trip count and indices cannot be bounded",
+                st.op.name, axis.name
+            )));
         }
         let hi = interval(&e, &ranges).map(|iv| iv.1).ok_or_else(unbounded)?;
         let max = checked_ext(hi.max(1), "reduce window extent")?;

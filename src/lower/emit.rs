@@ -17,7 +17,7 @@ use super::te::{Loc, Rel, TSchedule, TStage};
 use super::{LowerError, WeightLayout};
 use crate::ansor::Annotation;
 use crate::ir::{Combiner, Dag, TensorId};
-use crate::loopnest::{simplify_expr, Attr, BinOp, Buffer, BufferRole, Expr, ForKind, Kernel, Stmt};
+use crate::loopnest::{simplify_expr, Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt};
 use std::collections::HashMap;
 
 pub(crate) struct Emitter<'a> {
@@ -86,7 +86,33 @@ impl<'a> Emitter<'a> {
                     .collect()
             }
         };
-        Ok(Expr::load(&buf, if idx.is_empty() { vec![Expr::int(0)] } else { idx }))
+        let idx = if idx.is_empty() { vec![Expr::int(0)] } else { idx };
+        // An index that depends on data or on a loop of non-constant extent (adaptive pooling
+        // windows) cannot be proven in bounds statically: guard the load itself (a no-op for
+        // every in-bounds access, so for every input the DAG is defined on).
+        let dynamic = |e: &Expr| e.has_load() || convert::uses_var_where(e, &|v| self.b.dynamic.contains(v));
+        if idx.iter().any(dynamic) {
+            let (shape, dtype) = self.shape_of(t.0)?;
+            let conds: Vec<Expr> = idx
+                .iter()
+                .zip(&shape)
+                .flat_map(|(i, &e)| [Expr::cmp(CmpOp::Ge, i.clone(), Expr::int(0)), Expr::lt(i.clone(), Expr::int(e))])
+                .collect();
+            let cond = conds.into_iter().reduce(|a, b| Expr::And(Box::new(a), Box::new(b))).unwrap_or(Expr::Int(1, DType::Bool));
+            let zero = if dtype.is_float() { Expr::Float(0.0, dtype) } else { Expr::Int(0, dtype) };
+            return Ok(Expr::select(cond, Expr::load(&buf, idx), zero));
+        }
+        Ok(Expr::load(&buf, idx))
+    }
+
+    /// Shape and element type of stage `s`'s buffer.
+    fn shape_of(&self, s: usize) -> Result<(Vec<i64>, DType), LowerError> {
+        let buf = self.buffer(s)?;
+        if let Some(p) = self.names.params.iter().find(|p| p.name == buf) {
+            return Ok((p.shape.clone(), p.dtype));
+        }
+        let b = self.temp_buffer(s)?;
+        Ok((b.shape, b.dtype))
     }
 
     /// The whole kernel body: root stages in order, temporaries allocated around the rest.
@@ -163,7 +189,7 @@ impl<'a> Emitter<'a> {
                 let begin = st.leaves.iter().position(|&v| us[v] & 2 != 0).unwrap_or(n);
                 let mut cur = Expr::load(&buf, idx.clone());
                 if bt.is_int() {
-                    cur = Expr::cast(crate::loopnest::DType::I64, cur);
+                    cur = Expr::cast(DType::I64, cur);
                 }
                 let src = conv.expr(source)?;
                 let value = match combiner {
