@@ -111,26 +111,25 @@ impl<'a> Fuser<'a> {
         i
     }
 
-    fn check_path_rec(&mut self, u: OpId, sink: OpId, fcond: &dyn Fn(Pattern, bool) -> bool) -> bool {
-        if self.visited[u] {
-            return true;
-        }
-        self.visited[u] = true;
-        let root = self.find(u);
-        if !fcond(self.gpattern[root], u == sink) {
-            return false;
-        }
-        if u == sink {
-            return true;
-        }
-        let next: Vec<OpId> = self.edges[u].iter().map(|e| e.0).collect();
-        next.into_iter().all(|c| self.check_path_rec(c, sink, fcond))
-    }
-
+    /// Every op on the paths from `src`'s consumers to `sink` (inclusive) satisfies `fcond`
+    /// on its group's pattern. Iterative: graphs can be deep.
     fn check_path(&mut self, src: OpId, sink: OpId, fcond: &dyn Fn(Pattern, bool) -> bool) -> bool {
         self.visited.iter_mut().for_each(|v| *v = false);
-        let next: Vec<OpId> = self.edges[src].iter().map(|e| e.0).collect();
-        next.into_iter().all(|c| self.check_path_rec(c, sink, fcond))
+        let mut stack: Vec<OpId> = self.edges[src].iter().map(|e| e.0).collect();
+        while let Some(u) = stack.pop() {
+            if self.visited[u] {
+                continue;
+            }
+            self.visited[u] = true;
+            let root = self.find(u);
+            if !fcond(self.gpattern[root], u == sink) {
+                return false;
+            }
+            if u != sink {
+                stack.extend(self.edges[u].iter().map(|e| e.0));
+            }
+        }
+        true
     }
 
     fn merge(&mut self, child: usize, parent: usize) {
@@ -146,22 +145,19 @@ impl<'a> Fuser<'a> {
         }
     }
 
-    fn commit_rec(&mut self, u: OpId, sink: OpId, target: usize) {
-        if u == sink || self.visited[u] {
-            return;
-        }
-        self.visited[u] = true;
-        self.merge(u, target);
-        let next: Vec<OpId> = self.edges[u].iter().map(|e| e.0).collect();
-        for c in next {
-            self.commit_rec(c, sink, target);
-        }
-    }
-
+    /// Merges every op on the paths from `src` to `sink` (exclusive) into `sink`'s group.
     fn commit(&mut self, src: OpId, sink: OpId) {
         self.visited.iter_mut().for_each(|v| *v = false);
         let target = self.find(sink);
-        self.commit_rec(src, sink, target);
+        let mut stack = vec![src];
+        while let Some(u) = stack.pop() {
+            if u == sink || self.visited[u] {
+                continue;
+            }
+            self.visited[u] = true;
+            self.merge(u, target);
+            stack.extend(self.edges[u].iter().map(|e| e.0));
+        }
     }
 
     fn is_concat(&self, i: OpId) -> bool {

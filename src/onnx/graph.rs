@@ -96,6 +96,12 @@ impl TensorInfo {
     }
 }
 
+/// Whether a shape is usable: no negative dim, and the product of its non-zero dims fits
+/// in an i64 (so any sub-product computed later cannot overflow either).
+pub fn dims_ok(shape: &[i64]) -> bool {
+    shape.iter().try_fold(1i64, |acc, &d| if d < 0 { None } else { acc.checked_mul(d.max(1)) }).is_some()
+}
+
 /// Product of dims, None on overflow or a negative dim.
 pub fn numel(shape: &[i64]) -> Option<i64> {
     shape.iter().try_fold(1i64, |acc, &d| if d < 0 { None } else { acc.checked_mul(d) })

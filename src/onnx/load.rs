@@ -9,7 +9,7 @@
 //! * Decoding never panics: prost rejects malformed bytes, and every number taken from the
 //!   file is checked before it is used in arithmetic.
 use super::error::{OnnxError, Result};
-use super::graph::{dtype, numel, Attr, Data, Graph, Node, TensorInfo, MAX_KEPT_ELEMENTS};
+use super::graph::{dims_ok, dtype, numel, Attr, Data, Graph, Node, TensorInfo, MAX_KEPT_ELEMENTS};
 use super::proto;
 use super::shape;
 use prost::Message;
@@ -135,7 +135,9 @@ pub fn from_model(model: &proto::ModelProto, overrides: &[InputShape]) -> Result
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
-        numel(&info).ok_or_else(|| OnnxError::Override(format!("`{}`: shape {info:?} is too large", v.name)))?;
+        if !dims_ok(&info) {
+            return Err(OnnxError::Override(format!("`{}`: shape {info:?} is too large", v.name)));
+        }
         g.tensors.insert(v.name.clone(), TensorInfo::new(info, elem));
         g.inputs.push(v.name.clone());
     }
@@ -269,6 +271,9 @@ fn subgraph_ops(a: &proto::AttributeProto) -> Vec<String> {
 pub fn tensor_info(t: &proto::TensorProto) -> std::result::Result<TensorInfo, String> {
     if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
         return Err(format!("negative dim {d}"));
+    }
+    if !dims_ok(&t.dims) {
+        return Err(format!("dims {:?} overflow", t.dims));
     }
     let n = numel(&t.dims).ok_or_else(|| format!("dims {:?} overflow", t.dims))?;
     let external = t.data_location == proto::tensor_proto::DataLocation::External as i32;

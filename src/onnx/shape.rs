@@ -5,7 +5,7 @@
 //! All arithmetic on numbers read from the file is checked: a hostile file gets an error,
 //! never a panic or a huge allocation.
 use super::error::{OnnxError, Result};
-use super::graph::{dtype, numel, Attr, Data, Graph, Node, TensorInfo, MAX_KEPT_ELEMENTS};
+use super::graph::{dims_ok, dtype, numel, Attr, Data, Graph, Node, TensorInfo, MAX_KEPT_ELEMENTS};
 
 /// Infers every node's output types in order (ONNX requires topological order).
 pub fn infer(g: &mut Graph) -> Result<()> {
@@ -34,6 +34,9 @@ pub fn infer(g: &mut Graph) -> Result<()> {
                 op: node.op_type.clone(),
                 msg: format!("output {i} (`{name}`) is not produced by this op"),
             })?;
+            if !dims_ok(&t.shape) {
+                return Err(OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg: format!("output shape {:?} is negative or overflows", t.shape) });
+            }
             g.tensors.insert(name.clone(), t);
         }
     }
@@ -125,8 +128,8 @@ impl<'a> Ctx<'a> {
 
     fn out(&self, shape: Vec<i64>, dtype: i32, data: Option<Data>) -> Result<TensorInfo> {
         let n = match numel(&shape) {
-            Some(n) => n,
-            None => return self.err(format!("output shape {shape:?} overflows")),
+            Some(n) if dims_ok(&shape) => n,
+            _ => return self.err(format!("output shape {shape:?} is negative or overflows")),
         };
         let data = data.filter(|d| d.len() as i64 == n && n <= MAX_KEPT_ELEMENTS);
         Ok(TensorInfo { shape, dtype, data, constant: self.all_constant() })
@@ -762,7 +765,9 @@ fn slice(ctx: &Ctx) -> Result<TensorInfo> {
             v.clamp(lo, hi)
         };
         let (s, e) = if step > 0 { (norm(starts[j], 0, d), norm(ends[j], 0, d)) } else { (norm(starts[j], -1, d - 1), norm(ends[j], -1, d - 1)) };
-        let len = if step > 0 { if e > s { (e - s + step - 1) / step } else { 0 } } else if s > e { (s - e + (-step) - 1) / (-step) } else { 0 };
+        let (s128, e128, st) = (s as i128, e as i128, step as i128);
+        let len = if st > 0 { if e128 > s128 { (e128 - s128 + st - 1) / st } else { 0 } } else if s128 > e128 { (s128 - e128 - st - 1) / (-st) } else { 0 };
+        let len = len as i64;
         shape[a] = len;
         ranges.push((s, step, len));
     }
@@ -870,9 +875,10 @@ fn window(node: &Node, spatial: &[i64], kernel: Vec<i64>, ceil_mode: bool) -> Re
         "VALID" => vec![(0, 0); n],
         "SAME_UPPER" | "SAME_LOWER" => (0..n)
             .map(|i| {
-                let out = (spatial[i] + strides[i] - 1) / strides[i];
-                let dk = (kernel[i] - 1) * dilations[i] + 1;
-                let total = ((out - 1) * strides[i] + dk - spatial[i]).max(0);
+                let (x, st) = (spatial[i] as i128, strides[i] as i128);
+                let out = (x + st - 1) / st;
+                let dk = ((kernel[i] - 1) * dilations[i] + 1) as i128;
+                let total = ((out - 1) * st + dk - x).clamp(0, 1 << 40) as i64;
                 let small = total / 2;
                 if auto_pad == "SAME_UPPER" {
                     (small, total - small)
@@ -922,18 +928,19 @@ pub fn pool_params(node: &Node, x: &[i64]) -> Result<PoolParams> {
 fn spatial_out(ctx: &Ctx, spatial: &[i64], w: &Window, ceil_mode: bool) -> Result<Vec<i64>> {
     let mut out = Vec::with_capacity(spatial.len());
     for i in 0..spatial.len() {
-        let dk = (w.kernel[i] - 1) * w.dilations[i] + 1;
-        let padded = spatial[i] + w.pads[i].0 + w.pads[i].1;
+        // i128: dims, pads and strides come from the file
+        let dk = ((w.kernel[i] - 1) * w.dilations[i] + 1) as i128;
+        let padded = spatial[i] as i128 + w.pads[i].0 as i128 + w.pads[i].1 as i128;
         if padded < dk {
             return ctx.err(format!("window {dk} larger than the padded input {padded} on spatial dim {i}"));
         }
-        let s = w.strides[i];
+        let s = w.strides[i] as i128;
         let mut o = if ceil_mode { (padded - dk + s - 1) / s + 1 } else { (padded - dk) / s + 1 };
         // a last window starting inside the end padding is dropped (PyTorch / ONNX >= 1.16)
-        if ceil_mode && (o - 1) * s >= spatial[i] + w.pads[i].0 {
+        if ceil_mode && (o - 1) * s >= spatial[i] as i128 + w.pads[i].0 as i128 {
             o -= 1;
         }
-        out.push(o);
+        out.push(i64::try_from(o).or_else(|_| ctx.err("output size overflows"))?);
     }
     Ok(out)
 }

@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(fallback_blocking(96, 24, 4), (4, 4));
         assert_eq!(fallback_blocking(3, 64, 8), (3, 8));
         assert_eq!(fallback_blocking(192, 64, 16), (16, 16));
-        assert_eq!(fallback_blocking(6, 10, 8), (5, 5));
+        assert_eq!(fallback_blocking(6, 10, 8), (3, 5));
         assert_eq!(fallback_blocking(7, 7, 4), (1, 1));
         assert_eq!(lanes_for_mcpu(None), 4);
         assert_eq!(lanes_for_mcpu(Some("core-avx2")), 8);
