@@ -23,8 +23,8 @@ impl KernelCache {
             format!("{cpu};{features}")
         });
         format!(
-            "{key}|{target}|abort={}|reassoc={}|{}|vec={}",
-            opts.abort_checks, opts.reassociate, opts.pipeline, opts.llvm_vectorizers
+            "{key}|{target}|abort={}|reassoc={}|{}|vec={}|lanes={}",
+            opts.abort_checks, opts.reassociate, opts.pipeline, opts.llvm_vectorizers, opts.max_vector_lanes
         )
     }
 

@@ -76,6 +76,9 @@ pub struct CodegenOptions {
     pub pipeline: String,
     /// Also run LLVM's loop and SLP vectorizers (on top of ttdb's explicit vectorization).
     pub llvm_vectorizers: bool,
+    /// Lanes per emitted vector body; longer vectorized loops are chunked. 0 = two native
+    /// fp32 vectors (16 with AVX2, 32 with AVX-512).
+    pub max_vector_lanes: i64,
 }
 
 impl Default for CodegenOptions {
@@ -87,6 +90,7 @@ impl Default for CodegenOptions {
             keep_ir: false,
             pipeline: std::env::var("TTDB_LLVM_PIPELINE").unwrap_or_else(|_| "default<O3>".into()),
             llvm_vectorizers: std::env::var("TTDB_LLVM_VECTORIZERS").map_or(true, |v| v != "0"),
+            max_vector_lanes: 0,
         }
     }
 }
@@ -276,6 +280,11 @@ fn compile_prepared(
         fn_count: 0,
         fn_attrs,
         abort_checks: opts.abort_checks,
+        max_chunk: if opts.max_vector_lanes > 0 {
+            opts.max_vector_lanes
+        } else {
+            2 * prefer_vector_width(&tm.features).parse::<i64>().unwrap_or(128) / 32
+        },
         vector_loops: 0,
         scalarized_loops: 0,
     };

@@ -414,3 +414,46 @@ fn compiled_code_is_freed_on_drop() {
     let mut b = inputs(&keep.kernel, 1);
     keep.run(&mut b, &RunOptions::default()).unwrap();
 }
+
+#[test]
+fn long_vector_loops_are_chunked() {
+    // extent 100 = 6 chunks of 16 lanes + 4 scalar iterations; stride-2 gather and broadcast.
+    let k = Kernel::new(
+        "chunked",
+        vec![f32b("A", &[200], BufferRole::Input), f32b("B", &[1], BufferRole::Input), f32b("O", &[100], BufferRole::Output)],
+        Stmt::loop_(
+            "j",
+            100,
+            ForKind::Vectorized,
+            Stmt::store(
+                "O",
+                vec![v("j")],
+                Expr::add(Expr::load("A", vec![Expr::mul(v("j"), i(2))]), Expr::load("B", vec![i(0)])),
+            ),
+        ),
+    );
+    let c = check(&k, 1);
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+}
+
+/// Regression: LLVM 19's loop vectorizer turned `B[floormod(3j, 16)]` (i.e. `(3j) & 15`) into a
+/// stride-3 interleaved load without the mask. Interleaved accesses are disabled at init.
+#[test]
+fn floormod_index_in_llvm_vectorized_loop() {
+    let k = Kernel::new(
+        "fm",
+        vec![f32b("B", &[16], BufferRole::Input), f32b("O", &[16, 16], BufferRole::Output)],
+        Stmt::loop_(
+            "i",
+            16,
+            ForKind::Serial,
+            Stmt::loop_(
+                "j",
+                16,
+                ForKind::Serial,
+                Stmt::store("O", vec![v("i"), v("j")], Expr::load("B", vec![Expr::floormod(Expr::mul(v("j"), i(3)), i(16))])),
+            ),
+        ),
+    );
+    check(&k, 1);
+}

@@ -51,6 +51,8 @@ pub(crate) struct Tr<'c, 'a> {
     pub fn_count: usize,
     pub fn_attrs: Vec<(String, String)>,
     pub abort_checks: bool,
+    /// Maximum lanes of one vector body (see `vector::MAX_CHUNK`).
+    pub max_chunk: i64,
     /// Statistics for tests / reports.
     pub vector_loops: usize,
     pub scalarized_loops: usize,

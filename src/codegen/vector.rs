@@ -19,7 +19,10 @@ use super::translate::{Tr, VecCtx};
 use crate::loopnest::affine::linearize;
 use crate::loopnest::ir::*;
 
-pub(crate) const MAX_LANES: i64 = 64;
+/// Widest vector body emitted at once; longer vectorized loops run as a loop over chunks of
+/// `max_chunk` lanes (2 native fp32 vectors) plus a scalar remainder, which keeps LLVM's type
+/// legalization (and compile time) small.
+pub(crate) const MAX_CHUNK: i64 = 64;
 
 /// A value in a vector body: uniform across lanes (scalar) or per-lane.
 #[derive(Clone, Copy)]
@@ -29,11 +32,17 @@ pub(crate) enum VV<'c> {
 }
 
 impl<'c> Tr<'c, '_> {
+    /// Lanes per vector body for a loop of constant extent `e`.
+    pub(crate) fn chunk_lanes(&self, e: i64) -> i64 {
+        e.min(self.max_chunk.clamp(2, MAX_CHUNK))
+    }
+
     pub(crate) fn vectorizable(&self, var: &str, extent: &Expr, body: &Stmt) -> bool {
-        let Some(l) = extent.as_int() else { return false };
-        if !(2..=MAX_LANES).contains(&l) {
+        let Some(e) = extent.as_int() else { return false };
+        if e < 2 {
             return false;
         }
+        let l = self.chunk_lanes(e);
         let mut stores: Vec<(String, Expr)> = Vec::new();
         if !self.collect_stores(body, var, &mut stores) {
             return false;
@@ -96,8 +105,30 @@ impl<'c> Tr<'c, '_> {
     }
 
     pub(crate) fn vector_loop(&mut self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> Result<(), String> {
-        let lanes = extent.as_int().expect("checked constant") as u32;
+        let e = extent.as_int().expect("checked constant");
+        let lanes = self.chunk_lanes(e);
+        let (chunks, rem) = (e / lanes, e % lanes);
         let lo = self.expr(min)?;
+        let i64t = self.cx.i64();
+        if chunks == 1 && rem == 0 {
+            return self.vector_body(var, lo, lanes as u32, body);
+        }
+        // for c in 0..chunks: vector body at lo + c·lanes; then the scalar remainder.
+        let chunk_var = format!("{var}.chunk");
+        self.counted_loop(&chunk_var, i64t.const_int(0), i64t.const_int(chunks), false, |t| {
+            let c = t.var(&chunk_var);
+            let base = t.b.add(lo, t.b.mul(c, i64t.const_int(lanes)));
+            t.vector_body(var, base, lanes as u32, body)
+        })?;
+        if rem > 0 {
+            let start = self.b.add(lo, i64t.const_int(chunks * lanes));
+            let end = self.b.add(lo, i64t.const_int(e));
+            self.counted_loop(var, start, end, false, |t| t.stmt(body))?;
+        }
+        Ok(())
+    }
+
+    fn vector_body(&mut self, var: &str, lo: Value<'c>, lanes: u32, body: &Stmt) -> Result<(), String> {
         let i64t = self.cx.i64();
         let steps: Vec<Value<'c>> = (0..lanes).map(|l| i64t.const_int(l as i64)).collect();
         let iota = self.b.add(self.splat(lo, lanes), Value::const_vector(&steps));
