@@ -192,17 +192,20 @@ pub fn fixture_models() -> Vec<(&'static str, Vec<u8>)> {
     out.push(("tiny_resnet.onnx", b.encode()));
 
     // A mobilenet_v2 inverted residual: expand 1x1 + relu6, depthwise 3x3 + relu6, project
-    // 1x1, residual add with x FIRST (`x + conv(x)`), clip bounds as Constant nodes.
+    // 1x1, residual add with x FIRST (`x + conv(x)`), clip bounds as Constant nodes; x comes
+    // from a conv stem so that it is already NCHW4c like in the real model.
     let mut b = ModelBuilder::new("tiny_mobilenet", 14);
-    b.input("input", &[1, 16, 14, 14]);
+    b.input("input", &[1, 3, 14, 14]);
     b.node("Constant", "/Constant", &[], &["zero"], vec![attr_tensor("value", float_scalar(0.0))]);
     b.node("Constant", "/Constant_1", &[], &["six"], vec![attr_tensor("value", float_scalar(6.0))]);
-    let e = conv_bn(&mut b, "conv.0", "input", 16, 96, 1, 1, 1);
+    let stem = conv_bn(&mut b, "stem", "input", 3, 16, 3, 1, 1);
+    b.node("Clip", "/stem/Clip", &[&stem, "zero", "six"], &["x"], vec![]);
+    let e = conv_bn(&mut b, "conv.0", "x", 16, 96, 1, 1, 1);
     b.node("Clip", "/conv.0/Clip", &[&e, "zero", "six"], &["e6"], vec![]);
     let d = conv_bn(&mut b, "conv.1", "e6", 96, 96, 3, 1, 96);
     b.node("Clip", "/conv.1/Clip", &[&d, "zero", "six"], &["d6"], vec![]);
     let p = conv_bn(&mut b, "conv.2", "d6", 96, 16, 1, 1, 1);
-    b.node("Add", "/Add", &["input", &p], &["out"], vec![]);
+    b.node("Add", "/Add", &["x", &p], &["out"], vec![]);
     b.output("out");
     out.push(("tiny_mobilenet.onnx", b.encode()));
 
