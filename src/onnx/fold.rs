@@ -69,7 +69,7 @@ pub fn remove_identities(g: &mut Graph) -> usize {
                 }
             }
         }
-        let is_output = g.outputs.iter().any(|o| *o == dst);
+        let is_output = g.outputs.contains(&dst);
         if is_output {
             // keep the graph output's name: alias the tensor instead
             if let Some(t) = g.tensors.get(&src).cloned() {
@@ -83,7 +83,7 @@ pub fn remove_identities(g: &mut Graph) -> usize {
         } else {
             g.tensors.remove(&dst);
         }
-        if let Some(p) = g.nodes.iter_mut().find(|m| m.outputs.iter().any(|o| *o == src)) {
+        if let Some(p) = g.nodes.iter_mut().find(|m| m.outputs.contains(&src)) {
             p.folded.push(n.name.clone());
         }
         removed += 1;

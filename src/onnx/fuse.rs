@@ -208,10 +208,8 @@ impl<'a> Fuser<'a> {
                         self.commit(i, parent);
                     }
                 }
-            } else if gp == Pattern::Injective {
-                if phase == 1 && self.check_path(i, parent, &|k, _| k <= Pattern::Injective) {
-                    self.commit(i, parent);
-                }
+            } else if gp == Pattern::Injective && phase == 1 && self.check_path(i, parent, &|k, _| k <= Pattern::Injective) {
+                self.commit(i, parent);
             }
         }
     }

@@ -130,8 +130,7 @@ impl<'a> Pass<'a> {
         let shape = self.out.values[v].shape.clone();
         let name = format!("{}::{}", self.out.values[v].name, want.name(4));
         let c = if self.out.values[v].constant {
-            let c = self.out.add_value(name, shape.clone(), true);
-            c
+            self.out.add_value(name, shape.clone(), true)
         } else {
             self.out.add_op(OpKind::LayoutTransform { src: have, dst: want }, vec![v], name, shape.clone(), nodes.to_vec())
         };

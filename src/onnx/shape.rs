@@ -210,7 +210,7 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         "Cast" => {
             let x = ctx.input(0)?;
             let to = node.int("to").unwrap_or(dtype::FLOAT as i64) as i32;
-            let data = x.data.as_ref().map(|d| if dtype::is_integer(to) { d.as_ints().map(Data::Ints) } else { Some(Data::Floats(d.as_floats())) }).flatten();
+            let data = x.data.as_ref().and_then(|d| if dtype::is_integer(to) { d.as_ints().map(Data::Ints) } else { Some(Data::Floats(d.as_floats())) });
             one(ctx.out(x.shape.clone(), to, data))
         }
         "BatchNormalization" => {
@@ -258,7 +258,7 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
                 return ctx.err(format!("input rank {} < 3", x.shape.len()));
             }
             let mut shape = x.shape[..2].to_vec();
-            shape.extend(std::iter::repeat(1).take(x.shape.len() - 2));
+            shape.extend(std::iter::repeat_n(1, x.shape.len() - 2));
             one(ctx.out(shape, x.dtype, None))
         }
         "Gemm" => {
@@ -927,6 +927,7 @@ pub fn pool_params(node: &Node, x: &[i64]) -> Result<PoolParams> {
 
 fn spatial_out(ctx: &Ctx, spatial: &[i64], w: &Window, ceil_mode: bool) -> Result<Vec<i64>> {
     let mut out = Vec::with_capacity(spatial.len());
+    #[allow(clippy::needless_range_loop)]
     for i in 0..spatial.len() {
         // i128: dims, pads and strides come from the file
         let dk = ((w.kernel[i] - 1) * w.dilations[i] + 1) as i128;
@@ -1024,7 +1025,7 @@ mod tests {
     #[test]
     fn shape_gather_unsqueeze_concat_reshape_chain() {
         let x = t(&[1, 256, 6, 6]);
-        let s = infer_node(&node("Shape", vec![]), &[x.clone()], 9).unwrap().remove(0);
+        let s = infer_node(&node("Shape", vec![]), std::slice::from_ref(&x), 9).unwrap().remove(0);
         assert_eq!(s.data, Some(Data::Ints(vec![1, 256, 6, 6])));
         let g = infer_node(&node("Gather", vec![]), &[Some(s), Some(TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![0]))))], 9)
             .unwrap()
@@ -1045,7 +1046,7 @@ mod tests {
     #[test]
     fn transpose_and_slice_fold_small_constants() {
         let m = Some(TensorInfo::constant(vec![3, 2], dtype::INT64, Some(Data::Ints(vec![1, 2, 3, 4, 5, 6]))));
-        let t = infer_node(&node("Transpose", vec![("perm", Attr::Ints(vec![1, 0]))]), &[m.clone()], 14).unwrap().remove(0);
+        let t = infer_node(&node("Transpose", vec![("perm", Attr::Ints(vec![1, 0]))]), std::slice::from_ref(&m), 14).unwrap().remove(0);
         assert_eq!((t.shape, t.data), (vec![2, 3], Some(Data::Ints(vec![1, 3, 5, 2, 4, 6]))));
         // reverse the rows: starts -1, ends -INT_MAX, axes 0, steps -1 (silero_vad's pad chain)
         let s = infer_node(&node("Slice", vec![]), &[m, c(&[-1]), c(&[i64::MIN + 1]), c(&[0]), c(&[-1])], 14).unwrap().remove(0);

@@ -150,6 +150,7 @@ impl ModelBuilder {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn conv_bn(b: &mut ModelBuilder, name: &str, x: &str, cin: i64, cout: i64, k: i64, stride: i64, group: i64) -> String {
     let pad = k / 2;
     b.weight(&format!("{name}.weight"), &[cout, cin / group, k, k]);
