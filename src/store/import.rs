@@ -176,7 +176,8 @@ pub fn import_file(store: &mut Store, path: &Path, progress: &(dyn Fn(u64) + Syn
     import_bytes(store, path, &buf, "ansor_log", progress)
 }
 
-/// Imports the bytes of a log (`kind` names the source kind in provenance).
+/// Imports the bytes of a log (`kind` names the source kind in provenance) in one
+/// transaction.
 pub fn import_bytes(
     store: &mut Store,
     path: &Path,
@@ -184,9 +185,23 @@ pub fn import_bytes(
     kind: &str,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<FileReport> {
+    let tx = store.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let report = import_in(&tx, path, buf, kind, progress)?;
+    tx.commit()?;
+    Ok(report)
+}
+
+/// Imports the bytes of a log inside the caller's transaction (so that a caller can add
+/// rows that refer to the new records and commit both at once).
+pub fn import_in(
+    tx: &Transaction,
+    path: &Path,
+    buf: &[u8],
+    kind: &str,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<FileReport> {
     let sha256 = hex(&Sha256::digest(buf));
     let mut report = FileReport { path: path.to_path_buf(), sha256: sha256.clone(), ..Default::default() };
-    let tx = store.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let existing: Option<i64> =
         tx.query_row("SELECT id FROM sources WHERE sha256 = ?1", [&sha256], |r| r.get(0)).optional()?;
     report.already_imported = existing.is_some();
@@ -237,8 +252,8 @@ pub fn import_bytes(
                     Parsed::Record(r) => {
                         report.records += 1;
                         report.failed_measurements += (r.error_no != 0) as usize;
-                        let t = ids.target(&tx, &r)?;
-                        let w = ids.workload(&tx, &r, &mut report.new_workloads)?;
+                        let t = ids.target(tx, &r)?;
+                        let w = ids.workload(tx, &r, &mut report.new_workloads)?;
                         touched.insert(w);
                         let n = insert.execute(params![
                             w,
@@ -269,7 +284,6 @@ pub fn import_bytes(
             params![report.lines as i64, report.records as i64, report.inserted as i64, report.rejected.len() as i64, source_id],
         )?;
     }
-    tx.commit()?;
     report.workload_ids = touched.into_iter().collect();
     Ok(report)
 }

@@ -8,13 +8,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub mod import;
+pub mod measurement;
 pub mod query;
 pub mod target;
 
 pub use import::{import_file, FileReport, Rejected};
 
 /// Schema migrations, in order; migration `i` brings `user_version` from `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("../../schema/001_init.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../../schema/001_init.sql"), include_str!("../../schema/002_measurements.sql")];
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
