@@ -23,8 +23,14 @@ impl KernelCache {
             format!("{cpu};{features}")
         });
         format!(
-            "{key}|{target}|abort={}|reassoc={}|{}|vec={}|lanes={}",
-            opts.abort_checks, opts.reassociate, opts.pipeline, opts.llvm_vectorizers, opts.max_vector_lanes
+            "{key}|{target}|abort={}|reassoc={}|{}|vec={}|lanes={}|be3={}|unroll={}",
+            opts.abort_checks,
+            opts.reassociate,
+            opts.pipeline,
+            opts.llvm_vectorizers,
+            opts.max_vector_lanes,
+            opts.aggressive_backend,
+            opts.llvm_unroll
         )
     }
 

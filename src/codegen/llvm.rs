@@ -317,14 +317,14 @@ impl<'c> Module<'c> {
         take_message(unsafe { LLVMPrintModuleToString(self.raw) })
     }
     /// Run a new-pass-manager pipeline, e.g. "default<O3>".
-    pub fn run_passes(&self, pipeline: &str, tm: &TargetMachine, vectorizers: bool) -> Result<(), String> {
+    pub fn run_passes(&self, pipeline: &str, tm: &TargetMachine, vectorizers: bool, unroll: bool) -> Result<(), String> {
         let p = cstring(pipeline);
         // SAFETY: options created and disposed here; module and TM are live.
         unsafe {
             let opts = LLVMCreatePassBuilderOptions();
             LLVMPassBuilderOptionsSetLoopVectorization(opts, vectorizers as i32);
             LLVMPassBuilderOptionsSetSLPVectorization(opts, vectorizers as i32);
-            LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
+            LLVMPassBuilderOptionsSetLoopUnrolling(opts, unroll as i32);
             let err = LLVMRunPasses(self.raw, p.as_ptr(), tm.raw, opts);
             LLVMDisposePassBuilderOptions(opts);
             if err.is_null() {
@@ -382,8 +382,13 @@ pub struct TargetMachine {
 unsafe impl Send for TargetMachine {}
 
 impl TargetMachine {
-    /// Host target machine (`LLVMGetHostCPUName`/`Features`, O3, PIC, JIT code model).
+    /// Host target machine (`LLVMGetHostCPUName`/`Features`, O3 back end, PIC, JIT code model).
     pub fn host() -> Result<TargetMachine, String> {
+        TargetMachine::host_with(true)
+    }
+
+    /// Host target machine; `aggressive` selects the O3 (else O2) back-end optimisation level.
+    pub fn host_with(aggressive: bool) -> Result<TargetMachine, String> {
         init_native();
         let (cpu, features) = host_cpu();
         // SAFETY: strings live across the calls; error message disposed by take_message.
@@ -402,7 +407,11 @@ impl TargetMachine {
                 triple,
                 c.as_ptr(),
                 f.as_ptr(),
-                LLVMCodeGenOptLevel::LLVMCodeGenLevelAggressive,
+                if aggressive {
+                    LLVMCodeGenOptLevel::LLVMCodeGenLevelAggressive
+                } else {
+                    LLVMCodeGenOptLevel::LLVMCodeGenLevelDefault
+                },
                 LLVMRelocMode::LLVMRelocPIC,
                 LLVMCodeModel::LLVMCodeModelJITDefault,
             );
