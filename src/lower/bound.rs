@@ -370,7 +370,17 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
         }
         let hi = interval(&e, &ranges).map(|iv| iv.1).ok_or_else(unbounded)?;
         let max = checked_ext(hi.max(1), "reduce window extent")?;
-        ext[v] = Some(Ext { e: simplify_expr(&e), max });
+        let e = simplify_expr(&e);
+        // TE would emit the loop with an extent that reads a variable of a loop inside it
+        let pos = pos_of[&v];
+        let inner: HashSet<&str> = loop_var[pos..].iter().flatten().map(String::as_str).collect();
+        if uses_var_where(&e, &|x| inner.contains(x)) {
+            return Err(LowerError::InvalidSchedule(format!(
+                "{}: the extent of reduce loop {} depends on an axis whose loop is inside it",
+                st.op.name, axis.name
+            )));
+        }
+        ext[v] = Some(Ext { e, max });
         ranges.insert(loop_var[pos_of[&v]].clone().unwrap_or_default(), (0, max as i128 - 1));
     }
     // PassUpBoundCheck

@@ -295,7 +295,10 @@ impl TSchedule {
     fn rfactor(&mut self, s: usize, iter: u32, factor_pos: usize) -> Result<(), LowerError> {
         let st = self.stages.get(s).ok_or_else(|| LowerError::Mismatch(format!("RF of stage {s}")))?;
         let (rf, repl) = rfactor_ops(st, iter, factor_pos, s)?;
-        let loc = st.loc;
+        let loc = match st.loc {
+            Loc::At { stage, var } if stage >= s => Loc::At { stage: stage + 1, var },
+            other => other,
+        };
         self.shift(s, 1);
         let mut repl = TStage::from_op(repl);
         repl.loc = loc;
@@ -359,7 +362,10 @@ impl TSchedule {
                 return fail(format!("{} loops, the state has {}", a.leaves.len(), b.iters.len()));
             }
             for (k, (&v, it)) in a.leaves.iter().zip(&b.iters).enumerate() {
-                if a.vars[v].ann != it.annotation {
+                // a one-loop FU: TE keeps the loop and its annotation, the state makes a new,
+                // unannotated iterator; TE's loop is what gets compiled
+                let single_fuse = it.orig_iters.len() == 1 && it.annotation == Annotation::None;
+                if a.vars[v].ann != it.annotation && !single_fuse {
                     return fail(format!("loop {k} is `{}`, the state's `{}`", a.vars[v].ann.name(), it.annotation.name()));
                 }
             }
