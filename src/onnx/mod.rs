@@ -25,6 +25,7 @@ pub mod proto;
 pub mod relay;
 pub mod shape;
 pub mod tophub;
+pub mod window;
 pub mod writer;
 
 pub use error::OnnxError;

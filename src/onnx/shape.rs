@@ -6,6 +6,7 @@
 //! never a panic or a huge allocation.
 use super::error::{OnnxError, Result};
 use super::graph::{dims_ok, dtype, numel, Attr, Data, Graph, Node, TensorInfo, MAX_KEPT_ELEMENTS};
+pub use super::window::{conv_params, pool_params, spatial_out, ConvParams, PoolParams, Window};
 
 /// Infers every node's output types in order (ONNX requires topological order).
 pub fn infer(g: &mut Graph) -> Result<()> {
@@ -46,31 +47,6 @@ pub fn infer(g: &mut Graph) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Resolved window attributes of a conv or pool over the spatial dims.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Window {
-    pub kernel: Vec<i64>,
-    pub strides: Vec<i64>,
-    pub dilations: Vec<i64>,
-    /// Per spatial dim (begin, end).
-    pub pads: Vec<(i64, i64)>,
-}
-
-/// Conv attributes: window plus `group`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConvParams {
-    pub window: Window,
-    pub group: i64,
-}
-
-/// Pool attributes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolParams {
-    pub window: Window,
-    pub ceil_mode: bool,
-    pub count_include_pad: bool,
 }
 
 struct Ctx<'a> {
@@ -235,7 +211,7 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             let p = conv_params(node, &x.shape, &ctx.input(1)?.shape)?;
             let w = &ctx.input(1)?.shape;
             let mut shape = vec![x.shape[0], w[0]];
-            shape.extend(spatial_out(&ctx, &x.shape[2..], &p.window, false)?);
+            shape.extend(spatial_out(node, &x.shape[2..], &p.window, false)?);
             if let Some(b) = ctx.opt(2) {
                 if numel(&b.shape) != Some(w[0]) {
                     return ctx.err(format!("bias shape {:?} does not match {} output channels", b.shape, w[0]));
@@ -247,7 +223,7 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             let x = ctx.input(0)?;
             let p = pool_params(node, &x.shape)?;
             let mut shape = x.shape[..2].to_vec();
-            shape.extend(spatial_out(&ctx, &x.shape[2..], &p.window, p.ceil_mode)?);
+            shape.extend(spatial_out(node, &x.shape[2..], &p.window, p.ceil_mode)?);
             let t = ctx.out(shape, x.dtype, None)?;
             let idx = TensorInfo::new(t.shape.clone(), dtype::INT64);
             Ok(vec![t, idx])
@@ -843,227 +819,6 @@ fn resize(ctx: &Ctx) -> Result<TensorInfo> {
     ctx.out(shape, x.dtype, None)
 }
 
-fn spatial_attr(node: &Node, name: &str, n: usize, default: i64) -> std::result::Result<Vec<i64>, String> {
-    match node.ints(name) {
-        Some(v) if v.len() == n => Ok(v.to_vec()),
-        Some(v) => Err(format!("`{name}` {v:?} has {} values for {n} spatial dims", v.len())),
-        None => Ok(vec![default; n]),
-    }
-}
-
-fn window(node: &Node, spatial: &[i64], kernel: Vec<i64>, ceil_mode: bool) -> Result<Window> {
-    let n = spatial.len();
-    let bad = |msg: String| OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg };
-    let strides = spatial_attr(node, "strides", n, 1).map_err(bad)?;
-    let dilations = spatial_attr(node, "dilations", n, 1).map_err(bad)?;
-    if kernel.len() != n || kernel.iter().chain(&strides).chain(&dilations).any(|&v| v <= 0 || v > 1 << 20) {
-        return Err(bad(format!("kernel {kernel:?}, strides {strides:?} and dilations {dilations:?} must be positive, one per spatial dim ({n})")));
-    }
-    let auto_pad = node.string("auto_pad").unwrap_or("NOTSET");
-    let pads = match auto_pad {
-        "NOTSET" | "" => {
-            let p = match node.ints("pads") {
-                Some(p) if p.len() == 2 * n => p.to_vec(),
-                Some(p) => return Err(bad(format!("pads {p:?} for {n} spatial dims"))),
-                None => vec![0; 2 * n],
-            };
-            if p.iter().any(|&v| !(0..=1 << 20).contains(&v)) {
-                return Err(bad(format!("pads {p:?} out of range")));
-            }
-            (0..n).map(|i| (p[i], p[i + n])).collect()
-        }
-        "VALID" => vec![(0, 0); n],
-        "SAME_UPPER" | "SAME_LOWER" => (0..n)
-            .map(|i| {
-                let (x, st) = (spatial[i] as i128, strides[i] as i128);
-                let out = (x + st - 1) / st;
-                let dk = ((kernel[i] - 1) * dilations[i] + 1) as i128;
-                let total = ((out - 1) * st + dk - x).clamp(0, 1 << 40) as i64;
-                let small = total / 2;
-                if auto_pad == "SAME_UPPER" {
-                    (small, total - small)
-                } else {
-                    (total - small, small)
-                }
-            })
-            .collect(),
-        other => return Err(bad(format!("auto_pad `{other}`"))),
-    };
-    let _ = ceil_mode;
-    Ok(Window { kernel, strides, dilations, pads })
-}
-
-/// Conv attributes resolved against the data and weight shapes.
-pub fn conv_params(node: &Node, x: &[i64], w: &[i64]) -> Result<ConvParams> {
-    let bad = |msg: String| OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg };
-    if x.len() < 3 || w.len() != x.len() {
-        return Err(bad(format!("data {x:?} and weight {w:?} ranks do not fit a convolution")));
-    }
-    let group = node.int("group").unwrap_or(1);
-    if group <= 0 || x[1] % group != 0 || w[0] % group != 0 || w[1].checked_mul(group) != Some(x[1]) {
-        return Err(bad(format!("data {x:?}, weight {w:?} and group {group} are inconsistent")));
-    }
-    let kernel = match node.ints("kernel_shape") {
-        Some(k) if k != &w[2..] => return Err(bad(format!("kernel_shape {k:?} differs from the weight {w:?}"))),
-        _ => w[2..].to_vec(),
-    };
-    Ok(ConvParams { window: window(node, &x[2..], kernel, false)?, group })
-}
-
-/// Pool attributes resolved against the data shape.
-pub fn pool_params(node: &Node, x: &[i64]) -> Result<PoolParams> {
-    let bad = |msg: String| OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg };
-    if x.len() < 3 {
-        return Err(bad(format!("data {x:?} has no spatial dims")));
-    }
-    let kernel = node.ints("kernel_shape").map(<[i64]>::to_vec).ok_or_else(|| bad("missing kernel_shape".into()))?;
-    let ceil_mode = node.int("ceil_mode").unwrap_or(0) != 0;
-    Ok(PoolParams {
-        window: window(node, &x[2..], kernel, ceil_mode)?,
-        ceil_mode,
-        count_include_pad: node.int("count_include_pad").unwrap_or(0) != 0,
-    })
-}
-
-fn spatial_out(ctx: &Ctx, spatial: &[i64], w: &Window, ceil_mode: bool) -> Result<Vec<i64>> {
-    let mut out = Vec::with_capacity(spatial.len());
-    #[allow(clippy::needless_range_loop)]
-    for i in 0..spatial.len() {
-        // i128: dims, pads and strides come from the file
-        let dk = ((w.kernel[i] - 1) * w.dilations[i] + 1) as i128;
-        let padded = spatial[i] as i128 + w.pads[i].0 as i128 + w.pads[i].1 as i128;
-        if padded < dk {
-            return ctx.err(format!("window {dk} larger than the padded input {padded} on spatial dim {i}"));
-        }
-        let s = w.strides[i] as i128;
-        let mut o = if ceil_mode { (padded - dk + s - 1) / s + 1 } else { (padded - dk) / s + 1 };
-        // a last window starting inside the end padding is dropped (PyTorch / ONNX >= 1.16)
-        if ceil_mode && (o - 1) * s >= spatial[i] as i128 + w.pads[i].0 as i128 {
-            o -= 1;
-        }
-        out.push(i64::try_from(o).or_else(|_| ctx.err("output size overflows"))?);
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    pub(crate) fn node(op: &str, attrs: Vec<(&str, Attr)>) -> Node {
-        Node {
-            name: format!("{op}_0"),
-            op_type: op.into(),
-            domain: String::new(),
-            inputs: vec![],
-            outputs: vec!["y".into()],
-            attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>(),
-            folded: vec![],
-        }
-    }
-
-    fn t(shape: &[i64]) -> Option<TensorInfo> {
-        Some(TensorInfo::new(shape.to_vec(), dtype::FLOAT))
-    }
-
-    fn c(v: &[i64]) -> Option<TensorInfo> {
-        Some(TensorInfo::constant(vec![v.len() as i64], dtype::INT64, Some(Data::Ints(v.to_vec()))))
-    }
-
-    fn shape_of(op: &str, attrs: Vec<(&str, Attr)>, ins: &[Option<TensorInfo>], opset: i64) -> Vec<i64> {
-        infer_node(&node(op, attrs), ins, opset).unwrap()[0].shape.clone()
-    }
-
-    #[test]
-    fn conv_pads_strides_dilation_and_auto_pad() {
-        let a = vec![("strides", Attr::Ints(vec![2, 2])), ("pads", Attr::Ints(vec![3, 3, 3, 3]))];
-        assert_eq!(shape_of("Conv", a, &[t(&[1, 3, 224, 224]), t(&[64, 3, 7, 7])], 14), [1, 64, 112, 112]);
-        let a = vec![("dilations", Attr::Ints(vec![2, 2]))];
-        assert_eq!(shape_of("Conv", a, &[t(&[1, 8, 10, 10]), t(&[4, 8, 3, 3])], 14), [1, 4, 6, 6]);
-        let a = vec![("auto_pad", Attr::Str("SAME_UPPER".into())), ("strides", Attr::Ints(vec![2, 2]))];
-        assert_eq!(shape_of("Conv", a, &[t(&[1, 8, 15, 15]), t(&[4, 8, 3, 3])], 14), [1, 4, 8, 8]);
-        let a = vec![("group", Attr::Int(8)), ("pads", Attr::Ints(vec![1, 1, 1, 1]))];
-        assert_eq!(shape_of("Conv", a, &[t(&[1, 8, 5, 5]), t(&[8, 1, 3, 3])], 14), [1, 8, 5, 5]);
-        let e = infer_node(&node("Conv", vec![("group", Attr::Int(3))]), &[t(&[1, 8, 5, 5]), t(&[8, 1, 3, 3])], 14);
-        assert!(matches!(e, Err(OnnxError::Shape { .. })), "{e:?}");
-    }
-
-    #[test]
-    fn pool_ceil_mode_and_pads() {
-        let k = || ("kernel_shape", Attr::Ints(vec![3, 3]));
-        let s = || ("strides", Attr::Ints(vec![2, 2]));
-        // googlenet: 3x3/s2 ceil_mode, no pad: 112 -> 56
-        assert_eq!(shape_of("MaxPool", vec![k(), s(), ("ceil_mode", Attr::Int(1))], &[t(&[1, 64, 112, 112])], 14), [1, 64, 56, 56]);
-        // resnet: 3x3/s2 pad 1: 112 -> 56
-        assert_eq!(shape_of("MaxPool", vec![k(), s(), ("pads", Attr::Ints(vec![1; 4]))], &[t(&[1, 64, 112, 112])], 14), [1, 64, 56, 56]);
-        // floor vs ceil: 55 -> 27 either way; 14 -> 6 floor, 7 ceil
-        assert_eq!(shape_of("MaxPool", vec![k(), s()], &[t(&[1, 1, 14, 14])], 14), [1, 1, 6, 6]);
-        assert_eq!(shape_of("MaxPool", vec![k(), s(), ("ceil_mode", Attr::Int(1))], &[t(&[1, 1, 14, 14])], 14), [1, 1, 7, 7]);
-        assert_eq!(shape_of("GlobalAveragePool", vec![], &[t(&[1, 512, 7, 7])], 14), [1, 512, 1, 1]);
-    }
-
-    #[test]
-    fn gemm_matmul_flatten() {
-        assert_eq!(shape_of("Gemm", vec![("transB", Attr::Int(1))], &[t(&[1, 512]), t(&[1000, 512]), t(&[1000])], 14), [1, 1000]);
-        assert_eq!(shape_of("Gemm", vec![], &[t(&[1, 512]), t(&[512, 10])], 9), [1, 10]);
-        assert_eq!(shape_of("MatMul", vec![], &[t(&[2, 3, 4, 5]), t(&[5, 6])], 14), [2, 3, 4, 6]);
-        assert_eq!(shape_of("MatMul", vec![], &[t(&[4]), t(&[4, 6])], 14), [6]);
-        assert_eq!(shape_of("Flatten", vec![], &[t(&[1, 512, 1, 1])], 14), [1, 512]);
-        assert_eq!(shape_of("Flatten", vec![("axis", Attr::Int(0))], &[t(&[2, 3])], 14), [1, 6]);
-    }
-
-    #[test]
-    fn broadcasting_binary_ops() {
-        assert_eq!(shape_of("Add", vec![], &[t(&[1, 64, 56, 56]), t(&[64, 1, 1])], 14), [1, 64, 56, 56]);
-        assert_eq!(shape_of("Mul", vec![], &[t(&[3, 1]), t(&[1, 4])], 14), [3, 4]);
-        assert!(infer_node(&node("Sub", vec![]), &[t(&[2, 3]), t(&[4, 3])], 14).is_err());
-        let r = infer_node(&node("Mul", vec![]), &[c(&[2, 3]), c(&[4, 5])], 14).unwrap();
-        assert_eq!(r[0].data, Some(Data::Ints(vec![8, 15])));
-    }
-
-    #[test]
-    fn shape_gather_unsqueeze_concat_reshape_chain() {
-        let x = t(&[1, 256, 6, 6]);
-        let s = infer_node(&node("Shape", vec![]), std::slice::from_ref(&x), 9).unwrap().remove(0);
-        assert_eq!(s.data, Some(Data::Ints(vec![1, 256, 6, 6])));
-        let g = infer_node(&node("Gather", vec![]), &[Some(s), Some(TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![0]))))], 9)
-            .unwrap()
-            .remove(0);
-        assert_eq!((g.shape.clone(), g.data.clone()), (vec![], Some(Data::Ints(vec![1]))));
-        let u = infer_node(&node("Unsqueeze", vec![("axes", Attr::Ints(vec![0]))]), &[Some(g)], 9).unwrap().remove(0);
-        assert_eq!(u.shape, [1]);
-        let cat = infer_node(&node("Concat", vec![("axis", Attr::Int(0))]), &[Some(u), c(&[-1])], 9).unwrap().remove(0);
-        assert_eq!(cat.data, Some(Data::Ints(vec![1, -1])));
-        assert_eq!(shape_of("Reshape", vec![], &[x, Some(cat)], 9), [1, 9216]);
-        assert_eq!(shape_of("Reshape", vec![], &[t(&[2, 3, 4]), c(&[0, -1])], 14), [2, 12]);
-        assert!(infer_node(&node("Reshape", vec![]), &[t(&[2, 3]), c(&[4, -1])], 14).is_err());
-        // a run-time shape tensor is a clear "unsupported"
-        let e = infer_node(&node("Reshape", vec![]), &[t(&[2, 3]), t(&[2])], 14).unwrap_err();
-        assert!(e.to_string().contains("must be a constant"), "{e}");
-    }
-
-    #[test]
-    fn transpose_and_slice_fold_small_constants() {
-        let m = Some(TensorInfo::constant(vec![3, 2], dtype::INT64, Some(Data::Ints(vec![1, 2, 3, 4, 5, 6]))));
-        let t = infer_node(&node("Transpose", vec![("perm", Attr::Ints(vec![1, 0]))]), std::slice::from_ref(&m), 14).unwrap().remove(0);
-        assert_eq!((t.shape, t.data), (vec![2, 3], Some(Data::Ints(vec![1, 3, 5, 2, 4, 6]))));
-        // reverse the rows: starts -1, ends -INT_MAX, axes 0, steps -1 (silero_vad's pad chain)
-        let s = infer_node(&node("Slice", vec![]), &[m, c(&[-1]), c(&[i64::MIN + 1]), c(&[0]), c(&[-1])], 14).unwrap().remove(0);
-        assert_eq!((s.shape, s.data), (vec![3, 2], Some(Data::Ints(vec![5, 6, 3, 4, 1, 2]))));
-    }
-
-    #[test]
-    fn clip_dropout_softmax_transpose_squeeze_pad_constantofshape() {
-        assert_eq!(shape_of("Clip", vec![], &[t(&[1, 32, 112, 112]), None, None], 14), [1, 32, 112, 112]);
-        assert_eq!(infer_node(&node("Dropout", vec![]), &[t(&[1, 4096])], 14).unwrap().len(), 2);
-        assert_eq!(shape_of("Softmax", vec![], &[t(&[1, 1000])], 14), [1, 1000]);
-        assert_eq!(shape_of("Transpose", vec![("perm", Attr::Ints(vec![0, 3, 1, 2]))], &[t(&[1, 12, 12, 3])], 9), [1, 3, 12, 12]);
-        assert_eq!(shape_of("Squeeze", vec![], &[t(&[1, 2, 1, 1]), c(&[2, 3])], 14), [1, 2]);
-        assert_eq!(shape_of("Pad", vec![], &[t(&[1, 3, 4, 4]), c(&[0, 0, 1, 1, 0, 0, 1, 1])], 14), [1, 3, 6, 6]);
-        let w = infer_node(&node("ConstantOfShape", vec![]), &[c(&[64, 3, 7, 7])], 9).unwrap().remove(0);
-        assert_eq!(w.shape, [64, 3, 7, 7]);
-        assert!(w.constant);
-        assert!(matches!(infer_node(&node("NonMaxSuppression", vec![]), &[t(&[1])], 14), Err(OnnxError::Unsupported { .. })));
-    }
-}
+#[path = "shape_tests.rs"]
+mod tests;
