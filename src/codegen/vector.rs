@@ -5,7 +5,9 @@
 //! * the body contains only stores, sequences, attributes and `if`s whose condition does not
 //!   depend on the loop variable and reads no buffer written in the body;
 //! * every written buffer is accessed (loads and stores) with one single flattened index whose
-//!   coefficient in the loop variable is a non-zero constant (each lane owns its elements);
+//!   coefficient in the loop variable is a non-zero constant, or indices whose difference is a
+//!   constant no lane difference can produce (each lane owns its elements).
+//!
 //! Selects whose arms contain loads are evaluated with the arm's lanes masked (masked
 //! load/gather, no `inbounds` on their addresses), since those loads may only be valid under the
 //! condition; a uniform condition branches instead.
@@ -249,7 +251,7 @@ impl<'c> Tr<'c, '_> {
     pub(crate) fn vexpr(&mut self, e: &Expr) -> Result<VV<'c>, String> {
         let var = self.vec.as_ref().expect("vector context").var.clone();
         let mask = self.vec.as_ref().and_then(|v| v.mask);
-        if !e.uses_var(&var) && !(mask.is_some() && e.has_load()) {
+        if !e.uses_var(&var) && (mask.is_none() || !e.has_load()) {
             return Ok(VV::U(self.expr(e)?));
         }
         let lanes = self.lanes();

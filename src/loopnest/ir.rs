@@ -238,6 +238,7 @@ pub struct Kernel {
 // ---------------------------------------------------------------------------------------------
 // Construction helpers (keep lowering code short).
 
+#[allow(clippy::should_implement_trait)]
 impl Expr {
     pub fn int(v: i64) -> Expr {
         Expr::Int(v, DType::I64)
@@ -416,7 +417,7 @@ impl Stmt {
             Stmt::Seq(v) => Stmt::Seq(v.iter().map(|s| s.map_exprs(f)).collect()),
             Stmt::Store { buf, index, value } => Stmt::Store {
                 buf: buf.clone(),
-                index: index.iter().map(|i| f(i)).collect(),
+                index: index.iter().map(&mut *f).collect(),
                 value: f(value),
             },
             Stmt::IfThenElse { cond, then_, else_ } => Stmt::IfThenElse {

@@ -149,7 +149,7 @@ fn write_stmt(out: &mut String, s: &Stmt, depth: usize) {
                 ForKind::Vectorized => "vectorized",
                 ForKind::Unrolled => "unrolled",
             };
-            write!(out, "{k} ({var}, {}, {}) {{\n", expr_to_string(min), expr_to_string(extent))
+            writeln!(out, "{k} ({var}, {}, {}) {{", expr_to_string(min), expr_to_string(extent))
                 .unwrap();
             write_stmt(out, body, depth + 1);
             indent(out, depth);
@@ -158,12 +158,12 @@ fn write_stmt(out: &mut String, s: &Stmt, depth: usize) {
         Stmt::Attr { attr, body } => {
             indent(out, depth);
             match attr {
-                Attr::AutoUnroll { max_step, explicit } => write!(
+                Attr::AutoUnroll { max_step, explicit } => writeln!(
                     out,
-                    "// attr pragma_auto_unroll_max_step = {max_step}, unroll_explicit = {explicit}\n"
+                    "// attr pragma_auto_unroll_max_step = {max_step}, unroll_explicit = {explicit}"
                 )
                 .unwrap(),
-                Attr::Pragma(p) => write!(out, "// attr pragma {p}\n").unwrap(),
+                Attr::Pragma(p) => writeln!(out, "// attr pragma {p}").unwrap(),
             }
             write_stmt(out, body, depth);
         }

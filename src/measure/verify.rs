@@ -38,7 +38,8 @@ pub fn compare(got: &BufferData, want: &BufferData, rtol: f64) -> Result<(), Mis
         if g.is_nan() && w.is_nan() {
             continue;
         }
-        if !((g - w).abs() <= rtol * g.abs().max(w.abs()).max(1.0)) {
+        let ok = (g - w).abs() <= rtol * g.abs().max(w.abs()).max(1.0);
+        if !ok {
             count += 1;
             first.get_or_insert(Mismatch { index: i, got: g, want: w, count: 0 });
         }
