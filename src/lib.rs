@@ -9,6 +9,7 @@
 pub mod ansor;
 pub mod cli;
 pub mod codegen;
+pub mod evaluate;
 pub mod ir;
 pub mod loopnest;
 pub mod lower;

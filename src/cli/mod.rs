@@ -8,6 +8,7 @@ mod import;
 mod kernels;
 mod stats;
 mod table;
+mod verify;
 mod workloads;
 
 pub use import::{render_import_summary, ImportSummary};
@@ -51,6 +52,14 @@ pub enum Command {
     },
     /// List the fused kernels TVM Relay would extract from an ONNX model on x86.
     Kernels(kernels::KernelsArgs),
+    /// Replay, compile, verify and time the best records on this machine: GFLOP/s, % of
+    /// peak, speedup over the naive schedule.
+    Verify(verify::VerifyArgs),
+    /// Measure this machine's fp32 FMA peak (the denominator of every "% of peak").
+    BenchPeak {
+        #[arg(long)]
+        json: bool,
+    },
     /// Write records as Ansor log lines (TVM reads them back).
     Export {
         /// Only the best valid record per workload and target.
@@ -92,6 +101,8 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Workloads { class, json } => workloads::run(&open_store(&cli.db)?, class.as_deref(), json),
         Command::Export { best, workload, output } => export::run(&open_store(&cli.db)?, best, workload, output),
         Command::Kernels(args) => kernels::run(&args),
+        Command::Verify(args) => verify::run(&mut open_store(&cli.db)?, &args),
+        Command::BenchPeak { json } => verify::bench_peak(json),
     }
 }
 

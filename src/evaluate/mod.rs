@@ -1,0 +1,181 @@
+//! Evaluating a schedule on a workload: replay → lower → compile → verify → time.
+//!
+//! Every measured schedule is first verified against the naive reference (`ir::eval`) on
+//! pseudo-random inputs; a kernel that fails is reported with TVM's error code and never
+//! chosen. The reference is computed once per workload ([`Reference`]) and shared by all
+//! candidates of that workload.
+use crate::ansor::Step;
+use crate::codegen::{compile, CodegenError, CodegenOptions, CompiledKernel, RunOptions};
+use crate::ir::eval::{evaluate, random_inputs, TensorData};
+use crate::ir::Dag;
+use crate::loopnest::{BufferData, Kernel};
+use crate::lower::check::{compare_outputs, kernel_args};
+use crate::lower::{lower_default, lower_steps, LowerOptions};
+use crate::measure::runner::{measure, MeasureOptions, Measurement};
+use std::time::{Duration, Instant};
+
+/// Relative error accepted between a kernel and the reference (the 1e-4).
+pub const RTOL: f64 = 1e-4;
+
+/// Inputs and reference outputs of one workload.
+pub struct Reference {
+    pub inputs: Vec<TensorData>,
+    pub outputs: Vec<TensorData>,
+    pub eval_time: Duration,
+}
+
+impl Reference {
+    pub fn new(dag: &Dag, seed: u64) -> Result<Reference, String> {
+        let t = Instant::now();
+        let inputs = random_inputs(dag, seed);
+        let outputs = evaluate(dag, &inputs).map_err(|e| format!("reference evaluation failed: {e}"))?;
+        Ok(Reference { inputs, outputs, eval_time: t.elapsed() })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EvalOptions {
+    pub measure: MeasureOptions,
+    pub codegen: CodegenOptions,
+    pub lower: LowerOptions,
+    pub rtol: f64,
+    /// Skip timing (verify only).
+    pub verify_only: bool,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions {
+            measure: MeasureOptions::default(),
+            codegen: CodegenOptions::default(),
+            lower: LowerOptions::default(),
+            rtol: RTOL,
+            verify_only: false,
+        }
+    }
+}
+
+/// Why an evaluation failed, as Ansor's `MeasureErrorNO` plus a message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    /// 1 instantiation (replay/lowering), 2 compile, 4 runtime, 5 wrong answer, 7 timeout.
+    pub error_no: u8,
+    pub message: String,
+}
+
+/// The outcome of one schedule on one workload.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    pub lower_time: Duration,
+    /// Codegen + JIT (LLVM) time.
+    pub compile_time: Duration,
+    /// Relative error against the reference, when the kernel ran.
+    pub rel_error: Option<f64>,
+    pub measurement: Option<Measurement>,
+    pub failure: Option<Failure>,
+}
+
+impl Evaluation {
+    fn failed(error_no: u8, message: String, lower_time: Duration, compile_time: Duration) -> Evaluation {
+        Evaluation {
+            lower_time,
+            compile_time,
+            rel_error: None,
+            measurement: None,
+            failure: Some(Failure { error_no, message }),
+        }
+    }
+
+    pub fn verified(&self) -> bool {
+        self.failure.is_none() && self.rel_error.is_some()
+    }
+
+    /// Median seconds per run of a verified, timed kernel.
+    pub fn median(&self) -> Option<f64> {
+        if self.verified() {
+            self.measurement.as_ref().map(|m| m.median)
+        } else {
+            None
+        }
+    }
+
+    /// Lowering + codegen + JIT.
+    pub fn total_compile_time(&self) -> Duration {
+        self.lower_time + self.compile_time
+    }
+}
+
+/// Replays `steps` on `dag`, lowers, compiles, verifies and times.
+pub fn evaluate_steps(dag: &Dag, steps: &[Step], reference: &Reference, opts: &EvalOptions) -> Evaluation {
+    let t = Instant::now();
+    let kernel = lower_steps(dag, steps, &opts.lower);
+    let lower_time = t.elapsed();
+    match kernel {
+        Ok(k) => evaluate_kernel(&k, reference, lower_time, opts),
+        Err(e) => Evaluation::failed(1, format!("{}: {e}", e.kind()), lower_time, Duration::ZERO),
+    }
+}
+
+/// The untuned default schedule of `dag` (every stage at root, no annotations).
+pub fn evaluate_default(dag: &Dag, reference: &Reference, opts: &EvalOptions) -> Evaluation {
+    let t = Instant::now();
+    let kernel = lower_default(dag);
+    let lower_time = t.elapsed();
+    match kernel {
+        Ok(k) => evaluate_kernel(&k, reference, lower_time, opts),
+        Err(e) => Evaluation::failed(1, format!("{}: {e}", e.kind()), lower_time, Duration::ZERO),
+    }
+}
+
+fn compile_error_no(e: &CodegenError) -> u8 {
+    match e {
+        // Refused before compiling: the schedule itself is at fault.
+        CodegenError::Unproven(_) | CodegenError::Cost(_) | CodegenError::Invalid(_) | CodegenError::Unroll(_) => 1,
+        CodegenError::Llvm(_) => 2,
+    }
+}
+
+/// Compiles, verifies and (unless `verify_only`) times a lowered kernel.
+pub fn evaluate_kernel(kernel: &Kernel, reference: &Reference, lower_time: Duration, opts: &EvalOptions) -> Evaluation {
+    let t = Instant::now();
+    let compiled = compile(kernel, &opts.codegen);
+    let compile_time = t.elapsed();
+    let compiled = match compiled {
+        Ok(c) => c,
+        Err(e) => return Evaluation::failed(compile_error_no(&e), e.to_string(), lower_time, compile_time),
+    };
+    let mut args = match kernel_args(&compiled.kernel, &reference.inputs) {
+        Ok(a) => a,
+        Err(e) => return Evaluation::failed(4, e, lower_time, compile_time),
+    };
+    let run = RunOptions { threads: opts.measure.threads, timeout: opts.measure.timeout };
+    if let Err(e) = compiled.run(&mut args, &run) {
+        let code = if e == crate::codegen::RunError::TimedOut { 7 } else { 4 };
+        return Evaluation::failed(code, e.to_string(), lower_time, compile_time);
+    }
+    let rel_error = match check(&compiled, &args, reference, opts.rtol) {
+        Ok(r) => r,
+        Err(f) => return Evaluation::failed(f.error_no, f.message, lower_time, compile_time),
+    };
+    let measurement = if opts.verify_only {
+        None
+    } else {
+        match measure(&compiled, &mut args, &opts.measure) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                let code = if e == crate::codegen::RunError::TimedOut { 7 } else { 4 };
+                return Evaluation::failed(code, e.to_string(), lower_time, compile_time);
+            }
+        }
+    };
+    Evaluation { lower_time, compile_time, rel_error: Some(rel_error), measurement, failure: None }
+}
+
+fn check(compiled: &CompiledKernel, args: &[BufferData], reference: &Reference, rtol: f64) -> Result<f64, Failure> {
+    let (_, rel) = compare_outputs(&compiled.kernel, args, &reference.outputs)
+        .map_err(|m| Failure { error_no: 5, message: format!("wrong answer: {m}") })?;
+    if rel > rtol {
+        return Err(Failure { error_no: 5, message: format!("wrong answer: relative error {rel:.2e} > {rtol:.0e}") });
+    }
+    Ok(rel)
+}
