@@ -173,31 +173,68 @@ fn compile(e: &Expr, slots: &[String]) -> Result<Compiled, EvalError> {
     })
 }
 
+/// Where loads read from: whole tensors ([`Ctx`]) or demand-driven points ([`PointLoader`]).
+trait Loader {
+    /// The value of `tensor` at `idx` (checked against its shape).
+    fn load(&mut self, tensor: usize, idx: &[i64]) -> Result<f64, EvalError>;
+    fn stage(&self) -> &str;
+}
+
 struct Ctx<'a> {
     values: &'a [TensorData],
     strides: Vec<Vec<i64>>,
     stage: &'a str,
 }
 
-fn run(e: &Compiled, env: &[i64], cx: &Ctx) -> Result<Val, EvalError> {
+/// Row-major offset of `idx` in `shape`, or the out-of-bounds error.
+fn offset(stage: &str, tensor: usize, shape: &[i64], idx: &[i64]) -> Result<i64, EvalError> {
+    let mut off = 0i64;
+    for (d, &i) in idx.iter().enumerate() {
+        if i < 0 || i >= shape[d] {
+            return Err(EvalError(format!(
+                "stage {stage} reads tensor #{tensor} out of bounds: index {i} in dim {d} of {shape:?}"
+            )));
+        }
+        off = off * shape[d] + i;
+    }
+    Ok(off)
+}
+
+impl Loader for &Ctx<'_> {
+    fn load(&mut self, tensor: usize, idx: &[i64]) -> Result<f64, EvalError> {
+        let t = &self.values[tensor];
+        let strides = &self.strides[tensor];
+        let mut off = 0i64;
+        for (d, &i) in idx.iter().enumerate() {
+            if i < 0 || i >= t.shape[d] {
+                return Err(EvalError(format!(
+                    "stage {} reads tensor #{tensor} out of bounds: index {i} in dim {d} of {:?}",
+                    self.stage, t.shape
+                )));
+            }
+            off += i * strides[d];
+        }
+        Ok(t.data[off as usize])
+    }
+
+    fn stage(&self) -> &str {
+        self.stage
+    }
+}
+
+fn run<L: Loader>(e: &Compiled, env: &[i64], cx: &mut L) -> Result<Val, EvalError> {
     Ok(match e {
         Compiled::Const(v) => *v,
         Compiled::Slot(i) => Val::I(env[*i]),
         Compiled::Load { tensor, int, indices } => {
-            let t = &cx.values[*tensor];
-            let strides = &cx.strides[*tensor];
-            let mut off = 0i64;
-            for (d, ix) in indices.iter().enumerate() {
-                let i = run(ix, env, cx)?.i();
-                if i < 0 || i >= t.shape[d] {
-                    return Err(EvalError(format!(
-                        "stage {} reads tensor #{tensor} out of bounds: index {i} in dim {d} of {:?}",
-                        cx.stage, t.shape
-                    )));
-                }
-                off += i * strides[d];
+            let mut idx = [0i64; 8];
+            if indices.len() > idx.len() {
+                return Err(EvalError(format!("stage {}: loads of rank > 8 are not supported", cx.stage())));
             }
-            let v = t.data[off as usize];
+            for (d, ix) in indices.iter().enumerate() {
+                idx[d] = run(ix, env, cx)?.i();
+            }
+            let v = cx.load(*tensor, &idx[..indices.len()])?;
             if *int {
                 Val::I(v as i64)
             } else {
@@ -208,7 +245,7 @@ fn run(e: &Compiled, env: &[i64], cx: &Ctx) -> Result<Val, EvalError> {
             let x = run(a, env, cx)?;
             // `&&`/`||` are not lazy in TIR, but short-circuiting is harmless here
             let y = run(b, env, cx)?;
-            binary(*op, *float, x, y).ok_or_else(|| EvalError(format!("stage {}: division by zero", cx.stage)))?
+            binary(*op, *float, x, y).ok_or_else(|| EvalError(format!("stage {}: division by zero", cx.stage())))?
         }
         Compiled::Not(a) => Val::I(!run(a, env, cx)?.truthy() as i64),
         Compiled::Select(c, t, o) => {
@@ -353,14 +390,15 @@ fn eval_stage(name: &str, c: &ComputeOp, values: &[TensorData]) -> Result<Tensor
     let chunk = ((total as usize) / (rayon::current_num_threads() * 4)).max(64);
     out.par_chunks_mut(chunk).enumerate().try_for_each(|(ci, dst)| -> Result<(), EvalError> {
         let mut env = vec![0i64; slots.len()];
+        let mut loader = &cx;
         for (k, slot) in dst.iter_mut().enumerate() {
             let flat = (ci * chunk + k) as i64;
             for d in 0..n_spatial {
                 env[d] = (flat / out_strides[d]) % shape[d];
             }
             *slot = match combiner {
-                None => run(&body, &env, &cx)?.f(),
-                Some(comb) => reduce_point(&body, &extents, n_spatial, comb, init, &mut env, &cx)?,
+                None => run(&body, &env, &mut loader)?.f(),
+                Some(comb) => reduce_point(&body, &extents, n_spatial, comb, init, &mut env, &mut loader)?,
             };
         }
         Ok(())
@@ -370,17 +408,17 @@ fn eval_stage(name: &str, c: &ComputeOp, values: &[TensorData]) -> Result<Tensor
 
 /// Nested loops over the reduce axes of one output point (extents may depend on the
 /// spatial indices and on the outer reduce indices).
-fn reduce_point(
+fn reduce_point<L: Loader>(
     body: &Compiled,
     extents: &[Compiled],
     n_spatial: usize,
     comb: Combiner,
     init: f64,
     env: &mut [i64],
-    cx: &Ctx,
+    cx: &mut L,
 ) -> Result<f64, EvalError> {
     #[allow(clippy::too_many_arguments)]
-    fn rec(
+    fn rec<L: Loader>(
         level: usize,
         body: &Compiled,
         extents: &[Compiled],
@@ -388,7 +426,7 @@ fn reduce_point(
         comb: Combiner,
         acc: &mut f64,
         env: &mut [i64],
-        cx: &Ctx,
+        cx: &mut L,
     ) -> Result<(), EvalError> {
         if level == extents.len() {
             let v = run(body, env, cx)?.f();
@@ -409,6 +447,121 @@ fn reduce_point(
     let mut acc = init;
     rec(0, body, extents, n_spatial, comb, &mut acc, env, cx)?;
     Ok(acc)
+}
+
+/// A compute stage prepared for evaluation at single points.
+struct PointStage {
+    name: String,
+    shape: Vec<i64>,
+    n_slots: usize,
+    n_spatial: usize,
+    body: Compiled,
+    extents: Vec<Compiled>,
+    reduce: Option<(Combiner, f64)>,
+}
+
+/// Demand-driven evaluation: the value of a stage at a point is computed from exactly the
+/// producer points it reads, memoized. Checking a kernel on a sample of output points then
+/// costs the sample's receptive field, not the whole workload (a ResNet conv: milliseconds
+/// instead of tens of seconds).
+struct PointLoader<'a> {
+    stages: &'a [Option<PointStage>],
+    inputs: &'a [Option<&'a TensorData>],
+    memo: std::collections::HashMap<(usize, i64), f64>,
+    current: usize,
+}
+
+impl Loader for PointLoader<'_> {
+    fn load(&mut self, tensor: usize, idx: &[i64]) -> Result<f64, EvalError> {
+        if let Some(t) = self.inputs[tensor] {
+            let off = offset(self.stage(), tensor, &t.shape, idx)?;
+            return Ok(t.data[off as usize]);
+        }
+        let st = self.stages[tensor].as_ref().ok_or_else(|| EvalError(format!("tensor #{tensor} is not evaluable")))?;
+        let off = offset(self.stage(), tensor, &st.shape, idx)?;
+        if let Some(v) = self.memo.get(&(tensor, off)) {
+            return Ok(*v);
+        }
+        let outer = std::mem::replace(&mut self.current, tensor);
+        let mut env = vec![0i64; st.n_slots];
+        env[..idx.len()].copy_from_slice(idx);
+        let v = match st.reduce {
+            None => run(&st.body, &env, self)?.f(),
+            Some((comb, init)) => reduce_point(&st.body, &st.extents, st.n_spatial, comb, init, &mut env, self)?,
+        };
+        self.current = outer;
+        self.memo.insert((tensor, off), v);
+        Ok(v)
+    }
+
+    fn stage(&self) -> &str {
+        self.stages[self.current].as_ref().map_or("?", |s| s.name.as_str())
+    }
+}
+
+/// The values of output `output` (an index into `dag.outputs`) at the given flat
+/// row-major positions, evaluated on demand (see [`PointLoader`]). Same arithmetic as
+/// [`evaluate`], so the values are identical to the full evaluation's.
+pub fn evaluate_points(dag: &Dag, inputs: &[TensorData], output: usize, points: &[usize]) -> Result<Vec<f64>, EvalError> {
+    let placeholders = dag.placeholders();
+    if inputs.len() != placeholders.len() {
+        return Err(EvalError(format!("{} inputs given, the DAG has {} placeholders", inputs.len(), placeholders.len())));
+    }
+    let mut input_of: Vec<Option<&TensorData>> = vec![None; dag.stages.len()];
+    for (t, data) in placeholders.iter().zip(inputs) {
+        if data.shape != dag.stage(*t).shape() {
+            return Err(EvalError(format!("input for {} has shape {:?}, expected {:?}", dag.stage(*t).name, data.shape, dag.stage(*t).shape())));
+        }
+        input_of[t.0] = Some(data);
+    }
+    let mut stages = Vec::with_capacity(dag.stages.len());
+    for stage in &dag.stages {
+        let Operation::Compute(c) = &stage.op else {
+            stages.push(None);
+            continue;
+        };
+        let slots: Vec<String> = c.axes.iter().chain(&c.reduce_axes).map(|a| a.name.clone()).collect();
+        let extents = c.reduce_axes.iter().map(|r| compile(&r.extent, &slots)).collect::<Result<_, _>>()?;
+        let (body, reduce) = match &c.body {
+            Body::Expr(e) => (compile(e, &slots)?, None),
+            Body::Reduce { combiner, source, init } => {
+                let init = match init {
+                    Expr::FloatImm { value, .. } => *value,
+                    Expr::IntImm { value, .. } => *value as f64,
+                    _ => return Err(EvalError(format!("stage {}: non-constant reduction init", stage.name))),
+                };
+                (compile(source, &slots)?, Some((*combiner, init)))
+            }
+        };
+        stages.push(Some(PointStage {
+            name: stage.name.clone(),
+            shape: c.shape(),
+            n_slots: slots.len(),
+            n_spatial: c.axes.len(),
+            body,
+            extents,
+            reduce,
+        }));
+    }
+    let out = *dag.outputs.get(output).ok_or_else(|| EvalError(format!("no output #{output}")))?;
+    let shape = dag.stage(out).shape();
+    let total: i64 = shape.iter().product();
+    let mut loader = PointLoader { stages: &stages, inputs: &input_of, memo: Default::default(), current: out.0 };
+    let mut idx = vec![0i64; shape.len()];
+    points
+        .iter()
+        .map(|&p| {
+            if p as i64 >= total {
+                return Err(EvalError(format!("point {p} is outside the output of {total} elements")));
+            }
+            let mut rest = p as i64;
+            for d in (0..shape.len()).rev() {
+                idx[d] = rest % shape[d];
+                rest /= shape[d];
+            }
+            loader.load(out.0, &idx)
+        })
+        .collect()
 }
 
 /// Deterministic pseudo-random inputs (xorshift) in [-1, 1) for tests and verification;
@@ -487,6 +640,25 @@ mod tests {
         let dag = b.finish(&[&y]);
         let err = evaluate(&dag, &[TensorData::zeros(&[3])]).unwrap_err();
         assert!(err.0.contains("out of bounds"), "{err}");
+    }
+
+    /// Point evaluation gives exactly the values of the full evaluation.
+    #[test]
+    fn points_equal_the_full_evaluation() {
+        use crate::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
+        let spec = WorkloadSpec::new(
+            Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+            vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+        );
+        let dag = spec.build(Era::V010, &[vec![1, 6, 6, 4], vec![3, 3, 4, 5], vec![1, 1, 1, 5]]).unwrap();
+        let inputs = random_inputs(&dag, 3);
+        let full = evaluate(&dag, &inputs).unwrap();
+        let points: Vec<usize> = (0..full[0].len()).step_by(7).collect();
+        let got = evaluate_points(&dag, &inputs, 0, &points).unwrap();
+        for (p, v) in points.iter().zip(got) {
+            assert_eq!(v, full[0].data[*p], "point {p}");
+        }
+        assert!(evaluate_points(&dag, &inputs, 0, &[full[0].len()]).is_err());
     }
 
     #[test]
