@@ -162,7 +162,9 @@ fn has_load(e: &Expr) -> bool {
 }
 
 /// Decomposes an index expression over the loops: atoms that use a relaxed loop (or data)
-/// are bounded numerically, the rest stays symbolic.
+/// are bounded numerically, the rest stays symbolic. `floordiv`/`floormod` by a constant
+/// of a sum whose symbolic part is a multiple of the divisor stay exact (what TVM's
+/// `EvalSet` + simplifier give for channel blocks like `floordiv(ic.o*4 + ic.i, 4)`).
 fn sym_range(e: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i128)>) -> Result<SymRange, LowerError> {
     let lin = linearize(&simplify_expr(e));
     let mut fixed = Linear::constant(0);
@@ -172,12 +174,54 @@ fn sym_range(e: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i12
             fixed.add_term(atom.clone(), *c);
             continue;
         }
-        let (a, b) = interval(atom, r).ok_or_else(unbounded)?;
-        let (x, y) = (a.saturating_mul(*c), b.saturating_mul(*c));
+        let part = match divmod_range(atom, relaxed, r)? {
+            Some(p) => p,
+            None => {
+                if std::env::var("TTDB_LOWER_DEBUG").is_ok() && uses_var_where(atom, &|v| !relaxed.contains(v)) {
+                    eprintln!("IMPRECISE atom {}", crate::loopnest::printer::expr_to_string(atom));
+                }
+                let (a, b) = interval(atom, r).ok_or_else(unbounded)?;
+                SymRange { fixed: Linear::constant(0), lo: a, hi: b }
+            }
+        };
+        let (x, y) = (part.lo.saturating_mul(*c), part.hi.saturating_mul(*c));
         lo += x.min(y);
         hi += x.max(y);
+        fixed = fixed.add(&part.fixed, *c);
     }
     Ok(SymRange { fixed, lo, hi })
+}
+
+/// Exact ranges of `floordiv(x, c)` / `floormod(x, c)` (`c > 0`) when the symbolic part of
+/// `x` is a multiple of `c`.
+fn divmod_range(atom: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i128)>) -> Result<Option<SymRange>, LowerError> {
+    let (op, x, c) = match atom {
+        Expr::Bin(op @ (BinOp::FloorDiv | BinOp::FloorMod), x, c) => match c.as_int() {
+            Some(c) if c > 0 => (*op, x, c as i128),
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let inner = sym_range(x, relaxed, r)?;
+    if inner.fixed.terms.iter().any(|(_, k)| k % c != 0) {
+        return Ok(None);
+    }
+    let fdiv = |a: i128| a.div_euclid(c);
+    Ok(Some(match op {
+        BinOp::FloorDiv => SymRange { fixed: Linear::constant(0).add(&inner.fixed, 1).scale_div(c), lo: fdiv(inner.lo), hi: fdiv(inner.hi) },
+        _ if fdiv(inner.lo) == fdiv(inner.hi) => SymRange { fixed: Linear::constant(0), lo: inner.lo.rem_euclid(c), hi: inner.hi.rem_euclid(c) },
+        _ => SymRange { fixed: Linear::constant(0), lo: 0, hi: c - 1 },
+    }))
+}
+
+trait ScaleDiv {
+    fn scale_div(self, c: i128) -> Linear;
+}
+impl ScaleDiv for Linear {
+    /// Every coefficient divided by `c` (callers check divisibility).
+    fn scale_div(self, c: i128) -> Linear {
+        Linear { terms: self.terms.into_iter().map(|(a, k)| (a, k / c)).collect(), constant: self.constant / c }
+    }
 }
 
 /// `PassUpIndex` from (possibly missing) leaf values: a variable's value is known when the
@@ -456,10 +500,27 @@ fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Ve
             let lv = if s2 == c { cl.loop_var[pos].clone() } else { b.stages[s2].as_ref().and_then(|l| l.loop_var[pos].clone()) };
             relaxed.extend(lv);
         }
+        // TE's PassUpDomain: an axis whose loops are all relaxed covers exactly its domain
+        // (not the padded range of a non-divisible tiling)
+        let mut ranges = b.ranges.clone();
         let mut vars: HashMap<String, Expr> = HashMap::new();
         let roots = cs.op.axes().iter().chain(cs.op.reduce_axes());
-        for (a, g) in roots.zip(&cl.global) {
-            vars.insert(a.name.clone(), g.clone());
+        for (k, (a, g)) in roots.zip(&cl.global).enumerate() {
+            let local = cl.local[k].as_ref().ok_or_else(|| LowerError::Internal("axis without a value".into()))?;
+            let full = uses_var_where(local, &|v| relaxed.contains(v)) && !uses_var_where(local, &|v| !relaxed.contains(v));
+            match (&cl.ext[k], full) {
+                (Some(e), true) if e.as_const().is_some() => {
+                    let synthetic = format!("\u{2}{c}.{k}");
+                    ranges.insert(synthetic.clone(), (0, e.max as i128 - 1));
+                    relaxed.insert(synthetic.clone());
+                    let m = &cl.root_min[k];
+                    let v = if m.as_int() == Some(0) { Expr::var(&synthetic) } else { Expr::add(Expr::var(&synthetic), m.clone()) };
+                    vars.insert(a.name.clone(), v);
+                }
+                _ => {
+                    vars.insert(a.name.clone(), g.clone());
+                }
+            }
         }
         let conv = Converter { vars: &vars, load: &load };
         let mut reads = Vec::new();
@@ -471,10 +532,10 @@ fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Ve
                 return Err(LowerError::Internal(format!("{} read with {} indices", st.op.name, idx.len())));
             }
             for (d, i) in idx.iter().enumerate() {
-                let r = sym_range(&conv.expr(i)?, &relaxed, &b.ranges)?;
+                let r = sym_range(&conv.expr(i)?, &relaxed, &ranges)?;
                 acc[d] = Some(match acc[d].take() {
                     None => r,
-                    Some(a) => a.union(r, &b.ranges)?,
+                    Some(a) => a.union(r, &ranges)?,
                 });
             }
         }

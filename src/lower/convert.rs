@@ -171,6 +171,55 @@ pub(crate) fn subst(e: &ln::Expr, map: &HashMap<String, ln::Expr>) -> ln::Expr {
     })
 }
 
+/// TVM's canonical `floordiv`/`floormod` rules for a positive constant divisor `c`: terms of
+/// the dividend whose coefficient is a multiple of `c` move out of a `floordiv`
+/// (`floordiv(x + 4*k*y, 4) = floordiv(x, 4) + k*y`) and vanish from a `floormod`. Exact for
+/// floor division; applied bottom-up, then affine terms are re-canonicalized.
+pub(crate) fn simplify_index(e: &ln::Expr) -> ln::Expr {
+    use crate::loopnest::affine::{linearize, Linear};
+    let e = e.map(&mut |x| match x {
+        ln::Expr::Bin(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) => {
+            let c = b.as_int().filter(|&c| c > 0)? as i128;
+            let a = simplify_index(a);
+            let lin = linearize(&a);
+            let (mut keep, mut out) = (Linear::constant(lin.constant.rem_euclid(c)), Linear::constant(lin.constant.div_euclid(c)));
+            let mut moved = lin.constant.div_euclid(c) != 0;
+            for (atom, k) in &lin.terms {
+                if k % c == 0 {
+                    out.add_term(atom.clone(), k / c);
+                    moved = true;
+                } else {
+                    keep.add_term(atom.clone(), *k);
+                }
+            }
+            if !moved {
+                return Some(ln::Expr::bin(*op, a, (**b).clone()));
+            }
+            let rest = ln::Expr::bin(*op, keep.to_expr(), (**b).clone());
+            Some(match op {
+                BinOp::FloorDiv => ln::Expr::add(rest, out.to_expr()),
+                _ => rest,
+            })
+        }
+        _ => None,
+    });
+    crate::loopnest::simplify_expr(&e)
+}
+
+/// [`simplify_index`] applied to every index and every integer comparison of `e`, so that a
+/// guard (a padding `select`, a bound check) and the access it protects have the same
+/// canonical form (the bounds checker matches them term by term).
+pub(crate) fn canon(e: &ln::Expr) -> ln::Expr {
+    use crate::loopnest::affine::is_index_expr;
+    e.map(&mut |x| match x {
+        ln::Expr::Load { buf, index } => Some(ln::Expr::Load { buf: buf.clone(), index: index.iter().map(|i| simplify_index(&canon(i))).collect() }),
+        ln::Expr::Cmp(op, a, b) if is_index_expr(a) && is_index_expr(b) => {
+            Some(ln::Expr::cmp(*op, simplify_index(&canon(a)), simplify_index(&canon(b))))
+        }
+        _ => None,
+    })
+}
+
 /// Does `e` mention any variable for which `pred` holds?
 pub(crate) fn uses_var_where(e: &ln::Expr, pred: &dyn Fn(&str) -> bool) -> bool {
     match e {
@@ -199,6 +248,31 @@ pub(crate) fn loads_of(e: &ir::Expr, t: TensorId, out: &mut Vec<Vec<ir::Expr>>) 
 mod tests {
     use super::*;
     use crate::ir::Expr as E;
+
+    #[test]
+    fn divmod_rules() {
+        let (x, y) = (ln::Expr::var("x"), ln::Expr::var("y"));
+        let e = ln::Expr::floordiv(ln::Expr::add(x.clone(), ln::Expr::mul(y.clone(), ln::Expr::int(8))), ln::Expr::int(4));
+        let s = crate::loopnest::printer::expr_to_string(&simplify_index(&ln::Expr::sub(e, ln::Expr::mul(y.clone(), ln::Expr::int(2)))));
+        assert_eq!(s, "floordiv(x, 4)");
+        let m = ln::Expr::floormod(ln::Expr::add(ln::Expr::add(x.clone(), ln::Expr::mul(y, ln::Expr::int(12))), ln::Expr::int(5)), ln::Expr::int(4));
+        assert_eq!(crate::loopnest::printer::expr_to_string(&simplify_index(&m)), "floormod((x + 1), 4)");
+        // exact on every value, negatives included
+        for xv in -9..9 {
+            for yv in -3..3 {
+                for c in 1..6 {
+                    let f = |e: &ln::Expr| {
+                        let e = e.substitute("x", &ln::Expr::int(xv)).substitute("y", &ln::Expr::int(yv));
+                        crate::loopnest::simplify_expr(&e).as_int().unwrap()
+                    };
+                    let d = ln::Expr::floordiv(ln::Expr::add(ln::Expr::var("x"), ln::Expr::mul(ln::Expr::var("y"), ln::Expr::int(2 * c))), ln::Expr::int(c));
+                    assert_eq!(f(&d), f(&simplify_index(&d)));
+                    let m = ln::Expr::floormod(ln::Expr::add(ln::Expr::var("x"), ln::Expr::int(3 * c + 1)), ln::Expr::int(c));
+                    assert_eq!(f(&m), f(&simplify_index(&m)));
+                }
+            }
+        }
+    }
 
     #[test]
     fn converts_padding_select_and_types() {

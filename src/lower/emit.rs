@@ -31,7 +31,7 @@ pub(crate) struct Emitter<'a> {
 }
 
 fn guard(preds: &[Expr], body: Stmt) -> Stmt {
-    preds.iter().rev().fold(body, |acc, p| Stmt::if_(Expr::likely(p.clone()), acc, None))
+    preds.iter().rev().fold(body, |acc, p| Stmt::if_(Expr::likely(convert::canon(p)), acc, None))
 }
 
 fn loop_kind(ann: Annotation, constant: bool) -> Result<ForKind, LowerError> {
@@ -82,11 +82,11 @@ impl<'a> Emitter<'a> {
                 let l = self.loops(t.0)?;
                 idx.into_iter()
                     .zip(&l.root_min)
-                    .map(|(i, m)| if m.as_int() == Some(0) { i } else { simplify_expr(&Expr::sub(i, m.clone())) })
+                    .map(|(i, m)| if m.as_int() == Some(0) { i } else { Expr::sub(i, m.clone()) })
                     .collect()
             }
         };
-        let idx = if idx.is_empty() { vec![Expr::int(0)] } else { idx };
+        let idx: Vec<Expr> = if idx.is_empty() { vec![Expr::int(0)] } else { idx.iter().map(convert::simplify_index).collect() };
         // An index that depends on data or on a loop of non-constant extent (adaptive pooling
         // windows) cannot be proven in bounds statically: guard the load itself (a no-op for
         // every in-bounds access, so for every input the DAG is defined on).
@@ -161,14 +161,14 @@ impl<'a> Emitter<'a> {
             }
             vals[..st.n_axes].iter().cloned().collect::<Option<Vec<_>>>().ok_or_else(|| LowerError::Internal("axis without a value".into()))
         };
-        let idx = store_idx(&l.local)?;
+        let idx: Vec<Expr> = store_idx(&l.local)?.iter().map(convert::simplify_index).collect();
         let n = st.leaves.len();
         let this = &*self;
         let load = |t: TensorId, i: Vec<Expr>| this.load(t, i);
         let conv = Converter { vars: &vars, load: &load };
         match body {
             LBody::Expr(e) => {
-                let provide = Stmt::store(&buf, idx, convert::store_value(conv.expr(e)?, bt));
+                let provide = Stmt::store(&buf, idx, convert::store_value(convert::canon(&conv.expr(e)?), bt));
                 let inner = guard(&l.preds, provide);
                 self.nest(s, 0, n, inner)
             }
@@ -191,7 +191,7 @@ impl<'a> Emitter<'a> {
                 if bt.is_int() {
                     cur = Expr::cast(DType::I64, cur);
                 }
-                let src = conv.expr(source)?;
+                let src = convert::canon(&conv.expr(source)?);
                 let value = match combiner {
                     Combiner::Sum => Expr::add(cur, src),
                     Combiner::Max => Expr::bin(BinOp::Max, cur, src),
@@ -199,7 +199,7 @@ impl<'a> Emitter<'a> {
                 };
                 let mut update = Stmt::store(&buf, idx, convert::store_value(value, bt));
                 if let Some(c) = cond {
-                    update = Stmt::if_(conv.expr(c)?, update, None);
+                    update = Stmt::if_(convert::canon(&conv.expr(c)?), update, None);
                 }
                 let update = guard(&l.preds, update);
                 let init_value = convert::store_value(conv.expr(init)?, bt);
