@@ -286,6 +286,7 @@ fn compile_prepared(
             rtctx: None,
         },
         vec: None,
+        cache: vec![Default::default()],
         prefix: prefix.clone(),
         fn_count: 0,
         fn_attrs,

@@ -53,6 +53,10 @@ pub(crate) struct Tr<'c, 'a> {
     pub abort_checks: bool,
     /// Maximum lanes of one vector body (see `vector::MAX_CHUNK`).
     pub max_chunk: i64,
+    /// Scoped cache of pure (load-free) index computations: a value emitted earlier in the
+    /// current structured region (or an enclosing one) dominates everything emitted later in
+    /// it, so it can be reused. One map per open region (loop body, branch, vector body).
+    pub cache: Vec<std::collections::HashMap<String, Value<'c>>>,
     /// Statistics for tests / reports.
     pub vector_loops: usize,
     pub scalarized_loops: usize,
@@ -133,6 +137,38 @@ impl<'c, 'a> Tr<'c, 'a> {
         self.b.position_at_end(cur);
     }
 
+    /// Run `f` in a new cache region (values it caches are forgotten afterwards).
+    pub(crate) fn scoped<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.cache.push(Default::default());
+        let r = f(self);
+        self.cache.pop();
+        r
+    }
+
+    fn cached(&self, key: &str) -> Option<Value<'c>> {
+        self.cache.iter().rev().find_map(|m| m.get(key).copied())
+    }
+
+    fn remember(&mut self, key: String, v: Value<'c>) {
+        if let Some(m) = self.cache.last_mut() {
+            m.insert(key, v);
+        }
+    }
+
+    /// Scalar value of a pure integer expression, reusing an earlier identical computation.
+    pub(crate) fn index_expr(&mut self, e: &Expr) -> Result<Value<'c>, String> {
+        if e.has_load() || matches!(e, Expr::Int(..) | Expr::Var(_)) {
+            return self.expr(e);
+        }
+        let key = crate::loopnest::printer::expr_to_string(e);
+        if let Some(v) = self.cached(&key) {
+            return Ok(v);
+        }
+        let v = self.expr(e)?;
+        self.remember(key, v);
+        Ok(v)
+    }
+
     /// Run `f` with the builder positioned at the end of the entry block.
     pub(crate) fn in_entry<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let cur = self.b.current_block();
@@ -192,11 +228,11 @@ impl<'c, 'a> Tr<'c, 'a> {
                 let join = self.cx.append_block(f, "endif");
                 self.b.cond_br(c, tb, eb);
                 self.b.position_at_end(tb);
-                self.stmt(then_)?;
+                self.scoped(|t| t.stmt(then_))?;
                 self.b.br(join);
                 self.b.position_at_end(eb);
                 if let Some(e) = else_ {
-                    self.stmt(e)?;
+                    self.scoped(|t| t.stmt(e))?;
                 }
                 self.b.br(join);
                 self.b.position_at_end(join);
@@ -233,7 +269,7 @@ impl<'c, 'a> Tr<'c, 'a> {
 
     pub(crate) fn address(&mut self, buf: &str, index: &[Expr]) -> Result<Value<'c>, String> {
         let flat = self.flat_index(buf, index);
-        let i = self.expr(&flat)?;
+        let i = self.index_expr(&flat)?;
         let slot = self.buf(buf);
         let et = self.scalar_ty(slot.decl.dtype);
         Ok(self.b.gep(et, slot.ptr, i))
@@ -273,7 +309,7 @@ impl<'c, 'a> Tr<'c, 'a> {
             self.abort_check();
         }
         self.vars.push((var.to_string(), i));
-        let r = f(self);
+        let r = self.scoped(f);
         self.vars.pop();
         r?;
         let next = self.b.add(i, self.cx.i64().const_int(1));
@@ -320,6 +356,7 @@ impl<'c, 'a> Tr<'c, 'a> {
         let saved_fx = std::mem::replace(&mut self.fx, ph);
         let saved_bufs: Vec<BufSlot<'c>> = std::mem::take(&mut self.bufs);
         let saved_vars = std::mem::take(&mut self.vars);
+        let saved_cache = std::mem::replace(&mut self.cache, vec![Default::default()]);
         let saved_block = self.b.current_block();
 
         let f = self.begin_function(&impl_name, impl_ty, true);
@@ -372,6 +409,7 @@ impl<'c, 'a> Tr<'c, 'a> {
         self.fx = saved_fx;
         self.bufs = saved_bufs;
         self.vars = saved_vars;
+        self.cache = saved_cache;
         self.b.position_at_end(saved_block);
         result?;
         let launch_ty = self.cx.fn_type(i32t, &[ptr_t, ptr_t, ptr_t, ptr_t, i64t, i64t, ptr_t]);
@@ -417,15 +455,30 @@ impl<'c, 'a> Tr<'c, 'a> {
                 self.b.load(self.scalar_ty(t), ptr, t.bytes() as u32)
             }
             Expr::Bin(op, a, b) => {
+                // Integer divisions are the expensive part of index arithmetic: reuse them.
+                let key = (matches!(op, BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod)
+                    && !e.has_load())
+                .then(|| crate::loopnest::printer::expr_to_string(e));
+                if let Some(v) = key.as_deref().and_then(|k| self.cached(k)) {
+                    return Ok(v);
+                }
                 let t = self.ty(a);
                 let x = self.expr(a)?;
-                if let (BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod, Some(c)) = (op, b.as_int()) {
-                    if t.is_int() && c != 0 && c != -1 && crate::loopnest::interp::wrap_int(c, t) == c {
-                        return Ok(self.emit_div_const(*op, t, x, c, 1));
+                let v = match (op, b.as_int()) {
+                    (BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod, Some(c))
+                        if t.is_int() && c != 0 && c != -1 && crate::loopnest::interp::wrap_int(c, t) == c =>
+                    {
+                        self.emit_div_const(*op, t, x, c, 1)
                     }
+                    _ => {
+                        let y = self.expr(b)?;
+                        self.emit_bin(*op, t, x, y, 1)
+                    }
+                };
+                if let Some(k) = key {
+                    self.remember(k, v);
                 }
-                let y = self.expr(b)?;
-                self.emit_bin(*op, t, x, y, 1)
+                v
             }
             Expr::Cmp(op, a, b) => {
                 let t = self.ty(a);
@@ -483,11 +536,11 @@ impl<'c, 'a> Tr<'c, 'a> {
         let join = self.cx.append_block(func, "sel_join");
         self.b.cond_br(c, tb, fb);
         self.b.position_at_end(tb);
-        let tv = self.expr(t)?;
+        let tv = self.scoped(|s| s.expr(t))?;
         let tend = self.b.current_block();
         self.b.br(join);
         self.b.position_at_end(fb);
-        let fv = self.expr(f)?;
+        let fv = self.scoped(|s| s.expr(f))?;
         let fend = self.b.current_block();
         self.b.br(join);
         self.b.position_at_end(join);

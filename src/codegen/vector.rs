@@ -137,7 +137,7 @@ impl<'c> Tr<'c, '_> {
         // Scalar uses of the variable (e.g. uniform sub-expressions) see lane 0's value.
         self.vars.push((var.to_string(), lo));
         self.vec = Some(VecCtx { var: var.to_string(), lanes, iota, mask: None });
-        let r = self.vstmt(body);
+        let r = self.scoped(|t| t.vstmt(body));
         self.vec = None;
         self.vars.pop();
         self.vector_loops += 1;
@@ -167,11 +167,11 @@ impl<'c> Tr<'c, '_> {
                 let join = self.cx.append_block(f, "vendif");
                 self.b.cond_br(c, tb, eb);
                 self.b.position_at_end(tb);
-                self.vstmt(then_)?;
+                self.scoped(|t| t.vstmt(then_))?;
                 self.b.br(join);
                 self.b.position_at_end(eb);
                 if let Some(e) = else_ {
-                    self.vstmt(e)?;
+                    self.scoped(|t| t.vstmt(e))?;
                 }
                 self.b.br(join);
                 self.b.position_at_end(join);
@@ -226,15 +226,15 @@ impl<'c> Tr<'c, '_> {
         let coeff = if masked && flat.has_load() { None } else { linearize(&flat).coeff_of_var(&var) };
         match coeff {
             Some(0) => {
-                let i = self.expr(&flat)?;
+                let i = self.index_expr(&flat)?;
                 Ok(Addr::Uniform(gep(self, i)))
             }
             Some(1) => {
-                let i = self.expr(&flat)?; // var bound to lane 0
+                let i = self.index_expr(&flat)?; // var bound to lane 0
                 Ok(Addr::Contiguous(gep(self, i)))
             }
             Some(c) => {
-                let i = self.expr(&flat)?;
+                let i = self.index_expr(&flat)?;
                 let offs: Vec<Value<'c>> =
                     (0..lanes).map(|l| i64t.const_int((c as i64).wrapping_mul(l as i64))).collect();
                 let idx = self.b.add(self.splat(i, lanes), Value::const_vector(&offs));
@@ -324,12 +324,12 @@ impl<'c> Tr<'c, '_> {
                 let join = self.cx.append_block(func, "vsel_join");
                 self.b.cond_br(cv, tb, fb);
                 self.b.position_at_end(tb);
-                let tv = self.vexpr(t)?;
+                let tv = self.scoped(|s| s.vexpr(t))?;
                 let tv = self.widen(tv);
                 let tend = self.b.current_block();
                 self.b.br(join);
                 self.b.position_at_end(fb);
-                let fv = self.vexpr(f)?;
+                let fv = self.scoped(|s| s.vexpr(f))?;
                 let fv = self.widen(fv);
                 let fend = self.b.current_block();
                 self.b.br(join);
