@@ -24,6 +24,8 @@ pub enum InterpError {
     OutOfBounds { buffer: String, index: Vec<i64>, shape: Vec<i64> },
     DivisionByZero,
     StepBudgetExceeded(u64),
+    /// A temporary larger than `InterpOptions::max_temp_bytes`.
+    TemporaryTooLarge { buffer: String, bytes: i64 },
 }
 
 impl std::fmt::Display for InterpError {
@@ -36,6 +38,9 @@ impl std::fmt::Display for InterpError {
             }
             InterpError::DivisionByZero => write!(f, "integer division by zero"),
             InterpError::StepBudgetExceeded(n) => write!(f, "step budget of {n} exhausted"),
+            InterpError::TemporaryTooLarge { buffer, bytes } => {
+                write!(f, "temporary `{buffer}` needs {bytes} bytes")
+            }
         }
     }
 }
@@ -46,6 +51,9 @@ pub struct InterpOptions {
     /// Maximum number of loop iterations + stores executed; `None` = unlimited.
     pub step_budget: Option<u64>,
 }
+
+/// Largest temporary the interpreter allocates (bytes); larger ones are an error.
+pub const MAX_TEMP_BYTES: i64 = 1 << 32;
 
 // ----- scalar semantics helpers (shared with the simplifier) ---------------------------------
 
@@ -319,6 +327,7 @@ struct Machine<'a> {
     store: Vec<BufferData>,
     steps: u64,
     budget: u64,
+    max_temp_bytes: i64,
 }
 
 impl Machine<'_> {
@@ -477,6 +486,13 @@ impl Machine<'_> {
                 }
             }
             IS::Alloc(slot, body) => {
+                let bytes = self.decls[*slot].size_bytes();
+                if bytes > self.max_temp_bytes {
+                    return Err(InterpError::TemporaryTooLarge {
+                        buffer: self.decls[*slot].name.clone(),
+                        bytes,
+                    });
+                }
                 let old = std::mem::replace(
                     &mut self.store[*slot],
                     BufferData::for_buffer(&self.decls[*slot]),
@@ -563,6 +579,7 @@ pub fn run(k: &Kernel, bufs: &mut [BufferData], opts: InterpOptions) -> Result<u
         store,
         steps: 0,
         budget: opts.step_budget.unwrap_or(u64::MAX),
+        max_temp_bytes: MAX_TEMP_BYTES,
     };
     let res = m.exec(&body);
     for (dst, src) in bufs.iter_mut().zip(m.store.drain(..)) {

@@ -109,6 +109,14 @@ fn interp_step_budget_stops_hostile_loop() {
     let mut bufs = vec![BufferData::zeros(DType::F32, 1)];
     let e = run(&k, &mut bufs, InterpOptions { step_budget: Some(1000) }).unwrap_err();
     assert_eq!(e, InterpError::StepBudgetExceeded(1000));
+    // A huge temporary is an error, not an allocation failure.
+    let k = Kernel::new(
+        "huge",
+        vec![f32buf("A", &[1], BufferRole::Output)],
+        Stmt::allocate(f32buf("T", &[1 << 40], BufferRole::Temporary), Stmt::nop()),
+    );
+    let e = run(&k, &mut bufs, InterpOptions::default()).unwrap_err();
+    assert!(matches!(e, InterpError::TemporaryTooLarge { .. }));
 }
 
 #[test]
