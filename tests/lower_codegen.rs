@@ -26,10 +26,24 @@ fn record(file: &str, key_prefix: &str, nth: usize) -> Record {
     found
 }
 
-/// (file, key hash prefix, which record with that key)
+/// (file, part of the workload key, which record with that key)
 const CASES: &[(&str, &str, usize)] = &[
     // resnet-50 1x1 conv + bias + residual add + relu, conv computed at the relu's tile
     ("tvm_gallery/resnet-50-NHWC-B1-llvm.json", "875556d12d0be2269206a7775d5296a6", 0),
+    // resnet-50 softmax: two rfactors, .repl stages computed inside their consumers
+    ("tvm_gallery/resnet-50-NHWC-B1-llvm.json", "d7b65649a4dd54becea0a52aabbc5af5", 0),
+    // conv2d_NCHWc 1x1 stride 2 + bias
+    ("tvm_ansor_bench_nchwc/resnet_18.best.json", "63163dfaa69dc65fc4319ac2dfa138da", 0),
+    // depthwise conv2d_NCHWc + bias + clip
+    ("tvm_ansor_bench_nchwc/mobilenet_v2.best.json", r#"374c777cd99c72d8a55bbe0fd7c3a352", [1, 240, 7, 7, 4]"#, 0),
+    // winograd NHWC (data_pack, bgemm with cache_write, inverse) + bias + relu
+    ("tvm_ansor_bench_nhwc/resnet_18.best.json", "38552500208b25b4035682b0e93cbce3", 0),
+    // max pool NCHWc
+    ("tvm_ansor_bench_nchwc/resnet_18.best.json", "5dbf6b49975651f2bcf58cb55546df6d", 0),
+    // BERT dense with cache_write, batch_matmul with cache_write, mean/variance with rfactor
+    ("bert_cpu/ansor-bert-tuning.stage1.log", r#"218090bc617f9a36fbabdf253ec28064", [14, 3072]"#, 0),
+    ("bert_cpu/ansor-bert-tuning.stage1.log", r#"32a5ff201401d5600f77ced9f22defaa", [12, 14, 14]"#, 0),
+    ("bert_cpu/ansor-bert-tuning.stage1.log", "dde89265d3f1a59075cee648386eac1e", 0),
 ];
 
 #[test]
@@ -39,18 +53,56 @@ fn real_records_compile_and_match_the_reference() {
         let dag = recognize(&WorkloadKey::parse(&rec.task.workload_key).unwrap()).unwrap().dag;
         let state = replay(&stage_inits_from_dag(&dag), &rec.steps).unwrap();
         let t0 = Instant::now();
-        let k = lower(&dag, &state, &LowerOptions::default()).unwrap();
+        let k = lower(&dag, &state, &LowerOptions::default()).unwrap_or_else(|e| panic!("{file} {key}: {e}"));
         let t_lower = t0.elapsed();
-        println!("{}", ttdb::loopnest::kernel_to_string(&k));
         let t1 = Instant::now();
-        let ck = compile(&k, &CodegenOptions::default()).unwrap();
+        let ck = compile(&k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{file} {key}: {e}"));
         let t_compile = t1.elapsed();
         let inputs = random_inputs(&dag, 3);
+        let t2 = Instant::now();
         let reference = evaluate(&dag, &inputs).unwrap();
+        let t_eval = t2.elapsed();
         let mut args = kernel_args(&k, &inputs).unwrap();
         ck.run(&mut args, &RunOptions::default()).unwrap();
         let (abs, rel) = compare_outputs(&k, &args, &reference).unwrap();
-        println!("{file} {key}: lower {:.1} ms, compile {:.1} ms, rel err {rel:.2e} (abs {abs:.2e})", t_lower.as_secs_f64() * 1e3, t_compile.as_secs_f64() * 1e3);
-        assert!(rel < 1e-4);
+        println!(
+            "{file} {}: lower {:.1} ms, compile {:.1} ms (reference {:.0} ms), rel err {rel:.2e} (abs {abs:.2e})",
+            &key[..8],
+            t_lower.as_secs_f64() * 1e3,
+            t_compile.as_secs_f64() * 1e3,
+            t_eval.as_secs_f64() * 1e3
+        );
+        assert!(rel < 1e-4, "{file} {key}: relative error {rel}");
     }
+}
+
+/// Lowering + LLVM compilation time of every resnet-50 task (real shapes).
+#[test]
+fn resnet50_tasks_lower_and_compile_quickly() {
+    let path = common::corpus_dir().join("ansor/tvm_gallery/resnet-50-NHWC-B1-llvm.json");
+    let text = std::fs::read(&path).unwrap();
+    let mut rows = Vec::new();
+    for (_, b) in lines(&text) {
+        let LogLine::Record { record, .. } = parse_line(b) else { continue };
+        let dag = recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap()).unwrap().dag;
+        let state = replay(&stage_inits_from_dag(&dag), &record.steps).unwrap();
+        let t0 = Instant::now();
+        let k = lower(&dag, &state, &LowerOptions::default()).unwrap();
+        let lower_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = Instant::now();
+        compile(&k, &CodegenOptions::default()).unwrap();
+        let compile_ms = t1.elapsed().as_secs_f64() * 1e3;
+        let name = dag.stages.iter().rev().find(|s| s.compute().is_some_and(|c| !c.reduce_axes.is_empty())).map_or("?", |s| s.name.as_str()).to_string();
+        rows.push((name, lower_ms, compile_ms));
+    }
+    println!("{:<24} {:>9} {:>11} {:>9}", "anchor stage", "lower ms", "compile ms", "total ms");
+    for (n, l, c) in &rows {
+        println!("{n:<24} {l:>9.2} {c:>11.1} {:>9.1}", l + c);
+    }
+    let mut total: Vec<f64> = rows.iter().map(|r| r.1 + r.2).collect();
+    total.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let max_lower = rows.iter().map(|r| r.1).fold(0.0, f64::max);
+    println!("{} tasks: lower max {max_lower:.2} ms; lower+compile median {:.1} ms, max {:.1} ms", rows.len(), total[total.len() / 2], total[total.len() - 1]);
+    assert_eq!(rows.len(), 26);
+    assert!(max_lower < 100.0, "lowering took {max_lower:.1} ms");
 }
