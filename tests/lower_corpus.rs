@@ -11,7 +11,6 @@ mod common;
 
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 use ttdb::ansor::log::{lines, parse_line, LogLine};
@@ -19,7 +18,7 @@ use ttdb::ansor::{KeyForm, Step, WorkloadKey};
 use ttdb::ir::{DType, Dag};
 use ttdb::lower::check::interpret_against_reference;
 use ttdb::lower::{lower, retarget_steps, LowerOptions};
-use ttdb::ops::{registered, Anchor, EpilogueOp, Era, PoolLayout, WorkloadSpec};
+use ttdb::ops::{registered, Anchor, Era, PoolLayout, WorkloadSpec};
 use ttdb::recognize::recognize;
 use ttdb::schedule::stage_inits_from_dag;
 
@@ -201,7 +200,6 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
             .enumerate()
             .map(|(i, &d)| if d == 1 && old_out[off + i] != 1 { 1 } else { new_out[off + i] })
             .collect();
-        let _ = matches!(op, EpilogueOp::ExpandAdd);
         new.push(s);
     }
     spec.build(era, &new).map_err(|e| e.to_string())
@@ -222,7 +220,7 @@ struct Rec {
 
 #[derive(Clone, Debug)]
 enum Outcome {
-    Verified { rel_err: f64, lower_ms: f64 },
+    Verified { rel_err: f64 },
     Failed { stage: &'static str, reason: String },
 }
 
@@ -313,7 +311,7 @@ fn corpus_records_retargeted_lower_and_match_the_reference() {
                 if cmp.rel_err > TOLERANCE {
                     return Err(("compare", format!("relative error {:.3e} (max abs {:.3e})", cmp.rel_err, cmp.max_abs_err)));
                 }
-                Ok(Outcome::Verified { rel_err: cmp.rel_err, lower_ms: ms })
+                Ok(Outcome::Verified { rel_err: cmp.rel_err })
             })();
             (i, out.unwrap_or_else(|(stage, reason)| Outcome::Failed { stage, reason }))
         })
@@ -375,7 +373,6 @@ fn corpus_records_retargeted_lower_and_match_the_reference() {
             times[times.len() - 1]
         );
     }
-    let _ = Path::new("");
     // failures, grouped by reason
     let mut by_reason: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (&i, o) in &outcomes {

@@ -55,7 +55,9 @@ fn judge(dag: &Dag, state: &State, what: &str) -> Verdict {
     let inputs = random_inputs(dag, 5);
     let reference = ttdb::ir::eval::evaluate(dag, &inputs).unwrap();
     let mut args = kernel_args(&k, &inputs).unwrap();
-    match run(&k, &mut args, InterpOptions { step_budget: Some(BUDGET), ..Default::default() }) {
+    #[allow(clippy::needless_update)]
+    let o = InterpOptions { step_budget: Some(BUDGET), ..Default::default() };
+    match run(&k, &mut args, o) {
         Ok(_) => {}
         Err(InterpError::StepBudgetExceeded(_)) => return Verdict::Budget,
         Err(e) => panic!("{what}: interpreter error {e}\n{}\n{}", state.dump(), ttdb::loopnest::kernel_to_string(&k)),

@@ -66,8 +66,6 @@ pub(crate) struct StageLoops {
     pub ext: Vec<Option<Ext>>,
     /// Per root variable: the global index of local coordinate 0 (region minimum).
     pub root_min: Vec<Expr>,
-    /// Per spatial axis: the op's full extent.
-    pub full: Vec<i64>,
     /// Per loop position: its variable, or None for a loop of extent 1 (not emitted).
     pub loop_var: Vec<Option<String>>,
     /// Per variable: value in local coordinates (`PassUpIndex`).
@@ -177,9 +175,6 @@ fn sym_range(e: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i12
         let part = match divmod_range(atom, relaxed, r)? {
             Some(p) => p,
             None => {
-                if std::env::var("TTDB_LOWER_DEBUG").is_ok() && uses_var_where(atom, &|v| !relaxed.contains(v)) {
-                    eprintln!("IMPRECISE atom {}", crate::loopnest::printer::expr_to_string(atom));
-                }
                 let (a, b) = interval(atom, r).ok_or_else(unbounded)?;
                 SymRange { fixed: Linear::constant(0), lo: a, hi: b }
             }
@@ -259,11 +254,11 @@ pub(crate) fn split_checks(
     r: &HashMap<String, (i128, i128)>,
 ) -> Vec<Expr> {
     let mut preds = Vec::new();
-    for v in 0..st.vars.len() {
+    for (v, value) in values.iter().enumerate().take(st.vars.len()) {
         if !l.flag[v] || skip(v) {
             continue;
         }
-        let (Some(val), Some(ext)) = (&values[v], &l.ext[v]) else { continue };
+        let (Some(val), Some(ext)) = (value, &l.ext[v]) else { continue };
         let provable = ext.as_const().is_some_and(|e| interval(val, r).is_some_and(|iv| iv.1 < e as i128));
         if !provable {
             preds.push(Expr::lt(val.clone(), ext.e.clone()));
@@ -448,7 +443,7 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
         }
     }
     let shape: Vec<i64> = region.iter().map(|r| r.1).collect();
-    let mut l = StageLoops { ext, root_min, full: full.clone(), loop_var, local, global, flag, shape, preds: Vec::new() };
+    let mut l = StageLoops { ext, root_min, loop_var, local, global, flag, shape, preds: Vec::new() };
     let mut preds = split_checks(st, &l, &l.local, &|_| false, &ranges);
     // a region reaching outside the op's domain is computed only inside it
     if matches!(st.loc, Loc::At { .. }) {
@@ -457,10 +452,10 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
                 continue;
             }
             let iv = interval(&l.global[k], &ranges);
-            if !iv.is_some_and(|iv| iv.0 >= 0) {
+            if iv.is_none_or(|iv| iv.0 < 0) {
                 preds.push(Expr::cmp(crate::loopnest::CmpOp::Ge, l.global[k].clone(), Expr::int(0)));
             }
-            if !iv.is_some_and(|iv| iv.1 < e as i128) {
+            if iv.is_none_or(|iv| iv.1 >= e as i128) {
                 preds.push(Expr::lt(l.global[k].clone(), Expr::int(e)));
             }
         }

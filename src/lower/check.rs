@@ -83,7 +83,10 @@ pub fn interpret_against_reference(dag: &Dag, kernel: &Kernel, seed: u64, step_b
     let inputs = random_inputs(dag, seed);
     let reference = evaluate(dag, &inputs).map_err(|e| format!("reference: {e}"))?;
     let mut args = kernel_args(kernel, &inputs)?;
-    let steps = run(kernel, &mut args, InterpOptions { step_budget, ..Default::default() }).map_err(|e| format!("interpreter: {e}"))?;
+    // (struct update: robust to options added later)
+    #[allow(clippy::needless_update)]
+    let opts = InterpOptions { step_budget, ..Default::default() };
+    let steps = run(kernel, &mut args, opts).map_err(|e| format!("interpreter: {e}"))?;
     let (max_abs_err, rel_err) = compare_outputs(kernel, &args, &reference)?;
     Ok(Comparison { max_abs_err, rel_err, steps })
 }

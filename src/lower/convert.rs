@@ -160,17 +160,6 @@ fn truthy(v: ln::Expr, of: &ir::Expr) -> Result<ln::Expr, LowerError> {
     })
 }
 
-/// Simultaneous substitution of variables (no capture: replacements are not revisited).
-pub(crate) fn subst(e: &ln::Expr, map: &HashMap<String, ln::Expr>) -> ln::Expr {
-    if map.is_empty() {
-        return e.clone();
-    }
-    e.map(&mut |x| match x {
-        ln::Expr::Var(v) => map.get(v).cloned(),
-        _ => None,
-    })
-}
-
 /// TVM's canonical `floordiv`/`floormod` rules for a positive constant divisor `c`: terms of
 /// the dividend whose coefficient is a multiple of `c` move out of a `floordiv`
 /// (`floordiv(x + 4*k*y, 4) = floordiv(x, 4) + k*y`) and vanish from a `floormod`. Exact for

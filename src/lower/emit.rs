@@ -17,7 +17,7 @@ use super::te::{Loc, Rel, TSchedule, TStage};
 use super::{LowerError, WeightLayout};
 use crate::ansor::Annotation;
 use crate::ir::{Combiner, Dag, TensorId};
-use crate::loopnest::{simplify_expr, Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt};
+use crate::loopnest::{Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt};
 use std::collections::HashMap;
 
 pub(crate) struct Emitter<'a> {

@@ -63,13 +63,6 @@ impl LOp {
         }
     }
 
-    pub fn body(&self) -> Option<&LBody> {
-        match &self.kind {
-            LKind::Compute { body, .. } => Some(body),
-            LKind::Placeholder { .. } => None,
-        }
-    }
-
     pub fn is_placeholder(&self) -> bool {
         matches!(self.kind, LKind::Placeholder { .. })
     }
@@ -297,7 +290,7 @@ mod tests {
             dag_tensor: Some(2),
         };
         let out = inject_inline(&[a, b, c], &[false, true, false]).unwrap();
-        let LBody::Expr(e) = out[2].body().unwrap() else { panic!() };
+        let LKind::Compute { body: LBody::Expr(e), .. } = &out[2].kind else { panic!() };
         assert_eq!(out[2].inputs(), vec![TensorId(0)]);
         assert_eq!(e.node_count(), 11, "{e:?}");
     }
