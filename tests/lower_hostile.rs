@@ -196,6 +196,108 @@ fn perturbed_records_lower_safely() {
     assert!(replayed > 300 && correct > replayed / 2, "{replayed} / {correct}");
 }
 
+/// The hostile cases of `tests/replay_hostile.rs` (same DAG classes, small sizes): replay
+/// refuses each at some step, so `lower_steps` must fail cleanly; the valid prefix before
+/// the refused step must lower safely.
+const REPLAY_HOSTILE: &[(&str, &str, &str)] = &[
+    ("stage id out of range", "CONV", r#"[["SP", 9, 0, 1, [1], 1]]"#),
+    ("iterator id out of range", "CONV", r#"[["AN", 3, 7, 2]]"#),
+    ("step on a placeholder", "CONV", r#"[["SP", 2, 0, 1, [1], 1]]"#),
+    ("RE with a repeated id", "CONV", r#"[["RE", 3, [0, 1, 2, 3, 4, 5, 5]]]"#),
+    ("RE with missing ids", "CONV", r#"[["RE", 3, [1, 0]]]"#),
+    ("FU of non-consecutive loops", "CONV", r#"[["FU", 3, [0, 2]]]"#),
+    ("FU of reversed loops", "CONV", r#"[["FU", 3, [2, 1]]]"#),
+    ("FU of nothing", "CONV", r#"[["FU", 3, []]]"#),
+    ("FU over an attach point", "CONV", r#"[["CA", 1, 3, 1], ["FU", 3, [1, 2]]]"#),
+    ("CI of a stage others are attached to", "CONV", r#"[["CA", 3, 5, 0], ["CI", 5]]"#),
+    ("CI of a reduction", "CONV", r#"[["CI", 3]]"#),
+    ("CI of the output", "CONV", r#"[["CI", 6]]"#),
+    ("CA onto a stage that does not consume it", "BRANCH", r#"[["CA", 1, 2, 0]]"#),
+    ("CHR read by a stage that does not read it", "BRANCH", r#"[["CHR", 1, "local", [2]]]"#),
+    ("CA onto itself", "CONV", r#"[["CA", 3, 3, 0]]"#),
+    ("CA onto a producer", "CONV", r#"[["CA", 5, 3, 0]]"#),
+    ("CA closing a cycle", "CONV", r#"[["CA", 3, 5, 0], ["CA", 5, 3, 0]]"#),
+    ("CA onto a placeholder", "CONV", r#"[["CA", 3, 4, 0]]"#),
+    ("CA onto an inlined stage", "CONV", r#"[["CI", 5], ["CA", 3, 5, 0]]"#),
+    ("CA onto a loop out of range", "CONV", r#"[["CA", 3, 6, 4]]"#),
+    ("split length 0", "CONV", r#"[["SP", 3, 3, 512, [0, 8], 1]]"#),
+    ("negative split length", "CONV", r#"[["SP", 3, 3, 512, [-8], 1]]"#),
+    ("split product far above the extent", "CONV", r#"[["SP", 3, 3, 512, [64, 64], 1]]"#),
+    ("split product overflowing", "CONV", r#"[["SP", 3, 3, 512, [2147483647, 2147483647, 2147483647], 1]]"#),
+    ("huge split of an undefined extent", "CONV", r#"[["CA", 3, 6, 0], ["SP", 3, 3, 0, [2147483647, 2147483647], 1]]"#),
+    ("FSP following a non-SP step", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["RE", 3, [0, 1, 2, 4, 3, 5, 6, 7]], ["FSP", 6, 3, 1, 1]]"#),
+    ("FSP following a future step", "CONV", r#"[["FSP", 6, 3, 4, 1]]"#),
+    ("FSP following itself", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["FSP", 6, 3, 1, 1]]"#),
+    ("FSP with n_split 0", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["FSP", 6, 3, 0, 0]]"#),
+    ("FSP with n_split too large", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["FSP", 6, 3, 0, 3]]"#),
+    ("FFSP level out of range", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["FFSP", 6, 3, [0], 1, 1]]"#),
+    ("FFSP following a non-SP step", "CONV", r#"[["CI", 5], ["FFSP", 6, 3, [0], 0, 1]]"#),
+    ("RF without a split", "SOFTMAX", r#"[["RF", 3, 1, 1]]"#),
+    ("RF after a split of another stage", "SOFTMAX", r#"[["SP", 1, 1, 1000, [50], 1], ["RF", 3, 1, 1]]"#),
+    ("RF of a loop the split did not make", "SOFTMAX", r#"[["SP", 3, 1, 1000, [50], 1], ["RF", 3, 0, 1]]"#),
+    ("RF of a spatial loop", "SOFTMAX", r#"[["SP", 2, 1, 1000, [50], 1], ["RF", 2, 1, 1]]"#),
+    ("RF factor axis past the axes", "SOFTMAX", r#"[["SP", 3, 1, 1000, [50], 1], ["RF", 3, 2, 2]]"#),
+    ("annotation of an annotated loop", "CONV", r#"[["AN", 6, 0, 3], ["AN", 6, 0, 2]]"#),
+    ("two parallel loops in a stage", "CONV", r#"[["AN", 6, 0, 3], ["AN", 6, 1, 3]]"#),
+    ("parallel inside an attach parallel loop", "CONV", r#"[["AN", 6, 0, 3], ["CA", 3, 6, 1], ["AN", 3, 0, 3]]"#),
+    ("CA of a parallel stage into a parallel loop", "CONV", r#"[["AN", 6, 0, 3], ["AN", 3, 0, 3], ["CA", 3, 6, 1]]"#),
+    ("tensorize", "CONV", r#"[["AN", 3, 0, 11]]"#),
+    ("unknown pragma", "CONV", r#"[["PR", 3, 0, "unroll_explicit"]]"#),
+    ("malformed unroll pragma", "CONV", r#"[["PR", 3, 0, "auto_unroll_max_step$1e3"]]"#),
+    ("debug_skip_region of an attached stage", "CONV", r#"[["CA", 3, 6, 1], ["PR", 3, 0, "debug_skip_region"]]"#),
+    ("storage_align with factor 0", "CONV", r#"[["SA", 3, 0, 0, 0]]"#),
+    ("CHW of a placeholder", "CONV", r#"[["CHW", 2, "local"]]"#),
+    ("CHW after loop steps", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["CHW", 3, "local"]]"#),
+    ("CHW with an empty scope", "CONV", r#"[["CHW", 3, ""]]"#),
+    ("CHR read by a producer", "CONV", r#"[["CHR", 2, "shared", [1]]]"#),
+    ("CHR without readers", "CONV", r#"[["CHR", 2, "shared", []]]"#),
+    ("RE moving an attach loop", "CONV", r#"[["CA", 3, 6, 1], ["RE", 6, [1, 0, 2, 3]]]"#),
+];
+
+fn branch_small() -> Dag {
+    // D = B(A) + C(A), two branches of one input
+    use ttdb::ir::{DagBuilder, Expr, IterVar};
+    let mut b = DagBuilder::new();
+    let a = b.placeholder("A", &[6, 5], DType::F32);
+    let axes = || vec![IterVar::new("i", 6), IterVar::new("j", 5)];
+    let x = b.elementwise("B", "", axes(), |v| a.at(v.to_vec()) * Expr::f32(2.0));
+    let y = b.elementwise("C", "", axes(), |v| a.at(vec![v[0].clone(), Expr::int(4) - v[1].clone()]));
+    let d = b.elementwise("D", "", axes(), |v| x.at(v.to_vec()) + y.at(v.to_vec()));
+    b.finish(&[&d])
+}
+
+#[test]
+fn replay_hostile_cases_are_refused_and_their_prefixes_lower() {
+    assert!(REPLAY_HOSTILE.len() >= 50);
+    let (mut prefixes, mut correct) = (0, 0);
+    for &(what, init, json) in REPLAY_HOSTILE {
+        let dag = match init {
+            "CONV" => conv_small(),
+            "SOFTMAX" => softmax_small(),
+            "BRANCH" => branch_small(),
+            other => panic!("{other}"),
+        };
+        let all = steps(json);
+        let e = ttdb::lower::lower_steps(&dag, &all, &opts()).unwrap_err();
+        assert!(matches!(e, LowerError::Mismatch(ref m) if m.contains("replay")), "{what}: {e}");
+        // the longest prefix replay accepts (re-targeted to the small workload)
+        let inits = stage_inits_from_dag(&dag);
+        let mut st = State::new(&inits).unwrap();
+        let mut ok = Vec::new();
+        for s in &all {
+            if st.apply(s).is_err() {
+                break;
+            }
+            ok.push(s.clone());
+        }
+        let Ok(r) = retarget_steps(&inits, &ok) else { continue };
+        prefixes += 1;
+        correct += (judge(&dag, &r.state, what) == Verdict::Correct) as usize;
+    }
+    println!("{} hostile records refused; {prefixes} valid prefixes lowered, {correct} correct", REPLAY_HOSTILE.len());
+    assert!(correct > 40, "{correct}");
+}
+
 /// Hand-written schedules: (what, dag, steps, expected: Ok = correct, Err(kind) = refused).
 fn odd_cases() -> Vec<(&'static str, Dag, &'static str, Result<(), &'static str>)> {
     let mm = || registered::matmul_add(7, 6, 5, DType::F32).unwrap();
@@ -372,4 +474,6 @@ fn random_schedules_lower_safely_and_correctly() {
     }
     println!("{total} random schedules ({applied} steps applied): {correct} correct, {refused} refused {kinds:?}, {budget} out of budget");
     assert!(correct * 10 > total * 7, "too few random schedules lowered: {correct} of {total}");
+    // valid schedules whose kernel lowering cannot prove safe would be a lowering weakness
+    assert!(!kinds.contains_key("unproven access"), "{kinds:?}");
 }

@@ -290,6 +290,7 @@ impl<'a> Emitter<'a> {
                 .ok_or_else(|| LowerError::Internal(format!("{}: init index depends on a reduce loop", st.op.name)))?
         };
         let preds = split_checks(st, l, &vals, &|v| us[v] == 2, &self.ranges);
+        let idx: Vec<Expr> = idx.iter().map(convert::simplify_index).collect();
         let mut body = guard(&preds, Stmt::store(buf, idx, value));
         for p in (begin..n).rev() {
             let v = st.leaves[p];

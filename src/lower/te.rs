@@ -466,7 +466,7 @@ fn rfactor_ops(st: &TStage, iter: u32, factor_pos: usize, s: usize) -> Result<(L
                 if let (Some(o), Some(i), Some(ie)) = (value[outer].clone(), value[inner].clone(), dom[inner]) {
                     value[parent] = Some(i + o * ie);
                 }
-                flag[parent] = flag[outer] || flag[inner] || dom[outer].zip(dom[inner]).map(|(a, b)| a * b) != dom[parent];
+                flag[parent] = flag[outer] || flag[inner] || dom[outer].zip(dom[inner]).map(|(a, b)| a as i128 * b as i128) != dom[parent].map(i128::from);
             }
             Rel::Fuse { outer, inner, fused } => {
                 if let (Some(f), Some(ie)) = (value[fused].clone(), dom[inner]) {

@@ -287,3 +287,4 @@ fn weight_layout_hook_keeps_the_original_layout() {
     assert_eq!(WeightLayout::Original.rewrite_index(&dag, crate::ir::TensorId(2), idx.clone()), idx);
     assert_eq!(param_tensors(&dag).len(), k.params.len());
 }
+
