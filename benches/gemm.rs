@@ -62,13 +62,13 @@ fn run(c: &CompiledKernel, bufs: &mut [BufferData], threads: usize, opts: &Measu
     measure(c, bufs, &MeasureOptions { threads: Some(threads), ..opts.clone() }).expect("run")
 }
 
-/// TTDB_SWEEP=1: rank a few schedules by 1-thread GFLOP/s, measured alternately.
-fn sweep(n: i64, lanes: i64) {
+/// TTDB_SWEEP=1: rank a few schedules by GFLOP/s (TTDB_THREADS threads), measured alternately.
+fn sweep(n: i64, lanes: i64, threads: usize) {
     let mut variants = Vec::new();
     for kc in [256, 512] {
         for pack_a in [false, true] {
-            for (mr, nv) in [(4, 3), (2, 6), (8, 1)] {
-                variants.push(GemmSchedule { mr, nv, lanes, kc, pack_a, row_splits: 2 });
+            for row_splits in [2, 4, 8] {
+                variants.push(GemmSchedule { mr: 4, nv: 3, lanes, kc, pack_a, row_splits });
             }
         }
     }
@@ -85,7 +85,7 @@ fn sweep(n: i64, lanes: i64) {
     let mut best = vec![0f64; variants.len()];
     for _ in 0..3 {
         for (i, c) in compiled.iter().enumerate() {
-            let m = run(c, &mut bufs, 1, &opts);
+            let m = run(c, &mut bufs, threads, &opts);
             best[i] = best[i].max(gemm_flops(n, n, n) / m.min / 1e9);
         }
     }
@@ -99,7 +99,7 @@ fn sweep(n: i64, lanes: i64) {
 fn main() {
     let host = HostFingerprint::detect();
     if std::env::var("TTDB_SWEEP").is_ok() {
-        sweep(env("TTDB_GEMM_N", 1024), host.f32_lanes() as i64);
+        sweep(env("TTDB_GEMM_N", 1024), host.f32_lanes() as i64, env("TTDB_THREADS", 1) as usize);
         return;
     }
     let n = env("TTDB_GEMM_N", 1024);

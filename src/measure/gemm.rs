@@ -50,10 +50,11 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
 
     // Bp[jo, kk, jv*lanes + l] = B[kk, jo*nr + jv*lanes + l]  (0 past n)
     let col = |jo: Expr| add(add(mul(jo, c(nr)), mul(v("jv"), c(lanes))), v("l"));
-    let pack = Stmt::loop_(
-        "jo",
-        np,
-        ForKind::Parallel,
+    // Full panels are copied with plain vector loads; only the last, partial panel is guarded.
+    let bp_index = || vec![v("jo"), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))];
+    let copy = |guarded: bool| {
+        let load = Expr::load("B", vec![v("kk"), col(v("jo"))]);
+        let value = if guarded { Expr::select(Expr::lt(col(v("jo")), c(n)), load, Expr::f32(0.0)) } else { load };
         Stmt::loop_(
             "kk",
             k,
@@ -61,27 +62,26 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
             Stmt::loop_(
                 "jv",
                 nv,
-                ForKind::Serial,
-                Stmt::loop_(
-                    "l",
-                    lanes,
-                    ForKind::Vectorized,
-                    Stmt::store(
-                        "Bp",
-                        vec![v("jo"), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))],
-                        Expr::select(
-                            Expr::lt(col(v("jo")), c(n)),
-                            Expr::load("B", vec![v("kk"), col(v("jo"))]),
-                            Expr::f32(0.0),
-                        ),
-                    ),
-                ),
+                ForKind::Unrolled,
+                Stmt::loop_("l", lanes, ForKind::Vectorized, Stmt::store("Bp", bp_index(), value)),
             ),
+        )
+    };
+    let pack = Stmt::loop_(
+        "jo",
+        np,
+        ForKind::Parallel,
+        Stmt::if_(
+            Expr::lt(add(mul(v("jo"), c(nr)), c(nr - 1)), c(n)),
+            copy(false),
+            Some(copy(true)),
         ),
     );
 
-    let jo = || Expr::floordiv(v("p"), c(splits));
-    let hs = || Expr::floormod(v("p"), c(splits));
+    // Work item p = hs·np + jo: consecutive items share the same block of A rows (which stays
+    // in L2) and walk across B panels.
+    let jo = || Expr::floormod(v("p"), c(np));
+    let hs = || Expr::floordiv(v("p"), c(np));
     let row = || add(mul(add(mul(hs(), c(tiles)), v("it")), c(mr)), v("ii"));
     let cl = || vec![v("ii"), add(mul(v("jv"), c(lanes)), v("l"))];
     let tile = |body: Stmt| {
