@@ -17,8 +17,8 @@ use super::te::{Loc, Rel, TSchedule, TStage};
 use super::{LowerError, WeightLayout};
 use crate::ansor::Annotation;
 use crate::ir::{Combiner, Dag, TensorId};
-use crate::loopnest::{Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt};
-use std::collections::HashMap;
+use crate::loopnest::{simplify_expr, Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt};
+use std::collections::{HashMap, HashSet};
 
 pub(crate) struct Emitter<'a> {
     pub dag: &'a Dag,
@@ -28,6 +28,23 @@ pub(crate) struct Emitter<'a> {
     pub layout: &'a WeightLayout,
     ranges: HashMap<String, (i128, i128)>,
     attached: HashMap<(usize, usize), Vec<usize>>,
+    /// Accesses to guard explicitly: `(buffer, printed simplified index, is_store)`.
+    guarded: HashSet<(String, Vec<String>, bool)>,
+}
+
+/// Key of an access in [`Emitter::guarded`].
+pub(crate) fn access_key(buf: &str, index: &[Expr], is_store: bool) -> (String, Vec<String>, bool) {
+    (buf.to_string(), index.iter().map(|i| crate::loopnest::printer::expr_to_string(&simplify_expr(i))).collect(), is_store)
+}
+
+/// `0 <= idx[d] < shape[d]` for every dimension.
+fn in_bounds(idx: &[Expr], shape: &[i64]) -> Expr {
+    let conds: Vec<Expr> = idx
+        .iter()
+        .zip(shape)
+        .flat_map(|(i, &e)| [Expr::cmp(CmpOp::Ge, i.clone(), Expr::int(0)), Expr::lt(i.clone(), Expr::int(e))])
+        .collect();
+    conds.into_iter().reduce(|a, b| Expr::And(Box::new(a), Box::new(b))).unwrap_or(Expr::Int(1, DType::Bool))
 }
 
 fn guard(preds: &[Expr], body: Stmt) -> Stmt {
@@ -46,7 +63,14 @@ fn loop_kind(ann: Annotation, constant: bool) -> Result<ForKind, LowerError> {
 }
 
 impl<'a> Emitter<'a> {
-    pub fn new(dag: &'a Dag, sch: &'a TSchedule, b: &'a Bounds, names: &'a mut Naming, layout: &'a WeightLayout) -> Result<Emitter<'a>, LowerError> {
+    pub fn new(
+        dag: &'a Dag,
+        sch: &'a TSchedule,
+        b: &'a Bounds,
+        names: &'a mut Naming,
+        layout: &'a WeightLayout,
+        guarded: HashSet<(String, Vec<String>, bool)>,
+    ) -> Result<Emitter<'a>, LowerError> {
         let mut attached: HashMap<(usize, usize), Vec<usize>> = HashMap::new();
         for (s, st) in sch.stages.iter().enumerate() {
             if let Loc::At { stage, var } = st.loc {
@@ -55,7 +79,7 @@ impl<'a> Emitter<'a> {
                 attached.entry((stage, pos)).or_default().push(s);
             }
         }
-        Ok(Emitter { dag, sch, b, names, layout, ranges: b.ranges.clone(), attached })
+        Ok(Emitter { dag, sch, b, names, layout, ranges: b.ranges.clone(), attached, guarded })
     }
 
     fn loops(&self, s: usize) -> Result<&'a StageLoops, LowerError> {
@@ -91,18 +115,22 @@ impl<'a> Emitter<'a> {
         // windows) cannot be proven in bounds statically: guard the load itself (a no-op for
         // every in-bounds access, so for every input the DAG is defined on).
         let dynamic = |e: &Expr| e.has_load() || convert::uses_var_where(e, &|v| self.b.dynamic.contains(v));
-        if idx.iter().any(dynamic) {
+        if idx.iter().any(dynamic) || self.guarded.contains(&access_key(&buf, &idx, false)) {
             let (shape, dtype) = self.shape_of(t.0)?;
-            let conds: Vec<Expr> = idx
-                .iter()
-                .zip(&shape)
-                .flat_map(|(i, &e)| [Expr::cmp(CmpOp::Ge, i.clone(), Expr::int(0)), Expr::lt(i.clone(), Expr::int(e))])
-                .collect();
-            let cond = conds.into_iter().reduce(|a, b| Expr::And(Box::new(a), Box::new(b))).unwrap_or(Expr::Int(1, DType::Bool));
             let zero = if dtype.is_float() { Expr::Float(0.0, dtype) } else { Expr::Int(0, dtype) };
-            return Ok(Expr::select(cond, Expr::load(&buf, idx), zero));
+            return Ok(Expr::select(in_bounds(&idx, &shape), Expr::load(&buf, idx), zero));
         }
         Ok(Expr::load(&buf, idx))
+    }
+
+    /// A store, guarded when the bounds checker could not prove it.
+    fn store(&self, s: usize, buf: &str, idx: Vec<Expr>, value: Expr) -> Result<Stmt, LowerError> {
+        if self.guarded.contains(&access_key(buf, &idx, true)) {
+            let (shape, _) = self.shape_of(s)?;
+            let cond = in_bounds(&idx, &shape);
+            return Ok(Stmt::if_(cond, Stmt::store(buf, idx, value), None));
+        }
+        Ok(Stmt::store(buf, idx, value))
     }
 
     /// Shape and element type of stage `s`'s buffer.
@@ -168,7 +196,7 @@ impl<'a> Emitter<'a> {
         let conv = Converter { vars: &vars, load: &load };
         match body {
             LBody::Expr(e) => {
-                let provide = Stmt::store(&buf, idx, convert::store_value(convert::canon(&conv.expr(e)?), bt));
+                let provide = self.store(s, &buf, idx, convert::store_value(convert::canon(&conv.expr(e)?), bt))?;
                 let inner = guard(&l.preds, provide);
                 self.nest(s, 0, n, inner)
             }
@@ -197,7 +225,7 @@ impl<'a> Emitter<'a> {
                     Combiner::Max => Expr::bin(BinOp::Max, cur, src),
                     Combiner::Min => Expr::bin(BinOp::Min, cur, src),
                 };
-                let mut update = Stmt::store(&buf, idx, convert::store_value(value, bt));
+                let mut update = self.store(s, &buf, idx, convert::store_value(value, bt))?;
                 if let Some(c) = cond {
                     update = Stmt::if_(convert::canon(&conv.expr(c)?), update, None);
                 }
@@ -291,7 +319,7 @@ impl<'a> Emitter<'a> {
         };
         let preds = split_checks(st, l, &vals, &|v| us[v] == 2, &self.ranges);
         let idx: Vec<Expr> = idx.iter().map(convert::simplify_index).collect();
-        let mut body = guard(&preds, Stmt::store(buf, idx, value));
+        let mut body = guard(&preds, self.store(s, buf, idx, value)?);
         for p in (begin..n).rev() {
             let v = st.leaves[p];
             if us[v] == 2 {

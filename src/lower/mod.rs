@@ -160,9 +160,23 @@ pub fn param_tensors(dag: &Dag) -> Vec<TensorId> {
     v
 }
 
+/// A lowered kernel with facts about how it was obtained.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub kernel: Kernel,
+    /// Accesses the bounds checker could not prove from TE's own guards, which got an explicit
+    /// in-bounds guard (a `select` for loads, an `if` for stores).
+    pub explicit_guards: usize,
+}
+
 /// Lowers `state` (replayed from `stage_inits_from_dag(dag)` with a record's steps) to a
 /// kernel whose accesses are all proven in bounds.
 pub fn lower(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Kernel, LowerError> {
+    lower_detailed(dag, state, opts).map(|l| l.kernel)
+}
+
+/// [`lower`], with details.
+pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let mut sch = te::TSchedule::replay(dag, state.transform_steps())?;
     sch.check_against(state)?;
     let inlined: Vec<bool> = sch.stages.iter().map(|s| s.loc == te::Loc::Inline).collect();
@@ -172,15 +186,28 @@ pub fn lower(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Kernel, Lo
     }
     let mut names = names::Naming::new(dag, &sch, &opts.weight_layout)?;
     let bounds = bound::infer(&sch, &mut names)?;
-    let kernel = emit::Emitter::new(dag, &sch, &bounds, &mut names, &opts.weight_layout)?.kernel(&opts.name)?;
-    let kernel = simplify_kernel(&kernel);
-    validate(&kernel).map_err(|e| LowerError::Internal(format!("{e}\n{}", crate::loopnest::kernel_to_string(&kernel))))?;
-    check_cost(&kernel, &opts.limits).map_err(LowerError::Cost)?;
-    let unproven = check_bounds(&kernel).map_err(|e| LowerError::Internal(e.to_string()))?;
-    if !unproven.is_empty() {
-        return Err(LowerError::Unproven(unproven.iter().map(|u| u.to_string()).collect()));
+    let names = names;
+    // TE's code is safe by construction (accesses sit under its bound checks), but the static
+    // checker cannot carry every guard through `floordiv`/`floormod` (a non-divisible split of
+    // a channel-blocked reduction): the accesses it cannot prove get an explicit in-bounds
+    // guard in a second emission, which must then prove everything.
+    let mut guarded = std::collections::HashSet::new();
+    for attempt in 0..2 {
+        let mut names = names.clone();
+        let emitter = emit::Emitter::new(dag, &sch, &bounds, &mut names, &opts.weight_layout, guarded.clone())?;
+        let kernel = simplify_kernel(&emitter.kernel(&opts.name)?);
+        validate(&kernel).map_err(|e| LowerError::Internal(format!("{e}\n{}", crate::loopnest::kernel_to_string(&kernel))))?;
+        check_cost(&kernel, &opts.limits).map_err(LowerError::Cost)?;
+        let unproven = check_bounds(&kernel).map_err(|e| LowerError::Internal(e.to_string()))?;
+        if unproven.is_empty() {
+            return Ok(Lowered { kernel, explicit_guards: guarded.len() });
+        }
+        if attempt == 1 {
+            return Err(LowerError::Unproven(unproven.iter().map(|u| u.to_string()).collect()));
+        }
+        guarded = unproven.iter().map(|u| emit::access_key(&u.buffer, &u.index, u.is_store)).collect();
     }
-    Ok(kernel)
+    unreachable!("two attempts")
 }
 
 /// Replays `steps` on `dag` (SP extents checked) and lowers the result.
