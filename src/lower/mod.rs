@@ -3,19 +3,40 @@
 //! `ScheduleOps` (TVM v0.18 `src/te/schedule/*`, `src/te/operation/compute_op.cc`).
 //!
 //! The pipeline, one file per concern:
-//! * [`te`]: the record's steps replayed on a TE-level model (split/fuse relations between
-//!   iteration variables, leaf order, annotations, compute locations), checked against the
-//!   caller's state; [`op`]: the stage bodies after cache_write / cache_read / rfactor and
-//!   inlining;
-//! * [`bound`]: bound inference: regions of stages computed at a loop, loop extents
-//!   (`PassDownDomain`), axis values from loops (`PassUpIndex`), bound checks;
-//! * [`emit`]: loops, attached stages, temporaries, reduction init/update, guards;
-//! * [`convert`]: tensor expressions to loop-nest expressions; [`names`]: buffers, params;
-//! * [`retarget`]: adapting a record's steps to another workload of the same class.
+//! * `te`: the record's steps replayed on a TE-level model (split/fuse relations between
+//!   iteration variables, leaf order, annotations, compute locations, TE's
+//!   `LegalizeInvalidAttach`), checked against the caller's state; `op`: the stage bodies
+//!   after cache_write / cache_read / rfactor (TE's definitions, rfactor predicates included)
+//!   and after inlining (`InjectInline`);
+//! * `bound`: bound inference (`InferBound`): the region a stage computed at a loop must
+//!   produce (loops outside the attach point fixed, inside it relaxed; a symbolic minimum and
+//!   a constant extent), loop extents (`PassDownDomain`, with TE's tightening of a factor
+//!   larger than its parent), axis values from loops (`PassUpIndex`, fused loops by div/mod
+//!   in TE's order), bound checks (`MakeBoundCheck`: partial tiles, regions reaching outside
+//!   the domain);
+//! * `emit`: loops (kinds from annotations; an `auto_unroll_max_step` pragma becomes an
+//!   [`crate::loopnest::Attr::AutoUnroll`] wrapping the loop it was put on: TE emits the
+//!   pragma `AttrStmt` before that leaf's `For`), attached stages first in their loop's body
+//!   inside an `Allocate` of their region, reduction init placed where TE puts it, nested
+//!   `if (likely(..))` guards;
+//! * `convert`: tensor expressions to loop-nest expressions, canonical index forms;
+//!   `names`: buffers and parameters; [`check`]: interpreter-vs-reference comparison;
+//! * [`retarget`]: a record's steps adapted to another workload of the same class.
 //!
-//! Safety: the result always passes [`crate::loopnest::validate`], the static bounds checker
-//! ([`crate::loopnest::check_bounds`]: every access proven in bounds, guards included) and the
-//! cost guard; anything else is a [`LowerError`]. Schedules are untrusted input.
+//! Safety: the result always passes [`crate::loopnest::validate()`], the static bounds checker
+//! ([`crate::loopnest::check_bounds`]: every access proven in bounds) and the cost guard;
+//! anything else is a [`LowerError`]. Schedules are untrusted input. Where the checker cannot
+//! derive an access's safety from TE's own guards (a guard on `x` protecting `floordiv(x, 8)`),
+//! or where an index depends on data or on a window of non-constant extent, the access gets an
+//! explicit in-bounds guard (a no-op for every in-bounds access).
+//!
+//! Not lowered (clean errors): GPU thread bindings and vthreads, tensorize,
+//! `debug_skip_region`, splits / fuses / rfactor of reduce axes whose extent is not a
+//! constant (adaptive pooling windows; unsplit ones are lowered), reduce extents that depend
+//! on input data (sparse workloads), and schedules TVM itself cannot lower (a consumer outside
+//! the loop its producer is computed at). `storage_align` only pads strides and is ignored.
+//! Stages at root are computed over their full domain (TE uses the union of what their
+//! consumers read, which is the same for every DAG ttdb builds, up to partial tiles).
 //!
 //! Parameters: the DAG's placeholders in stage order, then its outputs
 //! ([`crate::ir::Dag::io_shapes`] order, see [`param_tensors`]).
