@@ -13,6 +13,7 @@ pub mod evaluate;
 pub mod ir;
 pub mod loopnest;
 pub mod lower;
+pub mod matcher;
 pub mod measure;
 pub mod onnx;
 pub mod ops;

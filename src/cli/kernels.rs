@@ -5,11 +5,13 @@ use crate::onnx::{self, tophub, InputShape, KernelKind, KernelList, LayoutMode, 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-#[derive(clap::Args, Debug)]
-pub struct KernelsArgs {
+/// How to read a model into kernels (shared by `kernels`, `match`, `apply`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// Layout TVM would use: nchwc (x86 AlterOpLayout), nhwc (ConvertLayout), nchw.
+    /// Layout TVM would use: nchwc (x86 AlterOpLayout), nhwc (ConvertLayout), nchw; `match`
+    /// and `apply` also take `auto` (the layout the database has better schedules for).
     #[arg(long, default_value = "nchwc")]
     pub layout: String,
     /// Shape of a graph input with symbolic dims: NAME=d0,d1,... (repeatable).
@@ -28,6 +30,12 @@ pub struct KernelsArgs {
     /// Use the fallback blocking rule only.
     #[arg(long)]
     pub no_tophub: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct KernelsArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Only kernels Ansor would tune.
     #[arg(long)]
     pub tuned_only: bool,
@@ -94,21 +102,40 @@ pub fn render_kernels(list: &KernelList, tuned_only: bool) -> String {
     out
 }
 
-pub fn run(args: &KernelsArgs) -> CliResult {
-    let bad = |m: String| CliError { message: m, code: 2 };
-    let layout = LayoutMode::parse(&args.layout).ok_or_else(|| bad(format!("unknown --layout `{}` (nchwc, nhwc, nchw)", args.layout)))?;
-    let overrides = args.input_shape.iter().map(|s| InputShape::parse(s)).collect::<Result<Vec<_>, _>>()?;
-    let lanes = args.lanes.unwrap_or_else(|| tophub::lanes_for_mcpu(args.mcpu.as_deref()));
-    let tophub = if args.no_tophub {
-        None
-    } else {
-        match args.tophub.clone().or_else(tophub::default_path) {
-            Some(p) => Some(Arc::new(TopHub::load(&p).map_err(|m| CliError { message: m, code: 1 })?)),
-            None => None,
+impl ModelArgs {
+    /// Loads the graph and the extraction options for `layout` (one of nchwc, nhwc, nchw).
+    pub fn load(&self) -> Result<(onnx::Graph, Options), CliError> {
+        let overrides = self.input_shape.iter().map(|s| InputShape::parse(s)).collect::<Result<Vec<_>, _>>()?;
+        let lanes = self.lanes.unwrap_or_else(|| tophub::lanes_for_mcpu(self.mcpu.as_deref()));
+        let tophub = if self.no_tophub {
+            None
+        } else {
+            match self.tophub.clone().or_else(tophub::default_path) {
+                Some(p) => Some(Arc::new(TopHub::load(&p).map_err(|m| CliError { message: m, code: 1 })?)),
+                None => None,
+            }
+        };
+        let graph = onnx::load(&self.model, &overrides)?;
+        Ok((graph, Options { lanes, tophub, ..Options::default() }))
+    }
+
+    /// The layouts to consider: the one asked for, or both for `auto`.
+    pub fn layouts(&self, allow_auto: bool) -> Result<Vec<LayoutMode>, CliError> {
+        if allow_auto && self.layout == "auto" {
+            return Ok(vec![LayoutMode::Nchwc, LayoutMode::Nhwc]);
         }
-    };
-    let opts = Options { layout, lanes, tophub, ..Options::default() };
-    let list = onnx::kernels_for_file(&args.model, &overrides, &opts)?;
+        let m = LayoutMode::parse(&self.layout).ok_or_else(|| CliError {
+            message: format!("unknown --layout `{}` (nchwc, nhwc, nchw{})", self.layout, if allow_auto { ", auto" } else { "" }),
+            code: 2,
+        })?;
+        Ok(vec![m])
+    }
+}
+
+pub fn run(args: &KernelsArgs) -> CliResult {
+    let layout = args.model.layouts(false)?[0];
+    let (graph, opts) = args.model.load()?;
+    let list = onnx::extract(&graph, &Options { layout, ..opts })?;
     if args.json {
         println!("{}", serde_json::to_string(&list)?);
     } else {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 mod export;
 mod import;
 mod kernels;
+mod match_cmd;
 mod stats;
 mod table;
 mod verify;
@@ -55,6 +56,8 @@ pub enum Command {
     /// Replay, compile, verify and time the best records on this machine: GFLOP/s, % of
     /// peak, speedup over the naive schedule.
     Verify(verify::VerifyArgs),
+    /// Match a model's kernels to the database: exact / class / none, no measuring.
+    Match(match_cmd::MatchArgs),
     /// Measure this machine's fp32 FMA peak (the denominator of every "% of peak").
     BenchPeak {
         #[arg(long)]
@@ -102,6 +105,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Export { best, workload, output } => export::run(&open_store(&cli.db)?, best, workload, output),
         Command::Kernels(args) => kernels::run(&args),
         Command::Verify(args) => verify::run(&mut open_store(&cli.db)?, &args),
+        Command::Match(args) => match_cmd::run(&open_store(&cli.db)?, &args),
         Command::BenchPeak { json } => verify::bench_peak(json),
     }
 }

@@ -1,0 +1,185 @@
+//! `ttdb match MODEL.onnx`: each kernel's tier (exact / class / none) and best candidates,
+//! without measuring; `--explain KERNEL` says why.
+use super::kernels::ModelArgs;
+use super::table::{io_shapes, Table};
+use super::{CliError, CliResult};
+use crate::matcher::{match_model, MatchOptions, Matcher, ModelMatch, Tier};
+use crate::onnx;
+use crate::store::Store;
+use serde::Serialize;
+
+#[derive(clap::Args, Debug)]
+pub struct MatchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Explain one kernel (its ONNX node name or signature prefix): why it matched, or why
+    /// the nearest candidates did not.
+    #[arg(long, value_name = "KERNEL")]
+    pub explain: Option<String>,
+    /// Candidates listed per kernel in --explain and --json.
+    #[arg(long, default_value_t = 5)]
+    pub show: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Matches the model in each layout asked for and keeps the best covered one.
+pub fn match_layouts(store: &Store, model: &ModelArgs, opts: MatchOptions) -> Result<ModelMatch, CliError> {
+    let (graph, extract) = model.load()?;
+    let mut best: Option<ModelMatch> = None;
+    let mut matcher = Matcher::new(store, opts);
+    for layout in model.layouts(true)? {
+        let list = onnx::extract(&graph, &onnx::Options { layout, ..extract.clone() })?;
+        let m = match_model(&mut matcher, list)?;
+        if best.as_ref().is_none_or(|b| m.coverage() > b.coverage()) {
+            best = Some(m);
+        }
+    }
+    best.ok_or_else(|| CliError { message: "no layout to match".into(), code: 2 })
+}
+
+#[derive(Serialize)]
+struct JsonCandidate<'a> {
+    tier: Tier,
+    source: &'a crate::matcher::SourceRecord,
+    changed_steps: usize,
+    estimate: f64,
+}
+
+#[derive(Serialize)]
+struct JsonKernel<'a> {
+    name: &'a str,
+    class: &'a str,
+    signature: Option<&'a str>,
+    inputs: &'a [Vec<i64>],
+    output: &'a [i64],
+    multiplicity: usize,
+    tier: Tier,
+    candidates: Vec<JsonCandidate<'a>>,
+    rejections: &'a [crate::matcher::Rejection],
+}
+
+fn layout_name(m: &ModelMatch) -> String {
+    m.list.layout.clone()
+}
+
+pub fn render_match(m: &ModelMatch) -> String {
+    let mut t = Table::new(&["kernel", "class", "shapes", ">count", "tier", "best source", ">candidates"]);
+    for km in &m.matches {
+        let k = &m.list.kernels[km.kernel];
+        t.row(vec![
+            k.name.clone(),
+            k.class.clone(),
+            io_shapes(&k.inputs, &k.output),
+            k.multiplicity().to_string(),
+            km.tier.as_str().into(),
+            km.candidates.first().map(|c| c.source.label()).unwrap_or_else(|| "-".into()),
+            km.candidates.len().to_string(),
+        ]);
+    }
+    let mut out = t.render();
+    let occ = |tier| m.matches.iter().filter(|x| x.tier == tier).map(|x| m.list.kernels[x.kernel].multiplicity()).sum::<usize>();
+    let convs: Vec<_> = m.matches.iter().filter(|x| m.list.kernels[x.kernel].class.contains("conv2d")).collect();
+    let conv_hit = |tier| convs.iter().filter(|x| x.tier == tier).count();
+    out.push_str(&format!(
+        "\n{} tuned kernels in layout {}: {} exact, {} class, {} none ({} / {} / {} occurrences)\n",
+        m.matches.len(),
+        layout_name(m),
+        m.count(Tier::Exact),
+        m.count(Tier::Class),
+        m.count(Tier::None),
+        occ(Tier::Exact),
+        occ(Tier::Class),
+        occ(Tier::None)
+    ));
+    if !convs.is_empty() {
+        out.push_str(&format!(
+            "conv kernels: {} of {} exact ({:.0}%), {} class, {} none\n",
+            conv_hit(Tier::Exact),
+            convs.len(),
+            100.0 * conv_hit(Tier::Exact) as f64 / convs.len() as f64,
+            conv_hit(Tier::Class),
+            conv_hit(Tier::None)
+        ));
+    }
+    out
+}
+
+pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String> {
+    let km = m.matches.iter().find(|x| {
+        let k = &m.list.kernels[x.kernel];
+        k.name == which || k.signature_hash.as_deref().is_some_and(|h| !which.is_empty() && h.starts_with(which))
+    })?;
+    let k = &m.list.kernels[km.kernel];
+    let mut out = format!(
+        "kernel {} ({}), {} occurrence(s)\n  shapes {}\n  layout {}, signature {}\n  tier: {}\n",
+        k.name,
+        k.class,
+        k.multiplicity(),
+        io_shapes(&k.inputs, &k.output),
+        k.layout,
+        k.signature_hash.as_deref().unwrap_or("-"),
+        km.tier.as_str()
+    );
+    if !km.candidates.is_empty() {
+        out.push_str("  candidates (best first):\n");
+        for c in km.candidates.iter().take(show) {
+            let why = match c.tier {
+                Tier::Exact => format!("same signature, tuned on {}, logged {:.3} ms", c.source.target, c.source.mean_cost * 1e3),
+                _ => format!(
+                    "same class {}, re-targeted ({} split step(s) adapted), static estimate {:.3}, tuned on {}",
+                    c.source.op_class, c.changed_steps, c.estimate, c.source.target
+                ),
+            };
+            out.push_str(&format!("    {:<6} {}: {why}\n", c.tier.as_str(), c.source.label()));
+        }
+    }
+    if !km.rejections.is_empty() {
+        out.push_str("  not candidates:\n");
+        for r in km.rejections.iter().take(show) {
+            out.push_str(&format!("    {}: {}\n", r.source, r.reason));
+        }
+    }
+    Some(out)
+}
+
+pub fn run(store: &Store, args: &MatchArgs) -> CliResult {
+    let m = match_layouts(store, &args.model, MatchOptions::default())?;
+    if let Some(which) = &args.explain {
+        let text = render_explain(&m, which, args.show).ok_or_else(|| CliError {
+            message: format!("no tuned kernel named or with a signature starting `{which}` (see `ttdb kernels`)"),
+            code: 2,
+        })?;
+        print!("{text}");
+        return Ok(());
+    }
+    if args.json {
+        let kernels: Vec<JsonKernel> = m
+            .matches
+            .iter()
+            .map(|km| {
+                let k = &m.list.kernels[km.kernel];
+                JsonKernel {
+                    name: &k.name,
+                    class: &k.class,
+                    signature: k.signature_hash.as_deref(),
+                    inputs: &k.inputs,
+                    output: &k.output,
+                    multiplicity: k.multiplicity(),
+                    tier: km.tier,
+                    candidates: km
+                        .candidates
+                        .iter()
+                        .take(args.show)
+                        .map(|c| JsonCandidate { tier: c.tier, source: &c.source, changed_steps: c.changed_steps, estimate: c.estimate })
+                        .collect(),
+                    rejections: &km.rejections,
+                }
+            })
+            .collect();
+        println!("{}", serde_json::json!({"model": m.list.model, "layout": m.list.layout, "kernels": kernels}));
+    } else {
+        print!("{}", render_match(&m));
+    }
+    Ok(())
+}

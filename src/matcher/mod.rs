@@ -1,0 +1,279 @@
+//! Matching a model's kernels to the database (transfer-tuning, no measuring).
+//!
+//! Three tiers per kernel:
+//! * **exact**: a stored workload has the kernel's signature on a compatible target; its
+//!   records' steps replay unchanged;
+//! * **class**: same op class and DAG structure, other shapes; the class's records are
+//!   re-targeted (steps replayed on the new workload, split lengths moved to the nearest valid
+//!   factorization of the new extents) and ranked by a cheap static estimate;
+//! * **none**.
+//!
+//! A candidate's DAG is the *kernel's* computation (its attributes and shapes) built with the
+//! source record's TVM era and operand order, because Ansor steps index stages and loops and
+//! only mean something on the stage structure they were tuned on.
+use crate::ansor::{Record, Step, WorkloadKey};
+use crate::ir::Dag;
+use crate::onnx::Kernel;
+use crate::ops::{EpilogueOp, WorkloadSpec};
+use crate::recognize::Recognized;
+use crate::store::Store;
+use serde::Serialize;
+use std::collections::HashMap;
+
+pub mod adapt;
+pub mod estimate;
+mod query;
+
+pub use query::SourceRecord;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    Exact,
+    Class,
+    None,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Exact => "exact",
+            Tier::Class => "class",
+            Tier::None => "none",
+        }
+    }
+}
+
+/// A schedule ready to try on a kernel.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub tier: Tier,
+    pub source: SourceRecord,
+    /// The kernel's DAG in the source's era and operand order.
+    pub dag: Dag,
+    /// The source steps, adapted to the kernel's extents (unchanged for exact matches).
+    pub steps: Vec<Step>,
+    /// Steps whose split lengths changed.
+    pub changed_steps: usize,
+    /// Static estimate (higher is better), see [`estimate`].
+    pub estimate: f64,
+}
+
+/// Why a stored schedule is not a candidate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rejection {
+    pub source: String,
+    pub reason: String,
+}
+
+/// The match of one kernel.
+#[derive(Clone, Debug)]
+pub struct KernelMatch {
+    /// Index into the model's kernel list.
+    pub kernel: usize,
+    pub tier: Tier,
+    /// Best first: exact candidates by their logged cost, then class candidates by estimate.
+    pub candidates: Vec<Candidate>,
+    /// Nearest schedules that did not qualify, with the reason (for `--explain`).
+    pub rejections: Vec<Rejection>,
+}
+
+#[derive(Clone, Debug)]
+pub struct MatchOptions {
+    /// Target compatibility class the records must belong to.
+    pub compat: String,
+    /// Class tier: how many nearest workloads of the class to re-target.
+    pub class_workloads: usize,
+    /// Exact tier: records per exact workload.
+    pub records_per_workload: usize,
+    /// Cores of the machine the kernels will run on (for the parallel-balance estimate).
+    pub cores: usize,
+    /// fp32 SIMD lanes of that machine.
+    pub lanes: i64,
+}
+
+impl Default for MatchOptions {
+    fn default() -> Self {
+        MatchOptions {
+            compat: "llvm/cpu".into(),
+            class_workloads: 8,
+            records_per_workload: 3,
+            cores: crate::codegen::runtime::default_threads(),
+            lanes: 8,
+        }
+    }
+}
+
+/// The kernel's spec with the source's operand order (residual-first adds), so the DAG has
+/// the source's stage order. None when the epilogue chains differ.
+pub fn spec_like_source(kernel: &WorkloadSpec, source: &WorkloadSpec) -> Option<WorkloadSpec> {
+    if kernel.epilogue.len() != source.epilogue.len() {
+        return None;
+    }
+    let mut spec = kernel.clone();
+    for (mine, theirs) in spec.epilogue.iter_mut().zip(&source.epilogue) {
+        *mine = match (*mine, *theirs) {
+            (EpilogueOp::Add { .. }, EpilogueOp::Add { operand_first }) => EpilogueOp::Add { operand_first },
+            (EpilogueOp::Multiply { .. }, EpilogueOp::Multiply { operand_first }) => EpilogueOp::Multiply { operand_first },
+            (a, b) if a.class_name() == b.class_name() => a,
+            _ => return None,
+        };
+    }
+    Some(spec)
+}
+
+/// Matches kernels against a store; caches recognized sources and class listings.
+pub struct Matcher<'a> {
+    store: &'a Store,
+    opts: MatchOptions,
+    recognized: HashMap<String, Option<Recognized>>,
+    classes: HashMap<String, Vec<query::ClassWorkload>>,
+}
+
+impl<'a> Matcher<'a> {
+    pub fn new(store: &'a Store, opts: MatchOptions) -> Matcher<'a> {
+        Matcher { store, opts, recognized: HashMap::new(), classes: HashMap::new() }
+    }
+
+    pub fn options(&self) -> &MatchOptions {
+        &self.opts
+    }
+
+    fn recognize(&mut self, key: &str) -> Option<Recognized> {
+        self.recognized
+            .entry(key.to_string())
+            .or_insert_with(|| WorkloadKey::parse(key).ok().and_then(|k| crate::recognize::recognize(&k).ok()))
+            .clone()
+    }
+
+    /// Builds the candidate for `source` on `kernel`, or says why not.
+    fn candidate(&mut self, kernel: &Kernel, tier: Tier, source: SourceRecord) -> Result<Candidate, Rejection> {
+        let label = source.label();
+        let reject = |reason: String| Rejection { source: label.clone(), reason };
+        let spec = kernel.spec.as_ref().ok_or_else(|| reject("the kernel has no workload spec".into()))?;
+        let rec = self.recognize(&source.key).ok_or_else(|| reject("the source workload key is not recognized".into()))?;
+        let (Some(src_spec), Some(era)) = (rec.spec.as_ref(), rec.era) else {
+            return Err(reject("registered workloads do not transfer to model kernels".into()));
+        };
+        let spec = spec_like_source(spec, src_spec).ok_or_else(|| reject(format!("epilogue {} differs", src_spec.op_class())))?;
+        let dag = spec.build(era, &kernel.inputs).map_err(|e| reject(format!("cannot build the kernel in TVM {era}: {e}")))?;
+        let record = Record::parse(&source.raw).map_err(|e| reject(format!("stored record unreadable: {e}")))?;
+        // A target whose stage list differs by inlinable stages (a padded conv taking a 1x1
+        // conv's schedule) gets the steps translated stage by stage.
+        let mut record = record;
+        match adapt::map_stages(&rec.dag, &dag, &record.steps) {
+            Ok(Some(mapped)) => record.steps = mapped,
+            Ok(None) => {}
+            Err(e) => return Err(reject(format!("stage structure differs: {e}"))),
+        }
+        let inits = crate::schedule::stage_inits_from_dag(&dag);
+        let (steps, state, changed_steps) = if tier == Tier::Exact {
+            let state = crate::schedule::replay(&inits, &record.steps).map_err(|e| reject(format!("replay failed: {e}")))?;
+            (record.steps.clone(), state, 0)
+        } else {
+            let r = adapt::retarget(&inits, &record.steps).map_err(|e| reject(format!("replay failed: {e}")))?;
+            let n = r.changes.len();
+            (r.steps, r.state, n)
+        };
+        let mut source = source;
+        source.source_flops = Some(rec.dag.flop_ct());
+        let estimate = estimate::estimate(&dag, &steps, &state, changed_steps, &source, &self.opts);
+        Ok(Candidate { tier, source, dag, steps, changed_steps, estimate })
+    }
+
+    /// Matches one kernel (index `index` of its list).
+    pub fn match_kernel(&mut self, index: usize, kernel: &Kernel) -> crate::store::Result<KernelMatch> {
+        let mut m = KernelMatch { kernel: index, tier: Tier::None, candidates: vec![], rejections: vec![] };
+        let (Some(sig), Some(hash)) = (&kernel.signature, &kernel.signature_hash) else {
+            m.rejections.push(Rejection { source: "-".into(), reason: format!("{} kernels are not tuned", kernel.class) });
+            return Ok(m);
+        };
+        // Exact: same signature on a compatible target.
+        for source in query::exact_records(self.store, hash, &self.opts)? {
+            match self.candidate(kernel, Tier::Exact, source) {
+                Ok(c) => m.candidates.push(c),
+                Err(r) => m.rejections.push(r),
+            }
+        }
+        m.candidates.sort_by(|a, b| a.source.mean_cost.total_cmp(&b.source.mean_cost));
+        // Class: the nearest workloads of the class, re-targeted.
+        if !self.classes.contains_key(&sig.op_class) {
+            let list = query::class_workloads(self.store, &sig.op_class, &self.opts.compat)?;
+            self.classes.insert(sig.op_class.clone(), list);
+        }
+        let nearest: Vec<i64> =
+            query::nearest(&self.classes[&sig.op_class], sig, hash, self.opts.class_workloads).iter().map(|w| w.id).collect();
+        let mut class = Vec::new();
+        for w in nearest {
+            for source in query::best_records_of(self.store, w, &self.opts, 1)? {
+                match self.candidate(kernel, Tier::Class, source) {
+                    Ok(c) => class.push(c),
+                    Err(r) => m.rejections.push(r),
+                }
+            }
+        }
+        class.sort_by(|a, b| b.estimate.total_cmp(&a.estimate));
+        m.tier = if !m.candidates.is_empty() {
+            Tier::Exact
+        } else if !class.is_empty() {
+            Tier::Class
+        } else {
+            Tier::None
+        };
+        m.candidates.extend(class);
+        if m.tier == Tier::None && m.rejections.is_empty() {
+            m.rejections.extend(query::explain_none(self.store, sig, &self.opts)?);
+        }
+        Ok(m)
+    }
+}
+
+/// Matches of every tuned kernel of a model.
+pub struct ModelMatch {
+    pub list: crate::onnx::KernelList,
+    /// One per tuned kernel, in list order.
+    pub matches: Vec<KernelMatch>,
+}
+
+impl ModelMatch {
+    /// Tuned kernels (distinct) per tier.
+    pub fn count(&self, tier: Tier) -> usize {
+        self.matches.iter().filter(|m| m.tier == tier).count()
+    }
+
+    /// Coverage score used by `--layout auto`: FLOPs times multiplicity of the kernels that
+    /// matched, exact counting fully and class half.
+    pub fn coverage(&self) -> f64 {
+        self.matches
+            .iter()
+            .map(|m| {
+                let k = &self.list.kernels[m.kernel];
+                let w = match m.tier {
+                    Tier::Exact => 1.0,
+                    Tier::Class => 0.5,
+                    Tier::None => 0.0,
+                };
+                w * kernel_flops(k) * k.multiplicity() as f64
+            })
+            .sum()
+    }
+}
+
+/// FLOPs of a model kernel (its DAG built in any era: the arithmetic does not depend on it).
+pub fn kernel_flops(k: &Kernel) -> f64 {
+    k.spec
+        .as_ref()
+        .and_then(|s| s.build(crate::ops::Era::V010, &k.inputs).ok())
+        .map_or(0.0, |d| d.flop_ct().max(0.0))
+}
+
+/// Matches every tuned kernel of `list`.
+pub fn match_model(matcher: &mut Matcher, list: crate::onnx::KernelList) -> crate::store::Result<ModelMatch> {
+    let mut matches = Vec::new();
+    for (i, k) in list.kernels.iter().enumerate() {
+        if k.is_tuned() {
+            matches.push(matcher.match_kernel(i, k)?);
+        }
+    }
+    Ok(ModelMatch { list, matches })
+}
