@@ -235,8 +235,17 @@ pub(crate) fn pass_up(st: &TStage, ext: &[Option<Ext>], leaf_value: &dyn Fn(usiz
             }
             Rel::Fuse { outer, inner, fused } => {
                 if let (Some(f), Some(ie)) = (v[fused].clone(), &ext[inner]) {
-                    v[outer] = Some(simplify_expr(&Expr::floordiv(f.clone(), ie.e.clone())));
-                    v[inner] = Some(simplify_expr(&Expr::floormod(f, ie.e.clone())));
+                    // a part of extent 1 is 0 and the other one is the fused value
+                    if ie.as_const() == Some(1) {
+                        v[outer] = Some(f);
+                        v[inner] = Some(Expr::int(0));
+                    } else if ext[outer].as_ref().and_then(Ext::as_const) == Some(1) {
+                        v[outer] = Some(Expr::int(0));
+                        v[inner] = Some(f);
+                    } else {
+                        v[outer] = Some(simplify_expr(&Expr::floordiv(f.clone(), ie.e.clone())));
+                        v[inner] = Some(simplify_expr(&Expr::floormod(f, ie.e.clone())));
+                    }
                 }
             }
         }

@@ -170,6 +170,12 @@ pub(crate) fn simplify_index(e: &ln::Expr) -> ln::Expr {
         ln::Expr::Bin(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) => {
             let c = b.as_int().filter(|&c| c > 0)? as i128;
             let a = simplify_index(a);
+            // floordiv(floordiv(x, d), c) = floordiv(x, d * c)
+            if let (BinOp::FloorDiv, ln::Expr::Bin(BinOp::FloorDiv, x, d)) = (op, &a) {
+                if let Some(d) = d.as_int().filter(|&d| d > 0).and_then(|d| d.checked_mul(c as i64)) {
+                    return Some(simplify_index(&ln::Expr::floordiv((**x).clone(), ln::Expr::int(d))));
+                }
+            }
             let lin = linearize(&a);
             let (mut keep, mut out) = (Linear::constant(lin.constant.rem_euclid(c)), Linear::constant(lin.constant.div_euclid(c)));
             let mut moved = lin.constant.div_euclid(c) != 0;
@@ -246,6 +252,8 @@ mod tests {
         assert_eq!(s, "floordiv(x, 4)");
         let m = ln::Expr::floormod(ln::Expr::add(ln::Expr::add(x.clone(), ln::Expr::mul(y, ln::Expr::int(12))), ln::Expr::int(5)), ln::Expr::int(4));
         assert_eq!(crate::loopnest::printer::expr_to_string(&simplify_index(&m)), "floormod((x + 1), 4)");
+        let nested = ln::Expr::floordiv(ln::Expr::floordiv(x.clone(), ln::Expr::int(4)), ln::Expr::int(3));
+        assert_eq!(crate::loopnest::printer::expr_to_string(&simplify_index(&nested)), "floordiv(x, 12)");
         // exact on every value, negatives included
         for xv in -9..9 {
             for yv in -3..3 {
@@ -258,6 +266,8 @@ mod tests {
                     assert_eq!(f(&d), f(&simplify_index(&d)));
                     let m = ln::Expr::floormod(ln::Expr::add(ln::Expr::var("x"), ln::Expr::int(3 * c + 1)), ln::Expr::int(c));
                     assert_eq!(f(&m), f(&simplify_index(&m)));
+                    let n = ln::Expr::floordiv(ln::Expr::floordiv(ln::Expr::var("x"), ln::Expr::int(c)), ln::Expr::int(3));
+                    assert_eq!(f(&n), f(&simplify_index(&n)));
                 }
             }
         }
