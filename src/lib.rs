@@ -7,6 +7,7 @@
 //! -> `measure` -> `onnx`/`matcher` -> `cli`.
 
 pub mod ansor;
+pub mod apply;
 pub mod cli;
 pub mod codegen;
 pub mod evaluate;

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+mod apply;
 mod export;
 mod import;
 mod kernels;
@@ -58,6 +59,9 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Match a model's kernels to the database: exact / class / none, no measuring.
     Match(match_cmd::MatchArgs),
+    /// Transfer-tune a model: measure the untuned default and the top-k matched schedules of
+    /// every kernel, keep the fastest verified one, store the choices.
+    Apply(apply::ApplyArgs),
     /// Measure this machine's fp32 FMA peak (the denominator of every "% of peak").
     BenchPeak {
         #[arg(long)]
@@ -106,6 +110,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Kernels(args) => kernels::run(&args),
         Command::Verify(args) => verify::run(&mut open_store(&cli.db)?, &args),
         Command::Match(args) => match_cmd::run(&open_store(&cli.db)?, &args),
+        Command::Apply(args) => apply::run(&mut open_store(&cli.db)?, &args),
         Command::BenchPeak { json } => verify::bench_peak(json),
     }
 }

@@ -1,0 +1,272 @@
+//! `apply`: transfer-tuning a model. For every tuned kernel, the untuned default schedule is
+//! measured, then the top-k matched candidates (exact first, then class by static estimate)
+//! are replayed, compiled, verified and timed — the measure-all strategy of transfer-tuning,
+//! bounded by k and a time budget — and the fastest verified one wins. The default is always
+//! a candidate, so a kernel is never reported slower than untuned.
+use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
+use crate::ir::{dag_hash, Dag};
+use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
+use crate::measure::runner::MeasureOptions;
+use crate::onnx::Kernel;
+use crate::store::measurement::NewMeasurement;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct ApplyOptions {
+    /// Candidates measured per kernel (the default schedule comes on top).
+    pub top_k: usize,
+    /// Search time budget; once spent, remaining kernels keep their default schedule.
+    pub budget: Duration,
+    pub eval: EvalOptions,
+    /// The naive default is slow by design: fewer repeats suffice for its time.
+    pub default_eval: EvalOptions,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        let eval = EvalOptions::default();
+        let default_eval = EvalOptions {
+            measure: MeasureOptions { repeat: 3, min_repeat_ms: 50, ..eval.measure.clone() },
+            ..eval.clone()
+        };
+        ApplyOptions { top_k: 3, budget: Duration::from_secs(600), eval, default_eval }
+    }
+}
+
+/// One measured candidate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Trial {
+    pub tier: Tier,
+    pub source: String,
+    pub verified: bool,
+    pub median_ms: Option<f64>,
+    pub error: Option<String>,
+    pub compile_ms: f64,
+}
+
+/// The outcome for one kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelResult {
+    pub name: String,
+    pub class: String,
+    pub inputs: Vec<Vec<i64>>,
+    pub output: Vec<i64>,
+    pub multiplicity: usize,
+    pub tier: Tier,
+    /// The chosen schedule's source ("default" when no candidate beat it).
+    pub chosen: String,
+    pub chosen_tier: Option<Tier>,
+    pub untuned_ms: Option<f64>,
+    pub tuned_ms: Option<f64>,
+    pub speedup: Option<f64>,
+    pub verified: bool,
+    pub gflops: Option<f64>,
+    pub trials: Vec<Trial>,
+    /// Why no candidate was measured, if so.
+    pub note: Option<String>,
+    #[serde(skip)]
+    pub to_store: Vec<(String, NewMeasurement)>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ApplyReport {
+    pub model: String,
+    pub layout: String,
+    pub kernels: Vec<KernelResult>,
+    /// Σ latency × multiplicity over the tuned kernels, default schedules.
+    pub untuned_total_ms: f64,
+    /// The same with the chosen schedules.
+    pub tuned_total_ms: f64,
+    pub speedup: f64,
+    pub search_seconds: f64,
+    pub budget_exhausted: bool,
+    /// Kernels of the model not timed (layout transforms, concat, plain element-wise).
+    pub untimed_kernels: usize,
+}
+
+/// The TVM workload key of a DAG: md5 of its PrintDAG text and its io shapes.
+pub fn workload_key_of(dag: &Dag) -> String {
+    let mut items = vec![serde_json::json!(dag_hash(dag))];
+    items.extend(dag.io_shapes().into_iter().map(|s| serde_json::json!(s)));
+    serde_json::to_string(&items).expect("json").replace(',', ", ")
+}
+
+fn ms(e: &Evaluation) -> Option<f64> {
+    e.median().map(|s| s * 1e3)
+}
+
+fn measurement(e: &Evaluation, dag: &Dag, steps: Vec<crate::ansor::Step>, origin: Option<i64>, provenance: String) -> NewMeasurement {
+    let m = e.measurement.as_ref();
+    let flops = dag.flop_ct();
+    NewMeasurement {
+        workload_key: workload_key_of(dag),
+        steps,
+        samples: if e.verified() { m.map(|m| m.samples.clone()).unwrap_or_default() } else { vec![] },
+        error_no: e.failure.as_ref().map_or(if m.is_some() { 0 } else { 8 }, |f| f.error_no),
+        error: e.failure.as_ref().map(|f| f.message.clone()),
+        verified: e.verified(),
+        max_rel_error: e.rel_error,
+        median_s: m.map(|m| m.median),
+        min_s: m.map(|m| m.min),
+        max_s: m.map(|m| m.max),
+        gflops: e.median().filter(|_| flops > 0.0).map(|s| flops / s / 1e9),
+        compile_ms: Some(e.total_compile_time().as_secs_f64() * 1e3),
+        wall_s: e.total_compile_time().as_secs_f64() + m.map_or(0.0, |m| m.samples.iter().sum::<f64>() * m.number as f64),
+        origin_record_id: origin,
+        provenance,
+    }
+}
+
+fn provenance(c: &Candidate) -> String {
+    let what = match c.tier {
+        Tier::Exact => "exact match of",
+        _ => "transferred from",
+    };
+    format!("{what} workload {} (record {}) of file {}", c.source.signature, c.source.record_id, c.source.source_path)
+}
+
+/// Measures the default and the top-k candidates of every tuned kernel of `m`, within the
+/// budget. `progress(done, total, kernel)` is called per kernel.
+pub fn apply(m: &ModelMatch, opts: &ApplyOptions, progress: &dyn Fn(usize, usize, &str)) -> ApplyReport {
+    let start = Instant::now();
+    // Spend the budget where it matters: biggest kernels (FLOPs x multiplicity) first.
+    let mut order: Vec<usize> = (0..m.matches.len()).collect();
+    let weight = |i: usize| {
+        let k = &m.list.kernels[m.matches[i].kernel];
+        kernel_flops(k) * k.multiplicity() as f64
+    };
+    order.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)));
+    let mut results: Vec<Option<KernelResult>> = vec![None; m.matches.len()];
+    let mut exhausted = false;
+    for (n, &i) in order.iter().enumerate() {
+        let km = &m.matches[i];
+        let k = &m.list.kernels[km.kernel];
+        progress(n, order.len(), &k.name);
+        let over = start.elapsed() >= opts.budget;
+        exhausted |= over;
+        results[i] = Some(apply_kernel(k, km, opts, over));
+    }
+    let kernels: Vec<KernelResult> = results.into_iter().flatten().collect();
+    let total = |f: &dyn Fn(&KernelResult) -> Option<f64>| kernels.iter().map(|r| f(r).unwrap_or(0.0) * r.multiplicity as f64).sum::<f64>();
+    let untuned = total(&|r| r.untuned_ms);
+    let tuned = total(&|r| r.tuned_ms.or(r.untuned_ms));
+    ApplyReport {
+        model: m.list.model.clone(),
+        layout: m.list.layout.clone(),
+        untimed_kernels: m.list.kernels.iter().filter(|k| !k.is_tuned()).count(),
+        kernels,
+        untuned_total_ms: untuned,
+        tuned_total_ms: tuned,
+        speedup: if tuned > 0.0 { untuned / tuned } else { f64::NAN },
+        search_seconds: start.elapsed().as_secs_f64(),
+        budget_exhausted: exhausted,
+    }
+}
+
+/// Reference values per distinct DAG text: candidates of one era and operand order share
+/// one (and its inputs), others get their own.
+#[derive(Default)]
+struct References(HashMap<String, Result<Reference, String>>);
+
+impl References {
+    fn get(&mut self, dag: &Dag) -> Result<&Reference, String> {
+        self.0.entry(dag_hash(dag)).or_insert_with(|| Reference::new(dag, 17)).as_ref().map_err(|e| e.clone())
+    }
+}
+
+fn apply_kernel(k: &Kernel, km: &crate::matcher::KernelMatch, opts: &ApplyOptions, over_budget: bool) -> KernelResult {
+    let mut r = KernelResult {
+        name: k.name.clone(),
+        class: k.class.clone(),
+        inputs: k.inputs.clone(),
+        output: k.output.clone(),
+        multiplicity: k.multiplicity(),
+        tier: km.tier,
+        chosen: "default".into(),
+        chosen_tier: None,
+        untuned_ms: None,
+        tuned_ms: None,
+        speedup: None,
+        verified: false,
+        gflops: None,
+        trials: vec![],
+        note: None,
+        to_store: vec![],
+    };
+    let Some(spec) = &k.spec else {
+        r.note = Some("no workload spec".into());
+        return r;
+    };
+    let default_dag = match spec.build(crate::ops::Era::V010, &k.inputs) {
+        Ok(d) => d,
+        Err(e) => {
+            r.note = Some(format!("cannot build the kernel: {e}"));
+            return r;
+        }
+    };
+    let mut references = References::default();
+    let default = match references.get(&default_dag) {
+        Ok(reference) => evaluate_default(&default_dag, reference, &opts.default_eval),
+        Err(e) => {
+            r.note = Some(e);
+            return r;
+        }
+    };
+    r.untuned_ms = ms(&default);
+    r.verified = default.verified();
+    r.to_store.push(("default".into(), measurement(&default, &default_dag, vec![], None, "naive default schedule".into())));
+    let mut best: Option<(f64, usize)> = None;
+    if over_budget {
+        r.note = Some("search budget exhausted: default schedule kept".into());
+    } else if km.candidates.is_empty() {
+        r.note = Some("no candidate (tier none)".into());
+    }
+    let candidates = if over_budget { &[][..] } else { &km.candidates[..km.candidates.len().min(opts.top_k)] };
+    for c in candidates {
+        let e = match references.get(&c.dag) {
+            Ok(reference) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
+            Err(msg) => {
+                r.trials.push(Trial { tier: c.tier, source: c.source.label(), verified: false, median_ms: None, error: Some(msg), compile_ms: 0.0 });
+                continue;
+            }
+        };
+        let t = ms(&e);
+        r.trials.push(Trial {
+            tier: c.tier,
+            source: c.source.label(),
+            verified: e.verified(),
+            median_ms: t,
+            error: e.failure.as_ref().map(|f| f.message.clone()),
+            compile_ms: e.total_compile_time().as_secs_f64() * 1e3,
+        });
+        if let Some(t) = t {
+            if best.is_none_or(|(b, _)| t < b) {
+                best = Some((t, r.trials.len() - 1));
+            }
+        }
+        r.to_store.push(("apply".into(), measurement(&e, &c.dag, c.steps.clone(), Some(c.source.record_id), provenance(c))));
+    }
+    // The default is a candidate too: a transferred schedule must beat it to be chosen.
+    match (best, r.untuned_ms) {
+        (Some((t, i)), u) if u.is_none_or(|u| t < u) => {
+            let c = &candidates[i];
+            r.tuned_ms = Some(t);
+            r.chosen = c.source.label();
+            r.chosen_tier = Some(c.tier);
+            r.verified = true;
+            let flops = c.dag.flop_ct();
+            r.gflops = (flops > 0.0).then(|| flops / (t / 1e3) / 1e9);
+        }
+        _ => {
+            r.tuned_ms = r.untuned_ms;
+            let flops = default_dag.flop_ct();
+            r.gflops = r.untuned_ms.filter(|_| flops > 0.0).map(|t| flops / (t / 1e3) / 1e9);
+        }
+    }
+    if let (Some(u), Some(t)) = (r.untuned_ms, r.tuned_ms) {
+        r.speedup = Some(u / t);
+    }
+    r
+}
