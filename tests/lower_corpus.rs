@@ -545,3 +545,54 @@ fn check_corpus(mode: Mode) {
         assert!(n > 0, "{f} no longer fails with {why:?}: update KNOWN_UNSUPPORTED");
     }
 }
+
+/// Every distinct record lowered at its real shapes (no execution): proofs, cost guard and
+/// lowering time at full size.
+#[test]
+fn corpus_records_lower_at_real_shapes() {
+    let t0 = Instant::now();
+    let files: Vec<_> = common::ansor_files().into_iter().filter(|p| !common::is_cuda_log(p)).collect();
+    let mut unique: BTreeMap<(String, String), (String, usize, Vec<Step>)> = BTreeMap::new();
+    for f in &files {
+        let text = std::fs::read(f).unwrap();
+        for (ln, bytes) in lines(&text) {
+            if let LogLine::Record { record, .. } = parse_line(bytes) {
+                let sk: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
+                unique.entry((record.task.workload_key.clone(), sk.join(","))).or_insert((common::rel(f), ln, record.steps));
+            }
+        }
+    }
+    let results: Vec<(String, Result<f64, String>)> = unique
+        .par_iter()
+        .map(|((key, _), (file, ln, steps))| {
+            let r = (|| {
+                let wk = WorkloadKey::parse(key).map_err(|e| e.to_string())?;
+                let dag = recognize(&wk).map_err(|e| e.to_string())?.dag;
+                let state = ttdb::schedule::replay(&stage_inits_from_dag(&dag), steps).map_err(|e| format!("replay: {e}"))?;
+                let t = Instant::now();
+                lower_detailed(&dag, &state, &LowerOptions::default()).map_err(|e| format!("{}: {e}", e.kind()))?;
+                Ok(t.elapsed().as_secs_f64() * 1e3)
+            })();
+            (format!("{file}:{ln}"), r)
+        })
+        .collect();
+    let mut times: Vec<f64> = results.iter().filter_map(|(_, r)| r.as_ref().ok().copied()).collect();
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let failures: Vec<String> = results.iter().filter_map(|(w, r)| r.as_ref().err().map(|e| format!("{w}: {}", shorten(e, 200)))).collect();
+    println!(
+        "{} distinct records at real shapes: {} lowered; lowering time median {:.2} ms, p99 {:.2} ms, max {:.2} ms; {:.1} s",
+        results.len(),
+        times.len(),
+        times[times.len() / 2],
+        times[times.len() * 99 / 100],
+        times[times.len() - 1],
+        t0.elapsed().as_secs_f64()
+    );
+    for f in &failures {
+        println!("  {f}");
+    }
+    let unexpected: Vec<&String> =
+        failures.iter().filter(|f| !KNOWN_UNSUPPORTED.iter().any(|(file, why)| f.starts_with(file) && f.contains(why))).collect();
+    assert!(unexpected.is_empty(), "{} records do not lower at their real shapes: {unexpected:?}", unexpected.len());
+    assert!(times[times.len() - 1] < 100.0, "lowering took {:.1} ms", times[times.len() - 1]);
+}
