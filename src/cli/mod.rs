@@ -15,6 +15,8 @@ mod workloads;
 
 pub use import::{render_import_summary, ImportSummary};
 pub use stats::render_stats;
+pub use apply::render_apply;
+pub use match_cmd::{render_explain, render_match};
 pub use workloads::render_workloads;
 
 #[derive(Parser, Debug)]
