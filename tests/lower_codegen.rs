@@ -92,7 +92,13 @@ fn resnet50_tasks_lower_and_compile_quickly() {
         let t1 = Instant::now();
         compile(&k, &CodegenOptions::default()).unwrap();
         let compile_ms = t1.elapsed().as_secs_f64() * 1e3;
-        let name = dag.stages.iter().rev().find(|s| s.compute().is_some_and(|c| !c.reduce_axes.is_empty())).map_or("?", |s| s.name.as_str()).to_string();
+        let name = dag
+            .stages
+            .iter()
+            .rev()
+            .find(|s| s.compute().is_some_and(|c| !c.reduce_axes.is_empty()))
+            .map_or("?", |s| s.name.as_str())
+            .to_string();
         rows.push((name, lower_ms, compile_ms));
     }
     println!("{:<24} {:>9} {:>11} {:>9}", "anchor stage", "lower ms", "compile ms", "total ms");
@@ -102,7 +108,12 @@ fn resnet50_tasks_lower_and_compile_quickly() {
     let mut total: Vec<f64> = rows.iter().map(|r| r.1 + r.2).collect();
     total.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let max_lower = rows.iter().map(|r| r.1).fold(0.0, f64::max);
-    println!("{} tasks: lower max {max_lower:.2} ms; lower+compile median {:.1} ms, max {:.1} ms", rows.len(), total[total.len() / 2], total[total.len() - 1]);
+    println!(
+        "{} tasks: lower max {max_lower:.2} ms; lower+compile median {:.1} ms, max {:.1} ms",
+        rows.len(),
+        total[total.len() / 2],
+        total[total.len() - 1]
+    );
     assert_eq!(rows.len(), 26);
     assert!(max_lower < 100.0, "lowering took {max_lower:.1} ms");
 }

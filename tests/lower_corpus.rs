@@ -160,20 +160,33 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
     if key.form == KeyForm::Registered {
         let ints: Vec<i64> = key.args.iter().filter_map(|a| a.as_int()).collect();
         return match key.head.as_str() {
-            "matmul_add" => registered::matmul_add(cap(ints[0], 32), cap(ints[1], 24), cap(ints[2], 40), DType::F32).map_err(|e| e.to_string()),
+            "matmul_add" => registered::matmul_add(cap(ints[0], 32), cap(ints[1], 24), cap(ints[2], 40), DType::F32)
+                .map_err(|e| e.to_string()),
             "conv2d_layer" => {
                 let l = |i: usize| key.args[i].as_int_list().unwrap_or_default();
                 let (stride, pad) = (l(7), l(8));
                 let (kh, kw) = (ints[5], ints[6]);
                 let h = window_input(ints[1], 4, kh, stride[0], 1, 2 * pad[0]);
                 let w = window_input(ints[2], 4, kw, stride[1], 1, 2 * pad[1]);
-                registered::conv2d_layer(era.unwrap_or(Era::V07), 1, h, w, cap(ints[3], 16), cap(ints[4], 8), kh, kw, [stride[0], stride[1]], [pad[0], pad[1]])
-                    .map_err(|e| e.to_string())
+                registered::conv2d_layer(
+                    era.unwrap_or(Era::V07),
+                    1,
+                    h,
+                    w,
+                    cap(ints[3], 16),
+                    cap(ints[4], 8),
+                    kh,
+                    kw,
+                    [stride[0], stride[1]],
+                    [pad[0], pad[1]],
+                )
+                .map_err(|e| e.to_string())
             }
             // the weights fix N and K: only the rows of the dense operand shrink
             "sparse_dense" => {
                 let l = |i: usize| key.args[i].as_int_list().unwrap_or_default();
-                registered::sparse_dense(cap(ints[0], 8), ints[1], ints[2], &l(3), &l(4), &l(5), DType::F32).map_err(|e| e.to_string())
+                registered::sparse_dense(cap(ints[0], 8), ints[1], ints[2], &l(3), &l(4), &l(5), DType::F32)
+                    .map_err(|e| e.to_string())
             }
             other => Err(format!("no shrink rule for the registered workload {other}")),
         };
@@ -208,7 +221,10 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
 /// Same stages, names and loop counts: the record's ids stay meaningful.
 fn same_structure(a: &Dag, b: &Dag) -> bool {
     let (x, y) = (a.initial_stages(), b.initial_stages());
-    x.len() == y.len() && x.iter().zip(&y).all(|(p, q)| p.name == q.name && p.iters.len() == q.iters.len() && p.is_placeholder == q.is_placeholder)
+    x.len() == y.len()
+        && x.iter()
+            .zip(&y)
+            .all(|(p, q)| p.name == q.name && p.iters.len() == q.iters.len() && p.is_placeholder == q.is_placeholder)
 }
 
 struct Rec {
@@ -308,12 +324,14 @@ fn partial_tiles(inits: &[ttdb::schedule::StageInit], steps: &[Step]) -> Result<
     for step in steps {
         let new = match step {
             Step::Split(sp) => {
-                let ext = st.stages().get(sp.stage_id as usize).and_then(|s| s.iters.get(sp.iter_id as usize)).and_then(|it| it.extent);
+                let ext =
+                    st.stages().get(sp.stage_id as usize).and_then(|s| s.iters.get(sp.iter_id as usize)).and_then(|it| it.extent);
                 match ext {
                     Some(e) => {
                         let mut rest = e;
                         let mut l = sp.lengths.clone();
-                        let order: Vec<usize> = if sp.inner_to_outer { (0..l.len()).rev().collect() } else { (0..l.len()).collect() };
+                        let order: Vec<usize> =
+                            if sp.inner_to_outer { (0..l.len()).rev().collect() } else { (0..l.len()).collect() };
                         for k in order {
                             l[k] = l[k].clamp(1, rest.max(1));
                             rest = (rest + l[k] - 1) / l[k];
@@ -351,12 +369,9 @@ fn check_corpus(mode: Mode) {
         let text = std::fs::read(f).unwrap();
         for (ln, bytes) in lines(&text) {
             match parse_line(bytes) {
-                LogLine::Record { record, .. } => recs.push(Rec {
-                    file: common::rel(f),
-                    line: ln,
-                    key: record.task.workload_key.clone(),
-                    steps: record.steps,
-                }),
+                LogLine::Record { record, .. } => {
+                    recs.push(Rec { file: common::rel(f), line: ln, key: record.task.workload_key.clone(), steps: record.steps })
+                }
                 LogLine::Bad { reason, .. } => panic!("{}:{ln}: unparsable record: {reason}", f.display()),
                 _ => {}
             }
@@ -369,7 +384,9 @@ fn check_corpus(mode: Mode) {
         unique.entry((r.key.clone(), steps.join(","))).or_insert(i);
     }
     if mode == Mode::Partial {
-        let big = |i: usize| recs[i].file.starts_with("jaspann_tt/alexnet-NCHW-B1-llvm-core-avx2.json") && !recs[i].file.ends_with("best.json");
+        let big = |i: usize| {
+            recs[i].file.starts_with("jaspann_tt/alexnet-NCHW-B1-llvm-core-avx2.json") && !recs[i].file.ends_with("best.json")
+        };
         let mut n = 0;
         unique.retain(|_, &mut i| {
             n += 1;
@@ -377,7 +394,11 @@ fn check_corpus(mode: Mode) {
         });
         println!("partial-tile mode: {} CPU records, {} distinct (key, steps) checked (sample: every 8th distinct record of the full alexnet log, all others)", recs.len(), unique.len());
     } else {
-        println!("{} CPU records, {} distinct (key, steps); all distinct ones are checked (no sampling)", recs.len(), unique.len());
+        println!(
+            "{} CPU records, {} distinct (key, steps); all distinct ones are checked (no sampling)",
+            recs.len(),
+            unique.len()
+        );
     }
 
     // one reduced DAG per key
@@ -413,11 +434,14 @@ fn check_corpus(mode: Mode) {
             let out = (|| {
                 let (_, small) = dags[&r.key].as_ref().map_err(|e| ("shrink", e.clone()))?;
                 let state = match mode {
-                    Mode::Divisors => retarget_steps(&stage_inits_from_dag(small), &r.steps).map_err(|e| ("retarget", e.to_string()))?.state,
+                    Mode::Divisors => {
+                        retarget_steps(&stage_inits_from_dag(small), &r.steps).map_err(|e| ("retarget", e.to_string()))?.state
+                    }
                     Mode::Partial => partial_tiles(&stage_inits_from_dag(small), &r.steps).map_err(|e| ("retarget", e))?,
                 };
                 let t = Instant::now();
-                let lowered = lower_detailed(small, &state, &LowerOptions::default()).map_err(|e| ("lower", format!("{}: {e}", e.kind())))?;
+                let lowered = lower_detailed(small, &state, &LowerOptions::default())
+                    .map_err(|e| ("lower", format!("{}: {e}", e.kind())))?;
                 if lowered.explicit_guards > 0 {
                     *coverage.lock().unwrap().entry("explicit access guard (checker could not use TE's guard)").or_default() += 1;
                 }
@@ -483,7 +507,10 @@ fn check_corpus(mode: Mode) {
         verified,
         100.0 * verified as f64 / outcomes.len().max(1) as f64
     );
-    let worst = outcomes.values().filter_map(|o| if let Outcome::Verified { rel_err, .. } = o { Some(*rel_err) } else { None }).fold(0.0, f64::max);
+    let worst = outcomes
+        .values()
+        .filter_map(|o| if let Outcome::Verified { rel_err, .. } = o { Some(*rel_err) } else { None })
+        .fold(0.0, f64::max);
     let mut times = lower_times.into_inner().unwrap();
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     if !times.is_empty() {
@@ -540,7 +567,13 @@ fn check_corpus(mode: Mode) {
             }
         }
     }
-    assert!(unexpected.is_empty(), "{} of {} distinct records failed unexpectedly:\n{}", unexpected.len(), outcomes.len(), unexpected.join("\n"));
+    assert!(
+        unexpected.is_empty(),
+        "{} of {} distinct records failed unexpectedly:\n{}",
+        unexpected.len(),
+        outcomes.len(),
+        unexpected.join("\n")
+    );
     for ((f, why), n) in KNOWN_UNSUPPORTED.iter().zip(known_seen) {
         assert!(n > 0, "{f} no longer fails with {why:?}: update KNOWN_UNSUPPORTED");
     }
@@ -578,7 +611,8 @@ fn corpus_records_lower_at_real_shapes() {
         .collect();
     let mut times: Vec<f64> = results.iter().filter_map(|(_, r)| r.as_ref().ok().copied()).collect();
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let failures: Vec<String> = results.iter().filter_map(|(w, r)| r.as_ref().err().map(|e| format!("{w}: {}", shorten(e, 200)))).collect();
+    let failures: Vec<String> =
+        results.iter().filter_map(|(w, r)| r.as_ref().err().map(|e| format!("{w}: {}", shorten(e, 200)))).collect();
     println!(
         "{} distinct records at real shapes: {} lowered; lowering time median {:.2} ms, p99 {:.2} ms, max {:.2} ms; {:.1} s",
         results.len(),

@@ -23,7 +23,10 @@ const BUDGET: u64 = 20_000_000;
 
 fn opts() -> LowerOptions {
     // small limits: a hostile schedule must not make the test allocate gigabytes
-    LowerOptions { limits: CostLimits { max_total_steps: 2_000_000_000, max_temp_bytes: 64 << 20, max_stmt_nodes: 200_000 }, ..LowerOptions::default() }
+    LowerOptions {
+        limits: CostLimits { max_total_steps: 2_000_000_000, max_temp_bytes: 64 << 20, max_stmt_nodes: 200_000 },
+        ..LowerOptions::default()
+    }
 }
 
 fn steps(json: &str) -> Vec<Step> {
@@ -46,7 +49,9 @@ fn judge(dag: &Dag, state: &State, what: &str) -> Verdict {
         Ok(k) => k,
         Err(e) => {
             assert!(!matches!(e, LowerError::Internal(_)), "{what}: internal error {e}\n{}", state.dump());
-            if std::env::var("SHOW_REFUSED").is_ok() { println!("REFUSED {what}: {e}"); }
+            if std::env::var("SHOW_REFUSED").is_ok() {
+                println!("REFUSED {what}: {e}");
+            }
             return Verdict::Refused(e.kind().to_string());
         }
     };
@@ -63,7 +68,12 @@ fn judge(dag: &Dag, state: &State, what: &str) -> Verdict {
         Err(e) => panic!("{what}: interpreter error {e}\n{}\n{}", state.dump(), ttdb::loopnest::kernel_to_string(&k)),
     }
     let (_, rel) = compare_outputs(&k, &args, &reference).unwrap();
-    assert!(rel < 1e-4, "{what}: wrong result (relative error {rel:.3e})\n{}\n{}", state.dump(), ttdb::loopnest::kernel_to_string(&k));
+    assert!(
+        rel < 1e-4,
+        "{what}: wrong result (relative error {rel:.3e})\n{}\n{}",
+        state.dump(),
+        ttdb::loopnest::kernel_to_string(&k)
+    );
     Verdict::Correct
 }
 
@@ -71,12 +81,18 @@ fn judge(dag: &Dag, state: &State, what: &str) -> Verdict {
 
 fn conv_small() -> Dag {
     // the de7d1695 class: conv2d NHWC 1x1 stride 2 + bias + relu, TVM 0.7 names
-    let spec = WorkloadSpec::new(Anchor::Conv2dNhwc(Window2d::simple(2, 0)), vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
+    let spec = WorkloadSpec::new(
+        Anchor::Conv2dNhwc(Window2d::simple(2, 0)),
+        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+    );
     spec.build(Era::V07, &[vec![1, 6, 6, 16], vec![1, 1, 16, 8], vec![1, 1, 1, 8]]).unwrap()
 }
 
 fn conv3x3_small() -> Dag {
-    let spec = WorkloadSpec::new(Anchor::Conv2dNhwc(Window2d::simple(1, 1)), vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
+    let spec = WorkloadSpec::new(
+        Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+    );
     spec.build(Era::V010, &[vec![1, 5, 5, 4], vec![3, 3, 4, 6], vec![1, 1, 1, 6]]).unwrap()
 }
 
@@ -112,7 +128,12 @@ const SOFTMAX_STEPS: &str = r#"[["SP", 3, 1, 1000, [50], 1], ["RF", 3, 2, 1], ["
 const POOL_STEPS: &str = r#"[["FU", 1, [5, 6]], ["SP", 1, 5, 9, [9], 1], ["RF", 1, 5, 5], ["CA", 1, 2, 2], ["FU", 2, [0, 1, 2]], ["AN", 2, 0, 3], ["PR", 1, 0, "auto_unroll_max_step$16"], ["PR", 2, 0, "auto_unroll_max_step$512"]]"#;
 
 fn real() -> Vec<(&'static str, Dag, &'static str)> {
-    vec![("conv", conv_small(), CONV_STEPS), ("dense", dense_small(), DENSE_STEPS), ("softmax", softmax_small(), SOFTMAX_STEPS), ("pool", pool_small(), POOL_STEPS)]
+    vec![
+        ("conv", conv_small(), CONV_STEPS),
+        ("dense", dense_small(), DENSE_STEPS),
+        ("softmax", softmax_small(), SOFTMAX_STEPS),
+        ("pool", pool_small(), POOL_STEPS),
+    ]
 }
 
 #[test]
@@ -148,7 +169,8 @@ fn perturbed_records_lower_safely() {
     for (what, dag, json) in real() {
         let inits = stage_inits_from_dag(&dag);
         let adapted = retarget_steps(&inits, &steps(json)).unwrap().steps;
-        let base: Value = serde_json::from_str(&format!("[{}]", adapted.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","))).unwrap();
+        let base: Value =
+            serde_json::from_str(&format!("[{}]", adapted.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","))).unwrap();
         let mut paths = Vec::new();
         numbers(&base, &mut Vec::new(), &mut paths);
         let mut mutants = Vec::new();
@@ -225,7 +247,11 @@ const REPLAY_HOSTILE: &[(&str, &str, &str)] = &[
     ("split product far above the extent", "CONV", r#"[["SP", 3, 3, 512, [64, 64], 1]]"#),
     ("split product overflowing", "CONV", r#"[["SP", 3, 3, 512, [2147483647, 2147483647, 2147483647], 1]]"#),
     ("huge split of an undefined extent", "CONV", r#"[["CA", 3, 6, 0], ["SP", 3, 3, 0, [2147483647, 2147483647], 1]]"#),
-    ("FSP following a non-SP step", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["RE", 3, [0, 1, 2, 4, 3, 5, 6, 7]], ["FSP", 6, 3, 1, 1]]"#),
+    (
+        "FSP following a non-SP step",
+        "CONV",
+        r#"[["SP", 3, 3, 512, [8], 1], ["RE", 3, [0, 1, 2, 4, 3, 5, 6, 7]], ["FSP", 6, 3, 1, 1]]"#,
+    ),
     ("FSP following a future step", "CONV", r#"[["FSP", 6, 3, 4, 1]]"#),
     ("FSP following itself", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["FSP", 6, 3, 1, 1]]"#),
     ("FSP with n_split 0", "CONV", r#"[["SP", 3, 3, 512, [8], 1], ["FSP", 6, 3, 0, 0]]"#),
@@ -302,42 +328,103 @@ fn replay_hostile_cases_are_refused_and_their_prefixes_lower() {
 fn odd_cases() -> Vec<(&'static str, Dag, &'static str, Result<(), &'static str>)> {
     let mm = || registered::matmul_add(7, 6, 5, DType::F32).unwrap();
     vec![
-        ("split product just under twice the extent", mm(), r#"[["SP", 2, 0, 7, [13], 1], ["SP", 2, 2, 5, [3, 3], 1], ["SP", 2, 5, 6, [11], 0]]"#, Ok(())),
-        ("every split level non-divisible", mm(), r#"[["SP", 4, 0, 7, [2, 2], 1], ["SP", 4, 3, 5, [2, 2], 0], ["FU", 4, [0, 1, 2]], ["AN", 4, 0, 3]]"#, Ok(())),
+        (
+            "split product just under twice the extent",
+            mm(),
+            r#"[["SP", 2, 0, 7, [13], 1], ["SP", 2, 2, 5, [3, 3], 1], ["SP", 2, 5, 6, [11], 0]]"#,
+            Ok(()),
+        ),
+        (
+            "every split level non-divisible",
+            mm(),
+            r#"[["SP", 4, 0, 7, [2, 2], 1], ["SP", 4, 3, 5, [2, 2], 0], ["FU", 4, [0, 1, 2]], ["AN", 4, 0, 3]]"#,
+            Ok(()),
+        ),
         ("attach at the innermost loop of the consumer", mm(), r#"[["CA", 2, 4, 1]]"#, Ok(())),
         ("attach at the outermost loop", mm(), r#"[["CA", 2, 4, 0]]"#, Ok(())),
-        ("attach into a non-divisible tile (region beyond the domain)", mm(),
-            r#"[["SP", 4, 0, 7, [3], 1], ["SP", 4, 2, 5, [4], 1], ["RE", 4, [0, 2, 1, 3]], ["CA", 2, 4, 1]]"#, Ok(())),
-        ("attach into a fused parallel loop, then split the attached stage", mm(),
-            r#"[["SP", 4, 0, 7, [2], 1], ["FU", 4, [0, 1]], ["AN", 4, 0, 3], ["CA", 2, 4, 0], ["SP", 2, 0, 0, [3], 1], ["AN", 2, 1, 2]]"#, Ok(())),
+        (
+            "attach into a non-divisible tile (region beyond the domain)",
+            mm(),
+            r#"[["SP", 4, 0, 7, [3], 1], ["SP", 4, 2, 5, [4], 1], ["RE", 4, [0, 2, 1, 3]], ["CA", 2, 4, 1]]"#,
+            Ok(()),
+        ),
+        (
+            "attach into a fused parallel loop, then split the attached stage",
+            mm(),
+            r#"[["SP", 4, 0, 7, [2], 1], ["FU", 4, [0, 1]], ["AN", 4, 0, 3], ["CA", 2, 4, 0], ["SP", 2, 0, 0, [3], 1], ["AN", 2, 1, 2]]"#,
+            Ok(()),
+        ),
         ("attach at a vectorized loop", mm(), r#"[["AN", 4, 1, 2], ["CA", 2, 4, 1]]"#, Ok(())),
-        ("unrolled and vectorized reduction loops", mm(), r#"[["SP", 2, 2, 6, [4], 1], ["AN", 2, 3, 1], ["AN", 2, 2, 2], ["PR", 2, 0, "auto_unroll_max_step$64"]]"#, Ok(())),
-        ("reduction loop outermost, spatial loops inside (init nest)", mm(), r#"[["RE", 2, [2, 0, 1]], ["SP", 2, 1, 7, [2], 1]]"#, Ok(())),
-        ("fuse of spatial and reduce loops", mm(), r#"[["RE", 2, [0, 2, 1]], ["FU", 2, [1, 2]], ["SP", 2, 1, 30, [4], 1]]"#, Ok(())),
-        ("cache_write + reorder + attach", mm(),
-            r#"[["CHW", 2, "local"], ["SP", 2, 0, 7, [2], 1], ["RE", 2, [0, 2, 3, 1]], ["SP", 3, 0, 7, [2], 1], ["CA", 2, 3, 1]]"#, Ok(())),
-        ("cache_write attached in its copy's tile", mm(),
-            r#"[["CHW", 2, "local"], ["SP", 3, 0, 7, [3], 1], ["SP", 3, 2, 5, [2], 1], ["RE", 3, [0, 2, 1, 3]], ["CA", 2, 3, 1]]"#, Ok(())),
-        ("cache_read of an input, attached in the reduction", mm(),
-            r#"[["CHR", 0, "local", [2]], ["SP", 3, 2, 6, [2], 1], ["CA", 1, 3, 2]]"#, Ok(())),
-        ("cache_read of an intermediate read by the output", mm(),
-            r#"[["CHR", 2, "global", [4]], ["CA", 3, 5, 1]]"#, Ok(())),
-        ("rfactor of a non-divisible split, inner part", mm(),
-            r#"[["SP", 2, 2, 6, [4], 1], ["RF", 2, 3, 2], ["CA", 2, 3, 1]]"#, Ok(())),
-        ("rfactor of an nparts split, outer part", mm(),
-            r#"[["SP", 2, 2, 6, [4], 0], ["RF", 2, 2, 0]]"#, Ok(())),
-        ("producer attached where another consumer cannot see it", conv3x3_small(),
-            r#"[["CA", 3, 6, 2]]"#, Err("invalid schedule")),
-        ("padding stage attached inside the conv's reduction", conv3x3_small(),
-            r#"[["CI", 5], ["SP", 3, 4, 3, [2], 1], ["CA", 1, 3, 5]]"#, Ok(())),
-        ("padding attached at the relu, conv inlined nowhere", conv3x3_small(),
-            r#"[["CA", 1, 6, 1]]"#, Err("invalid schedule")),
-        ("chain of attaches", conv3x3_small(),
-            r#"[["CI", 5], ["SP", 6, 1, 5, [2], 1], ["CA", 3, 6, 1], ["CA", 1, 3, 2]]"#, Ok(())),
-        ("adaptive windows split and attached", adaptive_small(),
-            r#"[["SP", 2, 2, 3, [2], 1], ["CA", 1, 2, 2]]"#, Ok(())),
-        ("split of a data-independent but non-constant window", adaptive_small(),
-            r#"[["SP", 1, 4, 0, [2], 1]]"#, Err("unsupported")),
+        (
+            "unrolled and vectorized reduction loops",
+            mm(),
+            r#"[["SP", 2, 2, 6, [4], 1], ["AN", 2, 3, 1], ["AN", 2, 2, 2], ["PR", 2, 0, "auto_unroll_max_step$64"]]"#,
+            Ok(()),
+        ),
+        (
+            "reduction loop outermost, spatial loops inside (init nest)",
+            mm(),
+            r#"[["RE", 2, [2, 0, 1]], ["SP", 2, 1, 7, [2], 1]]"#,
+            Ok(()),
+        ),
+        (
+            "fuse of spatial and reduce loops",
+            mm(),
+            r#"[["RE", 2, [0, 2, 1]], ["FU", 2, [1, 2]], ["SP", 2, 1, 30, [4], 1]]"#,
+            Ok(()),
+        ),
+        (
+            "cache_write + reorder + attach",
+            mm(),
+            r#"[["CHW", 2, "local"], ["SP", 2, 0, 7, [2], 1], ["RE", 2, [0, 2, 3, 1]], ["SP", 3, 0, 7, [2], 1], ["CA", 2, 3, 1]]"#,
+            Ok(()),
+        ),
+        (
+            "cache_write attached in its copy's tile",
+            mm(),
+            r#"[["CHW", 2, "local"], ["SP", 3, 0, 7, [3], 1], ["SP", 3, 2, 5, [2], 1], ["RE", 3, [0, 2, 1, 3]], ["CA", 2, 3, 1]]"#,
+            Ok(()),
+        ),
+        (
+            "cache_read of an input, attached in the reduction",
+            mm(),
+            r#"[["CHR", 0, "local", [2]], ["SP", 3, 2, 6, [2], 1], ["CA", 1, 3, 2]]"#,
+            Ok(()),
+        ),
+        ("cache_read of an intermediate read by the output", mm(), r#"[["CHR", 2, "global", [4]], ["CA", 3, 5, 1]]"#, Ok(())),
+        (
+            "rfactor of a non-divisible split, inner part",
+            mm(),
+            r#"[["SP", 2, 2, 6, [4], 1], ["RF", 2, 3, 2], ["CA", 2, 3, 1]]"#,
+            Ok(()),
+        ),
+        ("rfactor of an nparts split, outer part", mm(), r#"[["SP", 2, 2, 6, [4], 0], ["RF", 2, 2, 0]]"#, Ok(())),
+        (
+            "producer attached where another consumer cannot see it",
+            conv3x3_small(),
+            r#"[["CA", 3, 6, 2]]"#,
+            Err("invalid schedule"),
+        ),
+        (
+            "padding stage attached inside the conv's reduction",
+            conv3x3_small(),
+            r#"[["CI", 5], ["SP", 3, 4, 3, [2], 1], ["CA", 1, 3, 5]]"#,
+            Ok(()),
+        ),
+        ("padding attached at the relu, conv inlined nowhere", conv3x3_small(), r#"[["CA", 1, 6, 1]]"#, Err("invalid schedule")),
+        (
+            "chain of attaches",
+            conv3x3_small(),
+            r#"[["CI", 5], ["SP", 6, 1, 5, [2], 1], ["CA", 3, 6, 1], ["CA", 1, 3, 2]]"#,
+            Ok(()),
+        ),
+        ("adaptive windows split and attached", adaptive_small(), r#"[["SP", 2, 2, 3, [2], 1], ["CA", 1, 2, 2]]"#, Ok(())),
+        (
+            "split of a data-independent but non-constant window",
+            adaptive_small(),
+            r#"[["SP", 1, 4, 0, [2], 1]]"#,
+            Err("unsupported"),
+        ),
     ]
 }
 
@@ -391,8 +478,19 @@ fn random_step(r: &mut Rng, st: &State, history: &[Step]) -> Vec<Step> {
     let lengths = |r: &mut Rng| (0..1 + r.below(3)).map(|_| 1 + r.below(6) as i64).collect::<Vec<_>>();
     let sps: Vec<u32> = history.iter().enumerate().filter(|(_, s)| matches!(s, Step::Split(_))).map(|(i, _)| i as u32).collect();
     match r.below(14) {
-        0 | 1 => vec![Step::Split(SplitStep { stage_id: s, iter_id: it, extent: 0, lengths: lengths(r), inner_to_outer: r.below(4) != 0 })],
-        2 if !sps.is_empty() => vec![Step::FollowSplit(FollowSplitStep { stage_id: s, iter_id: it, src_step_id: sps[r.below(sps.len())], n_split: 1 + r.below(3) as i64 })],
+        0 | 1 => vec![Step::Split(SplitStep {
+            stage_id: s,
+            iter_id: it,
+            extent: 0,
+            lengths: lengths(r),
+            inner_to_outer: r.below(4) != 0,
+        })],
+        2 if !sps.is_empty() => vec![Step::FollowSplit(FollowSplitStep {
+            stage_id: s,
+            iter_id: it,
+            src_step_id: sps[r.below(sps.len())],
+            n_split: 1 + r.below(3) as i64,
+        })],
         3 => {
             let b = r.below(iters);
             let e = (b + r.below(3)).min(iters.saturating_sub(1));
@@ -409,7 +507,11 @@ fn random_step(r: &mut Rng, st: &State, history: &[Step]) -> Vec<Step> {
             let ann = [Annotation::Unroll, Annotation::Vectorize, Annotation::Parallel][r.below(3)];
             vec![Step::Annotation(AnnotationStep { stage_id: s, iter_id: it, annotation: ann })]
         }
-        6 => vec![Step::Pragma(PragmaStep { stage_id: s, iter_id: 0, pragma: format!("auto_unroll_max_step${}", [0, 16, 64, 512][r.below(4)]) })],
+        6 => vec![Step::Pragma(PragmaStep {
+            stage_id: s,
+            iter_id: 0,
+            pragma: format!("auto_unroll_max_step${}", [0, 16, 64, 512][r.below(4)]),
+        })],
         7 | 8 => {
             let t = (s as usize + 1 + r.below(n)).min(n - 1);
             let ti = r.below(st.stages()[t].iters.len());

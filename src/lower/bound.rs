@@ -189,7 +189,11 @@ fn sym_range(e: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i12
 
 /// Exact ranges of `floordiv(x, c)` / `floormod(x, c)` (`c > 0`) when the symbolic part of
 /// `x` is a multiple of `c`.
-fn divmod_range(atom: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i128)>) -> Result<Option<SymRange>, LowerError> {
+fn divmod_range(
+    atom: &Expr,
+    relaxed: &HashSet<String>,
+    r: &HashMap<String, (i128, i128)>,
+) -> Result<Option<SymRange>, LowerError> {
     let (op, x, c) = match atom {
         Expr::Bin(op @ (BinOp::FloorDiv | BinOp::FloorMod), x, c) => match c.as_int() {
             Some(c) if c > 0 => (*op, x, c as i128),
@@ -203,8 +207,12 @@ fn divmod_range(atom: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i12
     }
     let fdiv = |a: i128| a.div_euclid(c);
     Ok(Some(match op {
-        BinOp::FloorDiv => SymRange { fixed: Linear::constant(0).add(&inner.fixed, 1).scale_div(c), lo: fdiv(inner.lo), hi: fdiv(inner.hi) },
-        _ if fdiv(inner.lo) == fdiv(inner.hi) => SymRange { fixed: Linear::constant(0), lo: inner.lo.rem_euclid(c), hi: inner.hi.rem_euclid(c) },
+        BinOp::FloorDiv => {
+            SymRange { fixed: Linear::constant(0).add(&inner.fixed, 1).scale_div(c), lo: fdiv(inner.lo), hi: fdiv(inner.hi) }
+        }
+        _ if fdiv(inner.lo) == fdiv(inner.hi) => {
+            SymRange { fixed: Linear::constant(0), lo: inner.lo.rem_euclid(c), hi: inner.hi.rem_euclid(c) }
+        }
         _ => SymRange { fixed: Linear::constant(0), lo: 0, hi: c - 1 },
     }))
 }
@@ -383,16 +391,24 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
     let mut loop_var = Vec::with_capacity(st.leaves.len());
     for &l in &st.leaves {
         let trivial = ext[l].as_ref().is_some_and(|e| e.as_const() == Some(1));
-        loop_var.push(if trivial { None } else { Some(names.vars.fresh(&format!("{}_{}", short(&st.op.name), st.vars[l].name))) });
+        loop_var.push(if trivial {
+            None
+        } else {
+            Some(names.vars.fresh(&format!("{}_{}", short(&st.op.name), st.vars[l].name)))
+        });
     }
     let pos_of: HashMap<usize, usize> = st.leaves.iter().enumerate().map(|(p, &l)| (l, p)).collect();
-    let local = pass_up(st, &ext, &|l| Some(match &loop_var[pos_of[&l]] {
-        Some(v) => Expr::var(v),
-        None => Expr::int(0),
-    }));
+    let local = pass_up(st, &ext, &|l| {
+        Some(match &loop_var[pos_of[&l]] {
+            Some(v) => Expr::var(v),
+            None => Expr::int(0),
+        })
+    });
     let mut global = Vec::with_capacity(st.n_root);
     for v in 0..st.n_root {
-        let lv = local[v].clone().ok_or_else(|| LowerError::Internal(format!("{}: axis {} has no value", st.op.name, st.vars[v].name)))?;
+        let lv = local[v]
+            .clone()
+            .ok_or_else(|| LowerError::Internal(format!("{}: axis {} has no value", st.op.name, st.vars[v].name)))?;
         global.push(if root_min[v].as_int() == Some(0) { lv } else { simplify_expr(&Expr::add(lv, root_min[v].clone())) });
     }
     // windows whose extent depends on the spatial axes (adaptive pooling, sparse rows)
@@ -405,7 +421,10 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
     for v in dynamic {
         let axis = &st.op.reduce_axes()[v - st.n_axes];
         if !st.leaves.contains(&v) {
-            return Err(LowerError::Unsupported(format!("{}: split or fuse of the non-constant reduce axis {}", st.op.name, axis.name)));
+            return Err(LowerError::Unsupported(format!(
+                "{}: split or fuse of the non-constant reduce axis {}",
+                st.op.name, axis.name
+            )));
         }
         let vars: HashMap<String, Expr> = st.op.axes().iter().map(|a| a.name.clone()).zip(global.iter().cloned()).collect();
         let load = placeholder_load(sch, names);
@@ -482,7 +501,8 @@ fn short(name: &str) -> String {
 fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Vec<(Expr, i64)>, LowerError> {
     let st = &sch.stages[p];
     let Loc::At { stage: target, var } = st.loc else { unreachable!() };
-    let tpos = sch.stages[target].leaves.iter().position(|&v| v == var).ok_or_else(|| LowerError::Internal("attach loop".into()))?;
+    let tpos =
+        sch.stages[target].leaves.iter().position(|&v| v == var).ok_or_else(|| LowerError::Internal("attach loop".into()))?;
     let full = st.op.shape()?;
     let mut acc: Vec<Option<SymRange>> = vec![None; full.len()];
     let load = placeholder_load(sch, names);
@@ -518,7 +538,8 @@ fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Ve
                     ranges.insert(synthetic.clone(), (0, e.max as i128 - 1));
                     relaxed.insert(synthetic.clone());
                     let m = &cl.root_min[k];
-                    let v = if m.as_int() == Some(0) { Expr::var(&synthetic) } else { Expr::add(Expr::var(&synthetic), m.clone()) };
+                    let v =
+                        if m.as_int() == Some(0) { Expr::var(&synthetic) } else { Expr::add(Expr::var(&synthetic), m.clone()) };
                     vars.insert(a.name.clone(), v);
                 }
                 _ => {

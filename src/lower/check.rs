@@ -32,7 +32,13 @@ pub fn kernel_args(kernel: &Kernel, inputs: &[TensorData]) -> Result<Vec<BufferD
             let t = inputs.get(next).ok_or("fewer inputs than input parameters")?;
             next += 1;
             if t.len() as i64 != p.num_elements() {
-                return Err(format!("input {} has {} elements, parameter {} wants {}", next - 1, t.len(), p.name, p.num_elements()));
+                return Err(format!(
+                    "input {} has {} elements, parameter {} wants {}",
+                    next - 1,
+                    t.len(),
+                    p.name,
+                    p.num_elements()
+                ));
             }
             let mut b = BufferData::zeros(p.dtype, t.len());
             match &mut b {
@@ -76,7 +82,12 @@ pub fn compare_outputs(kernel: &Kernel, args: &[BufferData], reference: &[Tensor
 /// Runs `kernel` in the interpreter on the seeded inputs of `dag` and compares with
 /// `ir::eval`. Errors: the interpreter failed (out-of-bounds access, step budget), or the
 /// reference failed.
-pub fn interpret_against_reference(dag: &Dag, kernel: &Kernel, seed: u64, step_budget: Option<u64>) -> Result<Comparison, String> {
+pub fn interpret_against_reference(
+    dag: &Dag,
+    kernel: &Kernel,
+    seed: u64,
+    step_budget: Option<u64>,
+) -> Result<Comparison, String> {
     if kernel.params.len() != param_tensors(dag).len() {
         return Err("the kernel's parameters do not match the DAG".into());
     }

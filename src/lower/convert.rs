@@ -177,7 +177,8 @@ pub(crate) fn simplify_index(e: &ln::Expr) -> ln::Expr {
                 }
             }
             let lin = linearize(&a);
-            let (mut keep, mut out) = (Linear::constant(lin.constant.rem_euclid(c)), Linear::constant(lin.constant.div_euclid(c)));
+            let (mut keep, mut out) =
+                (Linear::constant(lin.constant.rem_euclid(c)), Linear::constant(lin.constant.div_euclid(c)));
             let mut moved = lin.constant.div_euclid(c) != 0;
             for (atom, k) in &lin.terms {
                 if k % c == 0 {
@@ -207,7 +208,9 @@ pub(crate) fn simplify_index(e: &ln::Expr) -> ln::Expr {
 pub(crate) fn canon(e: &ln::Expr) -> ln::Expr {
     use crate::loopnest::affine::is_index_expr;
     e.map(&mut |x| match x {
-        ln::Expr::Load { buf, index } => Some(ln::Expr::Load { buf: buf.clone(), index: index.iter().map(|i| simplify_index(&canon(i))).collect() }),
+        ln::Expr::Load { buf, index } => {
+            Some(ln::Expr::Load { buf: buf.clone(), index: index.iter().map(|i| simplify_index(&canon(i))).collect() })
+        }
         ln::Expr::Cmp(op, a, b) if is_index_expr(a) && is_index_expr(b) => {
             Some(ln::Expr::cmp(*op, simplify_index(&canon(a)), simplify_index(&canon(b))))
         }
@@ -248,9 +251,15 @@ mod tests {
     fn divmod_rules() {
         let (x, y) = (ln::Expr::var("x"), ln::Expr::var("y"));
         let e = ln::Expr::floordiv(ln::Expr::add(x.clone(), ln::Expr::mul(y.clone(), ln::Expr::int(8))), ln::Expr::int(4));
-        let s = crate::loopnest::printer::expr_to_string(&simplify_index(&ln::Expr::sub(e, ln::Expr::mul(y.clone(), ln::Expr::int(2)))));
+        let s = crate::loopnest::printer::expr_to_string(&simplify_index(&ln::Expr::sub(
+            e,
+            ln::Expr::mul(y.clone(), ln::Expr::int(2)),
+        )));
         assert_eq!(s, "floordiv(x, 4)");
-        let m = ln::Expr::floormod(ln::Expr::add(ln::Expr::add(x.clone(), ln::Expr::mul(y, ln::Expr::int(12))), ln::Expr::int(5)), ln::Expr::int(4));
+        let m = ln::Expr::floormod(
+            ln::Expr::add(ln::Expr::add(x.clone(), ln::Expr::mul(y, ln::Expr::int(12))), ln::Expr::int(5)),
+            ln::Expr::int(4),
+        );
         assert_eq!(crate::loopnest::printer::expr_to_string(&simplify_index(&m)), "floormod((x + 1), 4)");
         let nested = ln::Expr::floordiv(ln::Expr::floordiv(x.clone(), ln::Expr::int(4)), ln::Expr::int(3));
         assert_eq!(crate::loopnest::printer::expr_to_string(&simplify_index(&nested)), "floordiv(x, 12)");
@@ -262,7 +271,10 @@ mod tests {
                         let e = e.substitute("x", &ln::Expr::int(xv)).substitute("y", &ln::Expr::int(yv));
                         crate::loopnest::simplify_expr(&e).as_int().unwrap()
                     };
-                    let d = ln::Expr::floordiv(ln::Expr::add(ln::Expr::var("x"), ln::Expr::mul(ln::Expr::var("y"), ln::Expr::int(2 * c))), ln::Expr::int(c));
+                    let d = ln::Expr::floordiv(
+                        ln::Expr::add(ln::Expr::var("x"), ln::Expr::mul(ln::Expr::var("y"), ln::Expr::int(2 * c))),
+                        ln::Expr::int(c),
+                    );
                     assert_eq!(f(&d), f(&simplify_index(&d)));
                     let m = ln::Expr::floormod(ln::Expr::add(ln::Expr::var("x"), ln::Expr::int(3 * c + 1)), ln::Expr::int(c));
                     assert_eq!(f(&m), f(&simplify_index(&m)));
@@ -276,7 +288,11 @@ mod tests {
     #[test]
     fn converts_padding_select_and_types() {
         // if_then_else(i >= 1, x[i - 1], 0f) with i := v*2
-        let e = E::if_then_else(E::ge(E::var("i"), 1), E::Load { tensor: TensorId(0), indices: vec![E::var("i") - 1], dtype: ir::DType::F32 }, E::f32(0.0));
+        let e = E::if_then_else(
+            E::ge(E::var("i"), 1),
+            E::Load { tensor: TensorId(0), indices: vec![E::var("i") - 1], dtype: ir::DType::F32 },
+            E::f32(0.0),
+        );
         let mut vars = HashMap::new();
         vars.insert("i".to_string(), ln::Expr::mul(ln::Expr::var("v"), ln::Expr::int(2)));
         let load = |t: TensorId, idx: Vec<ln::Expr>| Ok(ln::Expr::load(&format!("b{}", t.0), idx));

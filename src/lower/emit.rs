@@ -187,7 +187,11 @@ impl<'a> Emitter<'a> {
             if st.n_axes == 0 {
                 return Ok(vec![Expr::int(0)]);
             }
-            vals[..st.n_axes].iter().cloned().collect::<Option<Vec<_>>>().ok_or_else(|| LowerError::Internal("axis without a value".into()))
+            vals[..st.n_axes]
+                .iter()
+                .cloned()
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| LowerError::Internal("axis without a value".into()))
         };
         let idx: Vec<Expr> = store_idx(&l.local)?.iter().map(convert::simplify_index).collect();
         let n = st.leaves.len();

@@ -233,8 +233,8 @@ pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<L
 
 /// Replays `steps` on `dag` (SP extents checked) and lowers the result.
 pub fn lower_steps(dag: &Dag, steps: &[Step], opts: &LowerOptions) -> Result<Kernel, LowerError> {
-    let state = crate::schedule::replay(&stage_inits_from_dag(dag), steps)
-        .map_err(|e| LowerError::Mismatch(format!("replay: {e}")))?;
+    let state =
+        crate::schedule::replay(&stage_inits_from_dag(dag), steps).map_err(|e| LowerError::Mismatch(format!("replay: {e}")))?;
     lower(dag, &state, opts)
 }
 

@@ -16,10 +16,7 @@ pub(crate) struct NameGen {
 
 impl NameGen {
     pub fn fresh(&mut self, base: &str) -> String {
-        let mut clean: String = base
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
-            .collect();
+        let mut clean: String = base.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
         if clean.is_empty() || clean.starts_with(|c: char| c.is_ascii_digit()) {
             clean.insert(0, 'v');
         }
@@ -51,9 +48,10 @@ impl Naming {
     pub fn new(dag: &Dag, sch: &TSchedule, layout: &WeightLayout) -> Result<Naming, LowerError> {
         let mut gen = NameGen::default();
         let stage_of = |t: TensorId| {
-            sch.stages.iter().position(|s| s.op.dag_tensor == Some(t.0)).ok_or_else(|| {
-                LowerError::Mismatch(format!("no stage computes DAG tensor {} ({})", t.0, dag.stage(t).name))
-            })
+            sch.stages
+                .iter()
+                .position(|s| s.op.dag_tensor == Some(t.0))
+                .ok_or_else(|| LowerError::Mismatch(format!("no stage computes DAG tensor {} ({})", t.0, dag.stage(t).name)))
         };
         let mut buffer: Vec<Option<String>> = vec![None; sch.stages.len()];
         let mut params = Vec::new();

@@ -30,7 +30,12 @@ impl LAxis {
 pub(crate) enum LBody {
     Expr(Expr),
     /// `out[axes] = combine(init, source over the reduce axes where cond)`.
-    Reduce { combiner: Combiner, source: Expr, init: Expr, cond: Option<Expr> },
+    Reduce {
+        combiner: Combiner,
+        source: Expr,
+        init: Expr,
+        cond: Option<Expr>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -73,7 +78,10 @@ impl LOp {
             LKind::Placeholder { shape } => Ok(shape.clone()),
             LKind::Compute { axes, .. } => axes
                 .iter()
-                .map(|a| a.const_extent().ok_or_else(|| LowerError::Unsupported(format!("{}: non-constant axis {}", self.name, a.name))))
+                .map(|a| {
+                    a.const_extent()
+                        .ok_or_else(|| LowerError::Unsupported(format!("{}: non-constant axis {}", self.name, a.name)))
+                })
                 .collect(),
         }
     }
@@ -151,7 +159,11 @@ pub(crate) fn ops_from_dag(dag: &Dag) -> Vec<LOp> {
                             LBody::Reduce { combiner: *combiner, source: source.clone(), init: init.clone(), cond: None }
                         }
                     };
-                    LKind::Compute { axes: c.axes.iter().map(axis).collect(), reduce_axes: c.reduce_axes.iter().map(axis).collect(), body }
+                    LKind::Compute {
+                        axes: c.axes.iter().map(axis).collect(),
+                        reduce_axes: c.reduce_axes.iter().map(axis).collect(),
+                        body,
+                    }
                 }
             };
             LOp { name: st.name.clone(), dtype: st.dtype, kind, dag_tensor: Some(i) }
@@ -212,7 +224,12 @@ pub(crate) fn cache_read(src: &LOp, source: usize, name: String) -> Result<LOp, 
         indices: axes.iter().map(|a| Expr::var(a.name.clone())).collect(),
         dtype: src.dtype,
     };
-    Ok(LOp { name, dtype: src.dtype, kind: LKind::Compute { axes, reduce_axes: vec![], body: LBody::Expr(load) }, dag_tensor: None })
+    Ok(LOp {
+        name,
+        dtype: src.dtype,
+        kind: LKind::Compute { axes, reduce_axes: vec![], body: LBody::Expr(load) },
+        dag_tensor: None,
+    })
 }
 
 /// Substitutes the bodies of inlined ops into their readers (TE `InjectInline`): returns the
@@ -276,7 +293,11 @@ mod tests {
         let b = LOp {
             name: "B".into(),
             dtype: ir::DType::F32,
-            kind: LKind::Compute { axes: vec![LAxis::new("i", 5)], reduce_axes: vec![], body: LBody::Expr(ld(0, Expr::var("i")) * Expr::f32(2.0)) },
+            kind: LKind::Compute {
+                axes: vec![LAxis::new("i", 5)],
+                reduce_axes: vec![],
+                body: LBody::Expr(ld(0, Expr::var("i")) * Expr::f32(2.0)),
+            },
             dag_tensor: Some(1),
         };
         let c = LOp {

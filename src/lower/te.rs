@@ -41,7 +41,10 @@ pub(crate) enum Loc {
     Root,
     Inline,
     /// Computed inside the loop of variable `var` of stage `stage`.
-    At { stage: usize, var: usize },
+    At {
+        stage: usize,
+        var: usize,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -138,7 +141,8 @@ impl TStage {
             let name = format!("{}.{}.fused", self.vars[fused].name, self.vars[next].name);
             let f = self.new_var(name, kind);
             self.rels.push(Rel::Fuse { outer: fused, inner: next, fused: f });
-            let pos = self.leaves.iter().position(|&v| v == fused).ok_or_else(|| LowerError::Internal("fuse of a non-leaf".into()))?;
+            let pos =
+                self.leaves.iter().position(|&v| v == fused).ok_or_else(|| LowerError::Internal("fuse of a non-leaf".into()))?;
             if self.leaves.get(pos + 1) != Some(&next) {
                 return Err(LowerError::Mismatch("FU of loops that are not adjacent".into()));
             }
@@ -160,7 +164,8 @@ fn split_lengths(step: &Step, steps: &[Step]) -> Result<(u32, u32, Vec<i64>, boo
         Some(Step::Split(sp)) => Ok(sp.clone()),
         _ => Err(LowerError::Mismatch(format!("follow-split source step {src} is not an SP"))),
     };
-    let product = |v: &[i64]| v.iter().try_fold(1i64, |a, &b| a.checked_mul(b)).ok_or_else(|| LowerError::TooLarge("split lengths".into()));
+    let product =
+        |v: &[i64]| v.iter().try_fold(1i64, |a, &b| a.checked_mul(b)).ok_or_else(|| LowerError::TooLarge("split lengths".into()));
     Ok(match step {
         Step::Split(s) => (s.stage_id, s.iter_id, s.lengths.clone(), s.inner_to_outer),
         Step::FollowSplit(s) => {
@@ -321,7 +326,10 @@ impl TSchedule {
                     _ => None,
                 });
                 var = next.ok_or_else(|| {
-                    LowerError::InvalidSchedule(format!("{} is attached to a loop of {} that no longer exists", self.stages[i].op.name, t.op.name))
+                    LowerError::InvalidSchedule(format!(
+                        "{} is attached to a loop of {} that no longer exists",
+                        self.stages[i].op.name, t.op.name
+                    ))
                 })?;
                 guard += 1;
                 if guard > t.vars.len() {
@@ -370,7 +378,10 @@ impl TSchedule {
                 }
             }
             if let Loc::At { stage, var } = a.loc {
-                let p = state.attach_map().attach_point(i).ok_or_else(|| LowerError::Mismatch(format!("stage {i} has no attach entry")))?;
+                let p = state
+                    .attach_map()
+                    .attach_point(i)
+                    .ok_or_else(|| LowerError::Mismatch(format!("stage {i} has no attach entry")))?;
                 let pos = self.stages[stage].leaves.iter().position(|&x| x == var);
                 if p.stage != stage || pos != Some(p.iter) {
                     return fail(format!("attached at {stage}.{pos:?}, the state says {}.{}", p.stage, p.iter));
@@ -426,7 +437,9 @@ fn rfactor_ops(st: &TStage, iter: u32, factor_pos: usize, s: usize) -> Result<(L
     let mut dom: Vec<Option<i64>> = vec![None; st.vars.len()];
     for (k, r) in reduce_axes.iter().enumerate() {
         if touched[st.n_axes + k] {
-            let e = r.const_extent().ok_or_else(|| LowerError::Unsupported(format!("RF of the non-constant reduce axis {}", r.name)))?;
+            let e = r
+                .const_extent()
+                .ok_or_else(|| LowerError::Unsupported(format!("RF of the non-constant reduce axis {}", r.name)))?;
             dom[st.n_axes + k] = Some(e);
         }
     }
@@ -466,7 +479,9 @@ fn rfactor_ops(st: &TStage, iter: u32, factor_pos: usize, s: usize) -> Result<(L
                 if let (Some(o), Some(i), Some(ie)) = (value[outer].clone(), value[inner].clone(), dom[inner]) {
                     value[parent] = Some(i + o * ie);
                 }
-                flag[parent] = flag[outer] || flag[inner] || dom[outer].zip(dom[inner]).map(|(a, b)| a as i128 * b as i128) != dom[parent].map(i128::from);
+                flag[parent] = flag[outer]
+                    || flag[inner]
+                    || dom[outer].zip(dom[inner]).map(|(a, b)| a as i128 * b as i128) != dom[parent].map(i128::from);
             }
             Rel::Fuse { outer, inner, fused } => {
                 if let (Some(f), Some(ie)) = (value[fused].clone(), dom[inner]) {
@@ -517,11 +532,17 @@ fn rfactor_ops(st: &TStage, iter: u32, factor_pos: usize, s: usize) -> Result<(L
         kind: LKind::Compute {
             axes: rf_axes,
             reduce_axes: rf_reduce,
-            body: LBody::Reduce { combiner: *combiner, source: source.substitute(&vsub), init: init.clone(), cond: Expr::all(conds) },
+            body: LBody::Reduce {
+                combiner: *combiner,
+                source: source.substitute(&vsub),
+                init: init.clone(),
+                cond: Expr::all(conds),
+            },
         },
         dag_tensor: None,
     };
-    let repl_axes: Vec<LAxis> = axes.iter().enumerate().map(|(k, a)| LAxis { name: format!("ax{k}"), extent: a.extent.clone() }).collect();
+    let repl_axes: Vec<LAxis> =
+        axes.iter().enumerate().map(|(k, a)| LAxis { name: format!("ax{k}"), extent: a.extent.clone() }).collect();
     let v_name = format!("{}.v", st.vars[axis].name);
     let mut idx: Vec<Expr> = repl_axes.iter().map(|a| Expr::var(a.name.clone())).collect();
     idx.insert(factor_pos, Expr::var(v_name.clone()));

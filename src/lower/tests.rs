@@ -4,9 +4,9 @@ use super::check::interpret_against_reference;
 use super::*;
 use crate::ansor::Step;
 use crate::ir::Dag;
+use crate::loopnest::Expr;
 use crate::loopnest::{kernel_to_string, Attr, ForKind, Stmt};
 use crate::ops::{registered, Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec};
-use crate::loopnest::Expr;
 use crate::schedule::{replay, stage_inits_from_dag};
 
 pub(crate) fn steps(json: &str) -> Vec<Step> {
@@ -19,8 +19,8 @@ pub(crate) fn lowered_ok(dag: &Dag, json: &str) -> Kernel {
     let st = steps(json);
     let state = replay(&stage_inits_from_dag(dag), &st).unwrap_or_else(|e| panic!("replay: {e}"));
     let k = lower(dag, &state, &LowerOptions::default()).unwrap_or_else(|e| panic!("lower: {e}"));
-    let cmp = interpret_against_reference(dag, &k, 11, Some(200_000_000))
-        .unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&k)));
+    let cmp =
+        interpret_against_reference(dag, &k, 11, Some(200_000_000)).unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&k)));
     assert!(cmp.rel_err < 1e-5, "relative error {} \n{}", cmp.rel_err, kernel_to_string(&k));
     k
 }
@@ -38,7 +38,10 @@ fn matmul(n: i64, l: i64, m: i64) -> Dag {
 }
 
 fn conv_bias_relu(data: [i64; 4], kernel: [i64; 4], stride: i64, pad: i64) -> Dag {
-    let spec = WorkloadSpec::new(Anchor::Conv2dNhwc(Window2d::simple(stride, pad)), vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
+    let spec = WorkloadSpec::new(
+        Anchor::Conv2dNhwc(Window2d::simple(stride, pad)),
+        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+    );
     spec.build(Era::V07, &[data.to_vec(), kernel.to_vec(), vec![1, 1, 1, kernel[3]]]).unwrap()
 }
 
@@ -105,10 +108,18 @@ fn tiled_matmul_with_compute_at_and_annotations() {
 
 fn find_alloc(s: &Stmt, name: &str) -> Option<crate::loopnest::Buffer> {
     match s {
-        Stmt::Allocate { buffer, body } => if buffer.name == name { Some(buffer.clone()) } else { find_alloc(body, name) },
+        Stmt::Allocate { buffer, body } => {
+            if buffer.name == name {
+                Some(buffer.clone())
+            } else {
+                find_alloc(body, name)
+            }
+        }
         Stmt::For { body, .. } | Stmt::Attr { body, .. } => find_alloc(body, name),
         Stmt::Seq(v) => v.iter().find_map(|x| find_alloc(x, name)),
-        Stmt::IfThenElse { then_, else_, .. } => find_alloc(then_, name).or_else(|| else_.as_ref().and_then(|e| find_alloc(e, name))),
+        Stmt::IfThenElse { then_, else_, .. } => {
+            find_alloc(then_, name).or_else(|| else_.as_ref().and_then(|e| find_alloc(e, name)))
+        }
         _ => None,
     }
 }
@@ -117,12 +128,14 @@ fn find_alloc(s: &Stmt, name: &str) -> Option<crate::loopnest::Buffer> {
 fn non_divisible_splits_are_guarded() {
     // 7 = 2*4 - 1, 5 split by 3, k 6 split by 4
     let dag = matmul(7, 6, 5);
-    let k = lowered_ok(&dag, r#"[["SP", 2, 0, 7, [4], 1], ["SP", 2, 2, 5, [3], 1], ["SP", 2, 4, 6, [4], 1], ["RE", 2, [0, 2, 4, 1, 3, 5]]]"#);
+    let k = lowered_ok(
+        &dag,
+        r#"[["SP", 2, 0, 7, [4], 1], ["SP", 2, 2, 5, [3], 1], ["SP", 2, 4, 6, [4], 1], ["RE", 2, [0, 2, 4, 1, 3, 5]]]"#,
+    );
     assert!(count(&k.body, &|s| matches!(s, Stmt::IfThenElse { .. })) >= 2, "{}", kernel_to_string(&k));
     // nparts splits, and a split of the output with a factor larger than the extent
     lowered_ok(&dag, r#"[["SP", 4, 0, 7, [3, 2], 0], ["SP", 4, 3, 5, [8], 1], ["SP", 2, 2, 6, [5], 0]]"#);
 }
-
 
 /// The usual CPU sketch of an NHWC conv (spec §4.1): bias add inlined, SSRSRS tiles, the conv
 /// computed at the relu's fused parallel tile loop, padding inlined, vectorized inner loops.
@@ -194,7 +207,15 @@ fn rfactor_softmax() {
 /// alexnet NCHWc max pool (`51c977fb`): FU of the window, SP, RF, CA of the partial result.
 #[test]
 fn pool_window_fused_split_rfactored() {
-    let attrs = PoolAttrs { kind: PoolKind::Max, kernel: [3, 3], stride: [2, 2], dilation: [1, 1], padding: [0; 4], ceil_mode: false, layout: PoolLayout::Nchwc };
+    let attrs = PoolAttrs {
+        kind: PoolKind::Max,
+        kernel: [3, 3],
+        stride: [2, 2],
+        dilation: [1, 1],
+        padding: [0; 4],
+        ceil_mode: false,
+        layout: PoolLayout::Nchwc,
+    };
     let dag = WorkloadSpec::new(Anchor::Pool(attrs), vec![]).build(Era::V010, &[vec![1, 2, 7, 7, 4]]).unwrap();
     let json = r#"[["FU", 1, [5, 6]], ["SP", 1, 5, 9, [9], 1], ["RF", 1, 5, 5], ["CA", 1, 2, 2], ["FU", 2, [0, 1, 2]], ["AN", 2, 0, 3],
         ["PR", 1, 0, "auto_unroll_max_step$16"], ["PR", 2, 0, "auto_unroll_max_step$512"]]"#;
@@ -220,7 +241,12 @@ fn adaptive_pool_windows() {
     let g = Anchor::AdaptivePool { kind: PoolKind::Avg { count_include_pad: true }, layout: PoolLayout::Nhwc, out_hw: [1, 1] };
     let dag = WorkloadSpec::new(g, vec![]).build(Era::V010, &[vec![1, 4, 4, 3]]).unwrap();
     let k = lowered_ok(&dag, r#"[["CA", 1, 2, 3]]"#);
-    assert_eq!(count(&k.body, &|s| matches!(s, Stmt::For { extent, .. } if extent.as_int().is_none())), 0, "{}", kernel_to_string(&k));
+    assert_eq!(
+        count(&k.body, &|s| matches!(s, Stmt::For { extent, .. } if extent.as_int().is_none())),
+        0,
+        "{}",
+        kernel_to_string(&k)
+    );
 }
 
 /// TE's init placement: just outside the first loop that touches a reduce axis, over the
@@ -287,4 +313,3 @@ fn weight_layout_hook_keeps_the_original_layout() {
     assert_eq!(WeightLayout::Original.rewrite_index(&dag, crate::ir::TensorId(2), idx.clone()), idx);
     assert_eq!(param_tensors(&dag).len(), k.params.len());
 }
-
