@@ -1,111 +1,14 @@
-//! Re-targeting a record's steps to another workload of the same class. Split lengths that
-//! no longer divide the new extent move to the *nearest* exact factorization (in log space,
-//! so 8 -> 7 is nearer than 8 -> 1), never to guard-heavy tails.
+//! Re-targeting a record's steps to another workload of the same class: split lengths move
+//! to the nearest exact factorization of the new extents
+//! ([`crate::lower::retarget::adapt_split_lengths`]), and stage lists that differ by
+//! inlinable stages are aligned ([`map_stages`]).
 use crate::ansor::Step;
 use crate::schedule::{ReplayFailure, StageInit};
-
-/// Ansor's `max_innermost_split_factor`.
-pub const MAX_INNERMOST: i64 = 64;
-
-fn divisors(n: i64) -> Vec<i64> {
-    let mut small = Vec::new();
-    let mut large = Vec::new();
-    let mut d = 1;
-    while d * d <= n {
-        if n % d == 0 {
-            small.push(d);
-            if d * d != n {
-                large.push(n / d);
-            }
-        }
-        d += 1;
-    }
-    small.extend(large.into_iter().rev());
-    small
-}
-
-/// The lengths, one per split level, whose product divides `extent` and which are nearest
-/// to `lengths` (sum of |ln(new / old)|); the innermost length stays within
-/// max(64, its old value), Ansor's `max_innermost_split_factor`.
-/// Ties go to the larger inner lengths (more work per inner loop).
-pub fn nearest_factorization(extent: i64, lengths: &[i64], inner_to_outer: bool) -> Vec<i64> {
-    if extent <= 0 || lengths.is_empty() {
-        return lengths.to_vec();
-    }
-    let want: Vec<f64> = lengths.iter().map(|&l| (l.max(1) as f64).ln()).collect();
-    // With factor splits the last length is the innermost loop; with nparts splits the
-    // innermost loop is the remainder, so no length is capped.
-    let innermost = if inner_to_outer { lengths.len() - 1 } else { usize::MAX };
-    let cap = |i: usize| if i == innermost { MAX_INNERMOST.max(lengths[i]) } else { i64::MAX };
-    struct Search<'a> {
-        want: &'a [f64],
-        cap: &'a dyn Fn(usize) -> i64,
-        best: (f64, Vec<i64>),
-        cur: Vec<i64>,
-    }
-    fn go(s: &mut Search, i: usize, rest: i64, cost: f64) {
-        if cost > s.best.0 + 1e-12 {
-            return;
-        }
-        if i == s.want.len() {
-            let better = cost < s.best.0 - 1e-12 || (cost <= s.best.0 + 1e-12 && s.cur.iter().rev().gt(s.best.1.iter().rev()));
-            if better {
-                s.best = (cost, s.cur.clone());
-            }
-            return;
-        }
-        for d in divisors(rest) {
-            if d > (s.cap)(i) {
-                break;
-            }
-            s.cur.push(d);
-            go(s, i + 1, rest / d, cost + ((d as f64).ln() - s.want[i]).abs());
-            s.cur.pop();
-        }
-    }
-    let mut s = Search { want: &want, cap: &cap, best: (f64::INFINITY, vec![1; lengths.len()]), cur: Vec::new() };
-    go(&mut s, 0, extent, 0.0);
-    s.best.1
-}
 
 /// Replays `steps` on `inits`, adapting every SP to its loop's extent in the new workload
 /// (FSP/FFSP then follow the adapted SPs). Fails where a step cannot apply at all.
 pub fn retarget(inits: &[StageInit], steps: &[Step]) -> Result<crate::lower::Retargeted, ReplayFailure> {
     crate::lower::retarget_steps(inits, steps)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keeps_lengths_that_still_fit() {
-        assert_eq!(nearest_factorization(512, &[32, 1, 8], true), vec![32, 1, 8]);
-    }
-
-    #[test]
-    fn moves_to_the_nearest_divisors() {
-        // 56 = 2^3 * 7: [4, 2, 8] -> [4, 2, 7] (one length moves by 8/7).
-        assert_eq!(nearest_factorization(56, &[4, 2, 8], true), vec![4, 2, 7]);
-        // 14 with [1, 1, 16]: 16 does not divide 14; the nearest is 14 (not 1, not 7).
-        assert_eq!(nearest_factorization(14, &[1, 1, 16], true), vec![1, 1, 14]);
-        // Prime extents leave only 1 and the extent.
-        assert_eq!(7 % nearest_factorization(7, &[2, 2, 2], true).iter().product::<i64>(), 0);
-    }
-
-    #[test]
-    fn innermost_stays_at_most_64() {
-        let l = nearest_factorization(4096, &[1, 1, 64], true);
-        assert!(l[2] <= 64, "{l:?}");
-        let l = nearest_factorization(128, &[1, 100], true);
-        assert!(l[1] <= 100, "{l:?}");
-    }
-
-    #[test]
-    fn nparts_splits_are_not_capped() {
-        let l = nearest_factorization(200, &[100, 2], false);
-        assert_eq!(l, vec![100, 2]);
-    }
 }
 
 /// Source-stage to target-stage ids while steps are translated.
