@@ -44,6 +44,10 @@ pub struct VerifyArgs {
     pub dry_run: bool,
     #[arg(long)]
     pub json: bool,
+    /// Keep the layout-free weights in their original layout (by default they are pre-packed
+    /// into the schedule's layout outside the timed region, as TVM measured relay tasks).
+    #[arg(long)]
+    pub no_prepack: bool,
 }
 
 /// One row of the verify table.
@@ -166,7 +170,12 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
         Some(p) => p,
         None => measure_peak(&mopts).map_err(|e| CliError { message: format!("measuring the peak: {e}"), code: 1 })?.gflops_all,
     };
-    let opts = EvalOptions { measure: mopts.clone(), verify_only: args.no_timing, ..EvalOptions::default() };
+    let opts = EvalOptions {
+        measure: mopts.clone(),
+        verify_only: args.no_timing,
+        prepack_weights: !args.no_prepack,
+        ..EvalOptions::default()
+    };
     // The naive schedule is slow by design: fewer repeats are enough for a speedup ratio.
     let naive_opts = EvalOptions {
         measure: MeasureOptions { repeat: 3, min_repeat_ms: 50, ..mopts },

@@ -1,7 +1,7 @@
 //! Checking a lowered kernel against the DAG's reference evaluator ([`crate::ir::eval`]):
 //! the same pseudo-random inputs go through the checked interpreter
 //! ([`crate::loopnest::interp`]) and through `ir::eval`; outputs are compared.
-use super::param_tensors;
+use super::{param_tensors, WeightLayout};
 use crate::ir::eval::{evaluate, random_inputs, TensorData};
 use crate::ir::Dag;
 use crate::loopnest::interp::{run, InterpOptions};
@@ -88,12 +88,28 @@ pub fn interpret_against_reference(
     seed: u64,
     step_budget: Option<u64>,
 ) -> Result<Comparison, String> {
+    interpret_with_layout(dag, kernel, &WeightLayout::Original, seed, step_budget)
+}
+
+/// [`interpret_against_reference`] for a kernel whose weights have `layout` (see
+/// [`super::Lowered::weight_layout`]): the seeded inputs are packed for the kernel, the
+/// reference is computed on the original ones.
+pub fn interpret_with_layout(
+    dag: &Dag,
+    kernel: &Kernel,
+    layout: &WeightLayout,
+    seed: u64,
+    step_budget: Option<u64>,
+) -> Result<Comparison, String> {
     if kernel.params.len() != param_tensors(dag).len() {
         return Err("the kernel's parameters do not match the DAG".into());
     }
     let inputs = random_inputs(dag, seed);
     let reference = evaluate(dag, &inputs).map_err(|e| format!("reference: {e}"))?;
-    let mut args = kernel_args(kernel, &inputs)?;
+    let mut args = match layout {
+        WeightLayout::Original => kernel_args(kernel, &inputs)?,
+        packed => kernel_args(kernel, &packed.pack_inputs(&inputs))?,
+    };
     // (struct update: robust to options added later)
     #[allow(clippy::needless_update)]
     let opts = InterpOptions { step_budget, ..Default::default() };

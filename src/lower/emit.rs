@@ -11,6 +11,7 @@
 //!   innermost. Bound checks wrap the store as nested `if (likely(..))`.
 use super::bound::{pass_up, split_checks, Bounds, StageLoops};
 use super::convert::{self, Converter};
+use super::layout;
 use super::names::Naming;
 use super::op::{LBody, LKind};
 use super::te::{Loc, Rel, TSchedule, TStage};
@@ -96,6 +97,14 @@ impl<'a> Emitter<'a> {
         let buf = self.buffer(t.0)?;
         let idx = match &st.op.kind {
             LKind::Placeholder { .. } => match st.op.dag_tensor {
+                // a pre-packed weight: `(idx / div) % extent` per packed dimension, folded
+                // with the loop ranges as TVM's simplifier does
+                Some(d) if self.layout.is_packed(TensorId(d)) => self
+                    .layout
+                    .rewrite_index(self.dag, TensorId(d), idx)
+                    .iter()
+                    .map(|e| layout::fold_index(e, &self.ranges))
+                    .collect(),
                 Some(d) => self.layout.rewrite_index(self.dag, TensorId(d), idx),
                 None => idx,
             },

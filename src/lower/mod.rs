@@ -21,7 +21,11 @@
 //!   `if (likely(..))` guards;
 //! * `convert`: tensor expressions to loop-nest expressions, canonical index forms;
 //!   `names`: buffers and parameters; [`check`]: interpreter-vs-reference comparison;
-//! * [`retarget`]: a record's steps adapted to another workload of the same class.
+//! * [`retarget`]: a record's steps adapted to another workload of the same class;
+//! * `layout`: Ansor's layout rewrite option 2 ([`WeightLayoutMode::PrePacked`]): the
+//!   layout-free weights packed into the layout the final state derives
+//!   ([`packed_layout`], spec §4.8), every load of them rewritten, [`pack_weight`] packing a
+//!   weight outside the kernel.
 //!
 //! Safety: the result always passes [`crate::loopnest::validate()`], the static bounds checker
 //! ([`crate::loopnest::check_bounds`]: every access proven in bounds) and the cost guard;
@@ -39,11 +43,13 @@
 //! consumers read, which is the same for every DAG ttdb builds, up to partial tiles).
 //!
 //! Parameters: the DAG's placeholders in stage order, then its outputs
-//! ([`crate::ir::Dag::io_shapes`] order, see [`param_tensors`]).
+//! ([`crate::ir::Dag::io_shapes`] order, see [`param_tensors`]); a pre-packed weight has its
+//! packed shape ([`Lowered::weight_layout`]).
 mod bound;
 pub mod check;
 mod convert;
 mod emit;
+mod layout;
 mod names;
 mod op;
 pub mod retarget;
@@ -51,12 +57,13 @@ mod te;
 #[cfg(test)]
 mod tests;
 
+pub use layout::{pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode};
 pub use retarget::{adapt_split_lengths, retarget_steps, Retargeted};
 
 use crate::ansor::Step;
 use crate::ir::{Dag, TensorId};
 use crate::loopnest::cost::{check_cost, CostLimits};
-use crate::loopnest::{check_bounds, simplify_kernel, validate, Expr, Kernel};
+use crate::loopnest::{check_bounds, simplify_kernel, validate, Kernel};
 use crate::schedule::{stage_inits_from_dag, State};
 use std::fmt;
 
@@ -129,48 +136,19 @@ impl fmt::Display for LowerError {
 }
 impl std::error::Error for LowerError {}
 
-/// Layout of the layout-free weights (spec §4.8) in the kernel's parameters.
-///
-/// Only [`WeightLayout::Original`] exists today: the weight keeps its DAG shape. The hook for
-/// Ansor's layout rewrite option 2 (weights pre-packed into the state-derived layout, packing
-/// excluded from the measured time) is the pair [`WeightLayout::param_shape`] (the packed
-/// shape of a parameter) and [`WeightLayout::rewrite_index`] (TVM's `IndexRewriter`: every
-/// load of the weight mapped to the packed coordinates, `(idx / div) % extent` per new
-/// dimension); a `PrePacked { .. }` variant computed from the final state plugs in there.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum WeightLayout {
-    #[default]
-    Original,
-}
-
-impl WeightLayout {
-    /// Shape of placeholder `t`'s kernel parameter.
-    pub fn param_shape(&self, dag: &Dag, t: TensorId) -> Vec<i64> {
-        match self {
-            WeightLayout::Original => dag.stage(t).shape(),
-        }
-    }
-
-    /// Indices of a load of placeholder `t` (given in the DAG's coordinates).
-    pub fn rewrite_index(&self, _dag: &Dag, _t: TensorId, idx: Vec<Expr>) -> Vec<Expr> {
-        match self {
-            WeightLayout::Original => idx,
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct LowerOptions {
     /// Kernel name.
     pub name: String,
-    pub weight_layout: WeightLayout,
+    /// Layout of the layout-free weights in the kernel's parameters (see [`Lowered::weight_layout`]).
+    pub weight_layout: WeightLayoutMode,
     /// Work / temporary-memory limits the kernel must respect.
     pub limits: CostLimits,
 }
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { name: "lowered".into(), weight_layout: WeightLayout::Original, limits: CostLimits::default() }
+        LowerOptions { name: "lowered".into(), weight_layout: WeightLayoutMode::Original, limits: CostLimits::default() }
     }
 }
 
@@ -188,6 +166,11 @@ pub struct Lowered {
     /// Accesses the bounds checker could not prove from TE's own guards, which got an explicit
     /// in-bounds guard (a `select` for loads, an `if` for stores).
     pub explicit_guards: usize,
+    /// Layout of the weights in the kernel's parameters: inputs must be packed with
+    /// [`WeightLayout::pack_inputs`] before a run. [`WeightLayout::Original`] unless
+    /// [`WeightLayoutMode::PrePacked`] was asked for and the DAG has layout-free weights
+    /// the schedule rewrites.
+    pub weight_layout: WeightLayout,
 }
 
 /// Lowers `state` (replayed from `stage_inits_from_dag(dag)` with a record's steps) to a
@@ -196,8 +179,16 @@ pub fn lower(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Kernel, Lo
     lower_detailed(dag, state, opts).map(|l| l.kernel)
 }
 
-/// [`lower`], with details.
-pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Lowered, LowerError> {
+/// The schedule of `state` on `dag` with its bound inference, before emission.
+struct Prepared {
+    sch: te::TSchedule,
+    /// The stages' ops before inlining (what Ansor's state holds).
+    ops: Vec<op::LOp>,
+    names: names::Naming,
+    bounds: bound::Bounds,
+}
+
+fn prepare(dag: &Dag, state: &State) -> Result<Prepared, LowerError> {
     let mut sch = te::TSchedule::replay(dag, state.transform_steps())?;
     sch.check_against(state)?;
     let inlined: Vec<bool> = sch.stages.iter().map(|s| s.loc == te::Loc::Inline).collect();
@@ -205,8 +196,28 @@ pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<L
     for (st, op) in sch.stages.iter_mut().zip(op::inject_inline(&ops, &inlined)?) {
         st.op = op;
     }
-    let mut names = names::Naming::new(dag, &sch, &opts.weight_layout)?;
+    let mut names = names::Naming::new(dag, &sch, &WeightLayout::Original)?;
     let bounds = bound::infer(&sch, &mut names)?;
+    Ok(Prepared { sch, ops, names, bounds })
+}
+
+/// The layout Ansor's layout rewrite option 2 (`RewriteForPreTransformed`) gives the
+/// layout-free weights of `dag` under the final `state` (spec §4.8, see the `layout`
+/// module): [`WeightLayout::Original`] when the DAG has none or the schedule reads them
+/// through a cache_read / rfactor stage.
+pub fn packed_layout(dag: &Dag, state: &State) -> Result<WeightLayout, LowerError> {
+    let p = prepare(dag, state)?;
+    layout::derive(dag, state, &p.ops, &p.sch, &p.bounds)
+}
+
+/// [`lower`], with details.
+pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Lowered, LowerError> {
+    let Prepared { sch, ops, mut names, bounds } = prepare(dag, state)?;
+    let weight_layout = match opts.weight_layout {
+        WeightLayoutMode::Original => WeightLayout::Original,
+        WeightLayoutMode::PrePacked => layout::derive(dag, state, &ops, &sch, &bounds)?,
+    };
+    names.reshape_inputs(dag, &sch, &weight_layout)?;
     let names = names;
     // TE's code is safe by construction (accesses sit under its bound checks), but the static
     // checker cannot carry every guard through `floordiv`/`floormod` (a non-divisible split of
@@ -215,13 +226,13 @@ pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<L
     let mut guarded = std::collections::HashSet::new();
     for attempt in 0..2 {
         let mut names = names.clone();
-        let emitter = emit::Emitter::new(dag, &sch, &bounds, &mut names, &opts.weight_layout, guarded.clone())?;
+        let emitter = emit::Emitter::new(dag, &sch, &bounds, &mut names, &weight_layout, guarded.clone())?;
         let kernel = simplify_kernel(&emitter.kernel(&opts.name)?);
         validate(&kernel).map_err(|e| LowerError::Internal(format!("{e}\n{}", crate::loopnest::kernel_to_string(&kernel))))?;
         check_cost(&kernel, &opts.limits).map_err(LowerError::Cost)?;
         let unproven = check_bounds(&kernel).map_err(|e| LowerError::Internal(e.to_string()))?;
         if unproven.is_empty() {
-            return Ok(Lowered { kernel, explicit_guards: guarded.len() });
+            return Ok(Lowered { kernel, explicit_guards: guarded.len(), weight_layout });
         }
         if attempt == 1 {
             return Err(LowerError::Unproven(unproven.iter().map(|u| u.to_string()).collect()));
@@ -233,9 +244,14 @@ pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<L
 
 /// Replays `steps` on `dag` (SP extents checked) and lowers the result.
 pub fn lower_steps(dag: &Dag, steps: &[Step], opts: &LowerOptions) -> Result<Kernel, LowerError> {
+    lower_steps_detailed(dag, steps, opts).map(|l| l.kernel)
+}
+
+/// [`lower_steps`], with details (the weight layout among them).
+pub fn lower_steps_detailed(dag: &Dag, steps: &[Step], opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let state =
         crate::schedule::replay(&stage_inits_from_dag(dag), steps).map_err(|e| LowerError::Mismatch(format!("replay: {e}")))?;
-    lower(dag, &state, opts)
+    lower_detailed(dag, &state, opts)
 }
 
 /// The untuned baseline ("speedup over naive"): every stage at root in its own loop nest

@@ -86,4 +86,23 @@ impl Naming {
         }
         Ok(Naming { buffer, params, param_stage, vars: gen })
     }
+
+    /// Gives the input parameters the shapes `layout` packs them into.
+    pub fn reshape_inputs(&mut self, dag: &Dag, sch: &TSchedule, layout: &WeightLayout) -> Result<(), LowerError> {
+        for (p, &s) in self.params.iter_mut().zip(&self.param_stage) {
+            if p.role != BufferRole::Input {
+                continue;
+            }
+            let t = sch.stages[s]
+                .op
+                .dag_tensor
+                .ok_or_else(|| LowerError::Internal(format!("parameter {} has no DAG tensor", p.name)))?;
+            let mut shape = layout.param_shape(dag, TensorId(t));
+            if shape.is_empty() {
+                shape = vec![1];
+            }
+            *p = Buffer::new(&p.name, p.dtype, &shape, BufferRole::Input);
+        }
+        Ok(())
+    }
 }

@@ -51,6 +51,10 @@ pub(crate) struct LOp {
     pub kind: LKind,
     /// The DAG tensor this op's output stands for (the op consumers of that tensor read), if any.
     pub dag_tensor: Option<usize>,
+    /// The DAG op whose compute attributes (`layout_free_placeholders`) this op carries: TE
+    /// gives an op's attributes to both stages of its cache_write; cache_read and rfactor
+    /// stages have none.
+    pub attrs_of: Option<usize>,
 }
 
 impl LOp {
@@ -166,7 +170,7 @@ pub(crate) fn ops_from_dag(dag: &Dag) -> Vec<LOp> {
                     }
                 }
             };
-            LOp { name: st.name.clone(), dtype: st.dtype, kind, dag_tensor: Some(i) }
+            LOp { name: st.name.clone(), dtype: st.dtype, kind, dag_tensor: Some(i), attrs_of: Some(i) }
         })
         .collect()
 }
@@ -200,6 +204,7 @@ pub(crate) fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(
         dtype: op.dtype,
         kind: LKind::Compute { axes: new_axes, reduce_axes: new_reduce, body: new_body },
         dag_tensor: None,
+        attrs_of: op.attrs_of,
     };
     let load = Expr::Load {
         tensor: TensorId(cache_index),
@@ -211,6 +216,7 @@ pub(crate) fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(
         dtype: op.dtype,
         kind: LKind::Compute { axes: axes.clone(), reduce_axes: vec![], body: LBody::Expr(load) },
         dag_tensor: op.dag_tensor,
+        attrs_of: op.attrs_of,
     };
     Ok((cache, copy))
 }
@@ -229,6 +235,7 @@ pub(crate) fn cache_read(src: &LOp, source: usize, name: String) -> Result<LOp, 
         dtype: src.dtype,
         kind: LKind::Compute { axes, reduce_axes: vec![], body: LBody::Expr(load) },
         dag_tensor: None,
+        attrs_of: None,
     })
 }
 
@@ -288,7 +295,13 @@ mod tests {
     #[test]
     fn inline_substitutes_indices() {
         // A placeholder; B[i] = A[i] * 2; C[j] = B[j + 1] + B[j]
-        let a = LOp { name: "A".into(), dtype: ir::DType::F32, kind: LKind::Placeholder { shape: vec![5] }, dag_tensor: Some(0) };
+        let a = LOp {
+            name: "A".into(),
+            dtype: ir::DType::F32,
+            kind: LKind::Placeholder { shape: vec![5] },
+            dag_tensor: Some(0),
+            attrs_of: None,
+        };
         let ld = |t: usize, i: Expr| Expr::Load { tensor: TensorId(t), indices: vec![i], dtype: ir::DType::F32 };
         let b = LOp {
             name: "B".into(),
@@ -299,6 +312,7 @@ mod tests {
                 body: LBody::Expr(ld(0, Expr::var("i")) * Expr::f32(2.0)),
             },
             dag_tensor: Some(1),
+            attrs_of: Some(1),
         };
         let c = LOp {
             name: "C".into(),
@@ -309,6 +323,7 @@ mod tests {
                 body: LBody::Expr(ld(1, Expr::var("j") + 1) + ld(1, Expr::var("j"))),
             },
             dag_tensor: Some(2),
+            attrs_of: Some(2),
         };
         let out = inject_inline(&[a, b, c], &[false, true, false]).unwrap();
         let LKind::Compute { body: LBody::Expr(e), .. } = &out[2].kind else { panic!() };

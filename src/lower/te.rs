@@ -540,6 +540,7 @@ fn rfactor_ops(st: &TStage, iter: u32, factor_pos: usize, s: usize) -> Result<(L
             },
         },
         dag_tensor: None,
+        attrs_of: None,
     };
     let repl_axes: Vec<LAxis> =
         axes.iter().enumerate().map(|(k, a)| LAxis { name: format!("ax{k}"), extent: a.extent.clone() }).collect();
@@ -560,6 +561,7 @@ fn rfactor_ops(st: &TStage, iter: u32, factor_pos: usize, s: usize) -> Result<(L
             },
         },
         dag_tensor: st.op.dag_tensor,
+        attrs_of: None,
     };
     Ok((rf, repl))
 }

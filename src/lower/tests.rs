@@ -313,3 +313,70 @@ fn weight_layout_hook_keeps_the_original_layout() {
     assert_eq!(WeightLayout::Original.rewrite_index(&dag, crate::ir::TensorId(2), idx.clone()), idx);
     assert_eq!(param_tensors(&dag).len(), k.params.len());
 }
+
+/// Lowers with pre-packed weights, runs on packed inputs and compares with the reference.
+fn lowered_packed(dag: &Dag, json: &str) -> Lowered {
+    let state = replay(&stage_inits_from_dag(dag), &steps(json)).unwrap_or_else(|e| panic!("replay: {e}"));
+    let opts = LowerOptions { weight_layout: WeightLayoutMode::PrePacked, ..LowerOptions::default() };
+    let l = lower_detailed(dag, &state, &opts).unwrap_or_else(|e| panic!("lower: {e}"));
+    assert_eq!(packed_layout(dag, &state).unwrap(), l.weight_layout);
+    let cmp = check::interpret_with_layout(dag, &l.kernel, &l.weight_layout, 11, Some(200_000_000))
+        .unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&l.kernel)));
+    assert!(cmp.rel_err < 1e-5, "relative error {} \n{}", cmp.rel_err, kernel_to_string(&l.kernel));
+    l
+}
+
+fn new_layouts(l: &Lowered) -> Vec<String> {
+    l.weight_layout.packed().iter().map(|w| w.new_layout()).collect()
+}
+
+/// The conv computed at the relu's fused tile loop: the relu's loops up to the attach point
+/// come first, named after the conv's loops at the same positions (`ax3.*` stand for `ff.*`);
+/// the conv's outer tile loops have extent 1 inside the tile.
+#[test]
+fn prepacked_conv_computed_at_the_epilogue() {
+    let dag = conv_bias_relu([1, 8, 8, 8], [3, 3, 8, 16], 1, 1);
+    let l = lowered_packed(&dag, CONV_SKETCH);
+    assert_eq!(new_layouts(&l), ["1ff2ff1ff1ff1ry3rx2rc2ff3ry1rx4rc4ff"]);
+    assert_eq!(l.weight_layout.packed()[0].orig_layout(), "3ry3rx8rc16ff");
+    assert_eq!(l.kernel.params[1].shape, vec![1, 2, 1, 1, 1, 3, 2, 2, 3, 1, 4, 4]);
+    // the original layout still lowers the same schedule
+    let k = lowered_ok(&dag, CONV_SKETCH);
+    assert_eq!(k.params[1].shape, vec![3, 3, 8, 16]);
+}
+
+/// cache_write: the `.local` stage reads the weight and carries the attribute; the copy
+/// stage's fused tile loops come first.
+#[test]
+fn prepacked_dense_cache_write() {
+    let dag = dense(6, 16, 24);
+    let json = r#"[["CHW", 2, "local"], ["SP", 2, 0, 6, [1, 1, 6], 1], ["SP", 2, 4, 16, [2, 1, 4], 1], ["SP", 2, 8, 24, [8], 1],
+        ["RE", 2, [0, 4, 1, 5, 8, 2, 6, 9, 3, 7]], ["FSP", 3, 0, 1, 2], ["FSP", 3, 3, 2, 2], ["RE", 3, [0, 3, 1, 4, 2, 5]],
+        ["CA", 2, 3, 3], ["FU", 3, [0, 1, 2, 3]], ["AN", 3, 0, 3], ["PR", 2, 0, "auto_unroll_max_step$16"], ["AN", 2, 9, 2], ["AN", 3, 2, 2]]"#;
+    let l = lowered_packed(&dag, json);
+    assert_eq!(new_layouts(&l), ["2j2j1j1j3k1j8k4j"]);
+    assert_eq!(l.weight_layout.packed()[0].consumer, "T_matmul_NT.local");
+}
+
+/// Schedules that read the weight through a cache_read or an rfactor stage: those stages carry
+/// no `layout_free_placeholders`, the attributed op no longer reads the weight directly, and
+/// TVM keeps the layout; so does ttdb.
+#[test]
+fn prepacking_skips_cache_read_and_rfactor_readers() {
+    let dag = matmul(6, 8, 5);
+    let l = lowered_packed(&dag, r#"[["CHR", 1, "local", [2]], ["SP", 3, 2, 8, [2], 1], ["CA", 2, 3, 2]]"#);
+    assert_eq!(l.weight_layout, WeightLayout::Original);
+    let d = dense(4, 6, 16);
+    let l = lowered_packed(&d, r#"[["SP", 2, 2, 16, [4], 1], ["RF", 2, 3, 2]]"#);
+    assert_eq!(l.weight_layout, WeightLayout::Original);
+    // without those steps both weights are packed (B[k, j]: loops i, j, k.0, k.1)
+    assert_eq!(new_layouts(&lowered_packed(&dag, r#"[["SP", 2, 2, 8, [2], 1]]"#)), ["5j4k2k"]);
+    assert_eq!(new_layouts(&lowered_packed(&d, "[]")), ["6j16k"]);
+}
+
+/// A DAG without layout-free weights is unaffected by the mode.
+#[test]
+fn prepacking_leaves_other_dags_alone() {
+    let l = lowered_packed(&softmax(12), "[]");
+    assert_eq!(l.weight_layout, WeightLayout::Original);
+}
