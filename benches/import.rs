@@ -80,6 +80,14 @@ fn write_log(path: &Path, n: usize, batches: usize) -> (u64, usize) {
     (out.len() as u64, variants.values().map(Vec::len).sum())
 }
 
+/// CPU seconds (user + system, all threads) this process has used: a load-independent cost.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn main() {
     let n: usize = std::env::var("TTDB_BENCH_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     let dir = tempfile::tempdir().unwrap();
@@ -103,14 +111,16 @@ fn main() {
         let db = dir.path().join(format!("bench{run}.db"));
         let mut store = Store::open(&db).unwrap();
         let t = Instant::now();
+        let cpu = cpu_seconds();
         let r = import_file(&mut store, &log, &|_| {}).unwrap();
         let secs = t.elapsed().as_secs_f64();
+        let cpu_us = (cpu_seconds() - cpu) * 1e6 / n as f64;
         assert_eq!((r.inserted, r.rejected.len()), (n, 0));
         store.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
         let size = std::fs::metadata(&db).unwrap().len();
         overhead = (size as f64 - raw_bytes as f64) / n as f64;
         println!(
-            "run {run}: {secs:.2} s, {:.0} records/s, db {:.1} MB = raw + {overhead:.0} bytes/record, {} workloads",
+            "run {run}: {secs:.2} s, {:.0} records/s, {cpu_us:.1} CPU-us/record, db {:.1} MB = raw + {overhead:.0} bytes/record, {} workloads",
             n as f64 / secs,
             size as f64 / 1e6,
             r.new_workloads

@@ -43,7 +43,8 @@ pub struct FileReport {
     pub new_workloads: usize,
 }
 
-/// What the parse thread hands to the insert thread for one record line.
+/// What the parse thread hands to the insert thread for one record line. Everything that
+/// can be computed without the database is computed here, off the insert thread.
 struct ParsedRecord<'a> {
     line: usize,
     raw: &'a str,
@@ -51,9 +52,13 @@ struct ParsedRecord<'a> {
     target: String,
     target_host: String,
     hardware_params: Option<Vec<i64>>,
+    /// `target \0 target_host \0 hardware_params JSON`: the target cache key.
+    target_key: String,
     error_no: u8,
     mean_cost: Option<f64>,
     digest: [u8; 16],
+    /// The workload's signature, on the first record of each key in this import.
+    signature: Option<Box<(crate::signature::WorkloadSignature, &'static str)>>,
 }
 
 enum Parsed<'a> {
@@ -73,16 +78,20 @@ fn parse_one(line: usize, bytes: &[u8]) -> Parsed<'_> {
             let digest = record_digest(raw);
             let r = *record;
             let valid = r.result.is_valid();
+            let target_host = r.task.target_host.unwrap_or_default();
+            let hp = r.task.hardware_params.as_ref().map(|h| serde_json::to_string(h).expect("ints")).unwrap_or_default();
             Parsed::Record(ParsedRecord {
                 line,
                 raw,
                 mean_cost: valid.then(|| r.result.mean_cost()),
                 error_no: r.result.error_no.0,
                 key: r.task.workload_key,
+                target_key: format!("{}\0{target_host}\0{hp}", r.task.target),
                 target: r.task.target,
-                target_host: r.task.target_host.unwrap_or_default(),
+                target_host,
                 hardware_params: r.task.hardware_params,
                 digest,
+                signature: None,
             })
         }
     }
@@ -99,17 +108,17 @@ pub fn record_digest(raw: &str) -> [u8; 16] {
 
 /// Caches ids of targets and workloads across the lines of one import.
 struct Ids {
-    targets: HashMap<(String, String, String), i64>,
+    targets: HashMap<String, i64>,
     workloads: HashMap<String, i64>,
 }
 
 impl Ids {
     fn target(&mut self, tx: &Transaction, r: &ParsedRecord) -> Result<i64> {
-        let hp = r.hardware_params.as_ref().map(|h| serde_json::to_string(h).unwrap()).unwrap_or_default();
-        let k = (r.target.clone(), r.target_host.clone(), hp);
-        if let Some(&id) = self.targets.get(&k) {
+        if let Some(&id) = self.targets.get(&r.target_key) {
             return Ok(id);
         }
+        let hp = r.hardware_params.as_ref().map(|h| serde_json::to_string(h).unwrap()).unwrap_or_default();
+        let k = (r.target.clone(), r.target_host.clone(), hp);
         let existing: Option<i64> = tx
             .query_row(
                 "SELECT id FROM targets WHERE target = ?1 AND target_host = ?2 AND hardware_params = ?3",
@@ -129,7 +138,7 @@ impl Ids {
                 tx.last_insert_rowid()
             }
         };
-        self.targets.insert(k, id);
+        self.targets.insert(r.target_key.clone(), id);
         Ok(id)
     }
 
@@ -145,7 +154,10 @@ impl Ids {
             None => {
                 // The record parser already validated the key.
                 let key = WorkloadKey::parse(&r.key).map_err(|e| StoreError::Other(e.to_string()))?;
-                let (sig, by) = signature::signature_for(&key);
+                let (sig, by) = match &r.signature {
+                    Some(s) => (s.0.clone(), s.1),
+                    None => signature::signature_for(&key),
+                };
                 tx.execute(
                     "INSERT INTO workloads (key, key_head, key_form, signature, signature_json, op_class, recognized_by, signature_version)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -225,8 +237,18 @@ pub fn import_in(
         let (send, recv) = std::sync::mpsc::sync_channel::<(u64, Vec<Parsed>)>(2);
         let batches = &all_lines;
         scope.spawn(move || {
+            let mut seen = std::collections::HashSet::new();
             for batch in batches.chunks(BATCH) {
-                let parsed: Vec<Parsed> = batch.par_iter().map(|&(n, b)| parse_one(n, b)).collect();
+                let mut parsed: Vec<Parsed> = batch.par_iter().map(|&(n, b)| parse_one(n, b)).collect();
+                // Recognize each new key here, so the insert thread only inserts.
+                for p in &mut parsed {
+                    if let Parsed::Record(r) = p {
+                        if !seen.contains(&r.key) {
+                            seen.insert(r.key.clone());
+                            r.signature = WorkloadKey::parse(&r.key).ok().map(|k| Box::new(signature::signature_for(&k)));
+                        }
+                    }
+                }
                 let end = batch.last().map_or(0, |&(_, b)| b.as_ptr() as u64 + b.len() as u64);
                 if send.send((end, parsed)).is_err() {
                     return; // the inserter failed; stop parsing
