@@ -150,7 +150,8 @@ pub fn retarget_steps(inits: &[StageInit], steps: &[Step]) -> Result<Retargeted,
             }
             other => other.clone(),
         };
-        state.apply(&new).map_err(ReplayFailure::Step)?;
+        // On error the whole re-targeting fails and the state is dropped.
+        state.apply_or_spoil(&new).map_err(ReplayFailure::Step)?;
         if &new != step {
             changes.push((k, step.to_string(), new.to_string()));
         }

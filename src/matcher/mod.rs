@@ -126,7 +126,7 @@ pub fn spec_like_source(kernel: &WorkloadSpec, source: &WorkloadSpec) -> Option<
 pub struct Matcher<'a> {
     store: &'a Store,
     opts: MatchOptions,
-    recognized: HashMap<String, Option<Recognized>>,
+    recognized: HashMap<String, Option<std::rc::Rc<Recognized>>>,
     classes: HashMap<String, Vec<query::ClassWorkload>>,
 }
 
@@ -139,10 +139,10 @@ impl<'a> Matcher<'a> {
         &self.opts
     }
 
-    fn recognize(&mut self, key: &str) -> Option<Recognized> {
+    fn recognize(&mut self, key: &str) -> Option<std::rc::Rc<Recognized>> {
         self.recognized
             .entry(key.to_string())
-            .or_insert_with(|| WorkloadKey::parse(key).ok().and_then(|k| crate::recognize::recognize(&k).ok()))
+            .or_insert_with(|| WorkloadKey::parse(key).ok().and_then(|k| crate::recognize::recognize(&k).ok()).map(std::rc::Rc::new))
             .clone()
     }
 
@@ -201,8 +201,10 @@ impl<'a> Matcher<'a> {
             let list = query::class_workloads(self.store, &sig.op_class, &self.opts.compat)?;
             self.classes.insert(sig.op_class.clone(), list);
         }
-        let nearest: Vec<i64> =
-            query::nearest(&self.classes[&sig.op_class], sig, hash, self.opts.class_workloads).iter().map(|w| w.id).collect();
+        let nearest: Vec<i64> = query::nearest(&self.classes[&sig.op_class], &query::ShapeKey::of(sig), hash, self.opts.class_workloads)
+            .iter()
+            .map(|w| w.id)
+            .collect();
         let mut class = Vec::new();
         for w in nearest {
             for source in query::best_records_of(self.store, w, &self.opts, 1)? {

@@ -88,7 +88,50 @@ pub fn best_records_of(store: &Store, workload_id: i64, opts: &MatchOptions, n: 
 pub struct ClassWorkload {
     pub id: i64,
     pub signature: String,
-    pub sig: WorkloadSignature,
+    pub key: ShapeKey,
+}
+
+/// What the shape distance compares, precomputed once per workload: the ranks of the
+/// tensors, the log of every dim, the attributes and layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShapeKey {
+    ranks: Vec<usize>,
+    log_dims: Vec<f64>,
+    attrs: Vec<(String, String)>,
+    layout: String,
+    dtype: String,
+}
+
+impl ShapeKey {
+    pub fn of(sig: &WorkloadSignature) -> ShapeKey {
+        let tensors = sig.inputs.iter().chain([&sig.output]);
+        ShapeKey {
+            ranks: tensors.clone().map(Vec::len).collect(),
+            log_dims: tensors.flatten().map(|&d| (d.max(1) as f64).ln()).collect(),
+            attrs: sig.attrs.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+            layout: sig.layout.clone(),
+            dtype: sig.dtype.clone(),
+        }
+    }
+
+    /// Sum of |ln(a/b)| over all dims, plus 2 per differing attribute and 1 for another
+    /// layout; None when tensor ranks differ (another DAG structure).
+    pub fn distance(&self, other: &ShapeKey) -> Option<f64> {
+        if self.ranks != other.ranks || self.dtype != other.dtype {
+            return None;
+        }
+        let mut d: f64 = self.log_dims.iter().zip(&other.log_dims).map(|(a, b)| (a - b).abs()).sum();
+        // Both attribute lists are sorted by key (BTreeMap order).
+        for (k, v) in &self.attrs {
+            if other.attrs.binary_search_by(|(ok, _)| ok.cmp(k)).map_or(true, |i| &other.attrs[i].1 != v) {
+                d += 2.0;
+            }
+        }
+        if self.layout != other.layout {
+            d += 1.0;
+        }
+        Some(d)
+    }
 }
 
 pub fn class_workloads(store: &Store, op_class: &str, compat: &str) -> Result<Vec<ClassWorkload>> {
@@ -102,45 +145,17 @@ pub fn class_workloads(store: &Store, op_class: &str, compat: &str) -> Result<Ve
     for row in rows {
         let (id, signature, json) = row?;
         if let Ok(sig) = serde_json::from_str::<WorkloadSignature>(&json) {
-            out.push(ClassWorkload { id, signature, sig });
+            out.push(ClassWorkload { id, signature, key: ShapeKey::of(&sig) });
         }
     }
     Ok(out)
 }
 
-/// Shape distance between two signatures of one class: sum of |ln(a/b)| over all dims of
-/// inputs and output, plus a penalty per differing attribute (kernel size, stride, ...).
-/// None when ranks differ (a different DAG structure).
-pub fn distance(a: &WorkloadSignature, b: &WorkloadSignature) -> Option<f64> {
-    if a.inputs.len() != b.inputs.len() || a.output.len() != b.output.len() || a.dtype != b.dtype {
-        return None;
-    }
-    let mut d = 0.0;
-    for (x, y) in a.inputs.iter().chain([&a.output]).zip(b.inputs.iter().chain([&b.output])) {
-        if x.len() != y.len() {
-            return None;
-        }
-        d += x.iter().zip(y).map(|(p, q)| ((*p.max(&1) as f64) / (*q.max(&1) as f64)).ln().abs()).sum::<f64>();
-    }
-    for (k, v) in &a.attrs {
-        if b.attrs.get(k) != Some(v) {
-            d += 2.0;
-        }
-    }
-    if a.layout != b.layout {
-        d += 1.0;
-    }
-    Some(d)
-}
-
-/// The `n` workloads of `list` nearest to `sig` (its own signature excluded: that is the
+/// The `n` workloads of `list` nearest to `key` (its own signature excluded: that is the
 /// exact tier).
-pub fn nearest<'l>(list: &'l [ClassWorkload], sig: &WorkloadSignature, hash: &str, n: usize) -> Vec<&'l ClassWorkload> {
-    let mut scored: Vec<(f64, &ClassWorkload)> = list
-        .iter()
-        .filter(|w| w.signature != hash)
-        .filter_map(|w| distance(sig, &w.sig).map(|d| (d, w)))
-        .collect();
+pub fn nearest<'l>(list: &'l [ClassWorkload], key: &ShapeKey, hash: &str, n: usize) -> Vec<&'l ClassWorkload> {
+    let mut scored: Vec<(f64, &ClassWorkload)> =
+        list.iter().filter(|w| w.signature != hash).filter_map(|w| key.distance(&w.key).map(|d| (d, w))).collect();
     scored.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
     scored.into_iter().take(n).map(|(_, w)| w).collect()
 }
@@ -161,21 +176,31 @@ pub fn explain_none(store: &Store, sig: &WorkloadSignature, opts: &MatchOptions)
             reason: format!("wrong class: {class} is not {} (another fused epilogue, another DAG)", sig.op_class),
         });
     }
-    // Same class, but only on incompatible targets or only failed measurements.
-    let mut q = store.conn.prepare_cached(
-        "SELECT t.compat, COUNT(r.id), COUNT(r.mean_cost) FROM workloads w JOIN records r ON r.workload_id = w.id
-         JOIN targets t ON t.id = r.target_id WHERE w.op_class = ?1 GROUP BY t.compat",
+    // Same class, but only on incompatible targets or only failed measurements: per target
+    // class, does any workload of the class have a record there, and a valid one? (Index
+    // seeks per workload, never a scan of the class's records.)
+    let compats: Vec<String> =
+        store.conn.prepare_cached("SELECT DISTINCT compat FROM targets")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let mut any = store.conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
+                        WHERE w.op_class = ?1 AND t.compat = ?2)",
     )?;
-    for row in q.query_map([&sig.op_class], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))? {
-        let (compat, n, valid) = row?;
+    let mut valid = store.conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
+                        WHERE w.op_class = ?1 AND t.compat = ?2 AND r.mean_cost IS NOT NULL)",
+    )?;
+    for compat in compats {
+        if !any.query_row(params![sig.op_class, compat], |r| r.get::<_, bool>(0))? {
+            continue;
+        }
         if compat != opts.compat {
             out.push(Rejection {
-                source: format!("{n} record(s) of class {} on {compat}", sig.op_class),
+                source: format!("records of class {} on {compat}", sig.op_class),
                 reason: format!("incompatible target: {compat}, not {}", opts.compat),
             });
-        } else if valid == 0 {
+        } else if !valid.query_row(params![sig.op_class, compat], |r| r.get::<_, bool>(0))? {
             out.push(Rejection {
-                source: format!("{n} record(s) of class {} on {compat}", sig.op_class),
+                source: format!("records of class {} on {compat}", sig.op_class),
                 reason: "every measurement of this class failed (error_no != 0): none can be chosen".into(),
             });
         }

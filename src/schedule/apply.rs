@@ -29,11 +29,18 @@ impl State {
     /// Applies the next step of the record. On error the state is unchanged and the step is
     /// not recorded.
     pub fn apply(&mut self, step: &Step) -> Result<(), ReplayError> {
-        let step_index = self.transform_steps.len();
-        let fail = |reason: String| ReplayError { step_index, step: step.to_string(), reason };
         // Steps validate before they mutate, but restoring a copy makes "unchanged on
-        // error" hold by construction (states are small).
+        // error" hold by construction.
         let backup = self.clone();
+        self.apply_or_spoil(step).inspect_err(|_| *self = backup)
+    }
+
+    /// Applies a step without the per-step backup: on error the state may be partly
+    /// changed and must be discarded. For whole-record replays, which copy the state once
+    /// (a copy per step made re-targeting dozens of candidates cost more than everything
+    /// else in matching).
+    pub fn apply_or_spoil(&mut self, step: &Step) -> Result<(), ReplayError> {
+        let step_index = self.transform_steps.len();
         let mut outcome = each_step!(step, s => s.apply_to_state(self));
         if outcome.is_ok() && may_nest_parallel(step) {
             outcome = validate::check_parallel_nesting(self);
@@ -43,14 +50,12 @@ impl State {
                 self.transform_steps.push(step.clone());
                 Ok(())
             }
-            Err(reason) => {
-                *self = backup;
-                Err(fail(reason))
-            }
+            Err(reason) => Err(ReplayError { step_index, step: step.to_string(), reason }),
         }
     }
 
-    /// Applies the steps of a record in order; stops at the first that fails.
+    /// Applies the steps of a record in order; stops at the first that fails, leaving the
+    /// state as after the last step that applied.
     pub fn apply_all(&mut self, steps: &[Step]) -> Result<(), ReplayError> {
         steps.iter().try_for_each(|s| self.apply(s))
     }
@@ -94,7 +99,8 @@ impl std::error::Error for ReplayFailure {}
 /// state the record's schedule describes.
 pub fn replay(inits: &[StageInit], steps: &[Step]) -> Result<State, ReplayFailure> {
     let mut state = State::new(inits).map_err(ReplayFailure::Init)?;
-    state.apply_all(steps).map_err(ReplayFailure::Step)?;
+    // The state is dropped on error: no backups needed.
+    steps.iter().try_for_each(|s| state.apply_or_spoil(s)).map_err(ReplayFailure::Step)?;
     state.verify_split_extents().map_err(ReplayFailure::Step)?;
     Ok(state)
 }

@@ -15,7 +15,11 @@ pub mod target;
 pub use import::{import_file, FileReport, Rejected};
 
 /// Schema migrations, in order; migration `i` brings `user_version` from `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("../../schema/001_init.sql"), include_str!("../../schema/002_measurements.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../schema/001_init.sql"),
+    include_str!("../../schema/002_measurements.sql"),
+    include_str!("../../schema/003_record_workload_index.sql"),
+];
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
