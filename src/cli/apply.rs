@@ -81,6 +81,13 @@ pub fn render_apply(r: &ApplyReport) -> String {
         if r.budget_exhausted { " (budget exhausted)" } else { "" },
         r.untimed_kernels
     ));
+    let none = r.kernels.iter().filter(|k| k.tier == crate::matcher::Tier::None).count();
+    if none > 0 {
+        out.push_str(&format!(
+            "{none} kernel(s) had no candidate in the database and keep the untuned default: the search fallback \
+             (sketches, evolutionary search, Droplet refinement) is not implemented in this version\n"
+        ));
+    }
     if !failed.is_empty() {
         out.push_str("candidates that failed:\n");
         out.push_str(&failed.join("\n"));
