@@ -209,8 +209,8 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
             logged_ms: logged * 1e3,
         };
         let recognized = WorkloadKey::parse(key).map_err(|e| e.to_string()).and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
-        let (dag, signature) = match recognized {
-            Ok(r) => (r.dag, r.signature),
+        let (dag, signature, registered) = match recognized {
+            Ok(r) => (r.dag, r.signature, r.recognized_by == crate::recognize::RecognizedBy::Registered),
             Err(e) => {
                 row.error = Some(e);
                 rows.push(row);
@@ -227,6 +227,10 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
             }
         };
         let flops = dag.flop_ct();
+        // Measure as TVM did: weights pre-packed for layout rewrite option 2 (relay tasks;
+        // records before v0.5 carry no option: relay keys meant 2, registered ones 1).
+        let option = record.task.layout_rewrite_option.unwrap_or(if registered { 1 } else { 2 });
+        let opts = EvalOptions { prepack_weights: opts.prepack_weights && option == 2, ..opts.clone() };
         let tuned = evaluate_steps(&dag, &record.steps, &reference, &opts);
         row.verified = tuned.verified();
         row.error = tuned.failure.as_ref().map(|f| f.message.clone());
