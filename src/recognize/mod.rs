@@ -99,6 +99,18 @@ pub fn recognize(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
     r
 }
 
+/// Only the signature and how it was recognized (cached like [`recognize`], without cloning
+/// the DAG: the importer needs nothing else).
+pub fn recognize_signature(key: &WorkloadKey) -> Result<(WorkloadSignature, &'static str), RecognizeError> {
+    {
+        let cache = cache().lock().expect("recognize cache");
+        if let Some(r) = cache.get(&key.raw) {
+            return r.as_ref().map(|r| (r.signature.clone(), r.recognized_by.as_str())).map_err(Clone::clone);
+        }
+    }
+    recognize(key).map(|r| (r.signature, r.recognized_by.as_str()))
+}
+
 /// Recognition without the cache (for benchmarks and tests).
 pub fn recognize_uncached(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
     match key.form {

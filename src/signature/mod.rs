@@ -93,8 +93,8 @@ mod tests {
 /// `structural` (see `crate::recognize`), or `unknown` when no DAG fits (the signature then
 /// carries the key's hash and the reason, so distinct unknown keys stay distinct).
 pub fn signature_for(key: &crate::ansor::WorkloadKey) -> (WorkloadSignature, &'static str) {
-    match crate::recognize::recognize(key) {
-        Ok(r) => (r.signature, r.recognized_by.as_str()),
+    match crate::recognize::recognize_signature(key) {
+        Ok(found) => found,
         Err(e) => {
             let mut attrs = BTreeMap::new();
             attrs.insert("key".to_string(), Value::from(key.raw.as_str()));
