@@ -98,25 +98,7 @@ fn ms(e: &Evaluation) -> Option<f64> {
 }
 
 fn measurement(e: &Evaluation, dag: &Dag, steps: Vec<crate::ansor::Step>, origin: Option<i64>, provenance: String) -> NewMeasurement {
-    let m = e.measurement.as_ref();
-    let flops = dag.flop_ct();
-    NewMeasurement {
-        workload_key: workload_key_of(dag),
-        steps,
-        samples: if e.verified() { m.map(|m| m.samples.clone()).unwrap_or_default() } else { vec![] },
-        error_no: e.failure.as_ref().map_or(if m.is_some() { 0 } else { 8 }, |f| f.error_no),
-        error: e.failure.as_ref().map(|f| f.message.clone()),
-        verified: e.verified(),
-        max_rel_error: e.rel_error,
-        median_s: m.map(|m| m.median),
-        min_s: m.map(|m| m.min),
-        max_s: m.map(|m| m.max),
-        gflops: e.median().filter(|_| flops > 0.0).map(|s| flops / s / 1e9),
-        compile_ms: Some(e.total_compile_time().as_secs_f64() * 1e3),
-        wall_s: e.total_compile_time().as_secs_f64() + m.map_or(0.0, |m| m.samples.iter().sum::<f64>() * m.number as f64),
-        origin_record_id: origin,
-        provenance,
-    }
+    e.to_measurement(workload_key_of(dag), steps, dag.flop_ct(), origin, provenance)
 }
 
 fn provenance(c: &Candidate) -> String {

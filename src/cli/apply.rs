@@ -1,7 +1,7 @@
 //! `ttdb apply MODEL.onnx`: fast, verified kernels for a model from the database.
 use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
-use super::table::{io_shapes, Table};
+use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::apply::{apply, ApplyOptions, ApplyReport};
 use crate::matcher::MatchOptions;
@@ -31,10 +31,6 @@ pub struct ApplyArgs {
     pub json: bool,
 }
 
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "-".into())
-}
-
 pub fn render_apply(r: &ApplyReport) -> String {
     let mut t = Table::new(&[
         "kernel", "class", "shapes", ">count", "tier", "source", ">untuned ms", ">tuned ms", ">speedup", "verified",
@@ -50,8 +46,8 @@ pub fn render_apply(r: &ApplyReport) -> String {
                 Some(tier) => format!("{} {}", tier.as_str(), k.chosen),
                 None => "default".into(),
             },
-            opt(k.untuned_ms, 3),
-            opt(k.tuned_ms, 3),
+            fmt_opt(k.untuned_ms, 3),
+            fmt_opt(k.tuned_ms, 3),
             k.speedup.map(|s| format!("{s:.1}x")).unwrap_or_else(|| "-".into()),
             if k.verified { "yes".into() } else { "no".into() },
         ]);

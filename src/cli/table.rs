@@ -66,3 +66,8 @@ pub fn io_shapes(inputs: &[Vec<i64>], output: &[i64]) -> String {
     let ins: Vec<String> = inputs.iter().map(|s| shape(s)).collect();
     format!("{} -> {}", ins.join(", "), shape(output))
 }
+
+/// A number with `digits` decimals, or `-` when absent.
+pub fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "-".into())
+}

@@ -1,13 +1,13 @@
 //! `ttdb verify`: replays, compiles, verifies and times the best records of the database on
 //! this machine, against the naive default schedule and the machine's FMA peak.
-use super::table::{io_shapes, Table};
+use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::ansor::{Record, WorkloadKey};
-use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
+use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Reference};
 use crate::measure::host::HostFingerprint;
 use crate::measure::peak::measure_peak;
 use crate::measure::runner::MeasureOptions;
-use crate::store::measurement::{store_measurements, NewMeasurement};
+use crate::store::measurement::store_measurements;
 use crate::store::Store;
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -76,10 +76,6 @@ pub struct VerifyReport {
     pub rows: Vec<VerifyRow>,
 }
 
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "-".into())
-}
-
 pub fn render_verify(r: &VerifyReport) -> String {
     let mut t = Table::new(&[
         "kernel", "class", "shapes", ">GFLOP/s", ">% peak", ">tuned ms", ">naive ms", ">speedup", ">compile ms", "verified",
@@ -134,27 +130,6 @@ fn best_records(store: &Store, args: &VerifyArgs) -> crate::store::Result<Vec<(i
         out.truncate(n);
     }
     Ok(out)
-}
-
-fn measurement_of(e: &Evaluation, key: &str, record: &Record, origin: Option<i64>, provenance: String, flops: f64) -> NewMeasurement {
-    let m = e.measurement.as_ref();
-    NewMeasurement {
-        workload_key: key.to_string(),
-        steps: record.steps.clone(),
-        samples: if e.verified() { m.map(|m| m.samples.clone()).unwrap_or_default() } else { vec![] },
-        error_no: e.failure.as_ref().map_or(if m.is_some() { 0 } else { 8 }, |f| f.error_no),
-        error: e.failure.as_ref().map(|f| f.message.clone()),
-        verified: e.verified(),
-        max_rel_error: e.rel_error,
-        median_s: m.map(|m| m.median),
-        min_s: m.map(|m| m.min),
-        max_s: m.map(|m| m.max),
-        gflops: e.median().map(|s| flops / s / 1e9),
-        compile_ms: Some(e.total_compile_time().as_secs_f64() * 1e3),
-        wall_s: e.total_compile_time().as_secs_f64() + m.map_or(0.0, |m| m.samples.iter().sum::<f64>() * m.number as f64),
-        origin_record_id: origin,
-        provenance,
-    }
 }
 
 pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
@@ -239,15 +214,14 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
         row.tuned_ms = tuned.median().map(|s| s * 1e3);
         row.gflops = tuned.median().filter(|_| flops > 0.0).map(|s| flops / s / 1e9);
         row.percent_of_peak = row.gflops.map(|g| 100.0 * g / peak);
-        stored.push(measurement_of(&tuned, key, &record, Some(record_id), format!("verify of record {record_id}"), flops));
+        stored.push(tuned.to_measurement(key.clone(), record.steps.clone(), flops, Some(record_id), format!("verify of record {record_id}")));
         if !args.no_naive && !args.no_timing {
             let naive = evaluate_default(&dag, &reference, &naive_opts);
             row.naive_ms = naive.median().map(|s| s * 1e3);
             if let (Some(n), Some(t)) = (row.naive_ms, row.tuned_ms) {
                 row.speedup = Some(n / t);
             }
-            let empty = Record { steps: vec![], ..record.clone() };
-            stored.push(measurement_of(&naive, key, &empty, None, "naive default schedule".into(), flops));
+            stored.push(naive.to_measurement(key.clone(), vec![], flops, None, "naive default schedule".into()));
         }
         rows.push(row);
         if let Some(b) = &bar {

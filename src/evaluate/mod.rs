@@ -187,6 +187,38 @@ impl Evaluation {
     pub fn total_compile_time(&self) -> Duration {
         self.lower_time + self.compile_time
     }
+
+    /// What to store for this evaluation: a ttdb-native record of `steps` on the workload
+    /// `workload_key` (doing `flops` per run) plus its measurement row.
+    pub fn to_measurement(
+        &self,
+        workload_key: String,
+        steps: Vec<Step>,
+        flops: f64,
+        origin_record_id: Option<i64>,
+        provenance: String,
+    ) -> crate::store::measurement::NewMeasurement {
+        let m = self.measurement.as_ref();
+        crate::store::measurement::NewMeasurement {
+            workload_key,
+            steps,
+            samples: if self.verified() { m.map(|m| m.samples.clone()).unwrap_or_default() } else { vec![] },
+            // Verified but not timed (verify-only runs): TVM's "unknown" code, never chosen.
+            error_no: self.failure.as_ref().map_or(if m.is_some() { 0 } else { 8 }, |f| f.error_no),
+            error: self.failure.as_ref().map(|f| f.message.clone()),
+            verified: self.verified(),
+            max_rel_error: self.rel_error,
+            median_s: m.map(|m| m.median),
+            min_s: m.map(|m| m.min),
+            max_s: m.map(|m| m.max),
+            gflops: self.median().filter(|_| flops > 0.0).map(|s| flops / s / 1e9),
+            compile_ms: Some(self.total_compile_time().as_secs_f64() * 1e3),
+            wall_s: self.total_compile_time().as_secs_f64()
+                + m.map_or(0.0, |m| m.samples.iter().sum::<f64>() * m.number as f64),
+            origin_record_id,
+            provenance,
+        }
+    }
 }
 
 /// Replays `steps` on `dag`, lowers, compiles, verifies and times.
