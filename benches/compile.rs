@@ -62,6 +62,10 @@ fn main() {
     let c = compile(&small_conv, &CodegenOptions::default()).expect("compile");
     verify_against_interpreter(&c, 3, 1e-4).expect("conv fixture verifies");
     bench("conv2d_nhwc 56x56x64 3x3", &conv, 9);
-    bench("gemm 1024^3 (packed)", &gemm_kernel(1024, 1024, 1024, &GemmSchedule::default()), 9);
+    bench(
+        "gemm 1024^3 (packed)",
+        &gemm_kernel(1024, 1024, 1024, &GemmSchedule::default()),
+        9,
+    );
     bench("bias_relu 1024x1024", &bias_relu_kernel(1024, 1024), 9);
 }

@@ -37,11 +37,18 @@ fn numpy_gflops(n: i64, threads: usize) -> Option<f64> {
 }
 
 fn env(k: &str, d: i64) -> i64 {
-    std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d)
+    std::env::var(k)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(d)
 }
 
 fn verify(bufs: &[BufferData], n: usize) -> bool {
-    let (a, b, c) = (bufs[0].as_f32().unwrap(), bufs[1].as_f32().unwrap(), bufs[2].as_f32().unwrap());
+    let (a, b, c) = (
+        bufs[0].as_f32().unwrap(),
+        bufs[1].as_f32().unwrap(),
+        bufs[2].as_f32().unwrap(),
+    );
     let rows = [0, 1, n / 2, n - 1];
     let mut want = Vec::new();
     let mut got = Vec::new();
@@ -58,8 +65,21 @@ fn verify(bufs: &[BufferData], n: usize) -> bool {
     compare(&BufferData::F32(got), &BufferData::F32(want), 1e-4).is_ok()
 }
 
-fn run(c: &CompiledKernel, bufs: &mut [BufferData], threads: usize, opts: &MeasureOptions) -> Measurement {
-    measure(c, bufs, &MeasureOptions { threads: Some(threads), ..opts.clone() }).expect("run")
+fn run(
+    c: &CompiledKernel,
+    bufs: &mut [BufferData],
+    threads: usize,
+    opts: &MeasureOptions,
+) -> Measurement {
+    measure(
+        c,
+        bufs,
+        &MeasureOptions {
+            threads: Some(threads),
+            ..opts.clone()
+        },
+    )
+    .expect("run")
 }
 
 /// TTDB_SWEEP=1: rank a few schedules by GFLOP/s (TTDB_THREADS threads), measured alternately.
@@ -68,7 +88,14 @@ fn sweep(n: i64, lanes: i64, threads: usize) {
     for kc in [256, 512] {
         for pack_a in [false, true] {
             for row_splits in [2, 4, 8] {
-                variants.push(GemmSchedule { mr: 4, nv: 3, lanes, kc, pack_a, row_splits });
+                variants.push(GemmSchedule {
+                    mr: 4,
+                    nv: 3,
+                    lanes,
+                    kc,
+                    pack_a,
+                    row_splits,
+                });
             }
         }
     }
@@ -81,7 +108,11 @@ fn sweep(n: i64, lanes: i64, threads: usize) {
         BufferData::random(DType::F32, (n * n) as usize, 2),
         BufferData::zeros(DType::F32, (n * n) as usize),
     ];
-    let opts = MeasureOptions { repeat: 3, min_repeat_ms: 100, ..MeasureOptions::default() };
+    let opts = MeasureOptions {
+        repeat: 3,
+        min_repeat_ms: 100,
+        ..MeasureOptions::default()
+    };
     let mut best = vec![0f64; variants.len()];
     for _ in 0..3 {
         for (i, c) in compiled.iter().enumerate() {
@@ -99,7 +130,11 @@ fn sweep(n: i64, lanes: i64, threads: usize) {
 fn main() {
     let host = HostFingerprint::detect();
     if std::env::var("TTDB_SWEEP").is_ok() {
-        sweep(env("TTDB_GEMM_N", 1024), host.f32_lanes() as i64, env("TTDB_THREADS", 1) as usize);
+        sweep(
+            env("TTDB_GEMM_N", 1024),
+            host.f32_lanes() as i64,
+            env("TTDB_THREADS", 1) as usize,
+        );
         return;
     }
     let n = env("TTDB_GEMM_N", 1024);
@@ -130,8 +165,13 @@ fn main() {
         BufferData::zeros(DType::F32, (n * n) as usize),
     ];
     let flops = gemm_flops(n, n, n);
-    let opts = MeasureOptions { repeat: 5, min_repeat_ms: 200, ..MeasureOptions::default() };
-    let (mut best_p1, mut best_pn, mut best_g1, mut best_gn, mut med_gn) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    let opts = MeasureOptions {
+        repeat: 5,
+        min_repeat_ms: 200,
+        ..MeasureOptions::default()
+    };
+    let (mut best_p1, mut best_pn, mut best_g1, mut best_gn, mut med_gn) =
+        (0f64, 0f64, 0f64, 0f64, 0f64);
     for r in 0..rounds {
         let p1 = measure_fma(lanes, 1, &opts).expect("peak 1t");
         let pn = measure_fma(lanes, threads, &opts).expect("peak nt");
@@ -159,7 +199,10 @@ fn main() {
          (best round median {med_gn:.1}); compile {compile_ms:.0} ms; verified: {ok}",
         100.0 * best_gn / best_pn
     );
-    println!("ttdb gemm {n}^3 fp32, 1 thread: best {best_g1:.1} GFLOP/s = {:.1}% of 1-thread peak", 100.0 * best_g1 / best_p1);
+    println!(
+        "ttdb gemm {n}^3 fp32, 1 thread: best {best_g1:.1} GFLOP/s = {:.1}% of 1-thread peak",
+        100.0 * best_g1 / best_p1
+    );
     match numpy_gflops(n, threads) {
         Some(np) => println!(
             "numpy (OpenBLAS) {n}^3 fp32, {threads} threads: {np:.1} GFLOP/s (median) = {:.1}% of peak",
@@ -168,6 +211,9 @@ fn main() {
         None => println!("numpy unavailable (pip install numpy to compare)"),
     }
     if let Some(np1) = numpy_gflops(n, 1) {
-        println!("numpy (OpenBLAS) {n}^3 fp32, 1 thread: {np1:.1} GFLOP/s = {:.1}% of 1-thread peak", 100.0 * np1 / best_p1);
+        println!(
+            "numpy (OpenBLAS) {n}^3 fp32, 1 thread: {np1:.1} GFLOP/s = {:.1}% of 1-thread peak",
+            100.0 * np1 / best_p1
+        );
     }
 }

@@ -13,25 +13,52 @@ use ttdb::store::Store;
 /// CPU seconds (user + system, all threads) this process has used: a load-independent cost.
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (ticks(11) + ticks(12)) / 100.0
 }
 
 fn main() {
-    let n: usize = std::env::var("TTDB_BENCH_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let n: usize = std::env::var("TTDB_BENCH_RECORDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("big.json");
-    let batches: usize = std::env::var("TTDB_BENCH_BATCHES").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
+    let batches: usize = std::env::var("TTDB_BENCH_BATCHES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16);
     let (raw_bytes, keys) = write_log(&log, n, batches);
-    println!("log: {n} records over {keys} workload keys, {:.1} MB", raw_bytes as f64 / 1e6);
+    println!(
+        "log: {n} records over {keys} workload keys, {:.1} MB",
+        raw_bytes as f64 / 1e6
+    );
     // Parse alone, one thread: the ceiling of what the inserter can be fed per core.
     let buf = std::fs::read(&log).unwrap();
     let t = Instant::now();
     let parsed = ttdb::ansor::log::lines(&buf)
-        .filter(|(_, l)| matches!(ttdb::ansor::parse_line(l), ttdb::ansor::LogLine::Record { .. }))
+        .filter(|(_, l)| {
+            matches!(
+                ttdb::ansor::parse_line(l),
+                ttdb::ansor::LogLine::Record { .. }
+            )
+        })
         .count();
-    println!("parse only (1 thread): {:.0} records/s", parsed as f64 / t.elapsed().as_secs_f64());
+    println!(
+        "parse only (1 thread): {:.0} records/s",
+        parsed as f64 / t.elapsed().as_secs_f64()
+    );
     if std::env::var_os("TTDB_BENCH_PARSE_ONLY").is_some() {
         return;
     }
@@ -46,7 +73,10 @@ fn main() {
         let secs = t.elapsed().as_secs_f64();
         let cpu_us = (cpu_seconds() - cpu) * 1e6 / n as f64;
         assert_eq!((r.inserted, r.rejected.len()), (n, 0));
-        store.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        store
+            .conn
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
         let size = std::fs::metadata(&db).unwrap().len();
         overhead = (size as f64 - raw_bytes as f64) / n as f64;
         println!(
@@ -60,6 +90,9 @@ fn main() {
         std::fs::remove_file(&db).ok();
     }
     rates.sort_by(f64::total_cmp);
-    println!("median: {:.0} records/s; database overhead {overhead:.0} bytes/record over the raw text", rates[1]);
+    println!(
+        "median: {:.0} records/s; database overhead {overhead:.0} bytes/record over the raw text",
+        rates[1]
+    );
     println!("targets: >= 200000 records/s, <= 400 bytes/record");
 }

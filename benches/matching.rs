@@ -13,7 +13,10 @@ use ttdb::store::import::import_file;
 use ttdb::store::Store;
 
 fn main() {
-    let n: usize = std::env::var("TTDB_BENCH_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let n: usize = std::env::var("TTDB_BENCH_RECORDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let db = root.join(format!("target/bench-matching-{n}.db"));
     if !db.exists() {
@@ -27,22 +30,51 @@ fn main() {
         }
         let t = Instant::now();
         let r = import_file(&mut store, &log, &|_| {}).unwrap();
-        println!("built {}: corpus + {} synthetic records over {keys} keys ({:.1} s)", db.display(), r.inserted, t.elapsed().as_secs_f64());
-        store.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        println!(
+            "built {}: corpus + {} synthetic records over {keys} keys ({:.1} s)",
+            db.display(),
+            r.inserted,
+            t.elapsed().as_secs_f64()
+        );
+        store
+            .conn
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
     }
     let stats = ttdb::store::query::stats(&Store::open(&db).unwrap()).unwrap();
-    println!("database: {} records, {} workload keys, {} signatures", stats.records, stats.workload_keys, stats.signatures);
+    println!(
+        "database: {} records, {} workload keys, {} signatures",
+        stats.records, stats.workload_keys, stats.signatures
+    );
     let exe = root.join("target/release/ttdb");
-    assert!(exe.exists(), "build the release binary first: cargo build --release");
+    assert!(
+        exe.exists(),
+        "build the release binary first: cargo build --release"
+    );
     let model = root.join("../shared/corpus/onnx/torchvision_graph_only/resnet50.onnx");
     let mut times = Vec::new();
     let mut summary = String::new();
     for _ in 0..7 {
         let t = Instant::now();
-        let out = Command::new(&exe).arg("--db").arg(&db).arg("match").arg(&model).output().unwrap();
+        let out = Command::new(&exe)
+            .arg("--db")
+            .arg(&db)
+            .arg("match")
+            .arg(&model)
+            .output()
+            .unwrap();
         times.push(t.elapsed().as_secs_f64() * 1e3);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        summary = String::from_utf8_lossy(&out.stdout).lines().rev().take(2).collect::<Vec<_>>().join(" | ");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        summary = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" | ");
     }
     times.sort_by(f64::total_cmp);
     println!("{summary}");

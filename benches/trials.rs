@@ -10,19 +10,35 @@ use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
 use ttdb::measure::runner::MeasureOptions;
 
 fn main() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/ansor/tvm_gallery/resnet-50-NHWC-B1-llvm.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpus/ansor/tvm_gallery/resnet-50-NHWC-B1-llvm.json");
     let text = std::fs::read_to_string(&path).expect("the shared corpus is missing");
     let record = text
         .lines()
         .filter_map(|l| Record::parse(l).ok())
-        .find(|r| r.task.workload_key.contains("2350d19dc42a0665244368384c66b3a5") && r.task.workload_key.contains("56, 56, 64"))
+        .find(|r| {
+            r.task
+                .workload_key
+                .contains("2350d19dc42a0665244368384c66b3a5")
+                && r.task.workload_key.contains("56, 56, 64")
+        })
         .expect("the 56x56x64 3x3 conv record");
-    let rec = ttdb::recognize::recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap()).unwrap();
+    let rec = ttdb::recognize::recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap())
+        .unwrap();
     let t = Instant::now();
     let reference = Reference::new(&rec.dag, 5).unwrap();
-    println!("reference at {} sampled points: {:.0} ms (once per workload)", reference.expected[0].0.len(), t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "reference at {} sampled points: {:.0} ms (once per workload)",
+        reference.expected[0].0.len(),
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let opts = EvalOptions {
-        measure: MeasureOptions { warmup: 1, repeat: 3, min_repeat_ms: 10, ..MeasureOptions::default() },
+        measure: MeasureOptions {
+            warmup: 1,
+            repeat: 3,
+            min_repeat_ms: 10,
+            ..MeasureOptions::default()
+        },
         ..EvalOptions::default()
     };
     let inits = ttdb::schedule::stage_inits_from_dag(&rec.dag);
@@ -49,7 +65,9 @@ fn main() {
                 other => other.clone(),
             })
             .collect();
-        let Ok(r) = ttdb::lower::retarget_steps(&inits, &mutated) else { continue };
+        let Ok(r) = ttdb::lower::retarget_steps(&inits, &mutated) else {
+            continue;
+        };
         let e = evaluate_steps(&rec.dag, &r.steps, &reference, &opts);
         compile.push(e.total_compile_time().as_secs_f64() * 1e3);
         ok += e.verified() as usize;

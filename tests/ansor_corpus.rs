@@ -17,9 +17,18 @@ fn every_corpus_line_parses_and_round_trips() {
                     content_lines += 1;
                     records += 1;
                     let written = record.to_line();
-                    let back = Record::parse(&written)
-                        .unwrap_or_else(|e| panic!("{}:{ln}: rewritten line does not parse: {e}", path.display()));
-                    assert_eq!(back, *record, "{}:{ln}: round trip changed the record", path.display());
+                    let back = Record::parse(&written).unwrap_or_else(|e| {
+                        panic!(
+                            "{}:{ln}: rewritten line does not parse: {e}",
+                            path.display()
+                        )
+                    });
+                    assert_eq!(
+                        back,
+                        *record,
+                        "{}:{ln}: round trip changed the record",
+                        path.display()
+                    );
                     byte_identical += (written == raw) as usize;
                 }
                 LogLine::Bad { reason, .. } => panic!("{}:{ln}: {reason}", path.display()),
@@ -36,5 +45,8 @@ fn every_corpus_line_parses_and_round_trips() {
     assert_eq!(total, 5726, "records in the corpus (5,701 CPU + 25 CUDA)");
     // The writer follows TVM's layout (dmlc separators, `%g` floats): every real line comes
     // back byte for byte, not only as an equal value.
-    assert_eq!(byte_identical, total, "rewritten lines that are byte-identical to the source");
+    assert_eq!(
+        byte_identical, total,
+        "rewritten lines that are byte-identical to the source"
+    );
 }

@@ -29,31 +29,51 @@ fn step() -> impl Strategy<Value = Step> {
             iter_id: i,
             annotation: Annotation::ALL[a]
         })),
-        (id(), ids()).prop_map(|(s, f)| Step::Fuse(FuseStep { stage_id: s, fused_ids: f })),
-        (id(), id(), name()).prop_map(|(s, i, p)| Step::Pragma(PragmaStep { stage_id: s, iter_id: i, pragma: p })),
-        (id(), ids()).prop_map(|(s, a)| Step::Reorder(ReorderStep { stage_id: s, after_ids: a })),
-        (id(), id(), 0i64..5000, ints(), any::<bool>()).prop_map(|(s, i, e, l, d)| Step::Split(SplitStep {
+        (id(), ids()).prop_map(|(s, f)| Step::Fuse(FuseStep {
+            stage_id: s,
+            fused_ids: f
+        })),
+        (id(), id(), name()).prop_map(|(s, i, p)| Step::Pragma(PragmaStep {
             stage_id: s,
             iter_id: i,
-            extent: e,
-            lengths: l,
-            inner_to_outer: d
+            pragma: p
         })),
+        (id(), ids()).prop_map(|(s, a)| Step::Reorder(ReorderStep {
+            stage_id: s,
+            after_ids: a
+        })),
+        (id(), id(), 0i64..5000, ints(), any::<bool>()).prop_map(|(s, i, e, l, d)| Step::Split(
+            SplitStep {
+                stage_id: s,
+                iter_id: i,
+                extent: e,
+                lengths: l,
+                inner_to_outer: d
+            }
+        )),
         (id(), id(), id(), 0i64..5).prop_map(|(s, i, src, n)| Step::FollowSplit(FollowSplitStep {
             stage_id: s,
             iter_id: i,
             src_step_id: src,
             n_split: n
         })),
-        (id(), id(), ids(), 0i64..4, any::<bool>()).prop_map(|(s, i, src, l, f)| Step::FollowFusedSplit(
-            FollowFusedSplitStep { stage_id: s, iter_id: i, src_step_ids: src, level: l, factor_or_nparts: f }
+        (id(), id(), ids(), 0i64..4, any::<bool>()).prop_map(|(s, i, src, l, f)| {
+            Step::FollowFusedSplit(FollowFusedSplitStep {
+                stage_id: s,
+                iter_id: i,
+                src_step_ids: src,
+                level: l,
+                factor_or_nparts: f,
+            })
+        }),
+        (id(), id(), 0i64..64, 0i64..64).prop_map(|(s, i, f, o)| Step::StorageAlign(
+            StorageAlignStep {
+                stage_id: s,
+                iter_id: i,
+                factor: f,
+                offset: o
+            }
         )),
-        (id(), id(), 0i64..64, 0i64..64).prop_map(|(s, i, f, o)| Step::StorageAlign(StorageAlignStep {
-            stage_id: s,
-            iter_id: i,
-            factor: f,
-            offset: o
-        })),
         (id(), id(), id()).prop_map(|(s, t, i)| Step::ComputeAt(ComputeAtStep {
             stage_id: s,
             target_stage_id: t,
@@ -66,8 +86,15 @@ fn step() -> impl Strategy<Value = Step> {
             scope: sc,
             reader_stage_ids: r
         })),
-        (id(), name()).prop_map(|(s, sc)| Step::CacheWrite(CacheWriteStep { stage_id: s, scope: sc })),
-        (id(), id(), id()).prop_map(|(s, i, f)| Step::Rfactor(RfactorStep { stage_id: s, iter_id: i, factor_iter_id: f })),
+        (id(), name()).prop_map(|(s, sc)| Step::CacheWrite(CacheWriteStep {
+            stage_id: s,
+            scope: sc
+        })),
+        (id(), id(), id()).prop_map(|(s, i, f)| Step::Rfactor(RfactorStep {
+            stage_id: s,
+            iter_id: i,
+            factor_iter_id: f
+        })),
     ]
 }
 
@@ -83,12 +110,15 @@ fn record() -> impl Strategy<Value = Record> {
     let key = prop_oneof![
         Just(r#"["de7d1695278cf52778b038e6573d7626"]"#.to_string()),
         prop::collection::vec(prop::collection::vec(1i64..600, 1..6), 1..5).prop_map(|shapes| {
-            serde_json::to_string(&(std::iter::once(serde_json::json!("218090bc617f9a36fbabdf253ec28064"))
-                .chain(shapes.into_iter().map(|s| serde_json::json!(s)))
-                .collect::<Vec<_>>()))
+            serde_json::to_string(
+                &(std::iter::once(serde_json::json!("218090bc617f9a36fbabdf253ec28064"))
+                    .chain(shapes.into_iter().map(|s| serde_json::json!(s)))
+                    .collect::<Vec<_>>()),
+            )
             .unwrap()
         }),
-        (1i64..2048, 1i64..2048).prop_map(|(n, m)| format!(r#"["matmul_add", {n}, {m}, {n}, "float32"]"#)),
+        (1i64..2048, 1i64..2048)
+            .prop_map(|(n, m)| format!(r#"["matmul_add", {n}, {m}, {n}, "float32"]"#)),
     ];
     (
         key,
@@ -107,19 +137,37 @@ fn record() -> impl Strategy<Value = Record> {
         ),
         prop::option::of("v0\\.[2-6]"),
     )
-        .prop_map(|(key, target, arity, hp, host, lro, names, steps, (costs, err, all_cost, ts), version)| Record {
-            task: Task {
-                workload_key: key,
+        .prop_map(
+            |(
+                key,
                 target,
-                hardware_params: (arity >= 3).then_some(hp),
-                target_host: (arity >= 4).then_some(host),
-                layout_rewrite_option: (arity >= 5).then_some(lro),
-                task_input_names: (arity >= 6).then_some(names),
+                arity,
+                hp,
+                host,
+                lro,
+                names,
+                steps,
+                (costs, err, all_cost, ts),
+                version,
+            )| Record {
+                task: Task {
+                    workload_key: key,
+                    target,
+                    hardware_params: (arity >= 3).then_some(hp),
+                    target_host: (arity >= 4).then_some(host),
+                    layout_rewrite_option: (arity >= 5).then_some(lro),
+                    task_input_names: (arity >= 6).then_some(names),
+                },
+                steps,
+                result: MeasureResult {
+                    costs,
+                    error_no: ErrorNo(err),
+                    all_cost,
+                    timestamp: ts,
+                },
+                version,
             },
-            steps,
-            result: MeasureResult { costs, error_no: ErrorNo(err), all_cost, timestamp: ts },
-            version,
-        })
+        )
 }
 
 proptest! {
@@ -155,24 +203,50 @@ proptest! {
 
 #[test]
 fn sample_is_valid() {
-    assert!(matches!(parse_line(SAMPLE.as_bytes()), LogLine::Record { .. }));
+    assert!(matches!(
+        parse_line(SAMPLE.as_bytes()),
+        LogLine::Record { .. }
+    ));
 }
 
 #[test]
 fn bad_records_are_named() {
     let cases = [
-        (SAMPLE.replacen(r#""v": "v0.6""#, r#""v": "v0.6", "x": 1"#, 1), "unknown top-level key"),
-        (SAMPLE.replacen(r#""", 2, []]"#, r#""", 2, [], 7]"#, 1), "task has 7 elements"),
-        (SAMPLE.replacen(r#"["CHW", 2, "local"]"#, r#"["ZZ", 2]"#, 1), "step 0: unknown step tag"),
-        (SAMPLE.replacen("], 0, 0.496995", "], 9, 0.496995", 1), "error_no 9 is out of range"),
-        (SAMPLE.replacen("[[], [[", "[[1], [[", 1), "state stages must be written as []"),
-        (SAMPLE.replacen(r#""r": [["#, r#""r": [1, ["#, 1), "result has 5 elements"),
+        (
+            SAMPLE.replacen(r#""v": "v0.6""#, r#""v": "v0.6", "x": 1"#, 1),
+            "unknown top-level key",
+        ),
+        (
+            SAMPLE.replacen(r#""", 2, []]"#, r#""", 2, [], 7]"#, 1),
+            "task has 7 elements",
+        ),
+        (
+            SAMPLE.replacen(r#"["CHW", 2, "local"]"#, r#"["ZZ", 2]"#, 1),
+            "step 0: unknown step tag",
+        ),
+        (
+            SAMPLE.replacen("], 0, 0.496995", "], 9, 0.496995", 1),
+            "error_no 9 is out of range",
+        ),
+        (
+            SAMPLE.replacen("[[], [[", "[[1], [[", 1),
+            "state stages must be written as []",
+        ),
+        (
+            SAMPLE.replacen(r#""r": [["#, r#""r": [1, ["#, 1),
+            "result has 5 elements",
+        ),
         (SAMPLE[..SAMPLE.len() - 10].to_string(), "bad JSON"),
-        (SAMPLE.replacen(r#"["SP", 2, 0, 14"#, r#"["SP", 2, 0, 99999999999"#, 1), "out of range for a 32-bit int"),
+        (
+            SAMPLE.replacen(r#"["SP", 2, 0, 14"#, r#"["SP", 2, 0, 99999999999"#, 1),
+            "out of range for a 32-bit int",
+        ),
     ];
     for (line, want) in cases {
         match parse_line(line.as_bytes()) {
-            LogLine::Bad { reason, .. } => assert!(reason.0.contains(want), "want {want:?}, got {reason}"),
+            LogLine::Bad { reason, .. } => {
+                assert!(reason.0.contains(want), "want {want:?}, got {reason}")
+            }
             other => panic!("want {want:?}, got {other:?}"),
         }
     }

@@ -31,5 +31,7 @@ fn stats_after_importing_the_gallery_resnet50_log() {
 #[test]
 fn workloads_of_the_gallery_resnet50_log() {
     let (store, _) = imported();
-    insta::assert_snapshot!(render_workloads(&ttdb::store::query::workloads(&store, None).unwrap()));
+    insta::assert_snapshot!(render_workloads(
+        &ttdb::store::query::workloads(&store, None).unwrap()
+    ));
 }

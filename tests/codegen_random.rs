@@ -13,7 +13,13 @@ fn leaf() -> impl Strategy<Value = Expr> {
         Just(Expr::load("A", vec![v("j"), v("i")])),
         Just(Expr::load("B", vec![v("j")])),
         Just(Expr::load("B", vec![v("i")])),
-        Just(Expr::load("B", vec![Expr::floormod(Expr::mul(v("j"), Expr::int(3)), Expr::int(16))])),
+        Just(Expr::load(
+            "B",
+            vec![Expr::floormod(
+                Expr::mul(v("j"), Expr::int(3)),
+                Expr::int(16)
+            )]
+        )),
         (-4i32..4).prop_map(|c| Expr::f32(c as f64 * 0.5)),
         Just(Expr::cast(DType::F32, Expr::sub(v("i"), v("j")))),
     ]
@@ -29,8 +35,12 @@ fn expr() -> impl Strategy<Value = Expr> {
             (inner.clone(), inner.clone()).prop_map(|(a, b)| Expr::max(a, b)),
             (inner.clone(), inner.clone(), inner.clone(), inner.clone())
                 .prop_map(|(a, b, t, f)| Expr::select(Expr::lt(a, b), t, f)),
-            inner.clone().prop_map(|a| Expr::call(Intrinsic::Fabs, vec![a])),
-            inner.clone().prop_map(|a| Expr::call(Intrinsic::Tanh, vec![a])),
+            inner
+                .clone()
+                .prop_map(|a| Expr::call(Intrinsic::Fabs, vec![a])),
+            inner
+                .clone()
+                .prop_map(|a| Expr::call(Intrinsic::Tanh, vec![a])),
             // guarded load: only valid under the condition
             inner.prop_map(|t| Expr::select(
                 Expr::lt(Expr::var("j"), Expr::int(12)),
@@ -51,7 +61,12 @@ fn kernel(e: Expr, outer: ForKind, inner: ForKind) -> Kernel {
             Buffer::new("C", DType::F32, &[12], BufferRole::Input),
             Buffer::new("O", DType::F32, &[16, 16], BufferRole::Output),
         ],
-        Stmt::loop_("i", 16, outer, Stmt::loop_("j", 16, inner, Stmt::store("O", vec![v("i"), v("j")], e))),
+        Stmt::loop_(
+            "i",
+            16,
+            outer,
+            Stmt::loop_("j", 16, inner, Stmt::store("O", vec![v("i"), v("j")], e)),
+        ),
     )
 }
 

@@ -14,7 +14,10 @@ fn content_lines(path: &std::path::Path) -> usize {
 }
 
 fn import_corpus(store: &mut Store) -> Vec<ttdb::store::FileReport> {
-    common::ansor_files().iter().map(|f| import_file(store, f, &|_| {}).unwrap()).collect()
+    common::ansor_files()
+        .iter()
+        .map(|f| import_file(store, f, &|_| {}).unwrap())
+        .collect()
 }
 
 /// (workload key, target) -> (mean cost, raw line) of the best valid record.
@@ -28,7 +31,12 @@ fn best_records(store: &Store) -> Bests {
         )
         .unwrap();
     let rows = q
-        .query_map([], |r| Ok(((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?), (r.get(4)?, r.get(5)?))))
+        .query_map([], |r| {
+            Ok((
+                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?),
+                (r.get(4)?, r.get(5)?),
+            ))
+        })
         .unwrap();
     rows.map(Result::unwrap).collect()
 }
@@ -41,8 +49,17 @@ fn assert_same_bests(a: &Bests, b: &Bests, what: &str) {
             diffs.push(format!("{k:?}: {} vs {:?}", v.0, b.get(k).map(|x| x.0)));
         }
     }
-    diffs.extend(b.keys().filter(|k| !a.contains_key(*k)).map(|k| format!("{k:?}: only after {what}")));
-    assert!(diffs.is_empty(), "{what}: {} best records differ:\n{}", diffs.len(), diffs[..diffs.len().min(5)].join("\n"));
+    diffs.extend(
+        b.keys()
+            .filter(|k| !a.contains_key(*k))
+            .map(|k| format!("{k:?}: only after {what}")),
+    );
+    assert!(
+        diffs.is_empty(),
+        "{what}: {} best records differ:\n{}",
+        diffs.len(),
+        diffs[..diffs.len().min(5)].join("\n")
+    );
 }
 
 type Bests = BTreeMap<(String, String, String, String), (f64, String)>;
@@ -53,8 +70,18 @@ fn corpus_imports_cleanly_idempotently_and_round_trips_through_export() {
     let reports = import_corpus(&mut store);
     let mut total = 0;
     for (r, f) in reports.iter().zip(common::ansor_files()) {
-        assert!(r.rejected.is_empty(), "{}: rejected {:?}", f.display(), r.rejected);
-        assert_eq!(r.records, content_lines(&f), "{}: records vs content lines", f.display());
+        assert!(
+            r.rejected.is_empty(),
+            "{}: rejected {:?}",
+            f.display(),
+            r.rejected
+        );
+        assert_eq!(
+            r.records,
+            content_lines(&f),
+            "{}: records vs content lines",
+            f.display()
+        );
         assert_eq!(r.inserted + r.duplicates, r.records);
         total += r.records;
     }
@@ -62,9 +89,17 @@ fn corpus_imports_cleanly_idempotently_and_round_trips_through_export() {
 
     // A second import of the same files inserts nothing.
     let again = import_corpus(&mut store);
-    assert!(again.iter().all(|r| r.already_imported && r.inserted == 0 && r.duplicates == r.records));
-    let n: i64 = store.conn.query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0)).unwrap();
-    assert_eq!(n as usize, reports.iter().map(|r| r.inserted).sum::<usize>());
+    assert!(again
+        .iter()
+        .all(|r| r.already_imported && r.inserted == 0 && r.duplicates == r.records));
+    let n: i64 = store
+        .conn
+        .query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        n as usize,
+        reports.iter().map(|r| r.inserted).sum::<usize>()
+    );
 
     // Export everything, re-import into a fresh database: the same best records.
     let dir = tempfile::tempdir().unwrap();
@@ -81,21 +116,36 @@ fn corpus_imports_cleanly_idempotently_and_round_trips_through_export() {
     let mut fresh = Store::open_in_memory().unwrap();
     let r = import_file(&mut fresh, &path, &|_| {}).unwrap();
     assert_eq!((r.inserted, r.rejected.len()), (exported, 0));
-    assert_same_bests(&best_records(&store), &best_records(&fresh), "export + re-import");
+    assert_same_bests(
+        &best_records(&store),
+        &best_records(&fresh),
+        "export + re-import",
+    );
 
     // --best export: one line per (workload, target) with a valid record, same bests again.
     let best_path = dir.path().join("best.json");
     let mut best_text = String::new();
-    export(&store, &ExportFilter { best: true, signature: None }, |l| {
-        best_text.push_str(l);
-        best_text.push('\n');
-        Ok(())
-    })
+    export(
+        &store,
+        &ExportFilter {
+            best: true,
+            signature: None,
+        },
+        |l| {
+            best_text.push_str(l);
+            best_text.push('\n');
+            Ok(())
+        },
+    )
     .unwrap();
     std::fs::write(&best_path, &best_text).unwrap();
     let mut fresh_best = Store::open_in_memory().unwrap();
     import_file(&mut fresh_best, &best_path, &|_| {}).unwrap();
-    assert_same_bests(&best_records(&store), &best_records(&fresh_best), "export --best + re-import");
+    assert_same_bests(
+        &best_records(&store),
+        &best_records(&fresh_best),
+        "export --best + re-import",
+    );
 }
 
 #[test]
@@ -103,14 +153,21 @@ fn every_cpu_workload_gets_a_class() {
     let mut store = Store::open_in_memory().unwrap();
     let reports = import_corpus(&mut store);
     let mut unknown = Vec::new();
-    eprintln!("{:<58} {:>8} {:>9} {:>8}  classes", "file", "records", "workloads", "unknown");
+    eprintln!(
+        "{:<58} {:>8} {:>9} {:>8}  classes",
+        "file", "records", "workloads", "unknown"
+    );
     for (r, f) in reports.iter().zip(common::ansor_files()) {
         let mut classes = BTreeMap::new();
         let mut n_unknown = 0;
         for id in &r.workload_ids {
             let (class, key): (String, String) = store
                 .conn
-                .query_row("SELECT op_class, key FROM workloads WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row(
+                    "SELECT op_class, key FROM workloads WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
                 .unwrap();
             if class == "unknown" {
                 n_unknown += 1;
@@ -120,7 +177,18 @@ fn every_cpu_workload_gets_a_class() {
             }
             *classes.entry(class).or_insert(0) += 1;
         }
-        eprintln!("{:<58} {:>8} {:>9} {:>8}  {}", common::rel(&f), r.records, r.workload_ids.len(), n_unknown, classes.len());
+        eprintln!(
+            "{:<58} {:>8} {:>9} {:>8}  {}",
+            common::rel(&f),
+            r.records,
+            r.workload_ids.len(),
+            n_unknown,
+            classes.len()
+        );
     }
-    assert!(unknown.is_empty(), "CPU workloads left unknown:\n{}", unknown.join("\n"));
+    assert!(
+        unknown.is_empty(),
+        "CPU workloads left unknown:\n{}",
+        unknown.join("\n")
+    );
 }

@@ -16,26 +16,39 @@ fn count(store: &Store, sql: &str) -> i64 {
 
 #[test]
 fn corrupted_copy_imports_its_good_lines_and_names_each_bad_one() {
-    let text = std::fs::read_to_string(corpus_file("tvm_ansor_bench_nchwc/resnet_18.best.json")).unwrap();
+    let text =
+        std::fs::read_to_string(corpus_file("tvm_ansor_bench_nchwc/resnet_18.best.json")).unwrap();
     let mut lines: Vec<Vec<u8>> = text.lines().map(|l| l.as_bytes().to_vec()).collect();
     assert_eq!(lines.len(), 17);
     let l3 = lines[2].len();
     lines[2].truncate(l3 / 2); // line 3: truncated mid-record
     lines[4] = b"\x00\xff\xfegarbage \x13 bytes".to_vec(); // line 5: garbage bytes
     let l7 = String::from_utf8(lines[6].clone()).unwrap();
-    lines[6] = l7.replacen(", 2, []], [[]", ", 2, [], 9], [[]", 1).into_bytes(); // line 7: 7-element task
+    lines[6] = l7
+        .replacen(", 2, []], [[]", ", 2, [], 9], [[]", 1)
+        .into_bytes(); // line 7: 7-element task
     let l9 = String::from_utf8(lines[8].clone()).unwrap();
     lines[8] = l9.replacen("[\"CI\", ", "[\"XY\", ", 1).into_bytes(); // line 9: unknown step tag
     let l11 = String::from_utf8(lines[10].clone()).unwrap();
-    lines[10] = l11.replacen("[\"SP\", 3, 0, 1,", "[\"SP\", 3, 0, 99999999999,", 1).into_bytes(); // out of range
+    lines[10] = l11
+        .replacen("[\"SP\", 3, 0, 1,", "[\"SP\", 3, 0, 99999999999,", 1)
+        .into_bytes(); // out of range
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("corrupt.json");
     std::fs::write(&path, lines.join(&b'\n')).unwrap();
 
     let mut store = Store::open_in_memory().unwrap();
     let r = import_file(&mut store, &path, &|_| {}).unwrap();
-    let bad: Vec<(usize, &str)> = r.rejected.iter().map(|x| (x.line, x.reason.as_str())).collect();
-    assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![3, 5, 7, 9, 11], "{bad:?}");
+    let bad: Vec<(usize, &str)> = r
+        .rejected
+        .iter()
+        .map(|x| (x.line, x.reason.as_str()))
+        .collect();
+    assert_eq!(
+        bad.iter().map(|b| b.0).collect::<Vec<_>>(),
+        vec![3, 5, 7, 9, 11],
+        "{bad:?}"
+    );
     assert!(bad[0].1.contains("bad JSON at column"), "{}", bad[0].1);
     assert!(bad[1].1.starts_with("not UTF-8"), "{}", bad[1].1);
     assert!(bad[2].1.contains("task has 7 elements"), "{}", bad[2].1);
@@ -44,7 +57,14 @@ fn corrupted_copy_imports_its_good_lines_and_names_each_bad_one() {
     assert_eq!((r.records, r.inserted), (12, 12));
     // Nothing is lost: the bad lines are kept verbatim with their reasons.
     assert_eq!(count(&store, "SELECT COUNT(*) FROM rejected_lines"), 5);
-    let raw: Vec<u8> = store.conn.query_row("SELECT raw FROM rejected_lines WHERE line_no = 5", [], |r| r.get(0)).unwrap();
+    let raw: Vec<u8> = store
+        .conn
+        .query_row(
+            "SELECT raw FROM rejected_lines WHERE line_no = 5",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert_eq!(raw, lines[4]);
     // Idempotent: again, nothing new.
     let again = import_file(&mut store, &path, &|_| {}).unwrap();
@@ -54,7 +74,8 @@ fn corrupted_copy_imports_its_good_lines_and_names_each_bad_one() {
 
 /// A large synthetic log: corpus records with varied keys (distinct digests).
 fn big_log(path: &Path, n: usize) {
-    let src = std::fs::read_to_string(corpus_file("tvm_ansor_bench_nchwc/resnet_50.best.json")).unwrap();
+    let src =
+        std::fs::read_to_string(corpus_file("tvm_ansor_bench_nchwc/resnet_50.best.json")).unwrap();
     let base: Vec<&str> = src.lines().collect();
     let mut out = String::with_capacity(n * 1200);
     for i in 0..n {
@@ -78,7 +99,12 @@ fn sigkill_mid_import_leaves_the_file_fully_in_or_absent() {
     for (attempt, delay_ms) in [100u64, 300, 600].into_iter().enumerate() {
         let db = dir.path().join(format!("kill{attempt}.db"));
         let mut child = Command::new(exe)
-            .args(["--db", db.to_str().unwrap(), "import", log.to_str().unwrap()])
+            .args([
+                "--db",
+                db.to_str().unwrap(),
+                "import",
+                log.to_str().unwrap(),
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -90,7 +116,13 @@ fn sigkill_mid_import_leaves_the_file_fully_in_or_absent() {
         child.kill().ok(); // SIGKILL
         child.wait().unwrap();
         let store = Store::open(&db).unwrap();
-        assert_eq!(store.conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+        assert_eq!(
+            store
+                .conn
+                .query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
+                .unwrap(),
+            "ok"
+        );
         let sources = count(&store, "SELECT COUNT(*) FROM sources");
         let records = count(&store, "SELECT COUNT(*) FROM records");
         assert!(
@@ -106,7 +138,10 @@ fn sigkill_mid_import_leaves_the_file_fully_in_or_absent() {
             assert_eq!(count(&store, "SELECT COUNT(*) FROM records"), n as i64);
         }
     }
-    assert!(interrupted >= 1, "no import was still running when killed; make the log bigger");
+    assert!(
+        interrupted >= 1,
+        "no import was still running when killed; make the log bigger"
+    );
 }
 
 #[test]
@@ -116,7 +151,12 @@ fn readers_work_while_a_writer_imports() {
     let log = dir.path().join("big.json");
     big_log(&log, 60_000);
     let mut writer = Store::open(&db).unwrap();
-    import_file(&mut writer, &corpus_file("bert_cpu/ansor-bert-tuning.stage1.log"), &|_| {}).unwrap();
+    import_file(
+        &mut writer,
+        &corpus_file("bert_cpu/ansor-bert-tuning.stage1.log"),
+        &|_| {},
+    )
+    .unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
@@ -140,7 +180,12 @@ fn readers_work_while_a_writer_imports() {
 fn best_record_is_one_indexed_query_and_skips_failed_measurements() {
     let mut store = Store::open_in_memory().unwrap();
     // The full alexnet log: 5,056 records, 4,487 failed (cost 1e10, error_no != 0).
-    let r = import_file(&mut store, &corpus_file("jaspann_tt/alexnet-NCHW-B1-llvm-core-avx2.json"), &|_| {}).unwrap();
+    let r = import_file(
+        &mut store,
+        &corpus_file("jaspann_tt/alexnet-NCHW-B1-llvm-core-avx2.json"),
+        &|_| {},
+    )
+    .unwrap();
     assert_eq!(r.failed_measurements, 4487);
     let plan: Vec<String> = store
         .conn
@@ -154,23 +199,44 @@ fn best_record_is_one_indexed_query_and_skips_failed_measurements() {
         .map(Result::unwrap)
         .collect();
     assert!(plan.iter().any(|p| p.contains("records_best")), "{plan:?}");
-    assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "no sort needed: {plan:?}");
+    assert!(
+        !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+        "no sort needed: {plan:?}"
+    );
     // For every workload: the chosen record is valid and no valid record is cheaper.
-    let ids: Vec<i64> = store.conn.prepare("SELECT id FROM workloads").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let ids: Vec<i64> = store
+        .conn
+        .prepare("SELECT id FROM workloads")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     let mut with_best = 0;
     for w in ids {
         let best = ttdb::store::query::best_record(&store, w, "llvm/cpu").unwrap();
         let min_valid: Option<f64> = store
             .conn
-            .query_row("SELECT MIN(mean_cost) FROM records WHERE workload_id = ?1 AND error_no = 0", [w], |r| r.get(0))
+            .query_row(
+                "SELECT MIN(mean_cost) FROM records WHERE workload_id = ?1 AND error_no = 0",
+                [w],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(best.as_ref().map(|b| b.2), min_valid);
         if let Some((_, raw, _)) = best {
             with_best += 1;
-            assert!(ttdb::ansor::Record::parse(&raw).unwrap().result.error_no.is_ok());
+            assert!(ttdb::ansor::Record::parse(&raw)
+                .unwrap()
+                .result
+                .error_no
+                .is_ok());
         }
     }
     assert!(with_best > 0);
     // Only cpu-compatible targets are considered.
-    assert_eq!(ttdb::store::query::best_record(&store, 1, "cuda/cuda,gpu").unwrap(), None);
+    assert_eq!(
+        ttdb::store::query::best_record(&store, 1, "cuda/cuda,gpu").unwrap(),
+        None
+    );
 }

@@ -29,34 +29,74 @@ fn record(file: &str, key_prefix: &str, nth: usize) -> Record {
 /// (file, part of the workload key, which record with that key)
 const CASES: &[(&str, &str, usize)] = &[
     // resnet-50 1x1 conv + bias + residual add + relu, conv computed at the relu's tile
-    ("tvm_gallery/resnet-50-NHWC-B1-llvm.json", "875556d12d0be2269206a7775d5296a6", 0),
+    (
+        "tvm_gallery/resnet-50-NHWC-B1-llvm.json",
+        "875556d12d0be2269206a7775d5296a6",
+        0,
+    ),
     // resnet-50 softmax: two rfactors, .repl stages computed inside their consumers
-    ("tvm_gallery/resnet-50-NHWC-B1-llvm.json", "d7b65649a4dd54becea0a52aabbc5af5", 0),
+    (
+        "tvm_gallery/resnet-50-NHWC-B1-llvm.json",
+        "d7b65649a4dd54becea0a52aabbc5af5",
+        0,
+    ),
     // conv2d_NCHWc 1x1 stride 2 + bias
-    ("tvm_ansor_bench_nchwc/resnet_18.best.json", "63163dfaa69dc65fc4319ac2dfa138da", 0),
+    (
+        "tvm_ansor_bench_nchwc/resnet_18.best.json",
+        "63163dfaa69dc65fc4319ac2dfa138da",
+        0,
+    ),
     // depthwise conv2d_NCHWc + bias + clip
-    ("tvm_ansor_bench_nchwc/mobilenet_v2.best.json", r#"374c777cd99c72d8a55bbe0fd7c3a352", [1, 240, 7, 7, 4]"#, 0),
+    (
+        "tvm_ansor_bench_nchwc/mobilenet_v2.best.json",
+        r#"374c777cd99c72d8a55bbe0fd7c3a352", [1, 240, 7, 7, 4]"#,
+        0,
+    ),
     // winograd NHWC (data_pack, bgemm with cache_write, inverse) + bias + relu
-    ("tvm_ansor_bench_nhwc/resnet_18.best.json", "38552500208b25b4035682b0e93cbce3", 0),
+    (
+        "tvm_ansor_bench_nhwc/resnet_18.best.json",
+        "38552500208b25b4035682b0e93cbce3",
+        0,
+    ),
     // max pool NCHWc
-    ("tvm_ansor_bench_nchwc/resnet_18.best.json", "5dbf6b49975651f2bcf58cb55546df6d", 0),
+    (
+        "tvm_ansor_bench_nchwc/resnet_18.best.json",
+        "5dbf6b49975651f2bcf58cb55546df6d",
+        0,
+    ),
     // BERT dense with cache_write, batch_matmul with cache_write, mean/variance with rfactor
-    ("bert_cpu/ansor-bert-tuning.stage1.log", r#"218090bc617f9a36fbabdf253ec28064", [14, 3072]"#, 0),
-    ("bert_cpu/ansor-bert-tuning.stage1.log", r#"32a5ff201401d5600f77ced9f22defaa", [12, 14, 14]"#, 0),
-    ("bert_cpu/ansor-bert-tuning.stage1.log", "dde89265d3f1a59075cee648386eac1e", 0),
+    (
+        "bert_cpu/ansor-bert-tuning.stage1.log",
+        r#"218090bc617f9a36fbabdf253ec28064", [14, 3072]"#,
+        0,
+    ),
+    (
+        "bert_cpu/ansor-bert-tuning.stage1.log",
+        r#"32a5ff201401d5600f77ced9f22defaa", [12, 14, 14]"#,
+        0,
+    ),
+    (
+        "bert_cpu/ansor-bert-tuning.stage1.log",
+        "dde89265d3f1a59075cee648386eac1e",
+        0,
+    ),
 ];
 
 #[test]
 fn real_records_compile_and_match_the_reference() {
     for &(file, key, nth) in CASES {
         let rec = record(file, key, nth);
-        let dag = recognize(&WorkloadKey::parse(&rec.task.workload_key).unwrap()).unwrap().dag;
+        let dag = recognize(&WorkloadKey::parse(&rec.task.workload_key).unwrap())
+            .unwrap()
+            .dag;
         let state = replay(&stage_inits_from_dag(&dag), &rec.steps).unwrap();
         let t0 = Instant::now();
-        let k = lower(&dag, &state, &LowerOptions::default()).unwrap_or_else(|e| panic!("{file} {key}: {e}"));
+        let k = lower(&dag, &state, &LowerOptions::default())
+            .unwrap_or_else(|e| panic!("{file} {key}: {e}"));
         let t_lower = t0.elapsed();
         let t1 = Instant::now();
-        let ck = compile(&k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{file} {key}: {e}"));
+        let ck =
+            compile(&k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{file} {key}: {e}"));
         let t_compile = t1.elapsed();
         let inputs = random_inputs(&dag, 3);
         let t2 = Instant::now();
@@ -83,8 +123,12 @@ fn resnet50_tasks_lower_and_compile_quickly() {
     let text = std::fs::read(&path).unwrap();
     let mut rows = Vec::new();
     for (_, b) in lines(&text) {
-        let LogLine::Record { record, .. } = parse_line(b) else { continue };
-        let dag = recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap()).unwrap().dag;
+        let LogLine::Record { record, .. } = parse_line(b) else {
+            continue;
+        };
+        let dag = recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap())
+            .unwrap()
+            .dag;
         let state = replay(&stage_inits_from_dag(&dag), &record.steps).unwrap();
         let t0 = Instant::now();
         let k = lower(&dag, &state, &LowerOptions::default()).unwrap();
@@ -101,7 +145,10 @@ fn resnet50_tasks_lower_and_compile_quickly() {
             .to_string();
         rows.push((name, lower_ms, compile_ms));
     }
-    println!("{:<24} {:>9} {:>11} {:>9}", "anchor stage", "lower ms", "compile ms", "total ms");
+    println!(
+        "{:<24} {:>9} {:>11} {:>9}",
+        "anchor stage", "lower ms", "compile ms", "total ms"
+    );
     for (n, l, c) in &rows {
         println!("{n:<24} {l:>9.2} {c:>11.1} {:>9.1}", l + c);
     }

@@ -50,8 +50,22 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
         let [pt, pl, pb, pr] = w.padding;
         let [oh, ow] = w.out_hw([d[hx], d[wx]], k);
         [
-            window_input(d[hx], cap(oh, OUT), k[0], w.stride[0], w.dilation[0], pt + pb),
-            window_input(d[wx], cap(ow, OUT), k[1], w.stride[1], w.dilation[1], pl + pr),
+            window_input(
+                d[hx],
+                cap(oh, OUT),
+                k[0],
+                w.stride[0],
+                w.dilation[0],
+                pt + pb,
+            ),
+            window_input(
+                d[wx],
+                cap(ow, OUT),
+                k[1],
+                w.stride[1],
+                w.dilation[1],
+                pl + pr,
+            ),
         ]
     };
     Ok(match anchor {
@@ -74,7 +88,10 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             let g = d[1] / k[1].max(1);
             let (icb, ocb) = (cap(d[4], 8), cap(k[5], 8));
             let (icc, occ) = (g * cap(d[1] / g, 2), g * cap(k[0] / g, 2));
-            vec![vec![1, icc, h, wd, icb], vec![occ, icc / g, k[2], k[3], icb, ocb]]
+            vec![
+                vec![1, icc, h, wd, icb],
+                vec![occ, icc / g, k[2], k[3], icb, ocb],
+            ]
         }
         Anchor::DepthwiseNhwc(w) => {
             let (d, k) = (&ins[0], &ins[1]);
@@ -86,13 +103,23 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             let (d, k) = (&ins[0], &ins[1]);
             let [h, wd] = hw(d, [k[2], k[3]], w, 2, 3);
             let (cc, cb) = (cap(d[1], 2), cap(d[4], 8));
-            let ocb = if k[5] == d[4] { cb } else { return Err("depthwise NCHWc with differing blocks".into()) };
-            vec![vec![1, cc, h, wd, cb], vec![cc, k[1], k[2], k[3], k[4], ocb]]
+            let ocb = if k[5] == d[4] {
+                cb
+            } else {
+                return Err("depthwise NCHWc with differing blocks".into());
+            };
+            vec![
+                vec![1, cc, h, wd, cb],
+                vec![cc, k[1], k[2], k[3], k[4], ocb],
+            ]
         }
         Anchor::WinogradNhwc { .. } => {
             let (d, k) = (&ins[0], &ins[1]);
             let (ci, co) = (cap(d[3], 8), cap(k[2], 16));
-            vec![vec![1, cap(d[1], 6), cap(d[2], 6), ci], vec![k[0], k[1], co, ci]]
+            vec![
+                vec![1, cap(d[1], 6), cap(d[2], 6), ci],
+                vec![k[0], k[1], co, ci],
+            ]
         }
         Anchor::Dense => {
             let (d, w) = (&ins[0], &ins[1]);
@@ -102,7 +129,10 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
         Anchor::BatchMatmul => {
             let (a, b) = (&ins[0], &ins[1]);
             let kk = cap(a[2], 32);
-            vec![vec![cap(a[0], 2), cap(a[1], 16), kk], vec![cap(b[0], 2), cap(b[1], 16), kk]]
+            vec![
+                vec![cap(a[0], 2), cap(a[1], 16), kk],
+                vec![cap(b[0], 2), cap(b[1], 16), kk],
+            ]
         }
         Anchor::Pool(p) => {
             let d = &ins[0];
@@ -110,7 +140,11 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
                 PoolLayout::Nhwc => (1, 2),
                 _ => (2, 3),
             };
-            let w = ttdb::ops::Window2d { stride: p.stride, padding: p.effective_padding(), dilation: p.dilation };
+            let w = ttdb::ops::Window2d {
+                stride: p.stride,
+                padding: p.effective_padding(),
+                dilation: p.dilation,
+            };
             let [h, wd] = hw(d, p.kernel, &w, hx, wx);
             let mut s: Vec<i64> = d.iter().map(|&x| cap(x, 8)).collect();
             s[0] = 1;
@@ -123,7 +157,11 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
         }
         Anchor::AdaptivePool { layout, out_hw, .. } => {
             let d = &ins[0];
-            let (hx, wx) = if *layout == PoolLayout::Nhwc { (1, 2) } else { (2, 3) };
+            let (hx, wx) = if *layout == PoolLayout::Nhwc {
+                (1, 2)
+            } else {
+                (2, 3)
+            };
             let mut s: Vec<i64> = d.iter().map(|&x| cap(x, 8)).collect();
             s[0] = 1;
             if *layout == PoolLayout::Nchwc {
@@ -133,13 +171,22 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             s[wx] = d[wx].min(out_hw[1].max(8));
             vec![s]
         }
-        Anchor::Softmax { .. } | Anchor::Mean { .. } => vec![ins[0].iter().map(|&x| cap(x, 24)).collect()],
+        Anchor::Softmax { .. } | Anchor::Mean { .. } => {
+            vec![ins[0].iter().map(|&x| cap(x, 24)).collect()]
+        }
         Anchor::Variance { axes, keepdims, .. } => {
             let d: Vec<i64> = ins[0].iter().map(|&x| cap(x, 24)).collect();
             let m: Vec<i64> = if *keepdims {
-                d.iter().enumerate().map(|(i, &x)| if axes.contains(&i) { 1 } else { x }).collect()
+                d.iter()
+                    .enumerate()
+                    .map(|(i, &x)| if axes.contains(&i) { 1 } else { x })
+                    .collect()
             } else {
-                d.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &x)| x).collect()
+                d.iter()
+                    .enumerate()
+                    .filter(|(i, _)| !axes.contains(i))
+                    .map(|(_, &x)| x)
+                    .collect()
             };
             vec![d, m]
         }
@@ -149,19 +196,33 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
 /// The output shape of `spec`'s anchor for `inputs` (canonical anchor inputs).
 fn anchor_out(spec: &WorkloadSpec, era: Era, ins: &[Vec<i64>]) -> Result<Vec<i64>, String> {
     let k = spec.anchor.num_inputs();
-    let dag = WorkloadSpec { anchor: spec.anchor.clone(), epilogue: vec![], dtype: spec.dtype }
-        .build(era, &ins[..k])
-        .map_err(|e| e.to_string())?;
+    let dag = WorkloadSpec {
+        anchor: spec.anchor.clone(),
+        epilogue: vec![],
+        dtype: spec.dtype,
+    }
+    .build(era, &ins[..k])
+    .map_err(|e| e.to_string())?;
     Ok(dag.stage(dag.output()).shape())
 }
 
 /// A smaller DAG of the same class as `dag` (the record's workload).
-fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option<Era>) -> Result<Dag, String> {
+fn shrink(
+    key: &WorkloadKey,
+    dag: &Dag,
+    spec: Option<&WorkloadSpec>,
+    era: Option<Era>,
+) -> Result<Dag, String> {
     if key.form == KeyForm::Registered {
         let ints: Vec<i64> = key.args.iter().filter_map(|a| a.as_int()).collect();
         return match key.head.as_str() {
-            "matmul_add" => registered::matmul_add(cap(ints[0], 32), cap(ints[1], 24), cap(ints[2], 40), DType::F32)
-                .map_err(|e| e.to_string()),
+            "matmul_add" => registered::matmul_add(
+                cap(ints[0], 32),
+                cap(ints[1], 24),
+                cap(ints[2], 40),
+                DType::F32,
+            )
+            .map_err(|e| e.to_string()),
             "conv2d_layer" => {
                 let l = |i: usize| key.args[i].as_int_list().unwrap_or_default();
                 let (stride, pad) = (l(7), l(8));
@@ -185,20 +246,35 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
             // the weights fix N and K: only the rows of the dense operand shrink
             "sparse_dense" => {
                 let l = |i: usize| key.args[i].as_int_list().unwrap_or_default();
-                registered::sparse_dense(cap(ints[0], 8), ints[1], ints[2], &l(3), &l(4), &l(5), DType::F32)
-                    .map_err(|e| e.to_string())
+                registered::sparse_dense(
+                    cap(ints[0], 8),
+                    ints[1],
+                    ints[2],
+                    &l(3),
+                    &l(4),
+                    &l(5),
+                    DType::F32,
+                )
+                .map_err(|e| e.to_string())
             }
-            other => Err(format!("no shrink rule for the registered workload {other}")),
+            other => Err(format!(
+                "no shrink rule for the registered workload {other}"
+            )),
         };
     }
     let (spec, era) = match (spec, era) {
         (Some(s), Some(e)) => (s, e),
         _ => return Err("recognized without a workload spec".into()),
     };
-    let canonical = spec.canonical_inputs(&dag.placeholder_shapes()).map_err(|e| e.to_string())?;
+    let canonical = spec
+        .canonical_inputs(&dag.placeholder_shapes())
+        .map_err(|e| e.to_string())?;
     let k = spec.anchor.num_inputs();
     let mut new = shrink_anchor(&spec.anchor, &canonical[..k])?;
-    let (old_out, new_out) = (anchor_out(spec, era, &canonical)?, anchor_out(spec, era, &new)?);
+    let (old_out, new_out) = (
+        anchor_out(spec, era, &canonical)?,
+        anchor_out(spec, era, &new)?,
+    );
     let mut next = k;
     for op in &spec.epilogue {
         if !op.takes_operand() {
@@ -207,11 +283,20 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
         let operand = &canonical[next];
         next += 1;
         // broadcast dims stay 1, the others follow the anchor output (aligned to the end)
-        let off = old_out.len().checked_sub(operand.len()).ok_or("operand of higher rank")?;
+        let off = old_out
+            .len()
+            .checked_sub(operand.len())
+            .ok_or("operand of higher rank")?;
         let s = operand
             .iter()
             .enumerate()
-            .map(|(i, &d)| if d == 1 && old_out[off + i] != 1 { 1 } else { new_out[off + i] })
+            .map(|(i, &d)| {
+                if d == 1 && old_out[off + i] != 1 {
+                    1
+                } else {
+                    new_out[off + i]
+                }
+            })
             .collect();
         new.push(s);
     }
@@ -222,9 +307,11 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
 fn same_structure(a: &Dag, b: &Dag) -> bool {
     let (x, y) = (a.initial_stages(), b.initial_stages());
     x.len() == y.len()
-        && x.iter()
-            .zip(&y)
-            .all(|(p, q)| p.name == q.name && p.iters.len() == q.iters.len() && p.is_placeholder == q.is_placeholder)
+        && x.iter().zip(&y).all(|(p, q)| {
+            p.name == q.name
+                && p.iters.len() == q.iters.len()
+                && p.is_placeholder == q.is_placeholder
+        })
 }
 
 struct Rec {
@@ -249,7 +336,11 @@ fn features(k: &ttdb::loopnest::Kernel) -> Vec<&'static str> {
                 walk(body, depth + 1, out);
             }
             Stmt::Allocate { buffer, body } => {
-                out.push(if depth > 0 { "temporary inside a loop (compute_at)" } else { "temporary at root" });
+                out.push(if depth > 0 {
+                    "temporary inside a loop (compute_at)"
+                } else {
+                    "temporary at root"
+                });
                 if buffer.name.ends_with("_rf") {
                     out.push("rfactor stage");
                 }
@@ -302,7 +393,14 @@ fn shorten(s: &str, n: usize) -> String {
     if s.len() <= n {
         s
     } else {
-        format!("{}…", &s[..s.char_indices().take_while(|(i, _)| *i < n).last().map_or(0, |(i, _)| i)])
+        format!(
+            "{}…",
+            &s[..s
+                .char_indices()
+                .take_while(|(i, _)| *i < n)
+                .last()
+                .map_or(0, |(i, _)| i)]
+        )
     }
 }
 
@@ -318,25 +416,38 @@ enum Mode {
 
 /// Replays `steps` on `inits` with split lengths clamped (innermost first) to what is left of
 /// each extent, without requiring divisibility.
-fn partial_tiles(inits: &[ttdb::schedule::StageInit], steps: &[Step]) -> Result<ttdb::schedule::State, String> {
+fn partial_tiles(
+    inits: &[ttdb::schedule::StageInit],
+    steps: &[Step],
+) -> Result<ttdb::schedule::State, String> {
     use ttdb::ansor::step::SplitStep;
     let mut st = ttdb::schedule::State::new(inits).map_err(|e| e.to_string())?;
     for step in steps {
         let new = match step {
             Step::Split(sp) => {
-                let ext =
-                    st.stages().get(sp.stage_id as usize).and_then(|s| s.iters.get(sp.iter_id as usize)).and_then(|it| it.extent);
+                let ext = st
+                    .stages()
+                    .get(sp.stage_id as usize)
+                    .and_then(|s| s.iters.get(sp.iter_id as usize))
+                    .and_then(|it| it.extent);
                 match ext {
                     Some(e) => {
                         let mut rest = e;
                         let mut l = sp.lengths.clone();
-                        let order: Vec<usize> =
-                            if sp.inner_to_outer { (0..l.len()).rev().collect() } else { (0..l.len()).collect() };
+                        let order: Vec<usize> = if sp.inner_to_outer {
+                            (0..l.len()).rev().collect()
+                        } else {
+                            (0..l.len()).collect()
+                        };
                         for k in order {
                             l[k] = l[k].clamp(1, rest.max(1));
                             rest = (rest + l[k] - 1) / l[k];
                         }
-                        Step::Split(SplitStep { extent: e, lengths: l, ..sp.clone() })
+                        Step::Split(SplitStep {
+                            extent: e,
+                            lengths: l,
+                            ..sp.clone()
+                        })
                     }
                     None => step.clone(),
                 }
@@ -362,17 +473,29 @@ fn corpus_records_with_partial_tiles_lower_and_match_the_reference() {
 
 fn check_corpus(mode: Mode) {
     let t0 = Instant::now();
-    let files: Vec<_> = common::ansor_files().into_iter().filter(|p| !common::is_cuda_log(p)).collect();
-    assert!(!files.is_empty(), "no CPU Ansor logs found under {}", common::corpus_dir().display());
+    let files: Vec<_> = common::ansor_files()
+        .into_iter()
+        .filter(|p| !common::is_cuda_log(p))
+        .collect();
+    assert!(
+        !files.is_empty(),
+        "no CPU Ansor logs found under {}",
+        common::corpus_dir().display()
+    );
     let mut recs = Vec::new();
     for f in &files {
         let text = std::fs::read(f).unwrap();
         for (ln, bytes) in lines(&text) {
             match parse_line(bytes) {
-                LogLine::Record { record, .. } => {
-                    recs.push(Rec { file: common::rel(f), line: ln, key: record.task.workload_key.clone(), steps: record.steps })
+                LogLine::Record { record, .. } => recs.push(Rec {
+                    file: common::rel(f),
+                    line: ln,
+                    key: record.task.workload_key.clone(),
+                    steps: record.steps,
+                }),
+                LogLine::Bad { reason, .. } => {
+                    panic!("{}:{ln}: unparsable record: {reason}", f.display())
                 }
-                LogLine::Bad { reason, .. } => panic!("{}:{ln}: unparsable record: {reason}", f.display()),
                 _ => {}
             }
         }
@@ -385,7 +508,10 @@ fn check_corpus(mode: Mode) {
     }
     if mode == Mode::Partial {
         let big = |i: usize| {
-            recs[i].file.starts_with("jaspann_tt/alexnet-NCHW-B1-llvm-core-avx2.json") && !recs[i].file.ends_with("best.json")
+            recs[i]
+                .file
+                .starts_with("jaspann_tt/alexnet-NCHW-B1-llvm-core-avx2.json")
+                && !recs[i].file.ends_with("best.json")
         };
         let mut n = 0;
         unique.retain(|_, &mut i| {
@@ -435,15 +561,22 @@ fn check_corpus(mode: Mode) {
                 let (_, small) = dags[&r.key].as_ref().map_err(|e| ("shrink", e.clone()))?;
                 let state = match mode {
                     Mode::Divisors => {
-                        retarget_steps(&stage_inits_from_dag(small), &r.steps).map_err(|e| ("retarget", e.to_string()))?.state
+                        retarget_steps(&stage_inits_from_dag(small), &r.steps)
+                            .map_err(|e| ("retarget", e.to_string()))?
+                            .state
                     }
-                    Mode::Partial => partial_tiles(&stage_inits_from_dag(small), &r.steps).map_err(|e| ("retarget", e))?,
+                    Mode::Partial => partial_tiles(&stage_inits_from_dag(small), &r.steps)
+                        .map_err(|e| ("retarget", e))?,
                 };
                 let t = Instant::now();
                 let lowered = lower_detailed(small, &state, &LowerOptions::default())
                     .map_err(|e| ("lower", format!("{}: {e}", e.kind())))?;
                 if lowered.explicit_guards > 0 {
-                    *coverage.lock().unwrap().entry("explicit access guard (checker could not use TE's guard)").or_default() += 1;
+                    *coverage
+                        .lock()
+                        .unwrap()
+                        .entry("explicit access guard (checker could not use TE's guard)")
+                        .or_default() += 1;
                 }
                 let k = lowered.kernel;
                 let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -451,13 +584,25 @@ fn check_corpus(mode: Mode) {
                 for f in features(&k) {
                     *coverage.lock().unwrap().entry(f).or_default() += 1;
                 }
-                let cmp = interpret_against_reference(small, &k, 1 + i as u64, Some(STEP_BUDGET)).map_err(|e| ("run", e))?;
+                let cmp = interpret_against_reference(small, &k, 1 + i as u64, Some(STEP_BUDGET))
+                    .map_err(|e| ("run", e))?;
                 if cmp.rel_err > TOLERANCE {
-                    return Err(("compare", format!("relative error {:.3e} (max abs {:.3e})", cmp.rel_err, cmp.max_abs_err)));
+                    return Err((
+                        "compare",
+                        format!(
+                            "relative error {:.3e} (max abs {:.3e})",
+                            cmp.rel_err, cmp.max_abs_err
+                        ),
+                    ));
                 }
-                Ok(Outcome::Verified { rel_err: cmp.rel_err })
+                Ok(Outcome::Verified {
+                    rel_err: cmp.rel_err,
+                })
             })();
-            (i, out.unwrap_or_else(|(stage, reason)| Outcome::Failed { stage, reason }))
+            (
+                i,
+                out.unwrap_or_else(|(stage, reason)| Outcome::Failed { stage, reason }),
+            )
         })
         .collect();
 
@@ -466,17 +611,25 @@ fn check_corpus(mode: Mode) {
     let mut seen_in_file: HashMap<(String, String, String), ()> = HashMap::new();
     let stage_rank = |o: &Outcome| match o {
         Outcome::Verified { .. } => 4,
-        Outcome::Failed { stage: "compare" | "run", .. } => 2,
+        Outcome::Failed {
+            stage: "compare" | "run",
+            ..
+        } => 2,
         Outcome::Failed { stage: "lower", .. } => 1,
         Outcome::Failed { .. } => 0,
     };
     for r in &recs {
         let steps: Vec<String> = r.steps.iter().map(|s| s.to_string()).collect();
         let sk = steps.join(",");
-        let Some(&first) = unique.get(&(r.key.clone(), sk.clone())) else { continue };
+        let Some(&first) = unique.get(&(r.key.clone(), sk.clone())) else {
+            continue;
+        };
         let t = tally.entry(r.file.clone()).or_default();
         t.records += 1;
-        if seen_in_file.insert((r.file.clone(), r.key.clone(), sk.clone()), ()).is_some() {
+        if seen_in_file
+            .insert((r.file.clone(), r.key.clone(), sk.clone()), ())
+            .is_some()
+        {
             continue;
         }
         t.unique += 1;
@@ -486,10 +639,16 @@ fn check_corpus(mode: Mode) {
         t.lowered += (rank >= 2) as usize;
         t.verified += (rank >= 4) as usize;
     }
-    println!("\n{:<58} {:>7} {:>7} {:>10} {:>7} {:>8}", "file", "records", "unique", "retargeted", "lowered", "verified");
+    println!(
+        "\n{:<58} {:>7} {:>7} {:>10} {:>7} {:>8}",
+        "file", "records", "unique", "retargeted", "lowered", "verified"
+    );
     let mut total = Tally::default();
     for (f, t) in &tally {
-        println!("{f:<58} {:>7} {:>7} {:>10} {:>7} {:>8}", t.records, t.unique, t.retargeted, t.lowered, t.verified);
+        println!(
+            "{f:<58} {:>7} {:>7} {:>10} {:>7} {:>8}",
+            t.records, t.unique, t.retargeted, t.lowered, t.verified
+        );
         total.records += t.records;
         total.unique += t.unique;
         total.retargeted += t.retargeted;
@@ -498,9 +657,17 @@ fn check_corpus(mode: Mode) {
     }
     println!(
         "{:<58} {:>7} {:>7} {:>10} {:>7} {:>8}",
-        "TOTAL (per file)", total.records, total.unique, total.retargeted, total.lowered, total.verified
+        "TOTAL (per file)",
+        total.records,
+        total.unique,
+        total.retargeted,
+        total.lowered,
+        total.verified
     );
-    let verified = outcomes.values().filter(|o| matches!(o, Outcome::Verified { .. })).count();
+    let verified = outcomes
+        .values()
+        .filter(|o| matches!(o, Outcome::Verified { .. }))
+        .count();
     println!(
         "distinct (key, steps): {} checked, {} verified ({:.2}%)",
         outcomes.len(),
@@ -509,7 +676,13 @@ fn check_corpus(mode: Mode) {
     );
     let worst = outcomes
         .values()
-        .filter_map(|o| if let Outcome::Verified { rel_err, .. } = o { Some(*rel_err) } else { None })
+        .filter_map(|o| {
+            if let Outcome::Verified { rel_err, .. } = o {
+                Some(*rel_err)
+            } else {
+                None
+            }
+        })
         .fold(0.0, f64::max);
     let mut times = lower_times.into_inner().unwrap();
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -531,7 +704,10 @@ fn check_corpus(mode: Mode) {
         if let Outcome::Failed { stage, reason } = o {
             let r = &recs[i];
             let class = format!("{stage}: {}", shorten(reason, 140));
-            by_reason.entry(class).or_default().push(format!("{}:{}", r.file, r.line));
+            by_reason
+                .entry(class)
+                .or_default()
+                .push(format!("{}:{}", r.file, r.line));
         }
     }
     let failed: usize = by_reason.values().map(Vec::len).sum();
@@ -548,7 +724,18 @@ fn check_corpus(mode: Mode) {
     println!("elapsed {:.1} s", t0.elapsed().as_secs_f64());
     // Known, documented limits: each must still fail for the stated reason (so a fix or a
     // new failure both show up here).
-    let skipped = outcomes.values().filter(|o| matches!(o, Outcome::Failed { stage: "retarget", .. })).count();
+    let skipped = outcomes
+        .values()
+        .filter(|o| {
+            matches!(
+                o,
+                Outcome::Failed {
+                    stage: "retarget",
+                    ..
+                }
+            )
+        })
+        .count();
     if mode == Mode::Partial {
         println!("{skipped} record(s) skipped: replay refuses their partial-tile adaptation");
         assert!(skipped * 10 < outcomes.len(), "too many records skipped");
@@ -561,7 +748,10 @@ fn check_corpus(mode: Mode) {
             if mode == Mode::Partial && *stage == "retarget" {
                 continue;
             }
-            match KNOWN_UNSUPPORTED.iter().position(|(f, why)| r.file == *f && reason.contains(why)) {
+            match KNOWN_UNSUPPORTED
+                .iter()
+                .position(|(f, why)| r.file == *f && reason.contains(why))
+            {
                 Some(k) => known_seen[k] += 1,
                 None => unexpected.push(format!("{}:{}: {stage}: {reason}", r.file, r.line)),
             }
@@ -575,7 +765,10 @@ fn check_corpus(mode: Mode) {
         unexpected.join("\n")
     );
     for ((f, why), n) in KNOWN_UNSUPPORTED.iter().zip(known_seen) {
-        assert!(n > 0, "{f} no longer fails with {why:?}: update KNOWN_UNSUPPORTED");
+        assert!(
+            n > 0,
+            "{f} no longer fails with {why:?}: update KNOWN_UNSUPPORTED"
+        );
     }
 }
 
@@ -584,14 +777,19 @@ fn check_corpus(mode: Mode) {
 #[test]
 fn corpus_records_lower_at_real_shapes() {
     let t0 = Instant::now();
-    let files: Vec<_> = common::ansor_files().into_iter().filter(|p| !common::is_cuda_log(p)).collect();
+    let files: Vec<_> = common::ansor_files()
+        .into_iter()
+        .filter(|p| !common::is_cuda_log(p))
+        .collect();
     let mut unique: BTreeMap<(String, String), (String, usize, Vec<Step>)> = BTreeMap::new();
     for f in &files {
         let text = std::fs::read(f).unwrap();
         for (ln, bytes) in lines(&text) {
             if let LogLine::Record { record, .. } = parse_line(bytes) {
                 let sk: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
-                unique.entry((record.task.workload_key.clone(), sk.join(","))).or_insert((common::rel(f), ln, record.steps));
+                unique
+                    .entry((record.task.workload_key.clone(), sk.join(",")))
+                    .or_insert((common::rel(f), ln, record.steps));
             }
         }
     }
@@ -601,18 +799,29 @@ fn corpus_records_lower_at_real_shapes() {
             let r = (|| {
                 let wk = WorkloadKey::parse(key).map_err(|e| e.to_string())?;
                 let dag = recognize(&wk).map_err(|e| e.to_string())?.dag;
-                let state = ttdb::schedule::replay(&stage_inits_from_dag(&dag), steps).map_err(|e| format!("replay: {e}"))?;
+                let state = ttdb::schedule::replay(&stage_inits_from_dag(&dag), steps)
+                    .map_err(|e| format!("replay: {e}"))?;
                 let t = Instant::now();
-                lower_detailed(&dag, &state, &LowerOptions::default()).map_err(|e| format!("{}: {e}", e.kind()))?;
+                lower_detailed(&dag, &state, &LowerOptions::default())
+                    .map_err(|e| format!("{}: {e}", e.kind()))?;
                 Ok(t.elapsed().as_secs_f64() * 1e3)
             })();
             (format!("{file}:{ln}"), r)
         })
         .collect();
-    let mut times: Vec<f64> = results.iter().filter_map(|(_, r)| r.as_ref().ok().copied()).collect();
+    let mut times: Vec<f64> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok().copied())
+        .collect();
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let failures: Vec<String> =
-        results.iter().filter_map(|(w, r)| r.as_ref().err().map(|e| format!("{w}: {}", shorten(e, 200)))).collect();
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(w, r)| {
+            r.as_ref()
+                .err()
+                .map(|e| format!("{w}: {}", shorten(e, 200)))
+        })
+        .collect();
     println!(
         "{} distinct records at real shapes: {} lowered; lowering time median {:.2} ms, p99 {:.2} ms, max {:.2} ms; {:.1} s",
         results.len(),
@@ -625,8 +834,22 @@ fn corpus_records_lower_at_real_shapes() {
     for f in &failures {
         println!("  {f}");
     }
-    let unexpected: Vec<&String> =
-        failures.iter().filter(|f| !KNOWN_UNSUPPORTED.iter().any(|(file, why)| f.starts_with(file) && f.contains(why))).collect();
-    assert!(unexpected.is_empty(), "{} records do not lower at their real shapes: {unexpected:?}", unexpected.len());
-    assert!(times[times.len() - 1] < 100.0, "lowering took {:.1} ms", times[times.len() - 1]);
+    let unexpected: Vec<&String> = failures
+        .iter()
+        .filter(|f| {
+            !KNOWN_UNSUPPORTED
+                .iter()
+                .any(|(file, why)| f.starts_with(file) && f.contains(why))
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "{} records do not lower at their real shapes: {unexpected:?}",
+        unexpected.len()
+    );
+    assert!(
+        times[times.len() - 1] < 100.0,
+        "lowering took {:.1} ms",
+        times[times.len() - 1]
+    );
 }

@@ -11,7 +11,9 @@ use ttdb::store::Store;
 fn store_with(logs: &[&str]) -> Store {
     let mut s = Store::open_in_memory().unwrap();
     for l in logs {
-        let p = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc").join(format!("{l}.best.json"));
+        let p = common::corpus_dir()
+            .join("ansor/tvm_ansor_bench_nchwc")
+            .join(format!("{l}.best.json"));
         import_file(&mut s, &p, &|_| {}).unwrap();
     }
     s
@@ -19,19 +21,31 @@ fn store_with(logs: &[&str]) -> Store {
 
 /// NCHWc kernels as tvm_ansor_bench extracted them (no -mcpu: 4 lanes, TopHub blocking).
 fn model_match(store: &Store, model: &Path) -> ModelMatch {
-    let tophub = onnx::tophub::default_path().map(|p| std::sync::Arc::new(onnx::TopHub::load(&p).unwrap()));
-    let opts = Options { layout: LayoutMode::Nchwc, lanes: 4, tophub, ..Options::default() };
+    let tophub =
+        onnx::tophub::default_path().map(|p| std::sync::Arc::new(onnx::TopHub::load(&p).unwrap()));
+    let opts = Options {
+        layout: LayoutMode::Nchwc,
+        lanes: 4,
+        tophub,
+        ..Options::default()
+    };
     let list = onnx::kernels_for_file(model, &[], &opts).unwrap();
     match_model(&mut Matcher::new(store, MatchOptions::default()), list).unwrap()
 }
 
 fn torchvision(name: &str) -> std::path::PathBuf {
-    common::corpus_dir().join("onnx/torchvision_graph_only").join(format!("{name}.onnx"))
+    common::corpus_dir()
+        .join("onnx/torchvision_graph_only")
+        .join(format!("{name}.onnx"))
 }
 
 /// (conv kernels, exact, class) of a match.
 fn conv_tiers(m: &ModelMatch) -> (usize, usize, usize) {
-    let convs: Vec<_> = m.matches.iter().filter(|x| m.list.kernels[x.kernel].class.contains("conv2d")).collect();
+    let convs: Vec<_> = m
+        .matches
+        .iter()
+        .filter(|x| m.list.kernels[x.kernel].class.contains("conv2d"))
+        .collect();
     let n = |t| convs.iter().filter(|x| x.tier == t).count();
     (convs.len(), n(Tier::Exact), n(Tier::Class))
 }
@@ -57,18 +71,31 @@ fn every_network_matches_its_own_log_exactly() {
             .filter(|x| x.tier != Tier::Exact)
             .map(|x| {
                 let k = &m.list.kernels[x.kernel];
-                let why = x.rejections.first().map(|r| r.reason.clone()).unwrap_or_else(|| format!("{} tier", x.tier.as_str()));
+                let why = x
+                    .rejections
+                    .first()
+                    .map(|r| r.reason.clone())
+                    .unwrap_or_else(|| format!("{} tier", x.tier.as_str()));
                 format!("{} ({}): {why}", k.name, k.class)
             })
             .collect();
-        eprintln!("{model:<13} conv kernels {exact}/{convs} exact; not exact: {}", misses.len());
+        eprintln!(
+            "{model:<13} conv kernels {exact}/{convs} exact; not exact: {}",
+            misses.len()
+        );
         for miss in &misses {
             eprintln!("    {miss}");
         }
         if model == "resnet50" {
-            assert_eq!(exact, convs, "resnet50: every conv kernel must match exactly");
+            assert_eq!(
+                exact, convs,
+                "resnet50: every conv kernel must match exactly"
+            );
         }
-        assert!(exact * 100 >= convs * 95, "{model}: {exact}/{convs} conv kernels exact");
+        assert!(
+            exact * 100 >= convs * 95,
+            "{model}: {exact}/{convs} conv kernels exact"
+        );
     }
 }
 
@@ -79,7 +106,11 @@ fn resnet18_and_googlenet_class_match_from_resnet50_and_vgg16() {
         let m = model_match(&store, &torchvision(model));
         let (convs, exact, class) = conv_tiers(&m);
         eprintln!("{model}: {convs} conv kernels: {exact} exact, {class} class");
-        assert!((exact + class) * 100 >= convs * 80, "{model}: only {} of {convs} conv kernels matched", exact + class);
+        assert!(
+            (exact + class) * 100 >= convs * 80,
+            "{model}: only {} of {convs} conv kernels matched",
+            exact + class
+        );
         assert!(class > 0);
     }
 }
@@ -88,7 +119,11 @@ fn resnet18_and_googlenet_class_match_from_resnet50_and_vgg16() {
 fn transfer_tuning_resnet18_gives_a_verified_speedup() {
     let store = store_with(&["resnet_50", "vgg_16"]);
     let m = model_match(&store, &torchvision("resnet18"));
-    let mut opts = ApplyOptions { top_k: 2, budget: Duration::from_secs(900), ..ApplyOptions::default() };
+    let mut opts = ApplyOptions {
+        top_k: 2,
+        budget: Duration::from_secs(900),
+        ..ApplyOptions::default()
+    };
     // Fewer repeats than the CLI: this checks speedups of 10x and more, not 5%.
     opts.eval.measure.repeat = 2;
     opts.eval.measure.min_repeat_ms = 20;
@@ -100,9 +135,16 @@ fn transfer_tuning_resnet18_gives_a_verified_speedup() {
     for k in &r.kernels {
         assert!(k.verified, "{}: not verified ({:?})", k.name, k.trials);
         let (u, t) = (k.untuned_ms.unwrap(), k.tuned_ms.unwrap());
-        assert!(t <= u, "{}: tuned {t} ms slower than untuned {u} ms", k.name);
+        assert!(
+            t <= u,
+            "{}: tuned {t} ms slower than untuned {u} ms",
+            k.name
+        );
     }
-    assert!(r.kernels.iter().any(|k| k.chosen_tier == Some(Tier::Class)), "no transferred (class) schedule was chosen");
+    assert!(
+        r.kernels.iter().any(|k| k.chosen_tier == Some(Tier::Class)),
+        "no transferred (class) schedule was chosen"
+    );
     assert!(r.speedup >= 3.0, "model-level speedup {:.2}x", r.speedup);
     assert!(r.search_seconds > 0.0);
 }
@@ -110,8 +152,21 @@ fn transfer_tuning_resnet18_gives_a_verified_speedup() {
 #[test]
 fn match_output_of_a_zoo_model() {
     let store = store_with(&["resnet_50"]);
-    let m = model_match(&store, &common::corpus_dir().join("onnx/zoo_light/light_squeezenet.onnx"));
+    let m = model_match(
+        &store,
+        &common::corpus_dir().join("onnx/zoo_light/light_squeezenet.onnx"),
+    );
     insta::assert_snapshot!(ttdb::cli::render_match(&m));
-    let conv = m.list.kernels[m.matches.iter().find(|x| x.tier == Tier::Class).unwrap().kernel].name.clone();
-    insta::assert_snapshot!("explain_class_kernel", ttdb::cli::render_explain(&m, &conv, 3).unwrap());
+    let conv = m.list.kernels[m
+        .matches
+        .iter()
+        .find(|x| x.tier == Tier::Class)
+        .unwrap()
+        .kernel]
+        .name
+        .clone();
+    insta::assert_snapshot!(
+        "explain_class_kernel",
+        ttdb::cli::render_explain(&m, &conv, 3).unwrap()
+    );
 }

@@ -51,7 +51,11 @@ fn attr_diff(a: &WorkloadSignature, b: &WorkloadSignature) -> String {
     for k in a.attrs.keys().chain(b.attrs.keys()) {
         let (x, y) = (a.attrs.get(k), b.attrs.get(k));
         if x != y && !d.iter().any(|s: &String| s.starts_with(&format!("{k}:"))) {
-            d.push(format!("{k}: ours {} vs key {}", x.map(|v| v.to_string()).unwrap_or("-".into()), y.map(|v| v.to_string()).unwrap_or("-".into())));
+            d.push(format!(
+                "{k}: ours {} vs key {}",
+                x.map(|v| v.to_string()).unwrap_or("-".into()),
+                y.map(|v| v.to_string()).unwrap_or("-".into())
+            ));
         }
     }
     d.join("; ")
@@ -60,14 +64,32 @@ fn attr_diff(a: &WorkloadSignature, b: &WorkloadSignature) -> String {
 #[test]
 fn torchvision_nchwc_kernels_match_tvm_ansor_bench_keys() {
     let corpus = common::corpus_dir();
-    let opts = Options { layout: LayoutMode::Nchwc, lanes: 4, ..Options::default() }.with_default_tophub().unwrap();
-    assert!(opts.tophub.is_some(), "TopHub log missing from the shared corpus");
+    let opts = Options {
+        layout: LayoutMode::Nchwc,
+        lanes: 4,
+        ..Options::default()
+    }
+    .with_default_tophub()
+    .unwrap();
+    assert!(
+        opts.tophub.is_some(),
+        "TopHub log missing from the shared corpus"
+    );
     let mut total = BTreeMap::new();
     let mut failures = Vec::new();
-    println!("{:<14} {:>7} {:>7} {:>7} {:>7} {:>9} {:>8}", "model", "kernels", "convs", "exact", "shapes", "mismatch", "keys_hit");
+    println!(
+        "{:<14} {:>7} {:>7} {:>7} {:>7} {:>9} {:>8}",
+        "model", "kernels", "convs", "exact", "shapes", "mismatch", "keys_hit"
+    );
     for &(file, log) in MODELS {
-        let list = onnx::kernels_for_file(corpus.join(format!("onnx/torchvision_graph_only/{file}.onnx")), &[], &opts).unwrap();
-        let keys = key_signatures(&corpus.join(format!("ansor/tvm_ansor_bench_nchwc/{log}.best.json")));
+        let list = onnx::kernels_for_file(
+            corpus.join(format!("onnx/torchvision_graph_only/{file}.onnx")),
+            &[],
+            &opts,
+        )
+        .unwrap();
+        let keys =
+            key_signatures(&corpus.join(format!("ansor/tvm_ansor_bench_nchwc/{log}.best.json")));
         let ours: Vec<&Kernel> = list.tuned().filter(|k| is_conv_or_pool(&k.class)).collect();
         let (mut exact, mut shapes, mut miss) = (0, 0, Vec::new());
         let mut hit = vec![false; keys.len()];
@@ -76,17 +98,38 @@ fn torchvision_nchwc_kernels_match_tvm_ansor_bench_keys() {
             if let Some(i) = keys.iter().position(|(_, s)| s == sig) {
                 exact += 1;
                 hit[i] = true;
-            } else if let Some(i) = keys.iter().position(|(_, s)| shape_key(s) == shape_key(sig)) {
+            } else if let Some(i) = keys
+                .iter()
+                .position(|(_, s)| shape_key(s) == shape_key(sig))
+            {
                 shapes += 1;
                 hit[i] = true;
-                println!("    {file}: {} {} {:?} -> {:?}: same class/shapes, attrs differ ({})", k.name, k.class, k.inputs, k.output, attr_diff(sig, &keys[i].1));
+                println!(
+                    "    {file}: {} {} {:?} -> {:?}: same class/shapes, attrs differ ({})",
+                    k.name,
+                    k.class,
+                    k.inputs,
+                    k.output,
+                    attr_diff(sig, &keys[i].1)
+                );
             } else {
-                miss.push(format!("{} {} {:?} -> {:?}", k.name, k.class, k.inputs, k.output));
+                miss.push(format!(
+                    "{} {} {:?} -> {:?}",
+                    k.name, k.class, k.inputs, k.output
+                ));
             }
         }
         let keys_hit = hit.iter().filter(|&&h| h).count();
-        let conv_keys = keys.iter().filter(|(_, s)| is_conv_or_pool(&s.op_class)).count();
-        println!("{file:<14} {:>7} {:>7} {exact:>7} {shapes:>7} {:>9} {keys_hit:>4}/{conv_keys}", list.kernels.len(), ours.len(), miss.len());
+        let conv_keys = keys
+            .iter()
+            .filter(|(_, s)| is_conv_or_pool(&s.op_class))
+            .count();
+        println!(
+            "{file:<14} {:>7} {:>7} {exact:>7} {shapes:>7} {:>9} {keys_hit:>4}/{conv_keys}",
+            list.kernels.len(),
+            ours.len(),
+            miss.len()
+        );
         for m in &miss {
             println!("    MISS {file}: {m}");
         }

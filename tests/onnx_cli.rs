@@ -2,8 +2,16 @@
 use std::process::Command;
 
 fn ttdb(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ttdb")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -11,17 +19,36 @@ fn kernels_table_and_json() {
     let (code, out, err) = ttdb(&["kernels", "fixtures/models/tiny_resnet.onnx", "--no-tophub"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("conv2d_nchwc+add+add+relu"), "{out}");
-    assert!(out.contains("1x4x14x14x4, 4x4x3x3x4x4, 1x4x1x1x4, 1x4x14x14x4 -> 1x4x14x14x4"), "{out}");
+    assert!(
+        out.contains("1x4x14x14x4, 4x4x3x3x4x4, 1x4x1x1x4, 1x4x14x14x4 -> 1x4x14x14x4"),
+        "{out}"
+    );
     assert!(out.contains("4,4 fallback"), "{out}");
     assert!(out.contains("5 tuned"), "{out}");
 
-    let (code, out, err) = ttdb(&["kernels", "fixtures/models/tiny_resnet.onnx", "--layout", "nhwc", "--json"]);
+    let (code, out, err) = ttdb(&[
+        "kernels",
+        "fixtures/models/tiny_resnet.onnx",
+        "--layout",
+        "nhwc",
+        "--json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["layout"], "nhwc");
-    let classes: Vec<&str> = v["kernels"].as_array().unwrap().iter().map(|k| k["class"].as_str().unwrap()).collect();
+    let classes: Vec<&str> = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["class"].as_str().unwrap())
+        .collect();
     assert!(classes.contains(&"conv2d_nhwc+add+add+relu"), "{classes:?}");
-    let conv = v["kernels"].as_array().unwrap().iter().find(|k| k["class"] == "conv2d_nhwc+add+relu").unwrap();
+    let conv = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["class"] == "conv2d_nhwc+add+relu")
+        .unwrap();
     assert_eq!(conv["kind"]["kind"], "tuned");
     assert_eq!(conv["signature_hash"].as_str().unwrap().len(), 64);
     assert_eq!(conv["occurrences"].as_array().unwrap().len(), 1);
@@ -31,13 +58,28 @@ fn kernels_table_and_json() {
 fn kernels_errors_are_clear() {
     let (code, _, err) = ttdb(&["kernels", "fixtures/models/symbolic_input.onnx"]);
     assert_ne!(code, 0);
-    assert!(err.contains("`image`") && err.contains("--input-shape"), "{err}");
-    let (code, out, err) = ttdb(&["kernels", "fixtures/models/symbolic_input.onnx", "--input-shape", "image=1,3,16,16", "--mcpu", "core-avx2"]);
+    assert!(
+        err.contains("`image`") && err.contains("--input-shape"),
+        "{err}"
+    );
+    let (code, out, err) = ttdb(&[
+        "kernels",
+        "fixtures/models/symbolic_input.onnx",
+        "--input-shape",
+        "image=1,3,16,16",
+        "--mcpu",
+        "core-avx2",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("8 lanes"), "{out}");
     let (code, _, err) = ttdb(&["kernels", "fixtures/models/control_flow.onnx"]);
     assert_ne!(code, 0);
     assert!(err.contains("`branch` (If)"), "{err}");
-    let (code, _, err) = ttdb(&["kernels", "fixtures/models/tiny_resnet.onnx", "--layout", "nchw4"]);
+    let (code, _, err) = ttdb(&[
+        "kernels",
+        "fixtures/models/tiny_resnet.onnx",
+        "--layout",
+        "nchw4",
+    ]);
     assert_eq!(code, 2, "{err}");
 }

@@ -30,12 +30,26 @@ fn relevant(class: &str) -> bool {
 #[test]
 fn nhwc_kernels_vs_tvm_ansor_bench_nhwc() {
     let corpus = common::corpus_dir();
-    let opts = Options { layout: LayoutMode::Nhwc, ..Options::default() };
-    println!("{:<14} {:>6} {:>6} {:>7} {:>8} {:>5} {:>9} {:>8}", "model", "ours", "exact", "shapes", "anchor+s", "miss", "winograd", "keys_hit");
+    let opts = Options {
+        layout: LayoutMode::Nhwc,
+        ..Options::default()
+    };
+    println!(
+        "{:<14} {:>6} {:>6} {:>7} {:>8} {:>5} {:>9} {:>8}",
+        "model", "ours", "exact", "shapes", "anchor+s", "miss", "winograd", "keys_hit"
+    );
     let mut conv_misses = Vec::new();
     for &(file, log) in MODELS {
-        let list = onnx::kernels_for_file(corpus.join(format!("onnx/torchvision_graph_only/{file}.onnx")), &[], &opts).unwrap();
-        let text = std::fs::read_to_string(corpus.join(format!("ansor/tvm_ansor_bench_nhwc/{log}.best.json"))).unwrap();
+        let list = onnx::kernels_for_file(
+            corpus.join(format!("onnx/torchvision_graph_only/{file}.onnx")),
+            &[],
+            &opts,
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(
+            corpus.join(format!("ansor/tvm_ansor_bench_nhwc/{log}.best.json")),
+        )
+        .unwrap();
         let mut keys: Vec<(String, WorkloadSignature, bool)> = Vec::new();
         for line in text.lines().filter(|l| l.starts_with('{')) {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -55,15 +69,27 @@ fn nhwc_kernels_vs_tvm_ansor_bench_nhwc() {
             if let Some(i) = keys.iter().position(|(_, ks, _)| ks == s) {
                 exact += 1;
                 hit[i] = true;
-            } else if let Some(i) = keys.iter().position(|(_, ks, _)| ks.op_class == s.op_class && ks.inputs == s.inputs && ks.output == s.output) {
+            } else if let Some(i) = keys.iter().position(|(_, ks, _)| {
+                ks.op_class == s.op_class && ks.inputs == s.inputs && ks.output == s.output
+            }) {
                 shapes += 1;
                 hit[i] = true;
-            } else if let Some(i) = keys.iter().position(|(_, ks, md5)| !md5 && anchor(&ks.op_class) == anchor(&s.op_class) && ks.inputs == s.inputs && ks.output == s.output) {
+            } else if let Some(i) = keys.iter().position(|(_, ks, md5)| {
+                !md5 && anchor(&ks.op_class) == anchor(&s.op_class)
+                    && ks.inputs == s.inputs
+                    && ks.output == s.output
+            }) {
                 anchored += 1;
                 hit[i] = true;
-                println!("    {file}: {} {} matches structural key {} by anchor and shapes", k.name, k.class, keys[i].1.op_class);
+                println!(
+                    "    {file}: {} {} matches structural key {} by anchor and shapes",
+                    k.name, k.class, keys[i].1.op_class
+                );
             } else {
-                println!("    MISS {file}: {} {} {:?} -> {:?}", k.name, k.class, k.inputs, k.output);
+                println!(
+                    "    MISS {file}: {} {} {:?} -> {:?}",
+                    k.name, k.class, k.inputs, k.output
+                );
                 if k.class.contains("conv2d") {
                     conv_misses.push(format!("{file}: {} {}", k.name, k.class));
                 }
@@ -74,7 +100,10 @@ fn nhwc_kernels_vs_tvm_ansor_bench_nhwc() {
                 println!("    UNMATCHED KEY {log}: {} {raw}", s.op_class);
             }
         }
-        let n_rel = keys.iter().filter(|(_, s, _)| relevant(&s.op_class)).count();
+        let n_rel = keys
+            .iter()
+            .filter(|(_, s, _)| relevant(&s.op_class))
+            .count();
         println!(
             "{file:<14} {:>6} {exact:>6} {shapes:>7} {anchored:>8} {:>5} {wino:>9} {:>4}/{n_rel}",
             ours.len(),
@@ -82,5 +111,8 @@ fn nhwc_kernels_vs_tvm_ansor_bench_nhwc() {
             hit.iter().filter(|&&h| h).count()
         );
     }
-    assert!(conv_misses.is_empty(), "NHWC conv kernels without a key: {conv_misses:#?}");
+    assert!(
+        conv_misses.is_empty(),
+        "NHWC conv kernels without a key: {conv_misses:#?}"
+    );
 }

@@ -9,11 +9,21 @@ use ttdb::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window
 
 fn close(got: &TensorData, want: &[f64]) {
     assert_eq!(got.data.len(), want.len(), "length");
-    let worst = got.data.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let worst = got
+        .data
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
     assert!(worst < 1e-9, "max abs diff {worst}");
 }
 
-fn run(spec: &WorkloadSpec, era: Era, canonical: &[Vec<i64>], seed: u64) -> (Dag, Vec<TensorData>, TensorData) {
+fn run(
+    spec: &WorkloadSpec,
+    era: Era,
+    canonical: &[Vec<i64>],
+    seed: u64,
+) -> (Dag, Vec<TensorData>, TensorData) {
     let dag = spec.build(era, canonical).unwrap();
     let ins = random_inputs(&dag, seed);
     let out = evaluate(&dag, &ins).unwrap().remove(0);
@@ -44,8 +54,9 @@ fn depthwise_nhwc_with_multiplier() {
                         if iy < 0 || ix < 0 || iy >= 7 || ix >= 6 {
                             continue;
                         }
-                        want[idx(&out.shape, &[0, y, x, c])] +=
-                            ins[0].data[idx(&d, &[0, iy, ix, ch])] * ins[1].data[idx(&k, &[ry, rx, ch, m])];
+                        want[idx(&out.shape, &[0, y, x, c])] += ins[0].data
+                            [idx(&d, &[0, iy, ix, ch])]
+                            * ins[1].data[idx(&k, &[ry, rx, ch, m])];
                     }
                 }
             }
@@ -87,7 +98,13 @@ fn depthwise_nchwc_equals_per_channel_conv() {
 #[test]
 fn grouped_and_plain_conv2d_nchw() {
     for (groups, era) in [(1, Era::V07), (1, Era::V015), (2, Era::V010)] {
-        let spec = WorkloadSpec::new(Anchor::Conv2dNchw { window: Window2d::simple(1, 1), groups }, vec![]);
+        let spec = WorkloadSpec::new(
+            Anchor::Conv2dNchw {
+                window: Window2d::simple(1, 1),
+                groups,
+            },
+            vec![],
+        );
         let (d, k) = (vec![1, 4, 5, 4], vec![6, 4 / groups, 3, 3]);
         let (dag, ins, out) = run(&spec, era, &[d.clone(), k.clone()], 3);
         let name = &dag.stage(dag.output()).name;
@@ -130,18 +147,35 @@ fn winograd_equals_direct_convolution() {
     for (tile, hw) in [(4i64, 7i64), (2, 5), (4, 8)] {
         let alpha = tile + 2;
         let direct = WorkloadSpec::new(Anchor::Conv2dNhwc(Window2d::simple(1, 1)), vec![]);
-        let ddag = direct.build(Era::V010, &[vec![1, hw, hw, 3], vec![3, 3, 3, 4]]).unwrap();
+        let ddag = direct
+            .build(Era::V010, &[vec![1, hw, hw, 3], vec![3, 3, 3, 4]])
+            .unwrap();
         let ins = random_inputs(&ddag, 9);
         let want = evaluate(&ddag, &ins).unwrap().remove(0);
         let packed = winograd_kernel_transform(&ins[1], tile).unwrap();
         let wino = WorkloadSpec::new(Anchor::WinogradNhwc { padding: [1; 4] }, vec![]);
-        let wdag = wino.build(Era::V010, &[vec![1, hw, hw, 3], vec![alpha, alpha, 4, 3]]).unwrap();
+        let wdag = wino
+            .build(Era::V010, &[vec![1, hw, hw, 3], vec![alpha, alpha, 4, 3]])
+            .unwrap();
         let names: Vec<&str> = wdag.stages.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
-            ["p0", "data_pad", "input_tile", "B", "data_pack", "p1", "bgemm", "A", "inverse", "conv2d_winograd"]
+            [
+                "p0",
+                "data_pad",
+                "input_tile",
+                "B",
+                "data_pack",
+                "p1",
+                "bgemm",
+                "A",
+                "inverse",
+                "conv2d_winograd"
+            ]
         );
-        let got = evaluate(&wdag, &[ins[0].clone(), packed]).unwrap().remove(0);
+        let got = evaluate(&wdag, &[ins[0].clone(), packed])
+            .unwrap()
+            .remove(0);
         assert_eq!(got.shape, want.shape);
         let worst = got.max_abs_diff(&want);
         assert!(worst < 1e-9, "tile {tile}, {hw}x{hw}: max abs diff {worst}");
@@ -181,8 +215,12 @@ fn direct_pool(data: &TensorData, a: &PoolAttrs, out_shape: &[i64]) -> Vec<f64> 
         *slot = match a.kind {
             PoolKind::Max => best,
             // symmetric padding, no ceil mode: every era divides by the full window
-            PoolKind::Avg { count_include_pad: true } => sum / (a.kernel[0] * a.kernel[1]) as f64,
-            PoolKind::Avg { count_include_pad: false } => sum / valid.max(1) as f64,
+            PoolKind::Avg {
+                count_include_pad: true,
+            } => sum / (a.kernel[0] * a.kernel[1]) as f64,
+            PoolKind::Avg {
+                count_include_pad: false,
+            } => sum / valid.max(1) as f64,
         };
     }
     out
@@ -195,7 +233,15 @@ fn pools_in_every_era_and_layout() {
         (PoolLayout::Nchw, vec![1, 3, 7, 7]),
         (PoolLayout::Nchwc, vec![1, 2, 7, 7, 4]),
     ];
-    let kinds = [PoolKind::Max, PoolKind::Avg { count_include_pad: true }, PoolKind::Avg { count_include_pad: false }];
+    let kinds = [
+        PoolKind::Max,
+        PoolKind::Avg {
+            count_include_pad: true,
+        },
+        PoolKind::Avg {
+            count_include_pad: false,
+        },
+    ];
     for (layout, shape) in layouts {
         for kind in kinds {
             for (kernel, stride, pad) in [(3, 2, 1), (2, 2, 0), (3, 1, 1)] {
@@ -233,13 +279,15 @@ fn pool_names_follow_the_era() {
     };
     let spec = WorkloadSpec::new(Anchor::Pool(a), vec![]);
     let text = |era| print_dag(&spec.build(era, &[vec![1, 8, 8, 2]]).unwrap());
-    assert!(
-        text(Era::V07).contains("tensor(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + dh), ((ax2*2) + dw), ax3]")
-    );
-    assert!(text(Era::V010Early)
-        .starts_with("p0 = PLACEHOLDER \npad_temp(ax0, ax1, ax2, ax3) = Op(tir.if_then_else)\ntensor("));
-    assert!(text(Era::V015)
-        .contains("pool_max(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + rv0), ((ax2*2) + rv1), ax3]"));
+    assert!(text(Era::V07).contains(
+        "tensor(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + dh), ((ax2*2) + dw), ax3]"
+    ));
+    assert!(text(Era::V010Early).starts_with(
+        "p0 = PLACEHOLDER \npad_temp(ax0, ax1, ax2, ax3) = Op(tir.if_then_else)\ntensor("
+    ));
+    assert!(text(Era::V015).contains(
+        "pool_max(ax0, ax1, ax2, ax3) max= pad_temp[ax0, ((ax1*2) + rv0), ((ax2*2) + rv1), ax3]"
+    ));
 }
 
 #[test]
@@ -247,20 +295,32 @@ fn adaptive_avg_pool_windows() {
     for (in_hw, out_hw) in [(7, 1), (14, 4), (6, 6), (5, 3)] {
         let spec = WorkloadSpec::new(
             Anchor::AdaptivePool {
-                kind: PoolKind::Avg { count_include_pad: true },
+                kind: PoolKind::Avg {
+                    count_include_pad: true,
+                },
                 layout: PoolLayout::Nchw,
                 out_hw: [out_hw, out_hw],
             },
             vec![],
         );
         let (dag, ins, out) = run(&spec, Era::V010, &[vec![1, 2, in_hw, in_hw]], 5);
-        assert_eq!(dag.flop_count(), None, "non-constant windows: TVM's flop_ct is -1");
+        assert_eq!(
+            dag.flop_count(),
+            None,
+            "non-constant windows: TVM's flop_ct is -1"
+        );
         let mut want = vec![0.0; out.len()];
         for c in 0..2 {
             for oy in 0..out_hw {
                 for ox in 0..out_hw {
-                    let (y0, y1) = (oy * in_hw / out_hw, ((oy + 1) * in_hw + out_hw - 1) / out_hw);
-                    let (x0, x1) = (ox * in_hw / out_hw, ((ox + 1) * in_hw + out_hw - 1) / out_hw);
+                    let (y0, y1) = (
+                        oy * in_hw / out_hw,
+                        ((oy + 1) * in_hw + out_hw - 1) / out_hw,
+                    );
+                    let (x0, x1) = (
+                        ox * in_hw / out_hw,
+                        ((ox + 1) * in_hw + out_hw - 1) / out_hw,
+                    );
                     let mut s = 0.0;
                     for y in y0..y1 {
                         for x in x0..x1 {
@@ -277,20 +337,40 @@ fn adaptive_avg_pool_windows() {
 
 #[test]
 fn mean_and_variance() {
-    let spec = WorkloadSpec::new(Anchor::Mean { axes: vec![2], keepdims: true }, vec![]);
+    let spec = WorkloadSpec::new(
+        Anchor::Mean {
+            axes: vec![2],
+            keepdims: true,
+        },
+        vec![],
+    );
     let (dag, ins, out) = run(&spec, Era::V08, &[vec![1, 3, 8]], 6);
     assert_eq!(dag.stages[1].name, "placeholder_red");
-    let means: Vec<f64> = (0..3).map(|r| ins[0].data[r * 8..(r + 1) * 8].iter().sum::<f64>() / 8.0).collect();
+    let means: Vec<f64> = (0..3)
+        .map(|r| ins[0].data[r * 8..(r + 1) * 8].iter().sum::<f64>() / 8.0)
+        .collect();
     close(&out, &means);
     for unbiased in [false, true] {
-        let spec = WorkloadSpec::new(Anchor::Variance { axes: vec![2], keepdims: true, unbiased }, vec![]);
-        let dag = spec.build(Era::V08, &[vec![1, 3, 8], vec![1, 3, 1]]).unwrap();
+        let spec = WorkloadSpec::new(
+            Anchor::Variance {
+                axes: vec![2],
+                keepdims: true,
+                unbiased,
+            },
+            vec![],
+        );
+        let dag = spec
+            .build(Era::V08, &[vec![1, 3, 8], vec![1, 3, 1]])
+            .unwrap();
         let x = random_inputs(&dag, 7).remove(0);
         let mean = TensorData::new(&[1, 3, 1], means.clone());
         let out = evaluate(&dag, &[x.clone(), mean]).unwrap().remove(0);
         let want: Vec<f64> = (0..3)
             .map(|r| {
-                x.data[r * 8..(r + 1) * 8].iter().map(|v| (v - means[r]).powi(2)).sum::<f64>()
+                x.data[r * 8..(r + 1) * 8]
+                    .iter()
+                    .map(|v| (v - means[r]).powi(2))
+                    .sum::<f64>()
                     / (8 - unbiased as i64) as f64
             })
             .collect();
@@ -304,13 +384,18 @@ fn batch_matmul_broadcasts_a_batch_of_one() {
     let (a, b) = (vec![3, 2, 5], vec![1, 4, 5]);
     let (dag, ins, out) = run(&spec, Era::V08, &[a.clone(), b.clone()], 8);
     // TOPI indexes a batch dim of 1 with 0
-    assert!(print_dag(&dag).contains("placeholder[b, i, k]*placeholder[0, j, k]"), "{}", print_dag(&dag));
+    assert!(
+        print_dag(&dag).contains("placeholder[b, i, k]*placeholder[0, j, k]"),
+        "{}",
+        print_dag(&dag)
+    );
     let mut want = vec![0.0; out.len()];
     for bb in 0..3 {
         for i in 0..2 {
             for j in 0..4 {
-                want[idx(&out.shape, &[bb, i, j])] =
-                    (0..5).map(|k| ins[0].data[idx(&a, &[bb, i, k])] * ins[1].data[idx(&b, &[0, j, k])]).sum();
+                want[idx(&out.shape, &[bb, i, j])] = (0..5)
+                    .map(|k| ins[0].data[idx(&a, &[bb, i, k])] * ins[1].data[idx(&b, &[0, j, k])])
+                    .sum();
             }
         }
     }
@@ -332,14 +417,30 @@ fn flop_counts_follow_tvm() {
     // conv 3x3 pad 1 + bias + relu: the pad stage (if_then_else on int conditions) is free
     let spec = WorkloadSpec::new(
         Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
-        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+        vec![
+            EpilogueOp::Add {
+                operand_first: false,
+            },
+            EpilogueOp::Relu,
+        ],
     );
-    let dag = spec.build(Era::V010, &[vec![1, 8, 8, 4], vec![3, 3, 4, 16], vec![1, 1, 1, 16]]).unwrap();
+    let dag = spec
+        .build(
+            Era::V010,
+            &[vec![1, 8, 8, 4], vec![3, 3, 4, 16], vec![1, 1, 1, 16]],
+        )
+        .unwrap();
     let out_elems = (8 * 8 * 16) as f64;
-    assert_eq!(dag.flop_count(), Some(out_elems * 3.0 * 3.0 * 4.0 * 2.0 + out_elems * 2.0));
+    assert_eq!(
+        dag.flop_count(),
+        Some(out_elems * 3.0 * 3.0 * 4.0 * 2.0 + out_elems * 2.0)
+    );
     // sparse_dense carries a FLOP attribute for its data-dependent block stage
     let dag = sparse_dense(4, 8, 6, &[5, 2, 3], &[5], &[5], DType::F32).unwrap();
-    assert_eq!(dag.flop_count(), Some((2 * 4 * 4 * 2 * 6) as f64 + (4 * 6) as f64 + (4 * 8 * 2) as f64));
+    assert_eq!(
+        dag.flop_count(),
+        Some((2 * 4 * 4 * 2 * 6) as f64 + (4 * 6) as f64 + (4 * 8 * 2) as f64)
+    );
 }
 
 #[test]
@@ -350,14 +451,19 @@ fn registered_matmul_add_and_conv2d_layer() {
     let mut want = vec![0.0; 12];
     for i in 0..3 {
         for j in 0..4 {
-            want[i * 4 + j] =
-                (0..5).map(|k| ins[0].data[i * 5 + k] * ins[1].data[k * 4 + j]).sum::<f64>() + ins[2].data[i * 4 + j];
+            want[i * 4 + j] = (0..5)
+                .map(|k| ins[0].data[i * 5 + k] * ins[1].data[k * 4 + j])
+                .sum::<f64>()
+                + ins[2].data[i * 4 + j];
         }
     }
     close(&out, &want);
     let dag = conv2d_layer(Era::V07, 1, 5, 5, 3, 2, 3, 3, [1, 1], [1, 1]).unwrap();
     let names: Vec<&str> = dag.stages.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["data", "pad_temp", "kernel", "compute", "bias", "T_add", "compute"]);
+    assert_eq!(
+        names,
+        ["data", "pad_temp", "kernel", "compute", "bias", "T_add", "compute"]
+    );
     let ins = random_inputs(&dag, 11);
     let out = evaluate(&dag, &ins).unwrap().remove(0);
     assert!(out.data.iter().all(|&v| v >= 0.0));
@@ -373,7 +479,16 @@ fn sparse_dense_bsr_equals_dense_product() {
     let nnz = 3;
     let dag = sparse_dense(m, n, k, &[nnz, bs_r, bs_c], &[nnz], &[3], DType::F32).unwrap();
     let order: Vec<Vec<i64>> = dag.placeholder_shapes();
-    assert_eq!(order, vec![vec![3], vec![nnz, bs_r, bs_c], vec![nnz], vec![m, k], vec![m, n]]);
+    assert_eq!(
+        order,
+        vec![
+            vec![3],
+            vec![nnz, bs_r, bs_c],
+            vec![nnz],
+            vec![m, k],
+            vec![m, n]
+        ]
+    );
     let rnd = random_inputs(&dag, 12);
     let ins = vec![
         TensorData::new(&[3], indptr.to_vec()),
@@ -386,7 +501,12 @@ fn sparse_dense_bsr_equals_dense_product() {
     // dense W [n, k]
     let mut w = vec![0.0; (n * k) as usize];
     for br in 0..2usize {
-        for (e, &bc) in indices.iter().enumerate().take(indptr[br + 1] as usize).skip(indptr[br] as usize) {
+        for (e, &bc) in indices
+            .iter()
+            .enumerate()
+            .take(indptr[br + 1] as usize)
+            .skip(indptr[br] as usize)
+        {
             let bc = bc as i64;
             for r in 0..bs_r {
                 for c in 0..bs_c {
@@ -399,7 +519,9 @@ fn sparse_dense_bsr_equals_dense_product() {
     let mut want = vec![0.0; (m * n) as usize];
     for i in 0..m {
         for j in 0..n {
-            let s: f64 = (0..k).map(|t| ins[3].data[(i * k + t) as usize].max(0.0) * w[(j * k + t) as usize]).sum();
+            let s: f64 = (0..k)
+                .map(|t| ins[3].data[(i * k + t) as usize].max(0.0) * w[(j * k + t) as usize])
+                .sum();
             want[(i * n + j) as usize] = (s + ins[4].data[(i * n + j) as usize]).max(0.0);
         }
     }
@@ -411,8 +533,16 @@ fn sparse_dense_bsr_equals_dense_product() {
 #[test]
 fn grouped_conv2d_nchwc_equals_grouped_nchw() {
     let (groups, c, o, ib, ob) = (2i64, 4i64, 8i64, 2i64, 2i64);
-    let nchw = WorkloadSpec::new(Anchor::Conv2dNchw { window: Window2d::simple(1, 1), groups }, vec![]);
-    let ndag = nchw.build(Era::V015, &[vec![1, c, 5, 5], vec![o, c / groups, 3, 3]]).unwrap();
+    let nchw = WorkloadSpec::new(
+        Anchor::Conv2dNchw {
+            window: Window2d::simple(1, 1),
+            groups,
+        },
+        vec![],
+    );
+    let ndag = nchw
+        .build(Era::V015, &[vec![1, c, 5, 5], vec![o, c / groups, 3, 3]])
+        .unwrap();
     let ins = random_inputs(&ndag, 13);
     let want = evaluate(&ndag, &ins).unwrap().remove(0);
     // pack data [1,C,H,W] -> [1,C/ib,H,W,ib]; kernel [O,C/g,KH,KW] -> [O/ob,C/g/ib,KH,KW,ib,ob]
@@ -421,7 +551,8 @@ fn grouped_conv2d_nchwc_equals_grouped_nchw() {
     for ch in 0..c {
         for y in 0..5 {
             for x in 0..5 {
-                data[idx(&dshape, &[0, ch / ib, y, x, ch % ib])] = ins[0].data[idx(&[1, c, 5, 5], &[0, ch, y, x])];
+                data[idx(&dshape, &[0, ch / ib, y, x, ch % ib])] =
+                    ins[0].data[idx(&[1, c, 5, 5], &[0, ch, y, x])];
             }
         }
     }
@@ -438,15 +569,31 @@ fn grouped_conv2d_nchwc_equals_grouped_nchw() {
         }
     }
     let nchwc = WorkloadSpec::new(Anchor::Conv2dNchwc(Window2d::simple(1, 1)), vec![]);
-    let cdag = nchwc.build(Era::V015, &[dshape.to_vec(), kshape.to_vec()]).unwrap();
+    let cdag = nchwc
+        .build(Era::V015, &[dshape.to_vec(), kshape.to_vec()])
+        .unwrap();
     assert!(print_dag(&cdag).contains("conv2d_NCHWc(n, occ, oh, ow, oc_block)"));
-    assert!(nchwc.build(Era::V09, &[dshape.to_vec(), kshape.to_vec()]).is_err(), "no grouped NCHWc before v0.11");
-    let got = evaluate(&cdag, &[TensorData::new(&dshape, data), TensorData::new(&kshape, kernel)]).unwrap().remove(0);
+    assert!(
+        nchwc
+            .build(Era::V09, &[dshape.to_vec(), kshape.to_vec()])
+            .is_err(),
+        "no grouped NCHWc before v0.11"
+    );
+    let got = evaluate(
+        &cdag,
+        &[
+            TensorData::new(&dshape, data),
+            TensorData::new(&kshape, kernel),
+        ],
+    )
+    .unwrap()
+    .remove(0);
     let mut unpacked = vec![0.0; want.len()];
     for f in 0..o {
         for y in 0..5 {
             for x in 0..5 {
-                unpacked[idx(&[1, o, 5, 5], &[0, f, y, x])] = got.data[idx(&got.shape, &[0, f / ob, y, x, f % ob])];
+                unpacked[idx(&[1, o, 5, 5], &[0, f, y, x])] =
+                    got.data[idx(&got.shape, &[0, f / ob, y, x, f % ob])];
             }
         }
     }

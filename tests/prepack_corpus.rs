@@ -16,7 +16,9 @@ use ttdb::ansor::{KeyForm, Step, WorkloadKey};
 use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
 use ttdb::ir::{DType, Dag};
 use ttdb::lower::check::interpret_with_layout;
-use ttdb::lower::{lower_detailed, packed_layout, retarget_steps, LowerOptions, WeightLayout, WeightLayoutMode};
+use ttdb::lower::{
+    lower_detailed, packed_layout, retarget_steps, LowerOptions, WeightLayout, WeightLayoutMode,
+};
 use ttdb::ops::{registered, Anchor, Era, WorkloadSpec};
 use ttdb::recognize::recognize;
 use ttdb::schedule::{replay, stage_inits_from_dag, State};
@@ -25,11 +27,17 @@ const TOLERANCE: f64 = 1e-4;
 const STEP_BUDGET: u64 = 400_000_000;
 
 fn prepacked() -> LowerOptions {
-    LowerOptions { weight_layout: WeightLayoutMode::PrePacked, ..LowerOptions::default() }
+    LowerOptions {
+        weight_layout: WeightLayoutMode::PrePacked,
+        ..LowerOptions::default()
+    }
 }
 
 fn has_layout_free(dag: &Dag) -> bool {
-    dag.stages.iter().any(|s| s.compute().is_some_and(|c| !c.attrs.layout_free_placeholders.is_empty()))
+    dag.stages.iter().any(|s| {
+        s.compute()
+            .is_some_and(|c| !c.attrs.layout_free_placeholders.is_empty())
+    })
 }
 
 struct Rec {
@@ -42,11 +50,19 @@ struct Rec {
 /// Every CPU record of the corpus.
 fn corpus_records() -> Vec<Rec> {
     let mut recs = Vec::new();
-    for f in common::ansor_files().into_iter().filter(|p| !common::is_cuda_log(p)) {
+    for f in common::ansor_files()
+        .into_iter()
+        .filter(|p| !common::is_cuda_log(p))
+    {
         let text = std::fs::read(&f).unwrap();
         for (ln, bytes) in lines(&text) {
             if let LogLine::Record { record, .. } = parse_line(bytes) {
-                recs.push(Rec { file: common::rel(&f), line: ln, key: record.task.workload_key.clone(), steps: record.steps });
+                recs.push(Rec {
+                    file: common::rel(&f),
+                    line: ln,
+                    key: record.task.workload_key.clone(),
+                    steps: record.steps,
+                });
             }
         }
     }
@@ -71,15 +87,32 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             let (d, k) = (&ins[0], &ins[1]);
             let [pt, pl, pb, pr] = w.padding;
             let [oh, ow] = w.out_hw([d[1], d[2]], [k[0], k[1]]);
-            let h = window_input(d[1], cap(oh, OUT), k[0], w.stride[0], w.dilation[0], pt + pb);
-            let wd = window_input(d[2], cap(ow, OUT), k[1], w.stride[1], w.dilation[1], pl + pr);
+            let h = window_input(
+                d[1],
+                cap(oh, OUT),
+                k[0],
+                w.stride[0],
+                w.dilation[0],
+                pt + pb,
+            );
+            let wd = window_input(
+                d[2],
+                cap(ow, OUT),
+                k[1],
+                w.stride[1],
+                w.dilation[1],
+                pl + pr,
+            );
             let (ci, co) = (cap(d[3], 16), cap(k[3], 32));
             vec![vec![1, h, wd, ci], vec![k[0], k[1], ci, co]]
         }
         Anchor::WinogradNhwc { .. } => {
             let (d, k) = (&ins[0], &ins[1]);
             let (ci, co) = (cap(d[3], 8), cap(k[2], 16));
-            vec![vec![1, cap(d[1], 6), cap(d[2], 6), ci], vec![k[0], k[1], co, ci]]
+            vec![
+                vec![1, cap(d[1], 6), cap(d[2], 6), ci],
+                vec![k[0], k[1], co, ci],
+            ]
         }
         Anchor::Dense => {
             let (d, w) = (&ins[0], &ins[1]);
@@ -89,7 +122,10 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
         Anchor::BatchMatmul => {
             let (a, b) = (&ins[0], &ins[1]);
             let kk = cap(a[2], 32);
-            vec![vec![cap(a[0], 2), cap(a[1], 16), kk], vec![cap(b[0], 2), cap(b[1], 16), kk]]
+            vec![
+                vec![cap(a[0], 2), cap(a[1], 16), kk],
+                vec![cap(b[0], 2), cap(b[1], 16), kk],
+            ]
         }
         other => return Err(format!("no layout-free weight in {other:?}")),
     })
@@ -97,18 +133,32 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
 
 fn anchor_out(spec: &WorkloadSpec, era: Era, ins: &[Vec<i64>]) -> Result<Vec<i64>, String> {
     let k = spec.anchor.num_inputs();
-    let dag = WorkloadSpec { anchor: spec.anchor.clone(), epilogue: vec![], dtype: spec.dtype }
-        .build(era, &ins[..k])
-        .map_err(|e| e.to_string())?;
+    let dag = WorkloadSpec {
+        anchor: spec.anchor.clone(),
+        epilogue: vec![],
+        dtype: spec.dtype,
+    }
+    .build(era, &ins[..k])
+    .map_err(|e| e.to_string())?;
     Ok(dag.stage(dag.output()).shape())
 }
 
-fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option<Era>) -> Result<Dag, String> {
+fn shrink(
+    key: &WorkloadKey,
+    dag: &Dag,
+    spec: Option<&WorkloadSpec>,
+    era: Option<Era>,
+) -> Result<Dag, String> {
     if key.form == KeyForm::Registered {
         let ints: Vec<i64> = key.args.iter().filter_map(|a| a.as_int()).collect();
         return match key.head.as_str() {
-            "matmul_add" => registered::matmul_add(cap(ints[0], 32), cap(ints[1], 24), cap(ints[2], 40), DType::F32)
-                .map_err(|e| e.to_string()),
+            "matmul_add" => registered::matmul_add(
+                cap(ints[0], 32),
+                cap(ints[1], 24),
+                cap(ints[2], 40),
+                DType::F32,
+            )
+            .map_err(|e| e.to_string()),
             other => Err(format!("no shrink rule for {other}")),
         };
     }
@@ -116,10 +166,15 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
         (Some(s), Some(e)) => (s, e),
         _ => return Err("recognized without a workload spec".into()),
     };
-    let canonical = spec.canonical_inputs(&dag.placeholder_shapes()).map_err(|e| e.to_string())?;
+    let canonical = spec
+        .canonical_inputs(&dag.placeholder_shapes())
+        .map_err(|e| e.to_string())?;
     let k = spec.anchor.num_inputs();
     let mut new = shrink_anchor(&spec.anchor, &canonical[..k])?;
-    let (old_out, new_out) = (anchor_out(spec, era, &canonical)?, anchor_out(spec, era, &new)?);
+    let (old_out, new_out) = (
+        anchor_out(spec, era, &canonical)?,
+        anchor_out(spec, era, &new)?,
+    );
     let mut next = k;
     for op in &spec.epilogue {
         if !op.takes_operand() {
@@ -127,11 +182,20 @@ fn shrink(key: &WorkloadKey, dag: &Dag, spec: Option<&WorkloadSpec>, era: Option
         }
         let operand = &canonical[next];
         next += 1;
-        let off = old_out.len().checked_sub(operand.len()).ok_or("operand of higher rank")?;
+        let off = old_out
+            .len()
+            .checked_sub(operand.len())
+            .ok_or("operand of higher rank")?;
         let s = operand
             .iter()
             .enumerate()
-            .map(|(i, &d)| if d == 1 && old_out[off + i] != 1 { 1 } else { new_out[off + i] })
+            .map(|(i, &d)| {
+                if d == 1 && old_out[off + i] != 1 {
+                    1
+                } else {
+                    new_out[off + i]
+                }
+            })
             .collect();
         new.push(s);
     }
@@ -146,19 +210,29 @@ fn partial_tiles(inits: &[ttdb::schedule::StageInit], steps: &[Step]) -> Result<
     for step in steps {
         let new = match step {
             Step::Split(sp) => {
-                let ext =
-                    st.stages().get(sp.stage_id as usize).and_then(|s| s.iters.get(sp.iter_id as usize)).and_then(|it| it.extent);
+                let ext = st
+                    .stages()
+                    .get(sp.stage_id as usize)
+                    .and_then(|s| s.iters.get(sp.iter_id as usize))
+                    .and_then(|it| it.extent);
                 match ext {
                     Some(e) => {
                         let mut rest = e;
                         let mut l = sp.lengths.clone();
-                        let order: Vec<usize> =
-                            if sp.inner_to_outer { (0..l.len()).rev().collect() } else { (0..l.len()).collect() };
+                        let order: Vec<usize> = if sp.inner_to_outer {
+                            (0..l.len()).rev().collect()
+                        } else {
+                            (0..l.len()).collect()
+                        };
                         for k in order {
                             l[k] = l[k].clamp(1, rest.max(1));
                             rest = (rest + l[k] - 1) / l[k];
                         }
-                        Step::Split(SplitStep { extent: e, lengths: l, ..sp.clone() })
+                        Step::Split(SplitStep {
+                            extent: e,
+                            lengths: l,
+                            ..sp.clone()
+                        })
                     }
                     None => step.clone(),
                 }
@@ -173,9 +247,11 @@ fn partial_tiles(inits: &[ttdb::schedule::StageInit], steps: &[Step]) -> Result<
 fn same_structure(a: &Dag, b: &Dag) -> bool {
     let (x, y) = (a.initial_stages(), b.initial_stages());
     x.len() == y.len()
-        && x.iter()
-            .zip(&y)
-            .all(|(p, q)| p.name == q.name && p.iters.len() == q.iters.len() && p.is_placeholder == q.is_placeholder)
+        && x.iter().zip(&y).all(|(p, q)| {
+            p.name == q.name
+                && p.iters.len() == q.iters.len()
+                && p.is_placeholder == q.is_placeholder
+        })
 }
 
 /// Distinct (key, steps) records whose DAG has layout-free weights, with the real DAG and a
@@ -216,7 +292,11 @@ fn layout_free_corpus() -> Corpus {
             unique.entry((r.key.clone(), steps.join(","))).or_insert(i);
         }
     }
-    Corpus { recs, todo: unique.into_values().collect(), dags }
+    Corpus {
+        recs,
+        todo: unique.into_values().collect(),
+        dags,
+    }
 }
 
 /// The spec's worked example: resnet-50 conv2d 1x1 stride 2 (+bias+relu), `de7d1695`.
@@ -226,18 +306,32 @@ fn de7d1695_layout() {
     let text = std::fs::read(&path).unwrap();
     let mut found = 0;
     for (_, bytes) in lines(&text) {
-        let LogLine::Record { record, .. } = parse_line(bytes) else { continue };
+        let LogLine::Record { record, .. } = parse_line(bytes) else {
+            continue;
+        };
         // the spec's line (the hash also names the two other 1x1 stride-2 convs of resnet-50)
-        if !record.task.workload_key.contains("de7d1695278cf52778b038e6573d7626\", 1, 14, 14, 1024,") {
+        if !record
+            .task
+            .workload_key
+            .contains("de7d1695278cf52778b038e6573d7626\", 1, 14, 14, 1024,")
+        {
             continue;
         }
         found += 1;
-        let dag = recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap()).unwrap().dag;
+        let dag = recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap())
+            .unwrap()
+            .dag;
         let state = replay(&stage_inits_from_dag(&dag), &record.steps).unwrap();
         let layout = packed_layout(&dag, &state).unwrap();
-        let [w] = layout.packed() else { panic!("one packed weight expected: {layout:?}") };
+        let [w] = layout.packed() else {
+            panic!("one packed weight expected: {layout:?}")
+        };
         println!("de7d1695: {w}");
-        assert!(["conv2d_nhwc", "Conv2dOutput"].contains(&w.consumer.as_str()), "{}", w.consumer);
+        assert!(
+            ["conv2d_nhwc", "Conv2dOutput"].contains(&w.consumer.as_str()),
+            "{}",
+            w.consumer
+        );
         assert_eq!(w.orig_layout(), "1ry1rx1024rc512ff");
         // spec §4.8 derives the same string by hand
         assert_eq!(w.new_layout(), "2ff32ff1ry1rx128rc1ff1ry1rx8rc8ff");
@@ -248,7 +342,10 @@ fn de7d1695_layout() {
         let text = ttdb::loopnest::kernel_to_string(&lowered.kernel);
         let wbuf = &lowered.kernel.params[1].name;
         assert_eq!(lowered.kernel.params[1].shape, w.shape());
-        let loads: Vec<&str> = text.lines().filter(|l| l.contains(&format!("{wbuf}["))).collect();
+        let loads: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(&format!("{wbuf}[")))
+            .collect();
         println!("{}", loads.join("\n"));
         assert!(!loads.is_empty(), "{text}");
         // the inner dimensions of the packed weight are indexed by plain loop variables
@@ -273,7 +370,10 @@ fn de7d1695_layout() {
             inner.push(cur.trim().to_string());
             assert_eq!(inner.len(), 10, "{l}");
             for ix in &inner[2..] {
-                assert!(ix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{ix} in {l}");
+                assert!(
+                    ix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                    "{ix} in {l}"
+                );
             }
         }
     }
@@ -294,34 +394,55 @@ enum Outcome {
 
 fn check_reduced(mode_partial: bool) {
     let c = layout_free_corpus();
-    assert!(c.todo.len() >= 100, "only {} distinct layout-free records", c.todo.len());
+    assert!(
+        c.todo.len() >= 100,
+        "only {} distinct layout-free records",
+        c.todo.len()
+    );
     let outcomes: Vec<(usize, Outcome)> = c
         .todo
         .par_iter()
         .map(|&i| {
             let r = &c.recs[i];
             let out = (|| {
-                let small = c.dags[&r.key].1.as_ref().map_err(|e| ("shrink", e.clone()))?;
+                let small = c.dags[&r.key]
+                    .1
+                    .as_ref()
+                    .map_err(|e| ("shrink", e.clone()))?;
                 let inits = stage_inits_from_dag(small);
                 let state = if mode_partial {
                     partial_tiles(&inits, &r.steps).map_err(|e| ("retarget", e))?
                 } else {
-                    retarget_steps(&inits, &r.steps).map_err(|e| ("retarget", e.to_string()))?.state
+                    retarget_steps(&inits, &r.steps)
+                        .map_err(|e| ("retarget", e.to_string()))?
+                        .state
                 };
-                let lowered = lower_detailed(small, &state, &prepacked()).map_err(|e| ("lower", format!("{}: {e}", e.kind())))?;
-                let cmp = interpret_with_layout(small, &lowered.kernel, &lowered.weight_layout, 7 + i as u64, Some(STEP_BUDGET))
-                    .map_err(|e| ("run", e))?;
+                let lowered = lower_detailed(small, &state, &prepacked())
+                    .map_err(|e| ("lower", format!("{}: {e}", e.kind())))?;
+                let cmp = interpret_with_layout(
+                    small,
+                    &lowered.kernel,
+                    &lowered.weight_layout,
+                    7 + i as u64,
+                    Some(STEP_BUDGET),
+                )
+                .map_err(|e| ("run", e))?;
                 if cmp.rel_err > TOLERANCE {
                     return Err(("compare", format!("relative error {:.3e}", cmp.rel_err)));
                 }
                 Ok(match &lowered.weight_layout {
                     WeightLayout::Original => Outcome::Unpacked,
                     WeightLayout::PrePacked(ws) => Outcome::Packed {
-                        padded: ws.iter().any(|w| w.shape().iter().product::<i64>() > w.orig_shape.iter().product::<i64>()),
+                        padded: ws.iter().any(|w| {
+                            w.shape().iter().product::<i64>() > w.orig_shape.iter().product::<i64>()
+                        }),
                     },
                 })
             })();
-            (i, out.unwrap_or_else(|(stage, m)| Outcome::Failed(stage, m)))
+            (
+                i,
+                out.unwrap_or_else(|(stage, m)| Outcome::Failed(stage, m)),
+            )
         })
         .collect();
     let mut per_file: BTreeMap<&str, [usize; 3]> = BTreeMap::new();
@@ -344,7 +465,10 @@ fn check_reduced(mode_partial: bool) {
             }
         }
     }
-    println!("{:<48} {:>7} {:>9} {:>7}", "file", "packed", "original", "failed");
+    println!(
+        "{:<48} {:>7} {:>9} {:>7}",
+        "file", "packed", "original", "failed"
+    );
     for (f, [p, u, x]) in &per_file {
         println!("{f:<48} {p:>7} {u:>9} {x:>7}");
     }
@@ -360,9 +484,16 @@ fn check_reduced(mode_partial: bool) {
         println!("  {f}");
     }
     assert!(failures.is_empty(), "{} records failed", failures.len());
-    assert!(packed * 10 >= outcomes.len() * 8, "too few records were pre-packed: {packed} of {}", outcomes.len());
+    assert!(
+        packed * 10 >= outcomes.len() * 8,
+        "too few records were pre-packed: {packed} of {}",
+        outcomes.len()
+    );
     if mode_partial {
-        assert!(padded * 10 >= packed, "partial tiles should pad many packed layouts: {padded} of {packed}");
+        assert!(
+            padded * 10 >= packed,
+            "partial tiles should pad many packed layouts: {padded} of {packed}"
+        );
     }
 }
 
@@ -405,7 +536,12 @@ fn real_shape_layouts_cover_the_weights() {
                     let elems: i64 = w.orig_shape.iter().product();
                     let packed: i64 = w.shape().iter().product();
                     assert!(packed >= elems, "{}:{} {w}", r.file, r.line);
-                    assert!(packed < 2 * elems.max(64) * 8, "{}:{} {w}: implausible padding", r.file, r.line);
+                    assert!(
+                        packed < 2 * elems.max(64) * 8,
+                        "{}:{} {w}: implausible padding",
+                        r.file,
+                        r.line
+                    );
                 }
             }
             Err(e) => failures.push(format!("{}:{}: {e}", r.file, r.line)),
@@ -421,10 +557,19 @@ fn real_shape_layouts_cover_the_weights() {
 fn real_shape_jit_runs_verify() {
     let c = layout_free_corpus();
     // one record per consumer kind, from the gallery resnet-50 and the BERT log
-    let wanted = ["de7d1695278cf52778b038e6573d7626", "218090bc617f9a36fbabdf253ec28064"];
+    let wanted = [
+        "de7d1695278cf52778b038e6573d7626",
+        "218090bc617f9a36fbabdf253ec28064",
+    ];
     let mut picked: Vec<usize> = Vec::new();
     for w in wanted {
-        picked.extend(c.todo.iter().copied().filter(|&i| c.recs[i].key.contains(w)).take(1));
+        picked.extend(
+            c.todo
+                .iter()
+                .copied()
+                .filter(|&i| c.recs[i].key.contains(w))
+                .take(1),
+        );
     }
     // a batch_matmul and a winograd record, the smallest by FLOPs
     for class in ["T_batch_matmul_NT", "bgemm"] {
@@ -432,14 +577,23 @@ fn real_shape_jit_runs_verify() {
             .todo
             .iter()
             .copied()
-            .filter(|&i| c.dags[&c.recs[i].key].0.stages.iter().any(|s| s.name == class))
+            .filter(|&i| {
+                c.dags[&c.recs[i].key]
+                    .0
+                    .stages
+                    .iter()
+                    .any(|s| s.name == class)
+            })
             .map(|i| (c.dags[&c.recs[i].key].0.flop_ct(), i))
             .collect();
         cands.sort_by(|a, b| a.0.total_cmp(&b.0));
         picked.extend(cands.first().map(|x| x.1));
     }
     assert!(picked.len() >= 3, "picked {picked:?}");
-    let opts = EvalOptions { verify_only: true, ..EvalOptions::default() };
+    let opts = EvalOptions {
+        verify_only: true,
+        ..EvalOptions::default()
+    };
     assert!(opts.prepack_weights, "pre-packing is the default");
     for i in picked {
         let r = &c.recs[i];
@@ -450,13 +604,34 @@ fn real_shape_jit_runs_verify() {
             "{}:{} {:?}: {:?}",
             r.file,
             r.line,
-            e.weight_layout.packed().iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            e.weight_layout
+                .packed()
+                .iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>(),
             e.rel_error
         );
         assert!(e.verified(), "{}:{}: {:?}", r.file, r.line, e.failure);
-        assert!(!e.weight_layout.packed().is_empty(), "{}:{} was not pre-packed", r.file, r.line);
+        assert!(
+            !e.weight_layout.packed().is_empty(),
+            "{}:{} was not pre-packed",
+            r.file,
+            r.line
+        );
         // and the same kernel without packing agrees
-        let plain = evaluate_steps(dag, &r.steps, &reference, &EvalOptions { prepack_weights: false, ..opts.clone() });
-        assert!(plain.verified() && plain.weight_layout == WeightLayout::Original, "{:?}", plain.failure);
+        let plain = evaluate_steps(
+            dag,
+            &r.steps,
+            &reference,
+            &EvalOptions {
+                prepack_weights: false,
+                ..opts.clone()
+            },
+        );
+        assert!(
+            plain.verified() && plain.weight_layout == WeightLayout::Original,
+            "{:?}",
+            plain.failure
+        );
     }
 }

@@ -34,7 +34,11 @@ fn corpus_files() -> Vec<(String, bool, Vec<String>)> {
         }
     }
     files.sort();
-    assert!(files.len() >= 20, "expected the full corpus, found {} files", files.len());
+    assert!(
+        files.len() >= 20,
+        "expected the full corpus, found {} files",
+        files.len()
+    );
     files
         .into_iter()
         .map(|path| {
@@ -45,8 +49,8 @@ fn corpus_files() -> Vec<(String, bool, Vec<String>)> {
                 if line.trim().is_empty() || line.starts_with('#') || line.starts_with(' ') {
                     continue;
                 }
-                let v: serde_json::Value =
-                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 let task = &v["i"][0];
                 let key = task[0].as_str().expect("workload key string").to_string();
                 cuda |= task[1].as_str().is_some_and(|t| t.starts_with("cuda"));
@@ -75,7 +79,10 @@ fn every_corpus_key_is_recognized() {
     let mut failures = Vec::new();
     let mut total_keys = 0usize;
     let started = Instant::now();
-    println!("{:<62} {:>5} {:>5} {:>5} {:>5}", "file", "keys", "md5", "reg", "struct");
+    println!(
+        "{:<62} {:>5} {:>5} {:>5} {:>5}",
+        "file", "keys", "md5", "reg", "struct"
+    );
     for (file, cuda, keys) in &files {
         let mut c = Counts::default();
         for raw in keys {
@@ -85,7 +92,10 @@ fn every_corpus_key_is_recognized() {
                 Ok(r) => match &r.recognized_by {
                     RecognizedBy::Md5 => {
                         c.md5 += 1;
-                        md5_hashes.entry(*cuda).or_default().insert(key.head.clone());
+                        md5_hashes
+                            .entry(*cuda)
+                            .or_default()
+                            .insert(key.head.clone());
                         // the DAG's key arguments are the key's shapes
                         let flat: Vec<i64> = r.dag.io_shapes().concat();
                         assert_eq!(flat, key.flat_ints(), "{file}: shapes of {raw}");
@@ -104,8 +114,15 @@ fn every_corpus_key_is_recognized() {
             }
         }
         total_keys += c.keys;
-        let tag = if *cuda { format!("{file} (cuda)") } else { file.clone() };
-        println!("{:<62} {:>5} {:>5} {:>5} {:>5}", tag, c.keys, c.md5, c.registered, c.structural);
+        let tag = if *cuda {
+            format!("{file} (cuda)")
+        } else {
+            file.clone()
+        };
+        println!(
+            "{:<62} {:>5} {:>5} {:>5} {:>5}",
+            tag, c.keys, c.md5, c.registered, c.structural
+        );
     }
     let elapsed = started.elapsed();
     let cpu = md5_hashes.get(&false).map_or(0, BTreeSet::len);
@@ -116,8 +133,16 @@ fn every_corpus_key_is_recognized() {
         elapsed,
         elapsed.as_secs_f64() * 1e3 / total_keys as f64
     );
-    assert!(failures.is_empty(), "{} keys not recognized as required:\n{}", failures.len(), failures.join("\n"));
-    assert!(cpu >= 96, "only {cpu} distinct CPU hashes md5-verified, want >= 96");
+    assert!(
+        failures.is_empty(),
+        "{} keys not recognized as required:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        cpu >= 96,
+        "only {cpu} distinct CPU hashes md5-verified, want >= 96"
+    );
 }
 
 /// Recognition of one key stays in the millisecond range (uncached, debug build allowed a
@@ -145,24 +170,55 @@ fn signatures_are_shared_across_tvm_eras() {
     for (_, _, keys) in corpus_files() {
         for raw in keys {
             let key = WorkloadKey::parse(&raw).unwrap();
-            let Ok(r) = recognize_uncached(&key) else { continue };
+            let Ok(r) = recognize_uncached(&key) else {
+                continue;
+            };
             let era = r.era.map_or("-".to_string(), |e| e.to_string());
-            groups.entry(r.signature.sha256_hex()).or_default().insert((era, key.head.clone()));
+            groups
+                .entry(r.signature.sha256_hex())
+                .or_default()
+                .insert((era, key.head.clone()));
         }
     }
-    let cross: Vec<&BTreeSet<(String, String)>> =
-        groups.values().filter(|g| g.iter().map(|(e, _)| e).collect::<BTreeSet<_>>().len() > 1).collect();
-    println!("{} signatures shared by keys of different TVM eras", cross.len());
-    assert!(cross.len() >= 10, "only {} cross-era signatures", cross.len());
+    let cross: Vec<&BTreeSet<(String, String)>> = groups
+        .values()
+        .filter(|g| g.iter().map(|(e, _)| e).collect::<BTreeSet<_>>().len() > 1)
+        .collect();
+    println!(
+        "{} signatures shared by keys of different TVM eras",
+        cross.len()
+    );
+    assert!(
+        cross.len() >= 10,
+        "only {} cross-era signatures",
+        cross.len()
+    );
     // (v0.7 hash, >= v0.10 hash) of the same kernels: conv3x3+bias+relu, softmax, max pool
     // + add + relu, global average pool
     for (old, new) in [
-        ("2350d19dc42a0665244368384c66b3a5", "d37380659057397544e056461ea3bad3"),
-        ("d7b65649a4dd54becea0a52aabbc5af5", "7d79c516e212fe1d73f5dbb90eaca2cf"),
-        ("a5612fdeb9db4d579a75ec225ea4c06a", "6d012ba18a086c11ee2b85c7324e16f2"),
-        ("69115f188984ae34ede37c3b8ca40b43", "8c53ca2904398da2889aa7508082d7bb"),
+        (
+            "2350d19dc42a0665244368384c66b3a5",
+            "d37380659057397544e056461ea3bad3",
+        ),
+        (
+            "d7b65649a4dd54becea0a52aabbc5af5",
+            "7d79c516e212fe1d73f5dbb90eaca2cf",
+        ),
+        (
+            "a5612fdeb9db4d579a75ec225ea4c06a",
+            "6d012ba18a086c11ee2b85c7324e16f2",
+        ),
+        (
+            "69115f188984ae34ede37c3b8ca40b43",
+            "8c53ca2904398da2889aa7508082d7bb",
+        ),
     ] {
-        let together = cross.iter().any(|g| g.iter().any(|(_, h)| h == old) && g.iter().any(|(_, h)| h == new));
-        assert!(together, "{old} (v0.7) and {new} (v0.10+) should share a signature");
+        let together = cross
+            .iter()
+            .any(|g| g.iter().any(|(_, h)| h == old) && g.iter().any(|(_, h)| h == new));
+        assert!(
+            together,
+            "{old} (v0.7) and {new} (v0.10+) should share a signature"
+        );
     }
 }

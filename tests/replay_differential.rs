@@ -19,7 +19,11 @@ use ttdb::schedule::{stage_inits_from_dag, StageInit, State};
 
 fn sim_path() -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/ansor_state_sim.py");
-    assert!(p.is_file(), "the oracle is missing: expected {}", p.display());
+    assert!(
+        p.is_file(),
+        "the oracle is missing: expected {}",
+        p.display()
+    );
     p
 }
 
@@ -32,7 +36,9 @@ fn python(args: &[&str], stdin: &str) -> (String, String) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("python3 is needed to run the oracle and could not be started: {e}"));
+        .unwrap_or_else(|e| {
+            panic!("python3 is needed to run the oracle and could not be started: {e}")
+        });
     let mut pipe = child.stdin.take().unwrap();
     let input = stdin.to_string();
     let writer = std::thread::spawn(move || pipe.write_all(input.as_bytes()));
@@ -40,7 +46,11 @@ fn python(args: &[&str], stdin: &str) -> (String, String) {
     writer.join().unwrap().expect("write to python3");
     let stdout = String::from_utf8(out.stdout).expect("oracle stdout is UTF-8");
     let stderr = String::from_utf8(out.stderr).expect("oracle stderr is UTF-8");
-    assert!(out.status.success(), "the oracle failed ({}):\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "the oracle failed ({}):\n{stderr}",
+        out.status
+    );
     (stdout, stderr)
 }
 
@@ -92,7 +102,12 @@ fn run_oracle(files: &[PathBuf]) -> Oracle {
         } else if let Some(p) = line.strip_prefix("PROBLEM ") {
             current.as_mut().unwrap().1.problem = Some(p.to_string());
         } else {
-            current.as_mut().expect("dump lines follow a record line").1.state.push(line.to_string());
+            current
+                .as_mut()
+                .expect("dump lines follow a record line")
+                .1
+                .state
+                .push(line.to_string());
         }
     }
     if let Some((k, r)) = current.take() {
@@ -101,7 +116,10 @@ fn run_oracle(files: &[PathBuf]) -> Oracle {
     let mut sp_checks = HashMap::new();
     for line in stderr.lines() {
         // `PATH: records R, ... | SP extent checks C, ...`
-        if let (Some((path, _)), Some((_, tail))) = (line.split_once(": records "), line.split_once("SP extent checks ")) {
+        if let (Some((path, _)), Some((_, tail))) = (
+            line.split_once(": records "),
+            line.split_once("SP extent checks "),
+        ) {
             let n = tail.split(',').next().unwrap().trim().parse().unwrap();
             sp_checks.insert(path.to_string(), n);
         }
@@ -131,7 +149,10 @@ fn compare(files: &[PathBuf]) -> (BTreeMap<String, FileTally>, Vec<String>) {
                     keys.insert(record.task.workload_key.clone());
                     parsed.push((f.display().to_string(), ln, record));
                 }
-                LogLine::Bad { reason, .. } => panic!("{}:{ln}: ttdb cannot parse the record: {reason}", f.display()),
+                LogLine::Bad { reason, .. } => panic!(
+                    "{}:{ln}: ttdb cannot parse the record: {reason}",
+                    f.display()
+                ),
                 LogLine::Blank | LogLine::Comment => {}
             }
         }
@@ -150,7 +171,10 @@ fn compare(files: &[PathBuf]) -> (BTreeMap<String, FileTally>, Vec<String>) {
         let init = match &inits[&record.task.workload_key] {
             Ok(init) => init,
             Err(e) => {
-                failures.push(format!("{path}:{ln}: ttdb has no DAG for {}: {e}", record.task.workload_key));
+                failures.push(format!(
+                    "{path}:{ln}: ttdb has no DAG for {}: {e}",
+                    record.task.workload_key
+                ));
                 continue;
             }
         };
@@ -176,12 +200,19 @@ fn compare(files: &[PathBuf]) -> (BTreeMap<String, FileTally>, Vec<String>) {
                         .filter(|(g, w)| g != w)
                         .map(|(g, w)| format!("    ttdb:   {g}\n    oracle: {w}"))
                         .collect();
-                    failures.push(format!("{path}:{ln}: final states differ\n{}", diff.join("\n")));
+                    failures.push(format!(
+                        "{path}:{ln}: final states differ\n{}",
+                        diff.join("\n")
+                    ));
                 }
             }
             (Some(_), Err(_)) => t.agree += 1, // both refuse the record
-            (None, Err(e)) => failures.push(format!("{path}:{ln}: ttdb refuses a record the oracle replays: {e}")),
-            (Some(p), Ok(())) => failures.push(format!("{path}:{ln}: ttdb replays a record the oracle refuses: {p}")),
+            (None, Err(e)) => failures.push(format!(
+                "{path}:{ln}: ttdb refuses a record the oracle replays: {e}"
+            )),
+            (Some(p), Ok(())) => failures.push(format!(
+                "{path}:{ln}: ttdb replays a record the oracle refuses: {p}"
+            )),
         }
     }
     for (path, t) in tally.iter_mut() {
@@ -192,11 +223,17 @@ fn compare(files: &[PathBuf]) -> (BTreeMap<String, FileTally>, Vec<String>) {
 
 fn print_table(tally: &BTreeMap<String, FileTally>) -> FileTally {
     let mut total = FileTally::default();
-    println!("{:<62} {:>7} {:>8} {:>7} {:>15}", "file", "records", "replayed", "agree", "SP checks");
+    println!(
+        "{:<62} {:>7} {:>8} {:>7} {:>15}",
+        "file", "records", "replayed", "agree", "SP checks"
+    );
     for (path, t) in tally {
         let name = common::rel(Path::new(path));
         let sp = format!("{}/{}", t.sp_checks, t.oracle_sp_checks);
-        println!("{name:<62} {:>7} {:>8} {:>7} {:>15}", t.records, t.replayed, t.agree, sp);
+        println!(
+            "{name:<62} {:>7} {:>8} {:>7} {:>15}",
+            t.records, t.replayed, t.agree, sp
+        );
         total.records += t.records;
         total.replayed += t.replayed;
         total.agree += t.agree;
@@ -204,7 +241,10 @@ fn print_table(tally: &BTreeMap<String, FileTally>) -> FileTally {
         total.oracle_sp_checks += t.oracle_sp_checks;
     }
     let sp = format!("{}/{}", total.sp_checks, total.oracle_sp_checks);
-    println!("{:<62} {:>7} {:>8} {:>7} {:>15}", "TOTAL", total.records, total.replayed, total.agree, sp);
+    println!(
+        "{:<62} {:>7} {:>8} {:>7} {:>15}",
+        "TOTAL", total.records, total.replayed, total.agree, sp
+    );
     total
 }
 
@@ -214,17 +254,30 @@ fn assert_agreement(files: &[PathBuf], expected_records: usize) {
     for f in failures.iter().take(20) {
         println!("{f}");
     }
-    assert!(failures.is_empty(), "{} records disagree with the oracle (first 20 above)", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} records disagree with the oracle (first 20 above)",
+        failures.len()
+    );
     for (path, t) in &tally {
-        assert_eq!(t.sp_checks, t.oracle_sp_checks, "{path}: SP extent checks differ from the oracle's");
+        assert_eq!(
+            t.sp_checks, t.oracle_sp_checks,
+            "{path}: SP extent checks differ from the oracle's"
+        );
     }
-    assert_eq!(total.records, expected_records, "record count of the corpus changed");
+    assert_eq!(
+        total.records, expected_records,
+        "record count of the corpus changed"
+    );
     assert_eq!(total.agree, total.records);
 }
 
 #[test]
 fn cpu_corpus_final_states_agree_with_the_oracle() {
-    let files: Vec<PathBuf> = common::ansor_files().into_iter().filter(|p| !common::is_cuda_log(p)).collect();
+    let files: Vec<PathBuf> = common::ansor_files()
+        .into_iter()
+        .filter(|p| !common::is_cuda_log(p))
+        .collect();
     assert_agreement(&files, 5701);
 }
 
@@ -232,6 +285,9 @@ fn cpu_corpus_final_states_agree_with_the_oracle() {
 /// of undefined extents after CA).
 #[test]
 fn cuda_corpus_final_states_agree_with_the_oracle() {
-    let files: Vec<PathBuf> = common::ansor_files().into_iter().filter(|p| common::is_cuda_log(p)).collect();
+    let files: Vec<PathBuf> = common::ansor_files()
+        .into_iter()
+        .filter(|p| common::is_cuda_log(p))
+        .collect();
     assert_agreement(&files, 25);
 }

@@ -18,7 +18,11 @@ use ttdb::recognize::recognize_uncached;
 
 fn shared() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
-    assert!(dir.join("corpus/ansor").is_dir(), "the shared corpus is missing under {}", dir.display());
+    assert!(
+        dir.join("corpus/ansor").is_dir(),
+        "the shared corpus is missing under {}",
+        dir.display()
+    );
     assert!(
         dir.join("tools/ansor_state_sim.py").is_file(),
         "the reference simulator is missing under {}/tools",
@@ -79,7 +83,11 @@ fn sim_dumps(keys: &[String]) -> Vec<String> {
         }
     }
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "simulator failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "simulator failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut dumps = Vec::new();
     let mut cur: Option<String> = None;
@@ -104,7 +112,11 @@ fn ttdb_dump(key: &WorkloadKey) -> Result<String, String> {
     for (i, s) in r.dag.initial_stages().iter().enumerate() {
         if s.is_placeholder {
             let dims: Vec<String> = s.shape.iter().map(i64::to_string).collect();
-            out.push_str(&format!("{i} {} placeholder [{}]\n", s.name, dims.join(",")));
+            out.push_str(&format!(
+                "{i} {} placeholder [{}]\n",
+                s.name,
+                dims.join(",")
+            ));
         } else {
             let iters: Vec<String> = s
                 .iters
@@ -118,7 +130,11 @@ fn ttdb_dump(key: &WorkloadKey) -> Result<String, String> {
                     format!("{}={ext}:{kind}", it.name)
                 })
                 .collect();
-            out.push_str(&format!("{i} {} root unroll=0 : {}\n", s.name, iters.join(" ")));
+            out.push_str(&format!(
+                "{i} {} root unroll=0 : {}\n",
+                s.name,
+                iters.join(" ")
+            ));
         }
     }
     Ok(out)
@@ -127,7 +143,11 @@ fn ttdb_dump(key: &WorkloadKey) -> Result<String, String> {
 #[test]
 fn initial_stages_equal_the_simulator() {
     let keys = all_keys();
-    assert!(keys.len() > 500, "expected the whole corpus, got {} keys", keys.len());
+    assert!(
+        keys.len() > 500,
+        "expected the whole corpus, got {} keys",
+        keys.len()
+    );
     let sims = sim_dumps(&keys);
     let mut mismatches = Vec::new();
     let mut sim_unknown = 0;
@@ -144,6 +164,15 @@ fn initial_stages_equal_the_simulator() {
             Err(e) => mismatches.push(format!("{key}: ttdb: {e}")),
         }
     }
-    println!("{} keys compared, {} differ, simulator unknown {sim_unknown}", keys.len(), mismatches.len());
-    assert!(mismatches.is_empty(), "{} keys differ:\n{}", mismatches.len(), mismatches.join("\n"));
+    println!(
+        "{} keys compared, {} differ, simulator unknown {sim_unknown}",
+        keys.len(),
+        mismatches.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{} keys differ:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }

@@ -14,7 +14,8 @@ fn record_of(file: &str, class: &str) -> (Record, ttdb::recognize::Recognized) {
         if !r.result.is_valid() {
             continue;
         }
-        let rec = ttdb::recognize::recognize(&WorkloadKey::parse(&r.task.workload_key).unwrap()).unwrap();
+        let rec =
+            ttdb::recognize::recognize(&WorkloadKey::parse(&r.task.workload_key).unwrap()).unwrap();
         if rec.signature.op_class.starts_with(class) {
             return (r, rec);
         }
@@ -23,18 +24,33 @@ fn record_of(file: &str, class: &str) -> (Record, ttdb::recognize::Recognized) {
 }
 
 fn verify_only() -> EvalOptions {
-    EvalOptions { verify_only: true, ..EvalOptions::default() }
+    EvalOptions {
+        verify_only: true,
+        ..EvalOptions::default()
+    }
 }
 
 #[test]
 fn real_records_compile_run_and_verify_at_their_real_shapes() {
     let sample = [
-        ("tvm_gallery/resnet-50-NHWC-B1-llvm.json", "conv2d_nhwc+add+relu"),
+        (
+            "tvm_gallery/resnet-50-NHWC-B1-llvm.json",
+            "conv2d_nhwc+add+relu",
+        ),
         ("tvm_gallery/resnet-50-NHWC-B1-llvm.json", "softmax"),
         ("tvm_gallery/resnet-50-NHWC-B1-llvm.json", "pool_max"),
-        ("tvm_ansor_bench_nchwc/resnet_18.best.json", "conv2d_nchwc+add+relu"),
-        ("tvm_ansor_bench_nchwc/mobilenet_v2.best.json", "depthwise_conv2d_nchwc"),
-        ("tvm_ansor_bench_nhwc/resnet_18.best.json", "conv2d_winograd_nhwc"),
+        (
+            "tvm_ansor_bench_nchwc/resnet_18.best.json",
+            "conv2d_nchwc+add+relu",
+        ),
+        (
+            "tvm_ansor_bench_nchwc/mobilenet_v2.best.json",
+            "depthwise_conv2d_nchwc",
+        ),
+        (
+            "tvm_ansor_bench_nhwc/resnet_18.best.json",
+            "conv2d_winograd_nhwc",
+        ),
         ("bert_cpu/ansor-bert-tuning.stage1.log", "dense"),
         ("bert_cpu/ansor-bert-tuning.stage1.log", "batch_matmul"),
         ("tvm_gallery/matmul.json", "matmul+add"),
@@ -77,11 +93,22 @@ fn a_kernel_over_its_timeout_is_reported_not_hung() {
     let (_, rec) = record_of("tvm_gallery/matmul.json", "matmul+add");
     let reference = Reference::new(&rec.dag, 1).unwrap();
     let opts = EvalOptions {
-        measure: MeasureOptions { timeout: Some(Duration::from_millis(20)), ..MeasureOptions::default() },
+        measure: MeasureOptions {
+            timeout: Some(Duration::from_millis(20)),
+            ..MeasureOptions::default()
+        },
         ..EvalOptions::default()
     };
     let t = std::time::Instant::now();
     let e = evaluate_default(&rec.dag, &reference, &opts);
-    assert_eq!(e.failure.as_ref().map(|f| f.error_no), Some(7), "{:?}", e.failure);
-    assert!(t.elapsed() < Duration::from_secs(10), "the timeout did not stop the kernel");
+    assert_eq!(
+        e.failure.as_ref().map(|f| f.error_no),
+        Some(7),
+        "{:?}",
+        e.failure
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "the timeout did not stop the kernel"
+    );
 }

@@ -130,7 +130,10 @@ pub fn push_string(out: &mut String, s: &str) {
 
 impl JsonWriter {
     pub fn new() -> Self {
-        JsonWriter { out: String::with_capacity(512), open: Vec::new() }
+        JsonWriter {
+            out: String::with_capacity(512),
+            open: Vec::new(),
+        }
     }
 
     fn separator(&mut self) {

@@ -19,7 +19,10 @@ pub enum KeyArg {
     Bool(bool),
     Null,
     /// `["TENSOR", [shape], dtype]` in registered-function keys.
-    Tensor { shape: Vec<i64>, dtype: String },
+    Tensor {
+        shape: Vec<i64>,
+        dtype: String,
+    },
     List(Vec<KeyArg>),
 }
 
@@ -90,7 +93,9 @@ impl KeyArg {
                 }
             }
             Kind::String => KeyArg::Str(sc.string().map_err(bad)?.into_owned()),
-            Kind::Object => return Err(KeyError("objects are not allowed in workload keys".into())),
+            Kind::Object => {
+                return Err(KeyError("objects are not allowed in workload keys".into()))
+            }
             Kind::Array => {
                 sc.expect(b'[').map_err(bad)?;
                 let mut items = Vec::new();
@@ -98,13 +103,21 @@ impl KeyArg {
                 while sc.next_item(&mut first).map_err(bad)? {
                     items.push(KeyArg::read(sc, depth + 1)?);
                 }
-                if let [KeyArg::Str(tag), KeyArg::List(shape), KeyArg::Str(dtype)] = items.as_slice() {
+                if let [KeyArg::Str(tag), KeyArg::List(shape), KeyArg::Str(dtype)] =
+                    items.as_slice()
+                {
                     if tag == "TENSOR" {
                         let shape = shape
                             .iter()
-                            .map(|d| d.as_int().ok_or_else(|| KeyError(format!("bad TENSOR dim {d:?}"))))
+                            .map(|d| {
+                                d.as_int()
+                                    .ok_or_else(|| KeyError(format!("bad TENSOR dim {d:?}")))
+                            })
                             .collect::<Result<_, _>>()?;
-                        return Ok(KeyArg::Tensor { shape, dtype: dtype.clone() });
+                        return Ok(KeyArg::Tensor {
+                            shape,
+                            dtype: dtype.clone(),
+                        });
                     }
                 }
                 KeyArg::List(items)
@@ -155,7 +168,11 @@ impl WorkloadKey {
         let mut items = items.into_iter();
         let head = match items.next() {
             Some(KeyArg::Str(h)) => h,
-            _ => return Err(KeyError("first element must be a string (hash or function name)".into())),
+            _ => {
+                return Err(KeyError(
+                    "first element must be a string (hash or function name)".into(),
+                ))
+            }
         };
         let args: Vec<KeyArg> = items.collect();
         let form = if !is_md5_hex(&head) {
@@ -167,9 +184,16 @@ impl WorkloadKey {
         } else if args.iter().all(|a| a.as_int_list().is_some()) {
             KeyForm::Nested
         } else {
-            return Err(KeyError("relay key args must be all ints or all int lists".into()));
+            return Err(KeyError(
+                "relay key args must be all ints or all int lists".into(),
+            ));
         };
-        Ok(WorkloadKey { raw: raw.to_string(), head, args, form })
+        Ok(WorkloadKey {
+            raw: raw.to_string(),
+            head,
+            args,
+            form,
+        })
     }
 
     /// The md5 hash of a relay key, None for registered-function keys.
@@ -221,15 +245,28 @@ mod tests {
     fn parses_the_four_forms() {
         let k = WorkloadKey::parse(r#"["de7d1695278cf52778b038e6573d7626"]"#).unwrap();
         assert_eq!(k.form, KeyForm::HashOnly);
-        let k = WorkloadKey::parse(r#"["de7d1695278cf52778b038e6573d7626", 1, 7, 7, 512]"#).unwrap();
+        let k =
+            WorkloadKey::parse(r#"["de7d1695278cf52778b038e6573d7626", 1, 7, 7, 512]"#).unwrap();
         assert_eq!(k.form, KeyForm::Flat);
         assert_eq!(k.shapes_with_rank(4), Some(vec![vec![1, 7, 7, 512]]));
-        let k = WorkloadKey::parse(r#"["218090bc617f9a36fbabdf253ec28064", [14, 3072], [768, 3072], [14, 768]]"#).unwrap();
+        let k = WorkloadKey::parse(
+            r#"["218090bc617f9a36fbabdf253ec28064", [14, 3072], [768, 3072], [14, 768]]"#,
+        )
+        .unwrap();
         assert_eq!(k.form, KeyForm::Nested);
         assert_eq!(k.nested_shapes().unwrap().len(), 3);
-        let k = WorkloadKey::parse(r#"["sparse_dense", 512, 512, ["TENSOR", [4, 2, 2], "float32"], [1, 1]]"#).unwrap();
+        let k = WorkloadKey::parse(
+            r#"["sparse_dense", 512, 512, ["TENSOR", [4, 2, 2], "float32"], [1, 1]]"#,
+        )
+        .unwrap();
         assert_eq!(k.form, KeyForm::Registered);
-        assert_eq!(k.args[2], KeyArg::Tensor { shape: vec![4, 2, 2], dtype: "float32".into() });
+        assert_eq!(
+            k.args[2],
+            KeyArg::Tensor {
+                shape: vec![4, 2, 2],
+                dtype: "float32".into()
+            }
+        );
         assert_eq!(k.hash(), None);
     }
 

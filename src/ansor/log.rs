@@ -28,12 +28,18 @@ pub fn parse_line(bytes: &[u8]) -> LogLine<'_> {
         Err(e) => {
             return LogLine::Bad {
                 raw: bytes,
-                reason: RecordError(format!("not UTF-8 (invalid byte at column {})", e.valid_up_to() + 1)),
+                reason: RecordError(format!(
+                    "not UTF-8 (invalid byte at column {})",
+                    e.valid_up_to() + 1
+                )),
             }
         }
     };
     match Record::parse(text) {
-        Ok(record) => LogLine::Record { raw: text, record: Box::new(record) },
+        Ok(record) => LogLine::Record {
+            raw: text,
+            record: Box::new(record),
+        },
         Err(reason) => LogLine::Bad { raw: bytes, reason },
     }
 }
@@ -43,7 +49,10 @@ pub fn parse_line(bytes: &[u8]) -> LogLine<'_> {
 pub fn lines(buf: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
     let body = buf.strip_suffix(b"\n").unwrap_or(buf);
     let empty = buf.is_empty();
-    body.split(|&b| b == b'\n').enumerate().filter(move |_| !empty).map(|(i, l)| (i + 1, l))
+    body.split(|&b| b == b'\n')
+        .enumerate()
+        .filter(move |_| !empty)
+        .map(|(i, l)| (i + 1, l))
 }
 
 #[cfg(test)]

@@ -43,7 +43,10 @@ impl Task {
 
     /// `num_cores` from hardware_params, when present and positive.
     pub fn num_cores(&self) -> Option<i64> {
-        self.hardware_params.as_ref().and_then(|h| h.first().copied()).filter(|&n| n > 0)
+        self.hardware_params
+            .as_ref()
+            .and_then(|h| h.first().copied())
+            .filter(|&n| n > 0)
     }
 }
 
@@ -131,7 +134,11 @@ fn syntax(e: ScanError) -> RecordError {
 fn want(sc: &mut Scanner<'_>, kind: Kind, what: &str) -> Result<(), RecordError> {
     let k = sc.kind().map_err(syntax)?;
     if k != kind {
-        return bad(format!("{what} must be {}, got {}", kind_name(kind), kind_name(k)));
+        return bad(format!(
+            "{what} must be {}, got {}",
+            kind_name(kind),
+            kind_name(k)
+        ));
     }
     Ok(())
 }
@@ -143,12 +150,14 @@ fn string(sc: &mut Scanner<'_>, what: &str) -> Result<String, RecordError> {
 
 fn int(sc: &mut Scanner<'_>, what: &str) -> Result<i64, RecordError> {
     want(sc, Kind::Number, what)?;
-    sc.int().map_err(|e| RecordError(format!("{what}: {}", e.msg)))
+    sc.int()
+        .map_err(|e| RecordError(format!("{what}: {}", e.msg)))
 }
 
 fn float(sc: &mut Scanner<'_>, what: &str) -> Result<f64, RecordError> {
     want(sc, Kind::Number, what)?;
-    sc.float().map_err(|e| RecordError(format!("{what}: {}", e.msg)))
+    sc.float()
+        .map_err(|e| RecordError(format!("{what}: {}", e.msg)))
 }
 
 /// Reads a list, calling `item` for each element.
@@ -226,7 +235,10 @@ fn parse_task(sc: &mut Scanner<'_>, line: &str) -> Result<Task, RecordError> {
             Ok(())
         })?;
         if hp.is_empty() || hp.len() > 8 {
-            return bad(format!("hardware_params has {} entries; expected 1..=8", hp.len()));
+            return bad(format!(
+                "hardware_params has {} entries; expected 1..=8",
+                hp.len()
+            ));
         }
         task.hardware_params = Some(hp);
     }
@@ -290,7 +302,9 @@ fn parse_result(sc: &mut Scanner<'_>, line: &str) -> Result<MeasureResult, Recor
     want(sc, Kind::Array, "result")?;
     let n = arity(sc, line);
     if n != 4 {
-        return bad(format!("result has {n} elements; expected [costs, error_no, all_cost, timestamp]"));
+        return bad(format!(
+            "result has {n} elements; expected [costs, error_no, all_cost, timestamp]"
+        ));
     }
     sc.expect(b'[').map_err(syntax)?;
     let mut costs = Vec::new();
@@ -308,7 +322,12 @@ fn parse_result(sc: &mut Scanner<'_>, line: &str) -> Result<MeasureResult, Recor
     sc.expect(b',').map_err(syntax)?;
     let timestamp = float(sc, "timestamp")?;
     sc.expect(b']').map_err(syntax)?;
-    Ok(MeasureResult { costs, error_no: ErrorNo(e as u8), all_cost, timestamp })
+    Ok(MeasureResult {
+        costs,
+        error_no: ErrorNo(e as u8),
+        all_cost,
+        timestamp,
+    })
 }
 
 impl Record {
@@ -344,15 +363,25 @@ impl Record {
                 "r" if result.is_none() => result = Some(parse_result(&mut sc, line)?),
                 "v" if version.is_none() => version = Some(string(&mut sc, "\"v\"")?),
                 "i" | "r" | "v" => return bad(format!("duplicate top-level key {key:?}")),
-                other => return bad(format!("unknown top-level key {other:?} (expected \"i\", \"r\", \"v\")")),
+                other => {
+                    return bad(format!(
+                        "unknown top-level key {other:?} (expected \"i\", \"r\", \"v\")"
+                    ))
+                }
             }
         }
         if !sc.at_end() {
             return bad(format!("trailing characters at column {}", sc.pos + 1));
         }
-        let (task, steps) = input.ok_or_else(|| RecordError("missing \"i\" (task and state)".into()))?;
+        let (task, steps) =
+            input.ok_or_else(|| RecordError("missing \"i\" (task and state)".into()))?;
         let result = result.ok_or_else(|| RecordError("missing \"r\" (result)".into()))?;
-        Ok(Record { task, steps, result, version })
+        Ok(Record {
+            task,
+            steps,
+            result,
+            version,
+        })
     }
 
     /// Writes the record as one line (no newline) in TVM's layout; TVM's reader accepts it.

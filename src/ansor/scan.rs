@@ -36,11 +36,18 @@ pub enum Kind {
 
 impl<'a> Scanner<'a> {
     pub fn new(s: &'a str) -> Scanner<'a> {
-        Scanner { text: s, s: s.as_bytes(), pos: 0 }
+        Scanner {
+            text: s,
+            s: s.as_bytes(),
+            pos: 0,
+        }
     }
 
     pub fn err<T>(&self, msg: impl Into<String>) -> Scan<T> {
-        Err(ScanError { pos: self.pos, msg: msg.into() })
+        Err(ScanError {
+            pos: self.pos,
+            msg: msg.into(),
+        })
     }
 
     pub fn ws(&mut self) {
@@ -231,7 +238,8 @@ impl<'a> Scanner<'a> {
                             } else {
                                 hi
                             };
-                            let c = char::from_u32(code).map_or_else(|| self.err("invalid \\u escape"), Ok)?;
+                            let c = char::from_u32(code)
+                                .map_or_else(|| self.err("invalid \\u escape"), Ok)?;
                             out.push(c);
                             run = self.pos;
                             continue;
@@ -249,8 +257,13 @@ impl<'a> Scanner<'a> {
     }
 
     fn hex4(&mut self) -> Scan<u32> {
-        let h = self.s.get(self.pos..self.pos + 4).and_then(|h| std::str::from_utf8(h).ok());
-        let v = h.and_then(|h| u32::from_str_radix(h, 16).ok()).map_or_else(|| self.err("invalid \\u escape"), Ok)?;
+        let h = self
+            .s
+            .get(self.pos..self.pos + 4)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        let v = h
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+            .map_or_else(|| self.err("invalid \\u escape"), Ok)?;
         self.pos += 4;
         Ok(v)
     }
@@ -332,7 +345,8 @@ mod tests {
 
     #[test]
     fn scans_values() {
-        let mut s = Scanner::new(r#" [1, -2.5e-3, "a\"b\u00e9\ud83d\ude00", true, null, {"k": [ ]}] "#);
+        let mut s =
+            Scanner::new(r#" [1, -2.5e-3, "a\"b\u00e9\ud83d\ude00", true, null, {"k": [ ]}] "#);
         s.expect(b'[').unwrap();
         let mut first = true;
         assert!(s.next_item(&mut first).unwrap());
@@ -353,7 +367,19 @@ mod tests {
 
     #[test]
     fn rejects_what_json_rejects() {
-        for bad in ["01", "1.", "-", "1e", "\"\\x\"", "\"a\u{1}\"", "[1,]", "[1 2]", "tru", "\"\\ud800\"", "{\"a\" 1}"] {
+        for bad in [
+            "01",
+            "1.",
+            "-",
+            "1e",
+            "\"\\x\"",
+            "\"a\u{1}\"",
+            "[1,]",
+            "[1 2]",
+            "tru",
+            "\"\\ud800\"",
+            "{\"a\" 1}",
+        ] {
             let mut s = Scanner::new(bad);
             assert!(s.skip_value().is_err() || !s.at_end(), "{bad}");
         }
@@ -367,7 +393,19 @@ mod tests {
     /// The scanner agrees with serde_json on what is valid JSON.
     #[test]
     fn agrees_with_serde_json() {
-        for text in ["[]", "{}", "[1,[2,[3]]]", "{\"a\":{\"b\":[]}}", "\"\\/\"", "-0", "0.5E+2", "[\"\\u0041\"]", "{\"a\":1,}", "[,1]", "  7  "] {
+        for text in [
+            "[]",
+            "{}",
+            "[1,[2,[3]]]",
+            "{\"a\":{\"b\":[]}}",
+            "\"\\/\"",
+            "-0",
+            "0.5E+2",
+            "[\"\\u0041\"]",
+            "{\"a\":1,}",
+            "[,1]",
+            "  7  ",
+        ] {
             let ours = {
                 let mut s = Scanner::new(text);
                 s.skip_value().is_ok() && s.at_end()

@@ -52,7 +52,11 @@ impl<'s, 'a> ArgReader<'s, 'a> {
     /// Moves to the next argument; `Err` if the step has no more.
     fn next(&mut self, field: &str) -> Result<(), StepError> {
         if !self.sc.next_item(&mut self.first).map_err(syntax)? {
-            return err(format!("{} step: missing field `{field}` (argument {})", self.tag, self.count + 1));
+            return err(format!(
+                "{} step: missing field `{field}` (argument {})",
+                self.tag,
+                self.count + 1
+            ));
         }
         self.count += 1;
         Ok(())
@@ -61,11 +65,21 @@ impl<'s, 'a> ArgReader<'s, 'a> {
     fn int_value(&mut self, field: &str) -> Result<i64, StepError> {
         let k = self.sc.kind().map_err(syntax)?;
         if k != Kind::Number {
-            return err(format!("{} step: `{field}` must be an integer, got {}", self.tag, kind_name(k)));
+            return err(format!(
+                "{} step: `{field}` must be an integer, got {}",
+                self.tag,
+                kind_name(k)
+            ));
         }
-        let i = self.sc.int().map_err(|e| StepError(format!("{} step: `{field}`: {}", self.tag, e.msg)))?;
+        let i = self
+            .sc
+            .int()
+            .map_err(|e| StepError(format!("{} step: `{field}`: {}", self.tag, e.msg)))?;
         if i < i32::MIN as i64 || i > i32::MAX as i64 {
-            return err(format!("{} step: `{field}` = {i} is out of range for a 32-bit int", self.tag));
+            return err(format!(
+                "{} step: `{field}` = {i} is out of range for a 32-bit int",
+                self.tag
+            ));
         }
         Ok(i)
     }
@@ -79,7 +93,12 @@ impl<'s, 'a> ArgReader<'s, 'a> {
     /// A stage or iterator id: a non-negative int.
     pub fn id(&mut self, field: &str) -> Result<u32, StepError> {
         let i = self.int(field)?;
-        u32::try_from(i).or_else(|_| err(format!("{} step: `{field}` = {i} must not be negative", self.tag)))
+        u32::try_from(i).or_else(|_| {
+            err(format!(
+                "{} step: `{field}` = {i} must not be negative",
+                self.tag
+            ))
+        })
     }
 
     /// A 0/1 flag written as an int.
@@ -87,7 +106,10 @@ impl<'s, 'a> ArgReader<'s, 'a> {
         match self.int(field)? {
             0 => Ok(false),
             1 => Ok(true),
-            i => err(format!("{} step: `{field}` must be 0 or 1, got {i}", self.tag)),
+            i => err(format!(
+                "{} step: `{field}` must be 0 or 1, got {i}",
+                self.tag
+            )),
         }
     }
 
@@ -95,7 +117,11 @@ impl<'s, 'a> ArgReader<'s, 'a> {
         self.next(field)?;
         let k = self.sc.kind().map_err(syntax)?;
         if k != Kind::String {
-            return err(format!("{} step: `{field}` must be a string, got {}", self.tag, kind_name(k)));
+            return err(format!(
+                "{} step: `{field}` must be a string, got {}",
+                self.tag,
+                kind_name(k)
+            ));
         }
         Ok(self.sc.string().map_err(syntax)?.into_owned())
     }
@@ -104,7 +130,11 @@ impl<'s, 'a> ArgReader<'s, 'a> {
         self.next(field)?;
         let k = self.sc.kind().map_err(syntax)?;
         if k != Kind::Array {
-            return err(format!("{} step: `{field}` must be a list of integers, got {}", self.tag, kind_name(k)));
+            return err(format!(
+                "{} step: `{field}` must be a list of integers, got {}",
+                self.tag,
+                kind_name(k)
+            ));
         }
         self.sc.expect(b'[').map_err(syntax)?;
         let mut out = Vec::new();
@@ -119,8 +149,12 @@ impl<'s, 'a> ArgReader<'s, 'a> {
         self.int_list(field)?
             .into_iter()
             .map(|i| {
-                u32::try_from(i)
-                    .or_else(|_| err(format!("{} step: `{field}` contains negative id {i}", self.tag)))
+                u32::try_from(i).or_else(|_| {
+                    err(format!(
+                        "{} step: `{field}` contains negative id {i}",
+                        self.tag
+                    ))
+                })
             })
             .collect()
     }
@@ -133,7 +167,10 @@ impl<'s, 'a> ArgReader<'s, 'a> {
             self.count += 1;
         }
         if self.count != expected {
-            return err(format!("{} step: {} arguments, expected {expected}", self.tag, self.count));
+            return err(format!(
+                "{} step: {} arguments, expected {expected}",
+                self.tag, self.count
+            ));
         }
         Ok(())
     }
@@ -181,14 +218,26 @@ impl Annotation {
     ];
 
     pub fn from_code(code: i64) -> Option<Annotation> {
-        usize::try_from(code).ok().and_then(|i| Self::ALL.get(i).copied())
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| Self::ALL.get(i).copied())
     }
 
     /// The name used in state dumps (`for`, `unroll`, `vectorize`, ...).
     pub fn name(self) -> &'static str {
         [
-            "for", "unroll", "vectorize", "parallel", "vthread", "blockIdx.x", "threadIdx.x",
-            "blockIdx.y", "threadIdx.y", "blockIdx.z", "threadIdx.z", "tensorize",
+            "for",
+            "unroll",
+            "vectorize",
+            "parallel",
+            "vthread",
+            "blockIdx.x",
+            "threadIdx.x",
+            "blockIdx.y",
+            "threadIdx.y",
+            "blockIdx.z",
+            "threadIdx.z",
+            "tensorize",
         ][self as usize]
     }
 }
@@ -227,7 +276,11 @@ impl StepRecord for AnnotationStep {
         let code = r.int("annotation")?;
         let annotation = Annotation::from_code(code)
             .ok_or_else(|| StepError(format!("AN step: annotation {code} is not in 0..=11")))?;
-        Ok(AnnotationStep { stage_id, iter_id, annotation })
+        Ok(AnnotationStep {
+            stage_id,
+            iter_id,
+            annotation,
+        })
     }
     fn write_args(&self, w: &mut JsonWriter) {
         w.item(&self.stage_id);
@@ -341,8 +394,17 @@ macro_rules! each_step {
 #[allow(unused_imports)]
 pub(crate) use each_step;
 
-fn read_as<T: StepRecord>(tag: &'static str, sc: &mut Scanner<'_>, wrap: fn(T) -> Step) -> Result<Step, StepError> {
-    let mut r = ArgReader { tag, sc, first: false, count: 0 };
+fn read_as<T: StepRecord>(
+    tag: &'static str,
+    sc: &mut Scanner<'_>,
+    wrap: fn(T) -> Step,
+) -> Result<Step, StepError> {
+    let mut r = ArgReader {
+        tag,
+        sc,
+        first: false,
+        count: 0,
+    };
     let step = T::read(&mut r)?;
     r.finish()?;
     Ok(wrap(step))
@@ -354,8 +416,9 @@ fn tag_of<T: StepRecord>(_: &T) -> &'static str {
 
 impl Step {
     /// All record tags, in `transform_step.h` order.
-    pub const TAGS: [&'static str; 14] =
-        ["AN", "FU", "PR", "RE", "SP", "FSP", "FFSP", "SA", "CA", "CI", "CR", "CHR", "CHW", "RF"];
+    pub const TAGS: [&'static str; 14] = [
+        "AN", "FU", "PR", "RE", "SP", "FSP", "FFSP", "SA", "CA", "CI", "CR", "CHR", "CHW", "RF",
+    ];
 
     /// Reads one step record `["TAG", args...]` at the scanner's position.
     pub fn read(sc: &mut Scanner<'_>) -> Result<Step, StepError> {
@@ -424,7 +487,10 @@ impl Step {
 
     /// Does this step add a stage (and shift the ids of later ones)?
     pub fn adds_stage(&self) -> bool {
-        matches!(self, Step::CacheRead(_) | Step::CacheWrite(_) | Step::Rfactor(_))
+        matches!(
+            self,
+            Step::CacheRead(_) | Step::CacheWrite(_) | Step::Rfactor(_)
+        )
     }
 }
 
@@ -479,7 +545,10 @@ mod tests {
             (r#"["CI", -1]"#, "must not be negative"),
             (r#"["CI", 4294967296]"#, "out of range"),
             (r#"["AN", 1, 0, 12]"#, "not in 0..=11"),
-            (r#"["SP", 3, 0, 1, [1, "x"], 1]"#, "`lengths` must be an integer"),
+            (
+                r#"["SP", 3, 0, 1, [1, "x"], 1]"#,
+                "`lengths` must be an integer",
+            ),
             (r#"["SP", 3, 0, 1, [1], 2]"#, "must be 0 or 1"),
             (r#"["CHW", 2, 7]"#, "`scope` must be a string"),
             (r#"{"a": 1}"#, "step must be a list"),

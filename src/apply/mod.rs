@@ -28,10 +28,19 @@ impl Default for ApplyOptions {
     fn default() -> Self {
         let eval = EvalOptions::default();
         let default_eval = EvalOptions {
-            measure: MeasureOptions { repeat: 3, min_repeat_ms: 50, ..eval.measure.clone() },
+            measure: MeasureOptions {
+                repeat: 3,
+                min_repeat_ms: 50,
+                ..eval.measure.clone()
+            },
             ..eval.clone()
         };
-        ApplyOptions { top_k: 3, budget: Duration::from_secs(600), eval, default_eval }
+        ApplyOptions {
+            top_k: 3,
+            budget: Duration::from_secs(600),
+            eval,
+            default_eval,
+        }
     }
 }
 
@@ -90,15 +99,29 @@ pub struct ApplyReport {
 pub fn workload_key_of(dag: &Dag) -> String {
     let mut items = vec![serde_json::json!(dag_hash(dag))];
     items.extend(dag.io_shapes().into_iter().map(|s| serde_json::json!(s)));
-    serde_json::to_string(&items).expect("json").replace(',', ", ")
+    serde_json::to_string(&items)
+        .expect("json")
+        .replace(',', ", ")
 }
 
 fn ms(e: &Evaluation) -> Option<f64> {
     e.median().map(|s| s * 1e3)
 }
 
-fn measurement(e: &Evaluation, dag: &Dag, steps: Vec<crate::ansor::Step>, origin: Option<i64>, provenance: String) -> NewMeasurement {
-    e.to_measurement(workload_key_of(dag), steps, dag.flop_ct(), origin, provenance)
+fn measurement(
+    e: &Evaluation,
+    dag: &Dag,
+    steps: Vec<crate::ansor::Step>,
+    origin: Option<i64>,
+    provenance: String,
+) -> NewMeasurement {
+    e.to_measurement(
+        workload_key_of(dag),
+        steps,
+        dag.flop_ct(),
+        origin,
+        provenance,
+    )
 }
 
 fn provenance(c: &Candidate) -> String {
@@ -106,12 +129,19 @@ fn provenance(c: &Candidate) -> String {
         Tier::Exact => "exact match of",
         _ => "transferred from",
     };
-    format!("{what} workload {} (record {}) of file {}", c.source.signature, c.source.record_id, c.source.source_path)
+    format!(
+        "{what} workload {} (record {}) of file {}",
+        c.source.signature, c.source.record_id, c.source.source_path
+    )
 }
 
 /// Measures the default and the top-k candidates of every tuned kernel of `m`, within the
 /// budget. `progress(done, total, kernel)` is called per kernel.
-pub fn apply(m: &ModelMatch, opts: &ApplyOptions, progress: &dyn Fn(usize, usize, &str)) -> ApplyReport {
+pub fn apply(
+    m: &ModelMatch,
+    opts: &ApplyOptions,
+    progress: &dyn Fn(usize, usize, &str),
+) -> ApplyReport {
     let start = Instant::now();
     // Spend the budget where it matters: biggest kernels (FLOPs x multiplicity) first.
     let mut order: Vec<usize> = (0..m.matches.len()).collect();
@@ -131,7 +161,12 @@ pub fn apply(m: &ModelMatch, opts: &ApplyOptions, progress: &dyn Fn(usize, usize
         results[i] = Some(apply_kernel(k, km, opts, over));
     }
     let kernels: Vec<KernelResult> = results.into_iter().flatten().collect();
-    let total = |f: &dyn Fn(&KernelResult) -> Option<f64>| kernels.iter().map(|r| f(r).unwrap_or(0.0) * r.multiplicity as f64).sum::<f64>();
+    let total = |f: &dyn Fn(&KernelResult) -> Option<f64>| {
+        kernels
+            .iter()
+            .map(|r| f(r).unwrap_or(0.0) * r.multiplicity as f64)
+            .sum::<f64>()
+    };
     let untuned = total(&|r| r.untuned_ms);
     let tuned = total(&|r| r.tuned_ms.or(r.untuned_ms));
     ApplyReport {
@@ -141,7 +176,11 @@ pub fn apply(m: &ModelMatch, opts: &ApplyOptions, progress: &dyn Fn(usize, usize
         kernels,
         untuned_total_ms: untuned,
         tuned_total_ms: tuned,
-        speedup: if tuned > 0.0 { untuned / tuned } else { f64::NAN },
+        speedup: if tuned > 0.0 {
+            untuned / tuned
+        } else {
+            f64::NAN
+        },
         search_seconds: start.elapsed().as_secs_f64(),
         budget_exhausted: exhausted,
     }
@@ -154,11 +193,20 @@ struct References(HashMap<String, Result<Reference, String>>);
 
 impl References {
     fn get(&mut self, dag: &Dag) -> Result<&Reference, String> {
-        self.0.entry(dag_hash(dag)).or_insert_with(|| Reference::new(dag, 17)).as_ref().map_err(|e| e.clone())
+        self.0
+            .entry(dag_hash(dag))
+            .or_insert_with(|| Reference::new(dag, 17))
+            .as_ref()
+            .map_err(|e| e.clone())
     }
 }
 
-fn apply_kernel(k: &Kernel, km: &crate::matcher::KernelMatch, opts: &ApplyOptions, over_budget: bool) -> KernelResult {
+fn apply_kernel(
+    k: &Kernel,
+    km: &crate::matcher::KernelMatch,
+    opts: &ApplyOptions,
+    over_budget: bool,
+) -> KernelResult {
     let mut r = KernelResult {
         name: k.name.clone(),
         class: k.class.clone(),
@@ -198,19 +246,39 @@ fn apply_kernel(k: &Kernel, km: &crate::matcher::KernelMatch, opts: &ApplyOption
     };
     r.untuned_ms = ms(&default);
     r.verified = default.verified();
-    r.to_store.push(("default".into(), measurement(&default, &default_dag, vec![], None, "naive default schedule".into())));
+    r.to_store.push((
+        "default".into(),
+        measurement(
+            &default,
+            &default_dag,
+            vec![],
+            None,
+            "naive default schedule".into(),
+        ),
+    ));
     let mut best: Option<(f64, usize)> = None;
     if over_budget {
         r.note = Some("search budget exhausted: default schedule kept".into());
     } else if km.candidates.is_empty() {
         r.note = Some("no candidate (tier none)".into());
     }
-    let candidates = if over_budget { &[][..] } else { &km.candidates[..km.candidates.len().min(opts.top_k)] };
+    let candidates = if over_budget {
+        &[][..]
+    } else {
+        &km.candidates[..km.candidates.len().min(opts.top_k)]
+    };
     for c in candidates {
         let e = match references.get(&c.dag) {
             Ok(reference) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
             Err(msg) => {
-                r.trials.push(Trial { tier: c.tier, source: c.source.label(), verified: false, median_ms: None, error: Some(msg), compile_ms: 0.0 });
+                r.trials.push(Trial {
+                    tier: c.tier,
+                    source: c.source.label(),
+                    verified: false,
+                    median_ms: None,
+                    error: Some(msg),
+                    compile_ms: 0.0,
+                });
                 continue;
             }
         };
@@ -228,7 +296,16 @@ fn apply_kernel(k: &Kernel, km: &crate::matcher::KernelMatch, opts: &ApplyOption
                 best = Some((t, r.trials.len() - 1));
             }
         }
-        r.to_store.push(("apply".into(), measurement(&e, &c.dag, c.steps.clone(), Some(c.source.record_id), provenance(c))));
+        r.to_store.push((
+            "apply".into(),
+            measurement(
+                &e,
+                &c.dag,
+                c.steps.clone(),
+                Some(c.source.record_id),
+                provenance(c),
+            ),
+        ));
     }
     // The default is a candidate too: a transferred schedule must beat it to be chosen.
     match (best, r.untuned_ms) {
@@ -244,7 +321,10 @@ fn apply_kernel(k: &Kernel, km: &crate::matcher::KernelMatch, opts: &ApplyOption
         _ => {
             r.tuned_ms = r.untuned_ms;
             let flops = default_dag.flop_ct();
-            r.gflops = r.untuned_ms.filter(|_| flops > 0.0).map(|t| flops / (t / 1e3) / 1e9);
+            r.gflops = r
+                .untuned_ms
+                .filter(|_| flops > 0.0)
+                .map(|t| flops / (t / 1e3) / 1e9);
         }
     }
     if let (Some(u), Some(t)) = (r.untuned_ms, r.tuned_ms) {

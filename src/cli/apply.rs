@@ -33,7 +33,16 @@ pub struct ApplyArgs {
 
 pub fn render_apply(r: &ApplyReport) -> String {
     let mut t = Table::new(&[
-        "kernel", "class", "shapes", ">count", "tier", "source", ">untuned ms", ">tuned ms", ">speedup", "verified",
+        "kernel",
+        "class",
+        "shapes",
+        ">count",
+        "tier",
+        "source",
+        ">untuned ms",
+        ">tuned ms",
+        ">speedup",
+        "verified",
     ]);
     for k in &r.kernels {
         t.row(vec![
@@ -48,8 +57,14 @@ pub fn render_apply(r: &ApplyReport) -> String {
             },
             fmt_opt(k.untuned_ms, 3),
             fmt_opt(k.tuned_ms, 3),
-            k.speedup.map(|s| format!("{s:.1}x")).unwrap_or_else(|| "-".into()),
-            if k.verified { "yes".into() } else { "no".into() },
+            k.speedup
+                .map(|s| format!("{s:.1}x"))
+                .unwrap_or_else(|| "-".into()),
+            if k.verified {
+                "yes".into()
+            } else {
+                "no".into()
+            },
         ]);
     }
     let mut out = t.render();
@@ -57,7 +72,16 @@ pub fn render_apply(r: &ApplyReport) -> String {
     let failed: Vec<String> = r
         .kernels
         .iter()
-        .flat_map(|k| k.trials.iter().filter(|t| !t.verified).map(move |t| format!("  {} <- {}: {}", k.name, t.source, t.error.as_deref().unwrap_or("?"))))
+        .flat_map(|k| {
+            k.trials.iter().filter(|t| !t.verified).map(move |t| {
+                format!(
+                    "  {} <- {}: {}",
+                    k.name,
+                    t.source,
+                    t.error.as_deref().unwrap_or("?")
+                )
+            })
+        })
         .collect();
     out.push_str(&format!(
         "\nmodel {} ({}): {} tuned kernels, {} candidates measured ({} failed)\n",
@@ -77,7 +101,11 @@ pub fn render_apply(r: &ApplyReport) -> String {
         if r.budget_exhausted { " (budget exhausted)" } else { "" },
         r.untimed_kernels
     ));
-    let none = r.kernels.iter().filter(|k| k.tier == crate::matcher::Tier::None).count();
+    let none = r
+        .kernels
+        .iter()
+        .filter(|k| k.tier == crate::matcher::Tier::None)
+        .count();
     if none > 0 {
         out.push_str(&format!(
             "{none} kernel(s) had no candidate in the database and keep the untuned default: the search fallback \
@@ -94,15 +122,21 @@ pub fn render_apply(r: &ApplyReport) -> String {
 
 pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     let m = match_layouts(store, &args.model, MatchOptions::default())?;
-    let mut opts = ApplyOptions { top_k: args.top_k, budget: Duration::from_secs_f64(args.budget_seconds.max(0.0)), ..ApplyOptions::default() };
+    let mut opts = ApplyOptions {
+        top_k: args.top_k,
+        budget: Duration::from_secs_f64(args.budget_seconds.max(0.0)),
+        ..ApplyOptions::default()
+    };
     let timeout = Some(Duration::from_secs_f64(args.timeout));
     opts.eval.measure.timeout = timeout;
     opts.default_eval.measure.timeout = timeout;
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = indicatif::ProgressBar::new(m.matches.len() as u64);
         b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b
     });
@@ -118,7 +152,13 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     if !args.dry_run {
         let host = HostFingerprint::detect();
         for kind in ["default", "apply"] {
-            let items: Vec<_> = report.kernels.iter().flat_map(|k| k.to_store.iter()).filter(|(k, _)| k == kind).map(|(_, m)| m.clone()).collect();
+            let items: Vec<_> = report
+                .kernels
+                .iter()
+                .flat_map(|k| k.to_store.iter())
+                .filter(|(k, _)| k == kind)
+                .map(|(_, m)| m.clone())
+                .collect();
             store_measurements(store, kind, &host, &items)?;
         }
     }
@@ -128,7 +168,10 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         print!("{}", render_apply(&report));
     }
     if report.kernels.iter().any(|k| !k.verified) {
-        return Err(CliError { message: "some kernels could not be verified (see the table)".into(), code: 1 });
+        return Err(CliError {
+            message: "some kernels could not be verified (see the table)".into(),
+            code: 1,
+        });
     }
     Ok(())
 }

@@ -40,9 +40,15 @@ impl ImportSummary {
 
     /// Fills `workloads` and `classes` from the database.
     pub fn count_workloads(&mut self, store: &Store) -> crate::store::Result<()> {
-        let ids: std::collections::BTreeSet<i64> = self.per_file.iter().flat_map(|f| f.workload_ids.iter().copied()).collect();
+        let ids: std::collections::BTreeSet<i64> = self
+            .per_file
+            .iter()
+            .flat_map(|f| f.workload_ids.iter().copied())
+            .collect();
         self.workloads = ids.len();
-        let mut q = store.conn.prepare_cached("SELECT op_class FROM workloads WHERE id = ?1")?;
+        let mut q = store
+            .conn
+            .prepare_cached("SELECT op_class FROM workloads WHERE id = ?1")?;
         for id in ids {
             let class: String = q.query_row([id], |r| r.get(0))?;
             *self.classes.entry(class).or_default() += 1;
@@ -54,7 +60,14 @@ impl ImportSummary {
 /// The human-readable summary (snapshot-tested).
 pub fn render_import_summary(s: &ImportSummary) -> String {
     let mut out = String::new();
-    let mut t = super::table::Table::new(&["file", ">records", ">inserted", ">duplicates", ">failed", ">rejected"]);
+    let mut t = super::table::Table::new(&[
+        "file",
+        ">records",
+        ">inserted",
+        ">duplicates",
+        ">failed",
+        ">rejected",
+    ]);
     for f in &s.per_file {
         t.row(vec![
             f.path.display().to_string(),
@@ -77,7 +90,12 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
     }
     for f in &s.per_file {
         for r in &f.rejected {
-            out.push_str(&format!("rejected {}:{}: {}\n", f.path.display(), r.line, r.reason));
+            out.push_str(&format!(
+                "rejected {}:{}: {}\n",
+                f.path.display(),
+                r.line,
+                r.reason
+            ));
         }
     }
     for (path, reason) in &s.errors {
@@ -92,21 +110,31 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
     }
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     Some(bar)
 }
 
 pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliResult {
     let files = collect_files(paths)?;
-    let total: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
     let bar = progress_bar(total);
     let mut summary = ImportSummary::default();
     let mut done = 0u64;
     for f in &files {
         if let Some(b) = &bar {
-            b.set_message(f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+            b.set_message(
+                f.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
         }
         let report = import_file(store, f, &|bytes| {
             if let Some(b) = &bar {
@@ -119,7 +147,9 @@ pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliRe
             Err(e) => {
                 summary.files += 1;
                 summary.files_failed += 1;
-                summary.errors.push((f.display().to_string(), e.to_string()));
+                summary
+                    .errors
+                    .push((f.display().to_string(), e.to_string()));
             }
         }
     }
@@ -128,12 +158,21 @@ pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliRe
     }
     summary.count_workloads(store)?;
     if json {
-        println!("{}", serde_json::to_string(&summary).map_err(|e| CliError { message: e.to_string(), code: 1 })?);
+        println!(
+            "{}",
+            serde_json::to_string(&summary).map_err(|e| CliError {
+                message: e.to_string(),
+                code: 1
+            })?
+        );
     } else {
         print!("{}", render_import_summary(&summary));
     }
     if summary.files_failed > 0 {
-        return Err(CliError { message: format!("{} file(s) could not be imported", summary.files_failed), code: 1 });
+        return Err(CliError {
+            message: format!("{} file(s) could not be imported", summary.files_failed),
+            code: 1,
+        });
     }
     Ok(())
 }

@@ -53,19 +53,37 @@ fn kind_str(k: &KernelKind) -> &'static str {
 
 /// Human table of a kernel list.
 pub fn render_kernels(list: &KernelList, tuned_only: bool) -> String {
-    let mut t = Table::new(&["name", "class", "kind", "shapes", "layout", "blocking", ">count", "signature"]);
+    let mut t = Table::new(&[
+        "name",
+        "class",
+        "kind",
+        "shapes",
+        "layout",
+        "blocking",
+        ">count",
+        "signature",
+    ]);
     let mut reasons = Vec::new();
     for k in list.kernels.iter().filter(|k| !tuned_only || k.is_tuned()) {
         let blocking = match k.blocking {
-            Some(b) => format!("{},{} {}", b.ic_bn, b.oc_bn, match b.source {
-                onnx::BlockingSource::TopHub => "tophub",
-                onnx::BlockingSource::Fallback => "fallback",
-                onnx::BlockingSource::Override => "chosen",
-            }),
+            Some(b) => format!(
+                "{},{} {}",
+                b.ic_bn,
+                b.oc_bn,
+                match b.source {
+                    onnx::BlockingSource::TopHub => "tophub",
+                    onnx::BlockingSource::Fallback => "fallback",
+                    onnx::BlockingSource::Override => "chosen",
+                }
+            ),
             None if k.winograd => "winograd".into(),
             None => String::new(),
         };
-        let class = if k.detail.is_empty() { k.class.clone() } else { format!("{} ({})", k.class, k.detail) };
+        let class = if k.detail.is_empty() {
+            k.class.clone()
+        } else {
+            format!("{} ({})", k.class, k.detail)
+        };
         t.row(vec![
             k.name.clone(),
             class,
@@ -74,7 +92,10 @@ pub fn render_kernels(list: &KernelList, tuned_only: bool) -> String {
             k.layout.clone(),
             blocking,
             k.multiplicity().to_string(),
-            k.signature_hash.as_deref().map(|h| h[..12].to_string()).unwrap_or_default(),
+            k.signature_hash
+                .as_deref()
+                .map(|h| h[..12].to_string())
+                .unwrap_or_default(),
         ]);
         if let KernelKind::Untunable { reason } = &k.kind {
             reasons.push(format!("  {}: {reason}", k.name));
@@ -105,18 +126,34 @@ pub fn render_kernels(list: &KernelList, tuned_only: bool) -> String {
 impl ModelArgs {
     /// Loads the graph and the extraction options for `layout` (one of nchwc, nhwc, nchw).
     pub fn load(&self) -> Result<(onnx::Graph, Options), CliError> {
-        let overrides = self.input_shape.iter().map(|s| InputShape::parse(s)).collect::<Result<Vec<_>, _>>()?;
-        let lanes = self.lanes.unwrap_or_else(|| tophub::lanes_for_mcpu(self.mcpu.as_deref()));
+        let overrides = self
+            .input_shape
+            .iter()
+            .map(|s| InputShape::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let lanes = self
+            .lanes
+            .unwrap_or_else(|| tophub::lanes_for_mcpu(self.mcpu.as_deref()));
         let tophub = if self.no_tophub {
             None
         } else {
             match self.tophub.clone().or_else(tophub::default_path) {
-                Some(p) => Some(Arc::new(TopHub::load(&p).map_err(|m| CliError { message: m, code: 1 })?)),
+                Some(p) => Some(Arc::new(TopHub::load(&p).map_err(|m| CliError {
+                    message: m,
+                    code: 1,
+                })?)),
                 None => None,
             }
         };
         let graph = onnx::load(&self.model, &overrides)?;
-        Ok((graph, Options { lanes, tophub, ..Options::default() }))
+        Ok((
+            graph,
+            Options {
+                lanes,
+                tophub,
+                ..Options::default()
+            },
+        ))
     }
 
     /// The layouts to consider: the one asked for, or both for `auto`.
@@ -125,7 +162,11 @@ impl ModelArgs {
             return Ok(vec![LayoutMode::Nchwc, LayoutMode::Nhwc]);
         }
         let m = LayoutMode::parse(&self.layout).ok_or_else(|| CliError {
-            message: format!("unknown --layout `{}` (nchwc, nhwc, nchw{})", self.layout, if allow_auto { ", auto" } else { "" }),
+            message: format!(
+                "unknown --layout `{}` (nchwc, nhwc, nchw{})",
+                self.layout,
+                if allow_auto { ", auto" } else { "" }
+            ),
             code: 2,
         })?;
         Ok(vec![m])

@@ -24,18 +24,31 @@ pub struct MatchArgs {
 }
 
 /// Matches the model in each layout asked for and keeps the best covered one.
-pub fn match_layouts(store: &Store, model: &ModelArgs, opts: MatchOptions) -> Result<ModelMatch, CliError> {
+pub fn match_layouts(
+    store: &Store,
+    model: &ModelArgs,
+    opts: MatchOptions,
+) -> Result<ModelMatch, CliError> {
     let (graph, extract) = model.load()?;
     let mut best: Option<ModelMatch> = None;
     let mut matcher = Matcher::new(store, opts);
     for layout in model.layouts(true)? {
-        let list = onnx::extract(&graph, &onnx::Options { layout, ..extract.clone() })?;
+        let list = onnx::extract(
+            &graph,
+            &onnx::Options {
+                layout,
+                ..extract.clone()
+            },
+        )?;
         let m = match_model(&mut matcher, list)?;
         if best.as_ref().is_none_or(|b| m.coverage() > b.coverage()) {
             best = Some(m);
         }
     }
-    best.ok_or_else(|| CliError { message: "no layout to match".into(), code: 2 })
+    best.ok_or_else(|| CliError {
+        message: "no layout to match".into(),
+        code: 2,
+    })
 }
 
 #[derive(Serialize)]
@@ -64,7 +77,15 @@ fn layout_name(m: &ModelMatch) -> String {
 }
 
 pub fn render_match(m: &ModelMatch) -> String {
-    let mut t = Table::new(&["kernel", "class", "shapes", ">count", "tier", "best source", ">candidates"]);
+    let mut t = Table::new(&[
+        "kernel",
+        "class",
+        "shapes",
+        ">count",
+        "tier",
+        "best source",
+        ">candidates",
+    ]);
     for km in &m.matches {
         let k = &m.list.kernels[km.kernel];
         t.row(vec![
@@ -73,13 +94,26 @@ pub fn render_match(m: &ModelMatch) -> String {
             io_shapes(&k.inputs, &k.output),
             k.multiplicity().to_string(),
             km.tier.as_str().into(),
-            km.candidates.first().map(|c| c.source.label()).unwrap_or_else(|| "-".into()),
+            km.candidates
+                .first()
+                .map(|c| c.source.label())
+                .unwrap_or_else(|| "-".into()),
             km.candidates.len().to_string(),
         ]);
     }
     let mut out = t.render();
-    let occ = |tier| m.matches.iter().filter(|x| x.tier == tier).map(|x| m.list.kernels[x.kernel].multiplicity()).sum::<usize>();
-    let convs: Vec<_> = m.matches.iter().filter(|x| m.list.kernels[x.kernel].class.contains("conv2d")).collect();
+    let occ = |tier| {
+        m.matches
+            .iter()
+            .filter(|x| x.tier == tier)
+            .map(|x| m.list.kernels[x.kernel].multiplicity())
+            .sum::<usize>()
+    };
+    let convs: Vec<_> = m
+        .matches
+        .iter()
+        .filter(|x| m.list.kernels[x.kernel].class.contains("conv2d"))
+        .collect();
     let conv_hit = |tier| convs.iter().filter(|x| x.tier == tier).count();
     out.push_str(&format!(
         "\n{} tuned kernels in layout {}: {} exact, {} class, {} none ({} / {} / {} occurrences)\n",
@@ -108,7 +142,10 @@ pub fn render_match(m: &ModelMatch) -> String {
 pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String> {
     let km = m.matches.iter().find(|x| {
         let k = &m.list.kernels[x.kernel];
-        k.name == which || k.signature_hash.as_deref().is_some_and(|h| !which.is_empty() && h.starts_with(which))
+        k.name == which
+            || k.signature_hash
+                .as_deref()
+                .is_some_and(|h| !which.is_empty() && h.starts_with(which))
     })?;
     let k = &m.list.kernels[km.kernel];
     let mut out = format!(
@@ -131,7 +168,11 @@ pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String
                     c.source.op_class, c.changed_steps, c.estimate, c.source.target
                 ),
             };
-            out.push_str(&format!("    {:<6} {}: {why}\n", c.tier.as_str(), c.source.label()));
+            out.push_str(&format!(
+                "    {:<6} {}: {why}\n",
+                c.tier.as_str(),
+                c.source.label()
+            ));
         }
     }
     if !km.rejections.is_empty() {
@@ -147,7 +188,9 @@ pub fn run(store: &Store, args: &MatchArgs) -> CliResult {
     let m = match_layouts(store, &args.model, MatchOptions::default())?;
     if let Some(which) = &args.explain {
         let text = render_explain(&m, which, args.show).ok_or_else(|| CliError {
-            message: format!("no tuned kernel named or with a signature starting `{which}` (see `ttdb kernels`)"),
+            message: format!(
+                "no tuned kernel named or with a signature starting `{which}` (see `ttdb kernels`)"
+            ),
             code: 2,
         })?;
         print!("{text}");
@@ -171,13 +214,21 @@ pub fn run(store: &Store, args: &MatchArgs) -> CliResult {
                         .candidates
                         .iter()
                         .take(args.show)
-                        .map(|c| JsonCandidate { tier: c.tier, source: &c.source, changed_steps: c.changed_steps, estimate: c.estimate })
+                        .map(|c| JsonCandidate {
+                            tier: c.tier,
+                            source: &c.source,
+                            changed_steps: c.changed_steps,
+                            estimate: c.estimate,
+                        })
                         .collect(),
                     rejections: &km.rejections,
                 }
             })
             .collect();
-        println!("{}", serde_json::json!({"model": m.list.model, "layout": m.list.layout, "kernels": kernels}));
+        println!(
+            "{}",
+            serde_json::json!({"model": m.list.model, "layout": m.list.layout, "kernels": kernels})
+        );
     } else {
         print!("{}", render_match(&m));
     }

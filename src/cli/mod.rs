@@ -13,14 +13,18 @@ mod table;
 mod verify;
 mod workloads;
 
-pub use import::{render_import_summary, ImportSummary};
-pub use stats::render_stats;
 pub use apply::render_apply;
+pub use import::{render_import_summary, ImportSummary};
 pub use match_cmd::{render_explain, render_match};
+pub use stats::render_stats;
 pub use workloads::render_workloads;
 
 #[derive(Parser, Debug)]
-#[command(name = "ttdb", version, about = "A database of tuned tensor-kernel schedules (TVM Ansor records), with transfer-tuning")]
+#[command(
+    name = "ttdb",
+    version,
+    about = "A database of tuned tensor-kernel schedules (TVM Ansor records), with transfer-tuning"
+)]
 pub struct Cli {
     /// Database file. Default: $TTDB_DB, else $XDG_DATA_HOME/ttdb/ttdb.db,
     /// else ~/.local/share/ttdb/ttdb.db.
@@ -92,7 +96,10 @@ pub struct CliError {
 
 impl<E: std::error::Error> From<E> for CliError {
     fn from(e: E) -> Self {
-        CliError { message: e.to_string(), code: 1 }
+        CliError {
+            message: e.to_string(),
+            code: 1,
+        }
     }
 }
 
@@ -100,15 +107,24 @@ pub type CliResult = Result<(), CliError>;
 
 fn open_store(db: &Option<PathBuf>) -> Result<crate::store::Store, CliError> {
     let path = db.clone().unwrap_or_else(crate::store::default_db_path);
-    crate::store::Store::open(&path).map_err(|e| CliError { message: format!("{}: {e}", path.display()), code: 1 })
+    crate::store::Store::open(&path).map_err(|e| CliError {
+        message: format!("{}: {e}", path.display()),
+        code: 1,
+    })
 }
 
 pub fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Import { paths, json } => import::run(&mut open_store(&cli.db)?, &paths, json),
         Command::Stats { json } => stats::run(&open_store(&cli.db)?, json),
-        Command::Workloads { class, json } => workloads::run(&open_store(&cli.db)?, class.as_deref(), json),
-        Command::Export { best, workload, output } => export::run(&open_store(&cli.db)?, best, workload, output),
+        Command::Workloads { class, json } => {
+            workloads::run(&open_store(&cli.db)?, class.as_deref(), json)
+        }
+        Command::Export {
+            best,
+            workload,
+            output,
+        } => export::run(&open_store(&cli.db)?, best, workload, output),
         Command::Kernels(args) => kernels::run(&args),
         Command::Verify(args) => verify::run(&mut open_store(&cli.db)?, &args),
         Command::Match(args) => match_cmd::run(&open_store(&cli.db)?, &args),

@@ -11,13 +11,21 @@ pub fn render_stats(s: &Stats) -> String {
     );
     let mut t = Table::new(&["class", ">workloads", ">records"]);
     for c in &s.classes {
-        t.row(vec![c.op_class.clone(), c.workloads.to_string(), c.records.to_string()]);
+        t.row(vec![
+            c.op_class.clone(),
+            c.workloads.to_string(),
+            c.records.to_string(),
+        ]);
     }
     out.push_str(&t.render());
     out.push('\n');
     let mut t = Table::new(&["target", "compat", ">records"]);
     for c in &s.targets {
-        t.row(vec![c.target.clone(), c.compat.clone(), c.records.to_string()]);
+        t.row(vec![
+            c.target.clone(),
+            c.compat.clone(),
+            c.records.to_string(),
+        ]);
     }
     out.push_str(&t.render());
     out

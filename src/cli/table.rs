@@ -11,7 +11,10 @@ impl Table {
     /// Columns named with a leading `>` are right-aligned.
     pub fn new(columns: &[&str]) -> Table {
         Table {
-            header: columns.iter().map(|c| c.trim_start_matches('>').to_string()).collect(),
+            header: columns
+                .iter()
+                .map(|c| c.trim_start_matches('>').to_string())
+                .collect(),
             right: columns.iter().map(|c| c.starts_with('>')).collect(),
             rows: Vec::new(),
         }
@@ -25,7 +28,14 @@ impl Table {
     pub fn render(&self) -> String {
         let n = self.header.len();
         let width: Vec<usize> = (0..n)
-            .map(|i| self.rows.iter().map(|r| r[i].chars().count()).chain([self.header[i].len()]).max().unwrap_or(0))
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([self.header[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
             .collect();
         let mut out = String::new();
         let line = |cells: &[String], out: &mut String| {
@@ -69,5 +79,6 @@ pub fn io_shapes(inputs: &[Vec<i64>], output: &[i64]) -> String {
 
 /// A number with `digits` decimals, or `-` when absent.
 pub fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "-".into())
+    v.map(|x| format!("{x:.digits$}"))
+        .unwrap_or_else(|| "-".into())
 }

@@ -78,7 +78,16 @@ pub struct VerifyReport {
 
 pub fn render_verify(r: &VerifyReport) -> String {
     let mut t = Table::new(&[
-        "kernel", "class", "shapes", ">GFLOP/s", ">% peak", ">tuned ms", ">naive ms", ">speedup", ">compile ms", "verified",
+        "kernel",
+        "class",
+        "shapes",
+        ">GFLOP/s",
+        ">% peak",
+        ">tuned ms",
+        ">naive ms",
+        ">speedup",
+        ">compile ms",
+        "verified",
     ]);
     for row in &r.rows {
         t.row(vec![
@@ -89,29 +98,48 @@ pub fn render_verify(r: &VerifyReport) -> String {
             fmt_opt(row.percent_of_peak, 1),
             fmt_opt(row.tuned_ms, 3),
             fmt_opt(row.naive_ms, 3),
-            row.speedup.map(|s| format!("{s:.1}x")).unwrap_or_else(|| "-".into()),
+            row.speedup
+                .map(|s| format!("{s:.1}x"))
+                .unwrap_or_else(|| "-".into()),
             format!("{:.0}", row.compile_ms),
-            if row.verified { "yes".into() } else { format!("no: {}", row.error.as_deref().unwrap_or("?")) },
+            if row.verified {
+                "yes".into()
+            } else {
+                format!("no: {}", row.error.as_deref().unwrap_or("?"))
+            },
         ]);
     }
     let mut out = t.render();
     let verified = r.rows.iter().filter(|x| x.verified).count();
-    out.push_str(&format!("\n{verified} of {} verified; machine peak {:.1} GFLOP/s (fp32 FMA, all threads)\n", r.rows.len(), r.peak_gflops));
+    out.push_str(&format!(
+        "\n{verified} of {} verified; machine peak {:.1} GFLOP/s (fp32 FMA, all threads)\n",
+        r.rows.len(),
+        r.peak_gflops
+    ));
     let speedups: Vec<f64> = r.rows.iter().filter_map(|x| x.speedup).collect();
     if !speedups.is_empty() {
         let geo = (speedups.iter().map(|s| s.ln()).sum::<f64>() / speedups.len() as f64).exp();
-        out.push_str(&format!("geometric-mean speedup over the naive schedule: {geo:.1}x over {} kernels\n", speedups.len()));
+        out.push_str(&format!(
+            "geometric-mean speedup over the naive schedule: {geo:.1}x over {} kernels\n",
+            speedups.len()
+        ));
     }
     let mut compile: Vec<f64> = r.rows.iter().map(|x| x.compile_ms).collect();
     compile.sort_by(f64::total_cmp);
     if !compile.is_empty() {
-        out.push_str(&format!("median compile time (lower + codegen + JIT): {:.0} ms\n", compile[compile.len() / 2]));
+        out.push_str(&format!(
+            "median compile time (lower + codegen + JIT): {:.0} ms\n",
+            compile[compile.len() / 2]
+        ));
     }
     out
 }
 
 /// The best valid record per workload key among imported (not ttdb-measured) CPU records.
-fn best_records(store: &Store, args: &VerifyArgs) -> crate::store::Result<Vec<(i64, String, String, String, f64)>> {
+fn best_records(
+    store: &Store,
+    args: &VerifyArgs,
+) -> crate::store::Result<Vec<(i64, String, String, String, f64)>> {
     let sig = args.workload.as_deref().map(|s| format!("{s}%"));
     let mut q = store.conn.prepare(
         "SELECT id, raw, signature, op_class, mean_cost FROM (
@@ -124,7 +152,9 @@ fn best_records(store: &Store, args: &VerifyArgs) -> crate::store::Result<Vec<(i
                AND (?2 IS NULL OR w.op_class = ?2 OR w.op_class LIKE ?2 || '+%'))
          WHERE rank = 1 ORDER BY signature, id",
     )?;
-    let rows = q.query_map(rusqlite::params![sig, args.class], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
+    let rows = q.query_map(rusqlite::params![sig, args.class], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+    })?;
     let mut out: Vec<_> = rows.collect::<Result<_, _>>()?;
     if let Some(n) = args.limit {
         out.truncate(n);
@@ -134,16 +164,32 @@ fn best_records(store: &Store, args: &VerifyArgs) -> crate::store::Result<Vec<(i
 
 pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
     if !args.all && args.workload.is_none() && args.class.is_none() {
-        return Err(CliError { message: "say which workloads: --workload SIG, --class C or --all".into(), code: 2 });
+        return Err(CliError {
+            message: "say which workloads: --workload SIG, --class C or --all".into(),
+            code: 2,
+        });
     }
     let todo = best_records(store, args)?;
     if todo.is_empty() {
-        return Err(CliError { message: "no valid CPU record matches".into(), code: 1 });
+        return Err(CliError {
+            message: "no valid CPU record matches".into(),
+            code: 1,
+        });
     }
-    let mopts = MeasureOptions { timeout: Some(Duration::from_secs_f64(args.timeout)), ..MeasureOptions::default() };
+    let mopts = MeasureOptions {
+        timeout: Some(Duration::from_secs_f64(args.timeout)),
+        ..MeasureOptions::default()
+    };
     let peak = match args.peak {
         Some(p) => p,
-        None => measure_peak(&mopts).map_err(|e| CliError { message: format!("measuring the peak: {e}"), code: 1 })?.gflops_all,
+        None => {
+            measure_peak(&mopts)
+                .map_err(|e| CliError {
+                    message: format!("measuring the peak: {e}"),
+                    code: 1,
+                })?
+                .gflops_all
+        }
     };
     let opts = EvalOptions {
         measure: mopts.clone(),
@@ -153,19 +199,28 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
     };
     // The naive schedule is slow by design: fewer repeats are enough for a speedup ratio.
     let naive_opts = EvalOptions {
-        measure: MeasureOptions { repeat: 3, min_repeat_ms: 50, ..mopts },
+        measure: MeasureOptions {
+            repeat: 3,
+            min_repeat_ms: 50,
+            ..mopts
+        },
         verify_only: args.no_timing,
         ..EvalOptions::default()
     };
     let host = HostFingerprint::detect();
-    let bar = std::io::stderr().is_terminal().then(|| indicatif::ProgressBar::new(todo.len() as u64));
+    let bar = std::io::stderr()
+        .is_terminal()
+        .then(|| indicatif::ProgressBar::new(todo.len() as u64));
     let mut rows = Vec::new();
     let mut stored = Vec::new();
     for (record_id, raw, signature, op_class, logged) in todo {
         if let Some(b) = &bar {
             b.set_message(op_class.clone());
         }
-        let record = Record::parse(&raw).map_err(|e| CliError { message: format!("record {record_id}: {e}"), code: 1 })?;
+        let record = Record::parse(&raw).map_err(|e| CliError {
+            message: format!("record {record_id}: {e}"),
+            code: 1,
+        })?;
         let key = &record.task.workload_key;
         let mut row = VerifyRow {
             signature,
@@ -183,9 +238,15 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
             speedup: None,
             logged_ms: logged * 1e3,
         };
-        let recognized = WorkloadKey::parse(key).map_err(|e| e.to_string()).and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
+        let recognized = WorkloadKey::parse(key)
+            .map_err(|e| e.to_string())
+            .and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
         let (dag, signature, registered) = match recognized {
-            Ok(r) => (r.dag, r.signature, r.recognized_by == crate::recognize::RecognizedBy::Registered),
+            Ok(r) => (
+                r.dag,
+                r.signature,
+                r.recognized_by == crate::recognize::RecognizedBy::Registered,
+            ),
             Err(e) => {
                 row.error = Some(e);
                 rows.push(row);
@@ -204,24 +265,45 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
         let flops = dag.flop_ct();
         // Measure as TVM did: weights pre-packed for layout rewrite option 2 (relay tasks;
         // records before v0.5 carry no option: relay keys meant 2, registered ones 1).
-        let option = record.task.layout_rewrite_option.unwrap_or(if registered { 1 } else { 2 });
-        let opts = EvalOptions { prepack_weights: opts.prepack_weights && option == 2, ..opts.clone() };
+        let option = record
+            .task
+            .layout_rewrite_option
+            .unwrap_or(if registered { 1 } else { 2 });
+        let opts = EvalOptions {
+            prepack_weights: opts.prepack_weights && option == 2,
+            ..opts.clone()
+        };
         let tuned = evaluate_steps(&dag, &record.steps, &reference, &opts);
         row.verified = tuned.verified();
         row.error = tuned.failure.as_ref().map(|f| f.message.clone());
         row.rel_error = tuned.rel_error;
         row.compile_ms = tuned.total_compile_time().as_secs_f64() * 1e3;
         row.tuned_ms = tuned.median().map(|s| s * 1e3);
-        row.gflops = tuned.median().filter(|_| flops > 0.0).map(|s| flops / s / 1e9);
+        row.gflops = tuned
+            .median()
+            .filter(|_| flops > 0.0)
+            .map(|s| flops / s / 1e9);
         row.percent_of_peak = row.gflops.map(|g| 100.0 * g / peak);
-        stored.push(tuned.to_measurement(key.clone(), record.steps.clone(), flops, Some(record_id), format!("verify of record {record_id}")));
+        stored.push(tuned.to_measurement(
+            key.clone(),
+            record.steps.clone(),
+            flops,
+            Some(record_id),
+            format!("verify of record {record_id}"),
+        ));
         if !args.no_naive && !args.no_timing {
             let naive = evaluate_default(&dag, &reference, &naive_opts);
             row.naive_ms = naive.median().map(|s| s * 1e3);
             if let (Some(n), Some(t)) = (row.naive_ms, row.tuned_ms) {
                 row.speedup = Some(n / t);
             }
-            stored.push(naive.to_measurement(key.clone(), vec![], flops, None, "naive default schedule".into()));
+            stored.push(naive.to_measurement(
+                key.clone(),
+                vec![],
+                flops,
+                None,
+                "naive default schedule".into(),
+            ));
         }
         rows.push(row);
         if let Some(b) = &bar {
@@ -232,12 +314,23 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
         b.finish_and_clear();
     }
     if !args.dry_run {
-        let tuned: Vec<_> = stored.iter().filter(|m| m.origin_record_id.is_some()).cloned().collect();
-        let naive: Vec<_> = stored.iter().filter(|m| m.origin_record_id.is_none()).cloned().collect();
+        let tuned: Vec<_> = stored
+            .iter()
+            .filter(|m| m.origin_record_id.is_some())
+            .cloned()
+            .collect();
+        let naive: Vec<_> = stored
+            .iter()
+            .filter(|m| m.origin_record_id.is_none())
+            .cloned()
+            .collect();
         store_measurements(store, "verify", &host, &tuned)?;
         store_measurements(store, "default", &host, &naive)?;
     }
-    let report = VerifyReport { peak_gflops: peak, rows };
+    let report = VerifyReport {
+        peak_gflops: peak,
+        rows,
+    };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -245,15 +338,24 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
     }
     let failed = report.rows.iter().filter(|r| !r.verified).count();
     if failed > 0 {
-        return Err(CliError { message: format!("{failed} kernel(s) failed verification"), code: 1 });
+        return Err(CliError {
+            message: format!("{failed} kernel(s) failed verification"),
+            code: 1,
+        });
     }
     Ok(())
 }
 
 /// `ttdb bench-peak`: this machine's fp32 FMA peak, one thread and all threads.
 pub fn bench_peak(json: bool) -> CliResult {
-    let p = measure_peak(&MeasureOptions { repeat: 7, ..MeasureOptions::default() })
-        .map_err(|e| CliError { message: e.to_string(), code: 1 })?;
+    let p = measure_peak(&MeasureOptions {
+        repeat: 7,
+        ..MeasureOptions::default()
+    })
+    .map_err(|e| CliError {
+        message: e.to_string(),
+        code: 1,
+    })?;
     let host = HostFingerprint::detect();
     if json {
         println!(
@@ -262,9 +364,18 @@ pub fn bench_peak(json: bool) -> CliResult {
                 "gflops_1_thread": p.gflops_1t, "threads": p.threads, "gflops_all_threads": p.gflops_all})
         );
     } else {
-        println!("cpu: {} ({}, {} fp32 lanes)", host.cpu_model, host.llvm_cpu, p.lanes);
-        println!("fp32 FMA peak, 1 thread: {:.1} GFLOP/s (median of 7)", p.gflops_1t);
-        println!("fp32 FMA peak, {} threads: {:.1} GFLOP/s (median of 7)", p.threads, p.gflops_all);
+        println!(
+            "cpu: {} ({}, {} fp32 lanes)",
+            host.cpu_model, host.llvm_cpu, p.lanes
+        );
+        println!(
+            "fp32 FMA peak, 1 thread: {:.1} GFLOP/s (median of 7)",
+            p.gflops_1t
+        );
+        println!(
+            "fp32 FMA peak, {} threads: {:.1} GFLOP/s (median of 7)",
+            p.threads, p.gflops_all
+        );
     }
     Ok(())
 }

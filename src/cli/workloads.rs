@@ -6,7 +6,17 @@ use crate::store::query::{workloads, WorkloadRow};
 use crate::store::Store;
 
 pub fn render_workloads(rows: &[WorkloadRow]) -> String {
-    let mut t = Table::new(&["signature", "class", "shapes", "layout", "target", ">keys", ">records", ">valid", ">best"]);
+    let mut t = Table::new(&[
+        "signature",
+        "class",
+        "shapes",
+        "layout",
+        "target",
+        ">keys",
+        ">records",
+        ">valid",
+        ">best",
+    ]);
     for w in rows {
         t.row(vec![
             w.signature[..12.min(w.signature.len())].to_string(),
@@ -17,7 +27,9 @@ pub fn render_workloads(rows: &[WorkloadRow]) -> String {
             w.keys.to_string(),
             w.records.to_string(),
             w.valid_records.to_string(),
-            w.best_cost.map(format_seconds).unwrap_or_else(|| "-".into()),
+            w.best_cost
+                .map(format_seconds)
+                .unwrap_or_else(|| "-".into()),
         ]);
     }
     let mut out = t.render();

@@ -43,7 +43,12 @@ impl KernelCache {
         opts: &CodegenOptions,
     ) -> Result<Arc<CompiledKernel>, CodegenError> {
         let full = self.full_key(key, opts);
-        if let Some(k) = self.map.lock().unwrap_or_else(|p| p.into_inner()).get(&full) {
+        if let Some(k) = self
+            .map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&full)
+        {
             return Ok(k.clone());
         }
         // Compile outside the lock; a concurrent duplicate compile is harmless.

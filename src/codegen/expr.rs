@@ -63,7 +63,14 @@ impl<'c> Tr<'c, '_> {
     }
 
     /// Binary operation on operands of type `t` (both with `lanes` lanes).
-    pub(crate) fn emit_bin(&self, op: BinOp, t: DType, a: Value<'c>, b: Value<'c>, lanes: u32) -> Value<'c> {
+    pub(crate) fn emit_bin(
+        &self,
+        op: BinOp,
+        t: DType,
+        a: Value<'c>,
+        b: Value<'c>,
+        lanes: u32,
+    ) -> Value<'c> {
         let bd = &self.b;
         if t.is_float() {
             return match op {
@@ -97,7 +104,14 @@ impl<'c> Tr<'c, '_> {
     }
 
     /// Integer division by a constant `c ∉ {0, -1}` (no guards needed).
-    pub(crate) fn emit_div_const(&self, op: BinOp, t: DType, a: Value<'c>, c: i64, lanes: u32) -> Value<'c> {
+    pub(crate) fn emit_div_const(
+        &self,
+        op: BinOp,
+        t: DType,
+        a: Value<'c>,
+        c: i64,
+        lanes: u32,
+    ) -> Value<'c> {
         let bd = &self.b;
         let cv = self.cint(t, c, lanes);
         if !t.is_signed() {
@@ -114,7 +128,11 @@ impl<'c> Tr<'c, '_> {
                 let q = bd.sdiv(a, cv);
                 let r = bd.srem(a, cv);
                 // r != 0 with sign(r) != sign(c)
-                let off = if c > 0 { bd.icmp(LLVMIntSLT, r, zero) } else { bd.icmp(LLVMIntSGT, r, zero) };
+                let off = if c > 0 {
+                    bd.icmp(LLVMIntSLT, r, zero)
+                } else {
+                    bd.icmp(LLVMIntSGT, r, zero)
+                };
                 if op == BinOp::FloorDiv {
                     bd.select(off, bd.sub(q, self.cint(t, 1, lanes)), q)
                 } else {
@@ -219,8 +237,15 @@ impl<'c> Tr<'c, '_> {
                 if to == DType::Bool {
                     return bd.fcmp(LLVMRealUNE, v, v.ty().null());
                 }
-                let name = if to == DType::U8 { "llvm.fptoui.sat" } else { "llvm.fptosi.sat" };
-                let f = self.m.intrinsic(name, &[tt, v.ty()]).expect("fpto*i.sat intrinsic");
+                let name = if to == DType::U8 {
+                    "llvm.fptoui.sat"
+                } else {
+                    "llvm.fptosi.sat"
+                };
+                let f = self
+                    .m
+                    .intrinsic(name, &[tt, v.ty()])
+                    .expect("fpto*i.sat intrinsic");
                 bd.call_fn(f, &[v])
             }
             (false, false) => {
@@ -239,7 +264,13 @@ impl<'c> Tr<'c, '_> {
     }
 
     /// Math intrinsic on `t` (float) values with `lanes` lanes.
-    pub(crate) fn emit_call(&self, f: Intrinsic, t: DType, args: &[Value<'c>], lanes: u32) -> Value<'c> {
+    pub(crate) fn emit_call(
+        &self,
+        f: Intrinsic,
+        t: DType,
+        args: &[Value<'c>],
+        lanes: u32,
+    ) -> Value<'c> {
         let ty = args[0].ty();
         let bd = &self.b;
         let intr = |name: &str| self.m.intrinsic(name, &[ty]).expect("math intrinsic");
@@ -271,7 +302,10 @@ impl<'c> Tr<'c, '_> {
                 };
                 let st = self.scalar_ty(t);
                 let fty = self.cx.fn_type(st, &[st]);
-                let func = self.m.function(name).unwrap_or_else(|| self.m.add_function(name, fty));
+                let func = self
+                    .m
+                    .function(name)
+                    .unwrap_or_else(|| self.m.add_function(name, fty));
                 if lanes <= 1 {
                     return bd.call(fty, func, &args[..1]);
                 }

@@ -69,14 +69,19 @@ fn create(symbols: SymbolTable) -> Result<Mutex<Jit>, String> {
         let mu = LLVMOrcAbsoluteSymbols(pairs.as_mut_ptr(), pairs.len());
         let err = LLVMOrcJITDylibDefine(dylib, mu);
         if !err.is_null() {
-            return Err(format!("defining runtime symbols failed: {}", error_string(err)));
+            return Err(format!(
+                "defining runtime symbols failed: {}",
+                error_string(err)
+            ));
         }
         Ok(Mutex::new(Jit { raw: j }))
     }
 }
 
 fn jit(symbols: impl FnOnce() -> SymbolTable) -> Result<&'static Mutex<Jit>, String> {
-    JIT.get_or_init(|| create(symbols())).as_ref().map_err(|e| e.clone())
+    JIT.get_or_init(|| create(symbols()))
+        .as_ref()
+        .map_err(|e| e.clone())
 }
 
 /// Code of one compiled kernel; removed from the JIT when dropped.
@@ -126,7 +131,10 @@ pub fn add_object(
             LLVMOrcReleaseResourceTracker(rt);
             return Err(format!("adding object failed: {}", error_string(err)));
         }
-        let mut code = JitCode { rt, addresses: Vec::new() };
+        let mut code = JitCode {
+            rt,
+            addresses: Vec::new(),
+        };
         let mut addresses = Vec::new();
         for n in names {
             let c = CString::new(n.as_str()).map_err(|e| e.to_string())?;

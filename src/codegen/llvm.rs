@@ -54,8 +54,15 @@ pub fn init_native() {
             // becomes): it loads a stride-3 group and drops the mask. Strided groups are a
             // minor optimisation, so turn them off process-wide (see codegen tests
             // `floormod_index_in_llvm_vectorized_loop`).
-            let args = [c"ttdb".as_ptr(), c"-enable-interleaved-mem-accesses=false".as_ptr()];
-            llvm_sys::support::LLVMParseCommandLineOptions(args.len() as i32, args.as_ptr(), std::ptr::null());
+            let args = [
+                c"ttdb".as_ptr(),
+                c"-enable-interleaved-mem-accesses=false".as_ptr(),
+            ];
+            llvm_sys::support::LLVMParseCommandLineOptions(
+                args.len() as i32,
+                args.as_ptr(),
+                std::ptr::null(),
+            );
         }
     });
 }
@@ -63,7 +70,12 @@ pub fn init_native() {
 /// Host CPU name and feature string as LLVM sees them.
 pub fn host_cpu() -> (String, String) {
     // SAFETY: both return fresh messages that `take_message` disposes.
-    unsafe { (take_message(LLVMGetHostCPUName()), take_message(LLVMGetHostCPUFeatures())) }
+    unsafe {
+        (
+            take_message(LLVMGetHostCPUName()),
+            take_message(LLVMGetHostCPUFeatures()),
+        )
+    }
 }
 
 pub struct Context {
@@ -73,10 +85,15 @@ pub struct Context {
 impl Context {
     pub fn new() -> Context {
         // SAFETY: creates a fresh context owned by the returned value.
-        Context { raw: unsafe { LLVMContextCreate() } }
+        Context {
+            raw: unsafe { LLVMContextCreate() },
+        }
     }
     fn ty(&self, raw: LLVMTypeRef) -> Type<'_> {
-        Type { raw, _c: PhantomData }
+        Type {
+            raw,
+            _c: PhantomData,
+        }
     }
     pub fn i1(&self) -> Type<'_> {
         // SAFETY: type getters on a live context.
@@ -118,16 +135,25 @@ impl Context {
     pub fn module(&self, name: &str) -> Module<'_> {
         let n = cstring(name);
         // SAFETY: the module is created in this context and owned by the returned value.
-        Module { raw: unsafe { LLVMModuleCreateWithNameInContext(n.as_ptr(), self.raw) }, _c: PhantomData }
+        Module {
+            raw: unsafe { LLVMModuleCreateWithNameInContext(n.as_ptr(), self.raw) },
+            _c: PhantomData,
+        }
     }
     pub fn builder(&self) -> Builder<'_> {
         // SAFETY: builder owned by the returned value.
-        Builder { raw: unsafe { LLVMCreateBuilderInContext(self.raw) }, _c: PhantomData }
+        Builder {
+            raw: unsafe { LLVMCreateBuilderInContext(self.raw) },
+            _c: PhantomData,
+        }
     }
     pub fn append_block<'c>(&'c self, f: Value<'c>, name: &str) -> Block<'c> {
         let n = cstring(name);
         // SAFETY: `f` is a function of this context.
-        Block { raw: unsafe { LLVMAppendBasicBlockInContext(self.raw, f.raw, n.as_ptr()) }, _c: PhantomData }
+        Block {
+            raw: unsafe { LLVMAppendBasicBlockInContext(self.raw, f.raw, n.as_ptr()) },
+            _c: PhantomData,
+        }
     }
     pub fn string_attr<'c>(&'c self, f: Value<'c>, key: &str, val: &str) {
         // SAFETY: key/value lengths are passed explicitly; attribute index -1 = function.
@@ -178,7 +204,10 @@ pub struct Type<'c> {
 impl<'c> Type<'c> {
     pub fn vector(self, lanes: u32) -> Type<'c> {
         // SAFETY: `self` is a valid scalar type of a live context.
-        Type { raw: unsafe { LLVMVectorType(self.raw, lanes) }, _c: PhantomData }
+        Type {
+            raw: unsafe { LLVMVectorType(self.raw, lanes) },
+            _c: PhantomData,
+        }
     }
     pub fn const_int(self, v: i64) -> Value<'c> {
         // SAFETY: `self` is an integer type (translator invariant; verified later).
@@ -206,11 +235,17 @@ pub struct Value<'c> {
 
 impl<'c> Value<'c> {
     fn new(raw: LLVMValueRef) -> Value<'c> {
-        Value { raw, _c: PhantomData }
+        Value {
+            raw,
+            _c: PhantomData,
+        }
     }
     pub fn ty(self) -> Type<'c> {
         // SAFETY: valid value.
-        Type { raw: unsafe { LLVMTypeOf(self.raw) }, _c: PhantomData }
+        Type {
+            raw: unsafe { LLVMTypeOf(self.raw) },
+            _c: PhantomData,
+        }
     }
     pub fn param(self, i: u32) -> Value<'c> {
         // SAFETY: `self` is a function with more than `i` parameters (translator invariant).
@@ -224,7 +259,9 @@ impl<'c> Value<'c> {
     pub fn set_fast_math(self, flags: u32) {
         // SAFETY: flags are only set on instructions; callers only pass FP operations.
         unsafe {
-            if !LLVMIsAInstruction(self.raw).is_null() && LLVMCanValueUseFastMathFlags(self.raw) != 0 {
+            if !LLVMIsAInstruction(self.raw).is_null()
+                && LLVMCanValueUseFastMathFlags(self.raw) != 0
+            {
                 LLVMSetFastMathFlags(self.raw, flags)
             }
         }
@@ -251,7 +288,10 @@ pub struct Block<'c> {
 impl<'c> Block<'c> {
     /// Placeholder before a function exists; never positioned on.
     pub(crate) fn placeholder() -> Block<'c> {
-        Block { raw: std::ptr::null_mut(), _c: PhantomData }
+        Block {
+            raw: std::ptr::null_mut(),
+            _c: PhantomData,
+        }
     }
 }
 
@@ -275,7 +315,12 @@ impl<'c> Module<'c> {
             if id == 0 {
                 return None;
             }
-            Some(Value::new(LLVMGetIntrinsicDeclaration(self.raw, id, tys.as_mut_ptr(), tys.len())))
+            Some(Value::new(LLVMGetIntrinsicDeclaration(
+                self.raw,
+                id,
+                tys.as_mut_ptr(),
+                tys.len(),
+            )))
         }
     }
     pub fn function(&self, name: &str) -> Option<Value<'c>> {
@@ -317,7 +362,13 @@ impl<'c> Module<'c> {
         take_message(unsafe { LLVMPrintModuleToString(self.raw) })
     }
     /// Run a new-pass-manager pipeline, e.g. "default<O3>".
-    pub fn run_passes(&self, pipeline: &str, tm: &TargetMachine, vectorizers: bool, unroll: bool) -> Result<(), String> {
+    pub fn run_passes(
+        &self,
+        pipeline: &str,
+        tm: &TargetMachine,
+        vectorizers: bool,
+        unroll: bool,
+    ) -> Result<(), String> {
         let p = cstring(pipeline);
         // SAFETY: options created and disposed here; module and TM are live.
         unsafe {
@@ -487,7 +538,10 @@ impl<'c> Builder<'c> {
     }
     pub fn current_block(&self) -> Block<'c> {
         // SAFETY: builder is positioned.
-        Block { raw: unsafe { LLVMGetInsertBlock(self.raw) }, _c: PhantomData }
+        Block {
+            raw: unsafe { LLVMGetInsertBlock(self.raw) },
+            _c: PhantomData,
+        }
     }
     binop! {
         add => LLVMBuildAdd, sub => LLVMBuildSub, mul => LLVMBuildMul,
@@ -578,7 +632,9 @@ impl<'c> Builder<'c> {
     pub fn gep(&self, elem: Type<'c>, ptr: Value<'c>, idx: Value<'c>) -> Value<'c> {
         let mut i = [idx.raw];
         // SAFETY: single integer (or vector of integers) index.
-        Value::new(unsafe { LLVMBuildInBoundsGEP2(self.raw, elem.raw, ptr.raw, i.as_mut_ptr(), 1, EMPTY) })
+        Value::new(unsafe {
+            LLVMBuildInBoundsGEP2(self.raw, elem.raw, ptr.raw, i.as_mut_ptr(), 1, EMPTY)
+        })
     }
     /// `getelementptr elem, ptr, idx` without `inbounds` (address arithmetic only; used for
     /// masked-off lanes whose index may be out of range).
@@ -591,13 +647,23 @@ impl<'c> Builder<'c> {
         let mut a: Vec<LLVMValueRef> = args.iter().map(|v| v.raw).collect();
         // SAFETY: argument list matches `fn_ty` (verified).
         Value::new(unsafe {
-            LLVMBuildCall2(self.raw, fn_ty.raw, f.raw, a.as_mut_ptr(), a.len() as c_uint, EMPTY)
+            LLVMBuildCall2(
+                self.raw,
+                fn_ty.raw,
+                f.raw,
+                a.as_mut_ptr(),
+                a.len() as c_uint,
+                EMPTY,
+            )
         })
     }
     /// Call an intrinsic declaration (its function type is read from the declaration).
     pub fn call_fn(&self, f: Value<'c>, args: &[Value<'c>]) -> Value<'c> {
         // SAFETY: `f` is a function declaration.
-        let ty = Type { raw: unsafe { LLVMGlobalGetValueType(f.raw) }, _c: PhantomData };
+        let ty = Type {
+            raw: unsafe { LLVMGlobalGetValueType(f.raw) },
+            _c: PhantomData,
+        };
         self.call(ty, f, args)
     }
     pub fn extract(&self, v: Value<'c>, i: Value<'c>) -> Value<'c> {
@@ -614,9 +680,9 @@ impl<'c> Builder<'c> {
     }
 }
 
+pub use llvm_sys::LLVMIntPredicate::*;
+pub use llvm_sys::LLVMRealPredicate::*;
 pub use llvm_sys::{
     LLVMFastMathAllowContract as FM_CONTRACT, LLVMFastMathAllowReassoc as FM_REASSOC,
     LLVMFastMathNoSignedZeros as FM_NSZ,
 };
-pub use llvm_sys::LLVMIntPredicate::*;
-pub use llvm_sys::LLVMRealPredicate::*;

@@ -145,7 +145,8 @@ impl std::fmt::Display for RunError {
 }
 impl std::error::Error for RunError {}
 
-type KernelFn = unsafe extern "C" fn(*const *mut u8, *mut u8, *const AtomicI32, *const RunCtx) -> i32;
+type KernelFn =
+    unsafe extern "C" fn(*const *mut u8, *mut u8, *const AtomicI32, *const RunCtx) -> i32;
 
 /// A JIT-compiled kernel. Dropping it frees its machine code.
 pub struct CompiledKernel {
@@ -160,7 +161,9 @@ pub struct CompiledKernel {
 
 impl std::fmt::Debug for CompiledKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompiledKernel").field("name", &self.kernel.name).finish()
+        f.debug_struct("CompiledKernel")
+            .field("name", &self.kernel.name)
+            .finish()
     }
 }
 
@@ -171,8 +174,13 @@ impl CompiledKernel {
         let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
         let abort = Arc::new(AtomicI32::new(0));
         let threads = opts.threads.unwrap_or_else(runtime::default_threads).max(1);
-        let ctx = RunCtx { pool: runtime::pool(threads), threads };
-        let _guard = opts.timeout.map(|t| runtime::arm_watchdog(Instant::now() + t, abort.clone()));
+        let ctx = RunCtx {
+            pool: runtime::pool(threads),
+            threads,
+        };
+        let _guard = opts
+            .timeout
+            .map(|t| runtime::arm_watchdog(Instant::now() + t, abort.clone()));
         let mut cached = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         if cached.is_none() {
             *cached = Some(Scratch::new(self.scratch_bytes).ok_or(RunError::OutOfMemory)?);
@@ -188,7 +196,9 @@ impl CompiledKernel {
             STATUS_OK => Ok(()),
             STATUS_ABORTED => Err(RunError::TimedOut),
             STATUS_NO_MEMORY => Err(RunError::OutOfMemory),
-            s => Err(RunError::BadArguments(format!("unexpected kernel status {s}"))),
+            s => Err(RunError::BadArguments(format!(
+                "unexpected kernel status {s}"
+            ))),
         }
     }
 }
@@ -218,7 +228,10 @@ fn prefer_vector_width(features: &str) -> &'static str {
 /// Prepare a kernel for codegen: validate, unroll, simplify, prove bounds, check cost.
 pub fn prepare(k: &Kernel, opts: &CodegenOptions) -> Result<(Kernel, CostEstimate), CodegenError> {
     validate(k).map_err(|e| CodegenError::Invalid(e.0))?;
-    let cfg = UnrollConfig { max_nodes: opts.limits.max_stmt_nodes, ..UnrollConfig::default() };
+    let cfg = UnrollConfig {
+        max_nodes: opts.limits.max_stmt_nodes,
+        ..UnrollConfig::default()
+    };
     let k = unroll_loops_with(k, cfg).map_err(|e| CodegenError::Unroll(e.to_string()))?;
     let k = simplify_kernel(&k);
     let unproven = check_bounds(&k).map_err(|e| CodegenError::Invalid(e.0))?;
@@ -237,7 +250,9 @@ pub fn compile(k: &Kernel, opts: &CodegenOptions) -> Result<CompiledKernel, Code
         let mut slots = cell.borrow_mut();
         let slot = &mut slots[opts.aggressive_backend as usize];
         if slot.is_none() {
-            *slot = Some(TargetMachine::host_with(opts.aggressive_backend).map_err(CodegenError::Llvm)?);
+            *slot = Some(
+                TargetMachine::host_with(opts.aggressive_backend).map_err(CodegenError::Llvm)?,
+            );
         }
         let tm = slot.as_ref().unwrap();
         compile_prepared(k, &prepared, cost, tm, opts, t0)
@@ -253,8 +268,12 @@ fn compile_prepared(
     t0: Instant,
 ) -> Result<CompiledKernel, CodegenError> {
     let id = KERNEL_ID.fetch_add(1, Ordering::Relaxed);
-    let clean: String =
-        k.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(40).collect();
+    let clean: String = k
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(40)
+        .collect();
     let prefix = format!("ttdb_k{id}_{clean}");
     let cx = Context::new();
     let m = cx.module(&prefix);
@@ -266,7 +285,10 @@ fn compile_prepared(
     let fn_attrs = vec![
         ("target-cpu".to_string(), tm.cpu.clone()),
         ("target-features".to_string(), tm.features.clone()),
-        ("prefer-vector-width".to_string(), prefer_vector_width(&tm.features).to_string()),
+        (
+            "prefer-vector-width".to_string(),
+            prefer_vector_width(&tm.features).to_string(),
+        ),
     ];
     let dummy = cx.ptr().null();
     let mut tr = Tr {
@@ -294,7 +316,10 @@ fn compile_prepared(
         max_chunk: if opts.max_vector_lanes > 0 {
             opts.max_vector_lanes
         } else {
-            2 * prefer_vector_width(&tm.features).parse::<i64>().unwrap_or(128) / 32
+            2 * prefer_vector_width(&tm.features)
+                .parse::<i64>()
+                .unwrap_or(128)
+                / 32
         },
         vector_loops: 0,
         scalarized_loops: 0,
@@ -309,7 +334,11 @@ fn compile_prepared(
     let start = tr.b.current_block();
     for (i, p) in k.params.iter().enumerate() {
         cx.enum_attr(f, i as u32 + 1, "noalias");
-        tr.bufs.push(translate::BufSlot { name: p.name.clone(), ptr: f.param(i as u32), decl: p.clone() });
+        tr.bufs.push(translate::BufSlot {
+            name: p.name.clone(),
+            ptr: f.param(i as u32),
+            decl: p.clone(),
+        });
     }
     tr.fx.scratch = f.param(np as u32);
     tr.fx.abort_ptr = f.param(np as u32 + 1);
@@ -337,9 +366,11 @@ fn compile_prepared(
     drop(tr);
 
     let ir = opts.keep_ir.then(|| m.print());
-    m.verify().map_err(|e| CodegenError::Llvm(format!("module verification failed: {e}")))?;
+    m.verify()
+        .map_err(|e| CodegenError::Llvm(format!("module verification failed: {e}")))?;
     let t1 = Instant::now();
-    m.run_passes(&opts.pipeline, tm, opts.llvm_vectorizers, opts.llvm_unroll).map_err(CodegenError::Llvm)?;
+    m.run_passes(&opts.pipeline, tm, opts.llvm_vectorizers, opts.llvm_unroll)
+        .map_err(CodegenError::Llvm)?;
     let t15 = Instant::now();
     let obj = tm.emit_object(&m).map_err(CodegenError::Llvm)?;
     let t2 = Instant::now();

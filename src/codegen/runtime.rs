@@ -18,14 +18,8 @@ pub const STATUS_OK: i32 = 0;
 pub const STATUS_ABORTED: i32 = 1;
 pub const STATUS_NO_MEMORY: i32 = 2;
 
-pub type BodyFn = unsafe extern "C" fn(
-    *const *mut u8,
-    *const i64,
-    i64,
-    i64,
-    *mut u8,
-    *const AtomicI32,
-) -> i32;
+pub type BodyFn =
+    unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64, *mut u8, *const AtomicI32) -> i32;
 
 /// Per-run context handed (as an opaque pointer) to the kernel and back to the launcher.
 pub struct RunCtx {
@@ -36,7 +30,10 @@ pub struct RunCtx {
 /// Persistent pools, one per requested thread count (created on first use, never dropped).
 pub fn pool(threads: usize) -> Arc<rayon::ThreadPool> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let mut m = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut m = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     m.entry(threads.max(1))
         .or_insert_with(|| {
             Arc::new(
@@ -51,7 +48,9 @@ pub fn pool(threads: usize) -> Arc<rayon::ThreadPool> {
 }
 
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// 64-byte aligned, zeroed scratch memory.
@@ -66,12 +65,18 @@ unsafe impl Send for Scratch {}
 impl Scratch {
     pub fn new(bytes: usize) -> Option<Scratch> {
         if bytes == 0 {
-            return Some(Scratch { ptr: std::ptr::null_mut(), layout: None });
+            return Some(Scratch {
+                ptr: std::ptr::null_mut(),
+                layout: None,
+            });
         }
         let layout = std::alloc::Layout::from_size_align(bytes, 64).ok()?;
         // SAFETY: non-zero size layout.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(Scratch { ptr, layout: Some(layout) })
+        (!ptr.is_null()).then_some(Scratch {
+            ptr,
+            layout: Some(layout),
+        })
     }
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
@@ -124,7 +129,11 @@ pub unsafe extern "C" fn ttdb_parallel_for(
     let threads = ctx.threads as i64;
     // Over-decompose (4 chunks per thread, work-stealing) so that a thread slowed down by
     // other processes does not stall the whole launch; one thread runs inline.
-    let n = if threads <= 1 { 1 } else { (threads * 4).min(extent) };
+    let n = if threads <= 1 {
+        1
+    } else {
+        (threads * 4).min(extent)
+    };
     let status = AtomicI32::new(STATUS_OK);
     let (ptrs, vars, abort) = (SendPtr(ptrs), SendPtr(vars), SendPtr(abort));
     let run_chunk = |scratch: &mut Option<Scratch>, c: i64| {
@@ -173,7 +182,10 @@ fn watchdog() -> &'static Watchdog {
     static W: OnceLock<&'static Watchdog> = OnceLock::new();
     W.get_or_init(|| {
         let w: &'static Watchdog = Box::leak(Box::new(Watchdog {
-            state: Mutex::new(WatchState { next_id: 0, entries: Vec::new() }),
+            state: Mutex::new(WatchState {
+                next_id: 0,
+                entries: Vec::new(),
+            }),
             cv: Condvar::new(),
         }));
         std::thread::Builder::new()
@@ -195,7 +207,9 @@ fn watchdog() -> &'static Watchdog {
                     .map(|(_, d, _)| d.saturating_duration_since(now))
                     .min()
                     .unwrap_or(Duration::from_secs(3600));
-                let _unused = w.cv.wait_timeout(st, wait).unwrap_or_else(|p| p.into_inner());
+                let _unused =
+                    w.cv.wait_timeout(st, wait)
+                        .unwrap_or_else(|p| p.into_inner());
             })
             .expect("watchdog thread");
         w

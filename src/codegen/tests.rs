@@ -16,7 +16,9 @@ fn inputs(k: &Kernel, seed: u64) -> Vec<BufferData> {
         .iter()
         .enumerate()
         .map(|(n, p)| match p.role {
-            BufferRole::Input => BufferData::random(p.dtype, p.num_elements() as usize, seed + n as u64),
+            BufferRole::Input => {
+                BufferData::random(p.dtype, p.num_elements() as usize, seed + n as u64)
+            }
             _ => BufferData::for_buffer(p),
         })
         .collect()
@@ -40,7 +42,14 @@ fn check(k: &Kernel, threads: usize) -> CompiledKernel {
     let c = compile(k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let mut a = inputs(k, 7);
     let mut b = a.clone();
-    c.run(&mut a, &RunOptions { threads: Some(threads), timeout: None }).unwrap();
+    c.run(
+        &mut a,
+        &RunOptions {
+            threads: Some(threads),
+            timeout: None,
+        },
+    )
+    .unwrap();
     interp(k, &mut b, InterpOptions::default()).unwrap();
     for (n, (x, y)) in a.iter().zip(&b).enumerate() {
         close(x, y).unwrap_or_else(|e| panic!("buffer {}: {e}", k.params[n].name));
@@ -74,7 +83,10 @@ fn scalar_matmul() {
                         vec![v("i"), v("j")],
                         Expr::add(
                             Expr::load("C", vec![v("i"), v("j")]),
-                            Expr::mul(Expr::load("A", vec![v("i"), v("k")]), Expr::load("B", vec![v("k"), v("j")])),
+                            Expr::mul(
+                                Expr::load("A", vec![v("i"), v("k")]),
+                                Expr::load("B", vec![v("k"), v("j")]),
+                            ),
                         ),
                     ),
                 ),
@@ -83,7 +95,11 @@ fn scalar_matmul() {
     );
     let k = Kernel::new(
         "mm",
-        vec![f32b("A", &[n, n], BufferRole::Input), f32b("B", &[n, n], BufferRole::Input), f32b("C", &[n, n], BufferRole::Output)],
+        vec![
+            f32b("A", &[n, n], BufferRole::Input),
+            f32b("B", &[n, n], BufferRole::Input),
+            f32b("C", &[n, n], BufferRole::Output),
+        ],
         body,
     );
     check(&k, 1);
@@ -145,15 +161,27 @@ fn float_exprs() -> Vec<Expr> {
         Expr::call(Ceil, vec![Expr::mul(x(), Expr::f32(4.0))]),
         Expr::call(Round, vec![Expr::mul(x(), Expr::f32(4.0))]),
         Expr::call(Pow, vec![ax(), Expr::f32(1.5)]),
-        Expr::cast(DType::F32, Expr::cast(DType::I32, Expr::mul(x(), Expr::f32(1e10)))),
-        Expr::cast(DType::F32, Expr::cast(DType::U8, Expr::mul(x(), Expr::f32(300.0)))),
+        Expr::cast(
+            DType::F32,
+            Expr::cast(DType::I32, Expr::mul(x(), Expr::f32(1e10))),
+        ),
+        Expr::cast(
+            DType::F32,
+            Expr::cast(DType::U8, Expr::mul(x(), Expr::f32(300.0))),
+        ),
         Expr::select(
-            Expr::And(Box::new(Expr::lt(x(), Expr::f32(0.5))), Box::new(Expr::Not(Box::new(Expr::lt(x(), Expr::f32(-0.5)))))),
+            Expr::And(
+                Box::new(Expr::lt(x(), Expr::f32(0.5))),
+                Box::new(Expr::Not(Box::new(Expr::lt(x(), Expr::f32(-0.5))))),
+            ),
             Expr::f32(1.0),
             Expr::f32(2.0),
         ),
         Expr::select(
-            Expr::Or(Box::new(Expr::cmp(CmpOp::Ge, x(), Expr::f32(0.5))), Box::new(Expr::cmp(CmpOp::Eq, y(), Expr::i32(0)))),
+            Expr::Or(
+                Box::new(Expr::cmp(CmpOp::Ge, x(), Expr::f32(0.5))),
+                Box::new(Expr::cmp(CmpOp::Eq, y(), Expr::i32(0))),
+            ),
             Expr::f32(1.0),
             Expr::f32(2.0),
         ),
@@ -161,17 +189,45 @@ fn float_exprs() -> Vec<Expr> {
 }
 
 fn int_exprs() -> Vec<Expr> {
-    let ops = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Mod, BinOp::FloorDiv, BinOp::FloorMod, BinOp::Min, BinOp::Max];
+    let ops = [
+        BinOp::Add,
+        BinOp::Sub,
+        BinOp::Mul,
+        BinOp::Div,
+        BinOp::Mod,
+        BinOp::FloorDiv,
+        BinOp::FloorMod,
+        BinOp::Min,
+        BinOp::Max,
+    ];
     let mut v: Vec<Expr> = ops.iter().map(|op| Expr::bin(*op, y(), yv())).collect();
     v.extend(ops.iter().map(|op| Expr::bin(*op, yv(), Expr::i32(3))));
     v.extend(ops.iter().map(|op| Expr::bin(*op, yv(), Expr::i32(-3))));
-    for c in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
-        v.push(Expr::select(Expr::cmp(c, y(), yv()), Expr::i32(1), Expr::i32(0)));
+    for c in [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ] {
+        v.push(Expr::select(
+            Expr::cmp(c, y(), yv()),
+            Expr::i32(1),
+            Expr::i32(0),
+        ));
     }
-    v.push(Expr::cast(DType::I32, Expr::cast(DType::I8, Expr::mul(y(), Expr::i32(40)))));
+    v.push(Expr::cast(
+        DType::I32,
+        Expr::cast(DType::I8, Expr::mul(y(), Expr::i32(40))),
+    ));
     v.push(Expr::cast(DType::I32, Expr::cast(DType::U8, y())));
     v.push(Expr::cast(DType::I32, Expr::cast(DType::I64, y())));
-    v.push(Expr::bin(BinOp::Add, Expr::i32(i32::MAX as i64), Expr::cast(DType::I32, v_e())));
+    v.push(Expr::bin(
+        BinOp::Add,
+        Expr::i32(i32::MAX as i64),
+        Expr::cast(DType::I32, v_e()),
+    ));
     v
 }
 
@@ -203,7 +259,15 @@ fn integer_division_by_zero_is_defined() {
             "e",
             4,
             ForKind::Serial,
-            Stmt::store("O", vec![v("e")], Expr::bin(BinOp::FloorDiv, Expr::i32(7), Expr::cast(DType::I32, Expr::sub(v("e"), i(1))))),
+            Stmt::store(
+                "O",
+                vec![v("e")],
+                Expr::bin(
+                    BinOp::FloorDiv,
+                    Expr::i32(7),
+                    Expr::cast(DType::I32, Expr::sub(v("e"), i(1))),
+                ),
+            ),
         ),
     );
     let c = compile(&k, &CodegenOptions::default()).unwrap();
@@ -221,10 +285,18 @@ fn vector_access_patterns() {
     let strided = || Expr::load("S", vec![Expr::mul(v("j"), i(2))]);
     let nonaffine = || Expr::load("S", vec![Expr::floordiv(v("j"), i(2))]);
     let body = Stmt::seq(vec![
-        Stmt::store("O", vec![v("r"), v("j")], Expr::add(Expr::mul(a(), bcast()), Expr::add(strided(), nonaffine()))),
+        Stmt::store(
+            "O",
+            vec![v("r"), v("j")],
+            Expr::add(Expr::mul(a(), bcast()), Expr::add(strided(), nonaffine())),
+        ),
         Stmt::store("T", vec![v("j"), v("r")], a()), // scatter (stride 4)
         // in-place accumulate on the same index is lane-private
-        Stmt::store("O", vec![v("r"), v("j")], Expr::add(Expr::load("O", vec![v("r"), v("j")]), Expr::f32(1.0))),
+        Stmt::store(
+            "O",
+            vec![v("r"), v("j")],
+            Expr::add(Expr::load("O", vec![v("r"), v("j")]), Expr::f32(1.0)),
+        ),
     ]);
     let k = Kernel::new(
         "vec",
@@ -235,7 +307,12 @@ fn vector_access_patterns() {
             f32b("O", &[4, n], BufferRole::Output),
             f32b("T", &[n, 4], BufferRole::Output),
         ],
-        Stmt::loop_("r", 4, ForKind::Serial, Stmt::loop_("j", n, ForKind::Vectorized, body)),
+        Stmt::loop_(
+            "r",
+            4,
+            ForKind::Serial,
+            Stmt::loop_("j", n, ForKind::Vectorized, body),
+        ),
     );
     let c = check(&k, 1);
     assert_eq!(c.stats.vector_loops, 1);
@@ -247,12 +324,19 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
     // Reduction over the vectorized variable: store index has stride 0 → scalarized.
     let k = Kernel::new(
         "red",
-        vec![f32b("A", &[16], BufferRole::Input), f32b("O", &[1], BufferRole::Output)],
+        vec![
+            f32b("A", &[16], BufferRole::Input),
+            f32b("O", &[1], BufferRole::Output),
+        ],
         Stmt::loop_(
             "j",
             16,
             ForKind::Vectorized,
-            Stmt::store("O", vec![i(0)], Expr::add(Expr::load("O", vec![i(0)]), Expr::load("A", vec![v("j")]))),
+            Stmt::store(
+                "O",
+                vec![i(0)],
+                Expr::add(Expr::load("O", vec![i(0)]), Expr::load("A", vec![v("j")])),
+            ),
         ),
     );
     let c = check(&k, 1);
@@ -265,7 +349,11 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
             "j",
             16,
             ForKind::Vectorized,
-            Stmt::store("O", vec![Expr::add(v("j"), i(1))], Expr::add(Expr::load("O", vec![v("j")]), Expr::f32(1.0))),
+            Stmt::store(
+                "O",
+                vec![Expr::add(v("j"), i(1))],
+                Expr::add(Expr::load("O", vec![v("j")]), Expr::f32(1.0)),
+            ),
         ),
     );
     let c = check(&k, 1);
@@ -273,7 +361,10 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
     // Lane-varying select guarding a load: vectorized with a masked load.
     let k = Kernel::new(
         "guard",
-        vec![f32b("A", &[10], BufferRole::Input), f32b("O", &[16], BufferRole::Output)],
+        vec![
+            f32b("A", &[10], BufferRole::Input),
+            f32b("O", &[16], BufferRole::Output),
+        ],
         Stmt::loop_(
             "j",
             16,
@@ -281,7 +372,11 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
             Stmt::store(
                 "O",
                 vec![v("j")],
-                Expr::select(Expr::lt(v("j"), i(10)), Expr::load("A", vec![v("j")]), Expr::f32(0.0)),
+                Expr::select(
+                    Expr::lt(v("j"), i(10)),
+                    Expr::load("A", vec![v("j")]),
+                    Expr::f32(0.0),
+                ),
             ),
         ),
     );
@@ -290,12 +385,19 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
     // Lane-varying `if` → scalarized.
     let k = Kernel::new(
         "guard_if",
-        vec![f32b("A", &[10], BufferRole::Input), f32b("O", &[16], BufferRole::Output)],
+        vec![
+            f32b("A", &[10], BufferRole::Input),
+            f32b("O", &[16], BufferRole::Output),
+        ],
         Stmt::loop_(
             "j",
             16,
             ForKind::Vectorized,
-            Stmt::if_(Expr::lt(v("j"), i(10)), Stmt::store("O", vec![v("j")], Expr::load("A", vec![v("j")])), None),
+            Stmt::if_(
+                Expr::lt(v("j"), i(10)),
+                Stmt::store("O", vec![v("j")], Expr::load("A", vec![v("j")])),
+                None,
+            ),
         ),
     );
     let c = check(&k, 1);
@@ -311,8 +413,26 @@ fn parallel_with_temporaries() {
         Stmt::allocate(
             f32b("t_big", &[big], BufferRole::Temporary),
             Stmt::seq(vec![
-                Stmt::loop_("a", 8, ForKind::Serial, Stmt::store("t_small", vec![v("a")], Expr::mul(Expr::load("X", vec![v("p"), v("a")]), Expr::f32(2.0)))),
-                Stmt::loop_("b", big, ForKind::Serial, Stmt::store("t_big", vec![v("b")], Expr::cast(DType::F32, Expr::add(v("b"), v("s"))))),
+                Stmt::loop_(
+                    "a",
+                    8,
+                    ForKind::Serial,
+                    Stmt::store(
+                        "t_small",
+                        vec![v("a")],
+                        Expr::mul(Expr::load("X", vec![v("p"), v("a")]), Expr::f32(2.0)),
+                    ),
+                ),
+                Stmt::loop_(
+                    "b",
+                    big,
+                    ForKind::Serial,
+                    Stmt::store(
+                        "t_big",
+                        vec![v("b")],
+                        Expr::cast(DType::F32, Expr::add(v("b"), v("s"))),
+                    ),
+                ),
                 Stmt::loop_(
                     "a",
                     8,
@@ -320,7 +440,10 @@ fn parallel_with_temporaries() {
                     Stmt::store(
                         "O",
                         vec![v("s"), v("p"), v("a")],
-                        Expr::add(Expr::load("t_small", vec![v("a")]), Expr::load("t_big", vec![Expr::add(Expr::mul(v("p"), i(8)), v("a"))])),
+                        Expr::add(
+                            Expr::load("t_small", vec![v("a")]),
+                            Expr::load("t_big", vec![Expr::add(Expr::mul(v("p"), i(8)), v("a"))]),
+                        ),
                     ),
                 ),
             ]),
@@ -328,8 +451,16 @@ fn parallel_with_temporaries() {
     );
     let k = Kernel::new(
         "par",
-        vec![f32b("X", &[37, 8], BufferRole::Input), f32b("O", &[3, 37, 8], BufferRole::Output)],
-        Stmt::loop_("s", 3, ForKind::Serial, Stmt::loop_("p", 37, ForKind::Parallel, body)),
+        vec![
+            f32b("X", &[37, 8], BufferRole::Input),
+            f32b("O", &[3, 37, 8], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "s",
+            3,
+            ForKind::Serial,
+            Stmt::loop_("p", 37, ForKind::Parallel, body),
+        ),
     );
     for threads in [1, 2, 3] {
         check(&k, threads);
@@ -341,7 +472,21 @@ fn unproven_kernels_are_refused() {
     let k = Kernel::new(
         "oob",
         vec![f32b("A", &[16], BufferRole::Output)],
-        Stmt::loop_("o", 3, ForKind::Serial, Stmt::loop_("x", 6, ForKind::Serial, Stmt::store("A", vec![Expr::add(Expr::mul(v("o"), i(6)), v("x"))], Expr::f32(0.0)))),
+        Stmt::loop_(
+            "o",
+            3,
+            ForKind::Serial,
+            Stmt::loop_(
+                "x",
+                6,
+                ForKind::Serial,
+                Stmt::store(
+                    "A",
+                    vec![Expr::add(Expr::mul(v("o"), i(6)), v("x"))],
+                    Expr::f32(0.0),
+                ),
+            ),
+        ),
     );
     match compile(&k, &CodegenOptions::default()) {
         Err(CodegenError::Unproven(v)) => assert_eq!(v.len(), 1),
@@ -355,35 +500,64 @@ fn timeout_interrupts_kernel() {
     let n = 1 << 12;
     let k = Kernel::new(
         "slow",
-        vec![f32b("A", &[n], BufferRole::Input), f32b("O", &[1], BufferRole::Output)],
+        vec![
+            f32b("A", &[n], BufferRole::Input),
+            f32b("O", &[1], BufferRole::Output),
+        ],
         Stmt::loop_(
             "r",
             1 << 23,
             ForKind::Parallel,
-            Stmt::loop_("x", n, ForKind::Serial, Stmt::store("O", vec![i(0)], Expr::add(Expr::load("O", vec![i(0)]), Expr::load("A", vec![v("x")])))),
+            Stmt::loop_(
+                "x",
+                n,
+                ForKind::Serial,
+                Stmt::store(
+                    "O",
+                    vec![i(0)],
+                    Expr::add(Expr::load("O", vec![i(0)]), Expr::load("A", vec![v("x")])),
+                ),
+            ),
         ),
     );
     let c = compile(&k, &CodegenOptions::default()).unwrap();
     let mut b = inputs(&k, 1);
     let t = std::time::Instant::now();
-    let r = c.run(&mut b, &RunOptions { threads: Some(2), timeout: Some(std::time::Duration::from_millis(100)) });
+    let r = c.run(
+        &mut b,
+        &RunOptions {
+            threads: Some(2),
+            timeout: Some(std::time::Duration::from_millis(100)),
+        },
+    );
     assert_eq!(r, Err(RunError::TimedOut));
     assert!(t.elapsed() < std::time::Duration::from_secs(20));
 }
 
 #[test]
 fn cache_reuses_compiled_kernels() {
-    let k = expr_kernel(vec![Expr::add(x(), Expr::f32(1.0))], DType::F32, ForKind::Serial);
+    let k = expr_kernel(
+        vec![Expr::add(x(), Expr::f32(1.0))],
+        DType::F32,
+        ForKind::Serial,
+    );
     let cache = KernelCache::new();
-    let a = cache.get_or_compile("k1", &k, &CodegenOptions::default()).unwrap();
-    let b = cache.get_or_compile("k1", &k, &CodegenOptions::default()).unwrap();
+    let a = cache
+        .get_or_compile("k1", &k, &CodegenOptions::default())
+        .unwrap();
+    let b = cache
+        .get_or_compile("k1", &k, &CodegenOptions::default())
+        .unwrap();
     assert!(Arc::ptr_eq(&a, &b));
     assert_eq!(cache.len(), 1);
     let mut bufs = inputs(&k, 3);
     b.run(&mut bufs, &RunOptions::default()).unwrap();
     // Wrong arguments are an error, not UB.
     let mut wrong = vec![BufferData::zeros(DType::F32, 3)];
-    assert!(matches!(a.run(&mut wrong, &RunOptions::default()), Err(RunError::BadArguments(_))));
+    assert!(matches!(
+        a.run(&mut wrong, &RunOptions::default()),
+        Err(RunError::BadArguments(_))
+    ));
 }
 
 #[test]
@@ -393,8 +567,25 @@ fn unroll_pragmas_compile() {
         4,
         ForKind::Serial,
         Stmt::attr(
-            Attr::AutoUnroll { max_step: 64, explicit: true },
-            Stmt::loop_("a", 4, ForKind::Serial, Stmt::loop_("b", 4, ForKind::Unrolled, Stmt::store("O", vec![v("o"), v("a"), v("b")], Expr::cast(DType::F32, Expr::add(v("a"), v("b")))))),
+            Attr::AutoUnroll {
+                max_step: 64,
+                explicit: true,
+            },
+            Stmt::loop_(
+                "a",
+                4,
+                ForKind::Serial,
+                Stmt::loop_(
+                    "b",
+                    4,
+                    ForKind::Unrolled,
+                    Stmt::store(
+                        "O",
+                        vec![v("o"), v("a"), v("b")],
+                        Expr::cast(DType::F32, Expr::add(v("a"), v("b"))),
+                    ),
+                ),
+            ),
         ),
     );
     let k = Kernel::new("unr", vec![f32b("O", &[4, 4, 4], BufferRole::Output)], body);
@@ -404,9 +595,21 @@ fn unroll_pragmas_compile() {
 #[test]
 fn compiled_code_is_freed_on_drop() {
     // Many compile/drop cycles: resource trackers must release code without disturbing others.
-    let keep = compile(&expr_kernel(vec![Expr::add(x(), Expr::f32(2.0))], DType::F32, ForKind::Vectorized), &CodegenOptions::default()).unwrap();
+    let keep = compile(
+        &expr_kernel(
+            vec![Expr::add(x(), Expr::f32(2.0))],
+            DType::F32,
+            ForKind::Vectorized,
+        ),
+        &CodegenOptions::default(),
+    )
+    .unwrap();
     for n in 0..20 {
-        let k = expr_kernel(vec![Expr::add(x(), Expr::f32(n as f64))], DType::F32, ForKind::Serial);
+        let k = expr_kernel(
+            vec![Expr::add(x(), Expr::f32(n as f64))],
+            DType::F32,
+            ForKind::Serial,
+        );
         let c = compile(&k, &CodegenOptions::default()).unwrap();
         let mut b = inputs(&k, n);
         c.run(&mut b, &RunOptions::default()).unwrap();
@@ -420,7 +623,11 @@ fn long_vector_loops_are_chunked() {
     // extent 100 = 6 chunks of 16 lanes + 4 scalar iterations; stride-2 gather and broadcast.
     let k = Kernel::new(
         "chunked",
-        vec![f32b("A", &[200], BufferRole::Input), f32b("B", &[1], BufferRole::Input), f32b("O", &[100], BufferRole::Output)],
+        vec![
+            f32b("A", &[200], BufferRole::Input),
+            f32b("B", &[1], BufferRole::Input),
+            f32b("O", &[100], BufferRole::Output),
+        ],
         Stmt::loop_(
             "j",
             100,
@@ -428,7 +635,10 @@ fn long_vector_loops_are_chunked() {
             Stmt::store(
                 "O",
                 vec![v("j")],
-                Expr::add(Expr::load("A", vec![Expr::mul(v("j"), i(2))]), Expr::load("B", vec![i(0)])),
+                Expr::add(
+                    Expr::load("A", vec![Expr::mul(v("j"), i(2))]),
+                    Expr::load("B", vec![i(0)]),
+                ),
             ),
         ),
     );
@@ -445,7 +655,11 @@ fn floormod_index_in_llvm_vectorized_loop() {
     let b = Expr::load("B", vec![Expr::floormod(Expr::mul(v("j"), i(3)), i(16))]);
     let e = Expr::sub(
         Expr::min(a("j", "i"), Expr::min(a("i", "j"), b)),
-        Expr::select(Expr::lt(v("j"), i(12)), Expr::add(a("i", "j"), Expr::load("C", vec![v("j")])), Expr::f32(0.0)),
+        Expr::select(
+            Expr::lt(v("j"), i(12)),
+            Expr::add(a("i", "j"), Expr::load("C", vec![v("j")])),
+            Expr::f32(0.0),
+        ),
     );
     let k = Kernel::new(
         "fm",
@@ -455,7 +669,17 @@ fn floormod_index_in_llvm_vectorized_loop() {
             f32b("C", &[12], BufferRole::Input),
             f32b("O", &[16, 16], BufferRole::Output),
         ],
-        Stmt::loop_("i", 16, ForKind::Serial, Stmt::loop_("j", 16, ForKind::Serial, Stmt::store("O", vec![v("i"), v("j")], e))),
+        Stmt::loop_(
+            "i",
+            16,
+            ForKind::Serial,
+            Stmt::loop_(
+                "j",
+                16,
+                ForKind::Serial,
+                Stmt::store("O", vec![v("i"), v("j")], e),
+            ),
+        ),
     );
     check(&k, 1);
 }

@@ -68,10 +68,19 @@ fn align_up(x: i64, a: i64) -> i64 {
 
 impl<'c, 'a> Tr<'c, 'a> {
     pub(crate) fn buf(&self, name: &str) -> &BufSlot<'c> {
-        self.bufs.iter().rev().find(|b| b.name == name).expect("validated buffer")
+        self.bufs
+            .iter()
+            .rev()
+            .find(|b| b.name == name)
+            .expect("validated buffer")
     }
     pub(crate) fn var(&self, name: &str) -> Value<'c> {
-        self.vars.iter().rev().find(|v| v.0 == name).expect("validated variable").1
+        self.vars
+            .iter()
+            .rev()
+            .find(|v| v.0 == name)
+            .expect("validated variable")
+            .1
     }
 
     /// Type of an expression (kernel already validated).
@@ -94,14 +103,23 @@ impl<'c, 'a> Tr<'c, 'a> {
         let strides = self.buf(buf).decl.strides();
         let mut acc = Expr::int(0);
         for (i, s) in index.iter().zip(strides) {
-            let i = if self.ty(i) == DType::I64 { i.clone() } else { Expr::cast(DType::I64, i.clone()) };
+            let i = if self.ty(i) == DType::I64 {
+                i.clone()
+            } else {
+                Expr::cast(DType::I64, i.clone())
+            };
             acc = Expr::add(acc, Expr::mul(i, Expr::int(s)));
         }
         simplify_expr(&acc)
     }
 
     /// Create a function with entry / start / abort blocks and make it current.
-    pub(crate) fn begin_function(&mut self, name: &str, fty: Type<'c>, internal: bool) -> Value<'c> {
+    pub(crate) fn begin_function(
+        &mut self,
+        name: &str,
+        fty: Type<'c>,
+        internal: bool,
+    ) -> Value<'c> {
         let f = self.m.add_function(name, fty);
         if internal {
             f.set_internal();
@@ -113,7 +131,11 @@ impl<'c, 'a> Tr<'c, 'a> {
         let entry = self.cx.append_block(f, "entry");
         let abort_bb = self.cx.append_block(f, "aborted");
         self.b.position_at_end(abort_bb);
-        self.b.ret(self.cx.i32().const_int(super::runtime::STATUS_ABORTED as i64));
+        self.b.ret(
+            self.cx
+                .i32()
+                .const_int(super::runtime::STATUS_ABORTED as i64),
+        );
         let start = self.cx.append_block(f, "start");
         self.b.position_at_end(start);
         self.fx = Fx {
@@ -199,7 +221,13 @@ impl<'c, 'a> Tr<'c, 'a> {
 
     pub(crate) fn stmt(&mut self, s: &Stmt) -> Result<(), String> {
         match s {
-            Stmt::For { var, min, extent, kind, body } => match kind {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind,
+                body,
+            } => match kind {
                 ForKind::Parallel => self.parallel(var, min, extent, body),
                 ForKind::Vectorized => {
                     if self.vectorizable(var, extent, body) {
@@ -240,7 +268,11 @@ impl<'c, 'a> Tr<'c, 'a> {
             }
             Stmt::Allocate { buffer, body } => {
                 let ptr = self.allocate(buffer);
-                self.bufs.push(BufSlot { name: buffer.name.clone(), ptr, decl: buffer.clone() });
+                self.bufs.push(BufSlot {
+                    name: buffer.name.clone(),
+                    ptr,
+                    decl: buffer.clone(),
+                });
                 let r = self.stmt(body);
                 self.bufs.pop();
                 r
@@ -256,7 +288,9 @@ impl<'c, 'a> Tr<'c, 'a> {
                 let i8t = t.cx.i8();
                 let n = t.cx.i64().const_int(bytes);
                 let p = t.b.alloca(i8t, n, 64);
-                let memset = t.m.intrinsic("llvm.memset", &[t.cx.ptr(), t.cx.i64()]).expect("memset");
+                let memset =
+                    t.m.intrinsic("llvm.memset", &[t.cx.ptr(), t.cx.i64()])
+                        .expect("memset");
                 t.b.call_fn(memset, &[p, i8t.const_int(0), n, t.cx.i1().const_int(0)]);
                 p
             });
@@ -320,7 +354,13 @@ impl<'c, 'a> Tr<'c, 'a> {
     }
 
     /// Outline the parallel loop body and call the runtime launcher.
-    fn parallel(&mut self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> Result<(), String> {
+    fn parallel(
+        &mut self,
+        var: &str,
+        min: &Expr,
+        extent: &Expr,
+        body: &Stmt,
+    ) -> Result<(), String> {
         let lo = self.expr(min)?;
         let ext = self.expr(extent)?;
         let ptr_t = self.cx.ptr();
@@ -363,7 +403,11 @@ impl<'c, 'a> Tr<'c, 'a> {
         let start = self.b.current_block();
         for (k, slot) in saved_bufs.iter().enumerate() {
             self.cx.enum_attr(f, k as u32 + 1, "noalias");
-            self.bufs.push(BufSlot { name: slot.name.clone(), ptr: f.param(k as u32), decl: slot.decl.clone() });
+            self.bufs.push(BufSlot {
+                name: slot.name.clone(),
+                ptr: f.param(k as u32),
+                decl: slot.decl.clone(),
+            });
         }
         for (k, (name, _)) in saved_vars.iter().enumerate() {
             self.vars.push((name.clone(), f.param((nb + k) as u32)));
@@ -385,7 +429,9 @@ impl<'c, 'a> Tr<'c, 'a> {
         let body_scratch = self.fx.scratch_used;
 
         // wrapper: body(ptr ptrs, ptr vars, i64 begin, i64 end, ptr scratch, ptr abort)
-        let wrap_ty = self.cx.fn_type(i32t, &[ptr_t, ptr_t, i64t, i64t, ptr_t, ptr_t]);
+        let wrap_ty = self
+            .cx
+            .fn_type(i32t, &[ptr_t, ptr_t, i64t, i64t, ptr_t, ptr_t]);
         let w = self.begin_function(&wrap_name, wrap_ty, true);
         let wstart = self.b.current_block();
         let mut args = Vec::new();
@@ -412,16 +458,29 @@ impl<'c, 'a> Tr<'c, 'a> {
         self.cache = saved_cache;
         self.b.position_at_end(saved_block);
         result?;
-        let launch_ty = self.cx.fn_type(i32t, &[ptr_t, ptr_t, ptr_t, ptr_t, i64t, i64t, ptr_t]);
+        let launch_ty = self
+            .cx
+            .fn_type(i32t, &[ptr_t, ptr_t, ptr_t, ptr_t, i64t, i64t, ptr_t]);
         let launch = self
             .m
             .function("ttdb_parallel_for")
             .unwrap_or_else(|| self.m.add_function("ttdb_parallel_for", launch_ty));
-        let rtctx = self.fx.rtctx.ok_or("parallel loop outside the top-level function")?;
+        let rtctx = self
+            .fx
+            .rtctx
+            .ok_or("parallel loop outside the top-level function")?;
         let status = self.b.call(
             launch_ty,
             launch,
-            &[rtctx, w, parr, varr, ext, i64t.const_int(body_scratch), self.fx.abort_ptr],
+            &[
+                rtctx,
+                w,
+                parr,
+                varr,
+                ext,
+                i64t.const_int(body_scratch),
+                self.fx.abort_ptr,
+            ],
         );
         let bad = self.b.icmp(LLVMIntNE, status, i32t.const_int(0));
         let cont = self.cx.append_block(self.fx.func, "after_par");
@@ -456,8 +515,10 @@ impl<'c, 'a> Tr<'c, 'a> {
             }
             Expr::Bin(op, a, b) => {
                 // Integer divisions are the expensive part of index arithmetic: reuse them.
-                let key = (matches!(op, BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod)
-                    && !e.has_load())
+                let key = (matches!(
+                    op,
+                    BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod
+                ) && !e.has_load())
                 .then(|| crate::loopnest::printer::expr_to_string(e));
                 if let Some(v) = key.as_deref().and_then(|k| self.cached(k)) {
                     return Ok(v);
@@ -466,7 +527,10 @@ impl<'c, 'a> Tr<'c, 'a> {
                 let x = self.expr(a)?;
                 let v = match (op, b.as_int()) {
                     (BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod, Some(c))
-                        if t.is_int() && c != 0 && c != -1 && crate::loopnest::interp::wrap_int(c, t) == c =>
+                        if t.is_int()
+                            && c != 0
+                            && c != -1
+                            && crate::loopnest::interp::wrap_int(c, t) == c =>
                     {
                         self.emit_div_const(*op, t, x, c, 1)
                     }
@@ -555,7 +619,11 @@ impl<'c, 'a> Tr<'c, 'a> {
 /// go into loops whose body does real looping work, so innermost loops stay check-free.
 fn has_non_vector_loop(s: &Stmt) -> bool {
     match s {
-        Stmt::For { kind: ForKind::Vectorized, body, .. } => has_non_vector_loop(body),
+        Stmt::For {
+            kind: ForKind::Vectorized,
+            body,
+            ..
+        } => has_non_vector_loop(body),
         Stmt::For { .. } => true,
         Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => has_non_vector_loop(body),
         Stmt::Seq(v) => v.iter().any(has_non_vector_loop),

@@ -40,7 +40,9 @@ impl<'c> Tr<'c, '_> {
     }
 
     pub(crate) fn vectorizable(&self, var: &str, extent: &Expr, body: &Stmt) -> bool {
-        let Some(e) = extent.as_int() else { return false };
+        let Some(e) = extent.as_int() else {
+            return false;
+        };
         if e < 2 {
             return false;
         }
@@ -76,7 +78,9 @@ impl<'c> Tr<'c, '_> {
             Stmt::Attr { body, .. } => self.collect_stores(body, var, out),
             Stmt::IfThenElse { then_, else_, .. } => {
                 self.collect_stores(then_, var, out)
-                    && else_.as_ref().is_none_or(|e| self.collect_stores(e, var, out))
+                    && else_
+                        .as_ref()
+                        .is_none_or(|e| self.collect_stores(e, var, out))
             }
             Stmt::Store { buf, index, .. } => {
                 let flat = self.flat_index(buf, index);
@@ -100,13 +104,21 @@ impl<'c> Tr<'c, '_> {
                 !cond.uses_var(var)
                     && !reads_written
                     && self.conds_ok(then_, var, written)
-                    && else_.as_ref().is_none_or(|e| self.conds_ok(e, var, written))
+                    && else_
+                        .as_ref()
+                        .is_none_or(|e| self.conds_ok(e, var, written))
             }
             _ => true,
         }
     }
 
-    pub(crate) fn vector_loop(&mut self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> Result<(), String> {
+    pub(crate) fn vector_loop(
+        &mut self,
+        var: &str,
+        min: &Expr,
+        extent: &Expr,
+        body: &Stmt,
+    ) -> Result<(), String> {
         let e = extent.as_int().expect("checked constant");
         let lanes = self.chunk_lanes(e);
         let (chunks, rem) = (e / lanes, e % lanes);
@@ -117,11 +129,17 @@ impl<'c> Tr<'c, '_> {
         }
         // for c in 0..chunks: vector body at lo + c·lanes; then the scalar remainder.
         let chunk_var = format!("{var}.chunk");
-        self.counted_loop(&chunk_var, i64t.const_int(0), i64t.const_int(chunks), false, |t| {
-            let c = t.var(&chunk_var);
-            let base = t.b.add(lo, t.b.mul(c, i64t.const_int(lanes)));
-            t.vector_body(var, base, lanes as u32, body)
-        })?;
+        self.counted_loop(
+            &chunk_var,
+            i64t.const_int(0),
+            i64t.const_int(chunks),
+            false,
+            |t| {
+                let c = t.var(&chunk_var);
+                let base = t.b.add(lo, t.b.mul(c, i64t.const_int(lanes)));
+                t.vector_body(var, base, lanes as u32, body)
+            },
+        )?;
         if rem > 0 {
             let start = self.b.add(lo, i64t.const_int(chunks * lanes));
             let end = self.b.add(lo, i64t.const_int(e));
@@ -130,13 +148,26 @@ impl<'c> Tr<'c, '_> {
         Ok(())
     }
 
-    fn vector_body(&mut self, var: &str, lo: Value<'c>, lanes: u32, body: &Stmt) -> Result<(), String> {
+    fn vector_body(
+        &mut self,
+        var: &str,
+        lo: Value<'c>,
+        lanes: u32,
+        body: &Stmt,
+    ) -> Result<(), String> {
         let i64t = self.cx.i64();
         let steps: Vec<Value<'c>> = (0..lanes).map(|l| i64t.const_int(l as i64)).collect();
-        let iota = self.b.add(self.splat(lo, lanes), Value::const_vector(&steps));
+        let iota = self
+            .b
+            .add(self.splat(lo, lanes), Value::const_vector(&steps));
         // Scalar uses of the variable (e.g. uniform sub-expressions) see lane 0's value.
         self.vars.push((var.to_string(), lo));
-        self.vec = Some(VecCtx { var: var.to_string(), lanes, iota, mask: None });
+        self.vec = Some(VecCtx {
+            var: var.to_string(),
+            lanes,
+            iota,
+            mask: None,
+        });
         let r = self.scoped(|t| t.vstmt(body));
         self.vec = None;
         self.vars.pop();
@@ -189,7 +220,10 @@ impl<'c> Tr<'c, '_> {
                             .intrinsic("llvm.masked.scatter", &[v.ty(), ptrs.ty()])
                             .ok_or("masked.scatter")?;
                         let mask = self.all_true();
-                        self.b.call_fn(f, &[v, ptrs, self.cx.i32().const_int(dt.bytes() as i64), mask]);
+                        self.b.call_fn(
+                            f,
+                            &[v, ptrs, self.cx.i32().const_int(dt.bytes() as i64), mask],
+                        );
                     }
                     Addr::Uniform(_) => return Err("uniform store in vector loop".into()),
                 }
@@ -223,7 +257,11 @@ impl<'c> Tr<'c, '_> {
                 t.b.gep(et, base_ptr, i)
             }
         };
-        let coeff = if masked && flat.has_load() { None } else { linearize(&flat).coeff_of_var(&var) };
+        let coeff = if masked && flat.has_load() {
+            None
+        } else {
+            linearize(&flat).coeff_of_var(&var)
+        };
         match coeff {
             Some(0) => {
                 let i = self.index_expr(&flat)?;
@@ -235,8 +273,9 @@ impl<'c> Tr<'c, '_> {
             }
             Some(c) => {
                 let i = self.index_expr(&flat)?;
-                let offs: Vec<Value<'c>> =
-                    (0..lanes).map(|l| i64t.const_int((c as i64).wrapping_mul(l as i64))).collect();
+                let offs: Vec<Value<'c>> = (0..lanes)
+                    .map(|l| i64t.const_int((c as i64).wrapping_mul(l as i64)))
+                    .collect();
                 let idx = self.b.add(self.splat(i, lanes), Value::const_vector(&offs));
                 Ok(Addr::Gather(gep(self, idx)))
             }
@@ -274,7 +313,11 @@ impl<'c> Tr<'c, '_> {
                         VV::V(self.b.call_fn(f, &[p, align, m, vt.poison()]))
                     }
                     (Addr::Uniform(p), m) | (Addr::Gather(p), m) => {
-                        let ptrs = if p.ty() == self.cx.ptr() { self.splat(p, lanes) } else { p };
+                        let ptrs = if p.ty() == self.cx.ptr() {
+                            self.splat(p, lanes)
+                        } else {
+                            p
+                        };
                         let f = self
                             .m
                             .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
@@ -287,8 +330,14 @@ impl<'c> Tr<'c, '_> {
             Expr::Bin(op, a, b) => {
                 let t = self.ty(a);
                 let x = self.vexpr(a)?;
-                if let (BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod, Some(c)) = (op, b.as_int()) {
-                    if t.is_int() && c != 0 && c != -1 && crate::loopnest::interp::wrap_int(c, t) == c {
+                if let (BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod, Some(c)) =
+                    (op, b.as_int())
+                {
+                    if t.is_int()
+                        && c != 0
+                        && c != -1
+                        && crate::loopnest::interp::wrap_int(c, t) == c
+                    {
                         let x = self.widen(x);
                         return Ok(VV::V(self.emit_div_const(*op, t, x, c, lanes)));
                     }
@@ -308,7 +357,11 @@ impl<'c> Tr<'c, '_> {
                 let x = self.vexpr(a)?;
                 let y = self.vexpr(b)?;
                 let (x, y) = (self.widen(x), self.widen(y));
-                VV::V(if matches!(e, Expr::And(..)) { self.b.and(x, y) } else { self.b.or(x, y) })
+                VV::V(if matches!(e, Expr::And(..)) {
+                    self.b.and(x, y)
+                } else {
+                    self.b.or(x, y)
+                })
             }
             Expr::Not(a) => {
                 let x = self.vexpr(a)?;
@@ -393,7 +446,9 @@ impl<'c> Tr<'c, '_> {
 fn lanes_disjoint(f1: &Expr, f2: &Expr, var: &str, lanes: i64) -> bool {
     let l1 = linearize(f1);
     let d = l1.add(&linearize(f2), -1);
-    let Some(d) = d.as_constant() else { return false };
+    let Some(d) = d.as_constant() else {
+        return false;
+    };
     if d == 0 {
         return true;
     }

@@ -17,7 +17,9 @@ use crate::ir::eval::{evaluate_points, random_inputs, TensorData};
 use crate::ir::Dag;
 use crate::loopnest::{BufferData, Kernel};
 use crate::lower::check::kernel_args;
-use crate::lower::{lower_default, lower_steps_detailed, LowerOptions, WeightLayout, WeightLayoutMode};
+use crate::lower::{
+    lower_default, lower_steps_detailed, LowerOptions, WeightLayout, WeightLayoutMode,
+};
 use crate::measure::runner::{measure, MeasureOptions, Measurement};
 use std::time::{Duration, Instant};
 
@@ -66,10 +68,15 @@ impl Reference {
         for (i, out) in dag.outputs.iter().enumerate() {
             let total = dag.stage(*out).shape().iter().product::<i64>() as usize;
             let points = sample_points(total, SAMPLE_POINTS, seed);
-            let values = evaluate_points(dag, &inputs, i, &points).map_err(|e| format!("reference evaluation failed: {e}"))?;
+            let values = evaluate_points(dag, &inputs, i, &points)
+                .map_err(|e| format!("reference evaluation failed: {e}"))?;
             expected.push((points, values));
         }
-        Ok(Reference { inputs, expected, eval_time: t.elapsed() })
+        Ok(Reference {
+            inputs,
+            expected,
+            eval_time: t.elapsed(),
+        })
     }
 
     /// Relative error of the kernel's outputs at the checked points: max |got - want| over
@@ -83,13 +90,20 @@ impl Reference {
             .map(|(_, b)| b)
             .collect();
         if outs.len() != self.expected.len() {
-            return Err(format!("{} output parameters, {} reference outputs", outs.len(), self.expected.len()));
+            return Err(format!(
+                "{} output parameters, {} reference outputs",
+                outs.len(),
+                self.expected.len()
+            ));
         }
         let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
         for (got, (points, want)) in outs.iter().zip(&self.expected) {
             for (&p, w) in points.iter().zip(want) {
                 if p >= got.len() {
-                    return Err(format!("output has {} elements, checked point {p}", got.len()));
+                    return Err(format!(
+                        "output has {} elements, checked point {p}",
+                        got.len()
+                    ));
                 }
                 let d = (got.get_f64(p) - w).abs();
                 if d.is_nan() {
@@ -158,7 +172,12 @@ pub struct Evaluation {
 }
 
 impl Evaluation {
-    fn failed(error_no: u8, message: String, lower_time: Duration, compile_time: Duration) -> Evaluation {
+    fn failed(
+        error_no: u8,
+        message: String,
+        lower_time: Duration,
+        compile_time: Duration,
+    ) -> Evaluation {
         Evaluation {
             lower_time,
             compile_time,
@@ -202,16 +221,26 @@ impl Evaluation {
         crate::store::measurement::NewMeasurement {
             workload_key,
             steps,
-            samples: if self.verified() { m.map(|m| m.samples.clone()).unwrap_or_default() } else { vec![] },
+            samples: if self.verified() {
+                m.map(|m| m.samples.clone()).unwrap_or_default()
+            } else {
+                vec![]
+            },
             // Verified but not timed (verify-only runs): TVM's "unknown" code, never chosen.
-            error_no: self.failure.as_ref().map_or(if m.is_some() { 0 } else { 8 }, |f| f.error_no),
+            error_no: self
+                .failure
+                .as_ref()
+                .map_or(if m.is_some() { 0 } else { 8 }, |f| f.error_no),
             error: self.failure.as_ref().map(|f| f.message.clone()),
             verified: self.verified(),
             max_rel_error: self.rel_error,
             median_s: m.map(|m| m.median),
             min_s: m.map(|m| m.min),
             max_s: m.map(|m| m.max),
-            gflops: self.median().filter(|_| flops > 0.0).map(|s| flops / s / 1e9),
+            gflops: self
+                .median()
+                .filter(|_| flops > 0.0)
+                .map(|s| flops / s / 1e9),
             compile_ms: Some(self.total_compile_time().as_secs_f64() * 1e3),
             wall_s: self.total_compile_time().as_secs_f64()
                 + m.map_or(0.0, |m| m.samples.iter().sum::<f64>() * m.number as f64),
@@ -222,7 +251,12 @@ impl Evaluation {
 }
 
 /// Replays `steps` on `dag`, lowers, compiles, verifies and times.
-pub fn evaluate_steps(dag: &Dag, steps: &[Step], reference: &Reference, opts: &EvalOptions) -> Evaluation {
+pub fn evaluate_steps(
+    dag: &Dag,
+    steps: &[Step],
+    reference: &Reference,
+    opts: &EvalOptions,
+) -> Evaluation {
     let t = Instant::now();
     let mut lopts = opts.lower.clone();
     if opts.prepack_weights {
@@ -250,14 +284,22 @@ pub fn evaluate_default(dag: &Dag, reference: &Reference, opts: &EvalOptions) ->
 fn compile_error_no(e: &CodegenError) -> u8 {
     match e {
         // Refused before compiling: the schedule itself is at fault.
-        CodegenError::Unproven(_) | CodegenError::Cost(_) | CodegenError::Invalid(_) | CodegenError::Unroll(_) => 1,
+        CodegenError::Unproven(_)
+        | CodegenError::Cost(_)
+        | CodegenError::Invalid(_)
+        | CodegenError::Unroll(_) => 1,
         CodegenError::Llvm(_) => 2,
     }
 }
 
 /// Compiles, verifies and (unless `verify_only`) times a lowered kernel whose weights have
 /// the DAG's layout.
-pub fn evaluate_kernel(kernel: &Kernel, reference: &Reference, lower_time: Duration, opts: &EvalOptions) -> Evaluation {
+pub fn evaluate_kernel(
+    kernel: &Kernel,
+    reference: &Reference,
+    lower_time: Duration,
+    opts: &EvalOptions,
+) -> Evaluation {
     evaluate_with_layout(kernel, &WeightLayout::Original, reference, lower_time, opts)
 }
 
@@ -276,21 +318,39 @@ pub fn evaluate_with_layout(
     let compile_time = t.elapsed();
     let compiled = match compiled {
         Ok(c) => c,
-        Err(e) => return Evaluation::failed(compile_error_no(&e), e.to_string(), lower_time, compile_time),
+        Err(e) => {
+            return Evaluation::failed(
+                compile_error_no(&e),
+                e.to_string(),
+                lower_time,
+                compile_time,
+            )
+        }
     };
     let t = Instant::now();
     let args = match layout {
         WeightLayout::Original => kernel_args(&compiled.kernel, &reference.inputs),
         packed => kernel_args(&compiled.kernel, &packed.pack_inputs(&reference.inputs)),
     };
-    let pack_time = if *layout == WeightLayout::Original { Duration::ZERO } else { t.elapsed() };
+    let pack_time = if *layout == WeightLayout::Original {
+        Duration::ZERO
+    } else {
+        t.elapsed()
+    };
     let mut args = match args {
         Ok(a) => a,
         Err(e) => return Evaluation::failed(4, e, lower_time, compile_time),
     };
-    let run = RunOptions { threads: opts.measure.threads, timeout: opts.measure.timeout };
+    let run = RunOptions {
+        threads: opts.measure.threads,
+        timeout: opts.measure.timeout,
+    };
     if let Err(e) = compiled.run(&mut args, &run) {
-        let code = if e == crate::codegen::RunError::TimedOut { 7 } else { 4 };
+        let code = if e == crate::codegen::RunError::TimedOut {
+            7
+        } else {
+            4
+        };
         return Evaluation::failed(code, e.to_string(), lower_time, compile_time);
     }
     let rel_error = match check(&compiled, &args, reference, opts.rtol) {
@@ -303,7 +363,11 @@ pub fn evaluate_with_layout(
         match measure(&compiled, &mut args, &opts.measure) {
             Ok(m) => Some(m),
             Err(e) => {
-                let code = if e == crate::codegen::RunError::TimedOut { 7 } else { 4 };
+                let code = if e == crate::codegen::RunError::TimedOut {
+                    7
+                } else {
+                    4
+                };
                 return Evaluation::failed(code, e.to_string(), lower_time, compile_time);
             }
         }
@@ -319,12 +383,23 @@ pub fn evaluate_with_layout(
     }
 }
 
-fn check(compiled: &CompiledKernel, args: &[BufferData], reference: &Reference, rtol: f64) -> Result<f64, Failure> {
+fn check(
+    compiled: &CompiledKernel,
+    args: &[BufferData],
+    reference: &Reference,
+    rtol: f64,
+) -> Result<f64, Failure> {
     let rel = reference
         .rel_error(&compiled.kernel, args)
-        .map_err(|m| Failure { error_no: 5, message: format!("wrong answer: {m}") })?;
+        .map_err(|m| Failure {
+            error_no: 5,
+            message: format!("wrong answer: {m}"),
+        })?;
     if rel > rtol {
-        return Err(Failure { error_no: 5, message: format!("wrong answer: relative error {rel:.2e} > {rtol:.0e}") });
+        return Err(Failure {
+            error_no: 5,
+            message: format!("wrong answer: relative error {rel:.2e} > {rtol:.0e}"),
+        });
     }
     Ok(rel)
 }

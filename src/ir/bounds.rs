@@ -19,16 +19,25 @@ impl Interval {
 
     /// `[0, extent)` as an inclusive interval.
     pub fn range(extent: i64) -> Interval {
-        Interval { lo: 0, hi: extent - 1 }
+        Interval {
+            lo: 0,
+            hi: extent - 1,
+        }
     }
 
     pub fn union(self, o: Interval) -> Interval {
-        Interval { lo: self.lo.min(o.lo), hi: self.hi.max(o.hi) }
+        Interval {
+            lo: self.lo.min(o.lo),
+            hi: self.hi.max(o.hi),
+        }
     }
 
     fn corners(a: Interval, b: Interval, f: impl Fn(i64, i64) -> i64) -> Interval {
         let c = [f(a.lo, b.lo), f(a.lo, b.hi), f(a.hi, b.lo), f(a.hi, b.hi)];
-        Interval { lo: *c.iter().min().unwrap(), hi: *c.iter().max().unwrap() }
+        Interval {
+            lo: *c.iter().min().unwrap(),
+            hi: *c.iter().max().unwrap(),
+        }
     }
 }
 
@@ -39,7 +48,11 @@ pub fn int_bounds(e: &Expr, vars: &HashMap<String, Interval>) -> Option<Interval
         Expr::IntImm { value, .. } => Some(Interval::point(*value)),
         Expr::Var(n) => vars.get(n).copied(),
         Expr::Cast { dtype, value } if dtype.is_int() => int_bounds(value, vars),
-        Expr::Select { cond, then, otherwise } => {
+        Expr::Select {
+            cond,
+            then,
+            otherwise,
+        } => {
             let t = int_bounds(then, vars)?;
             let o = int_bounds(otherwise, vars)?;
             match int_bounds(cond, vars) {
@@ -61,11 +74,23 @@ pub fn int_bounds(e: &Expr, vars: &HashMap<String, Interval>) -> Option<Interval
                 })
             };
             match op {
-                BinOp::Add => Some(Interval { lo: x.lo + y.lo, hi: x.hi + y.hi }),
-                BinOp::Sub => Some(Interval { lo: x.lo - y.hi, hi: x.hi - y.lo }),
+                BinOp::Add => Some(Interval {
+                    lo: x.lo + y.lo,
+                    hi: x.hi + y.hi,
+                }),
+                BinOp::Sub => Some(Interval {
+                    lo: x.lo - y.hi,
+                    hi: x.hi - y.lo,
+                }),
                 BinOp::Mul => Some(Interval::corners(x, y, |p, q| p * q)),
-                BinOp::Min => Some(Interval { lo: x.lo.min(y.lo), hi: x.hi.min(y.hi) }),
-                BinOp::Max => Some(Interval { lo: x.lo.max(y.lo), hi: x.hi.max(y.hi) }),
+                BinOp::Min => Some(Interval {
+                    lo: x.lo.min(y.lo),
+                    hi: x.hi.min(y.hi),
+                }),
+                BinOp::Max => Some(Interval {
+                    lo: x.lo.max(y.lo),
+                    hi: x.hi.max(y.hi),
+                }),
                 BinOp::FloorDiv | BinOp::Div if y.lo > 0 || y.hi < 0 => {
                     if *op == BinOp::FloorDiv {
                         Some(Interval::corners(x, y, floor_div_i64))
@@ -77,13 +102,22 @@ pub fn int_bounds(e: &Expr, vars: &HashMap<String, Interval>) -> Option<Interval
                     let m = y.lo;
                     // exact when the dividend stays inside one period
                     if floor_div_i64(x.lo, m) == floor_div_i64(x.hi, m) {
-                        Some(Interval { lo: x.lo - m * floor_div_i64(x.lo, m), hi: x.hi - m * floor_div_i64(x.hi, m) })
+                        Some(Interval {
+                            lo: x.lo - m * floor_div_i64(x.lo, m),
+                            hi: x.hi - m * floor_div_i64(x.hi, m),
+                        })
                     } else {
                         Some(Interval { lo: 0, hi: m - 1 })
                     }
                 }
-                BinOp::Eq => bool_iv(x.lo == x.hi && y.lo == y.hi && x.lo == y.lo, x.hi < y.lo || y.hi < x.lo),
-                BinOp::Ne => bool_iv(x.hi < y.lo || y.hi < x.lo, x.lo == x.hi && y.lo == y.hi && x.lo == y.lo),
+                BinOp::Eq => bool_iv(
+                    x.lo == x.hi && y.lo == y.hi && x.lo == y.lo,
+                    x.hi < y.lo || y.hi < x.lo,
+                ),
+                BinOp::Ne => bool_iv(
+                    x.hi < y.lo || y.hi < x.lo,
+                    x.lo == x.hi && y.lo == y.hi && x.lo == y.lo,
+                ),
                 BinOp::Lt => bool_iv(x.hi < y.lo, x.lo >= y.hi),
                 BinOp::Le => bool_iv(x.hi <= y.lo, x.lo > y.hi),
                 BinOp::Gt => bool_iv(x.lo > y.hi, x.hi <= y.lo),

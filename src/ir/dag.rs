@@ -22,11 +22,17 @@ pub struct IterVar {
 
 impl IterVar {
     pub fn new(name: impl Into<String>, extent: i64) -> IterVar {
-        IterVar { name: name.into(), extent: Expr::int(extent) }
+        IterVar {
+            name: name.into(),
+            extent: Expr::int(extent),
+        }
     }
 
     pub fn with_extent(name: impl Into<String>, extent: Expr) -> IterVar {
-        IterVar { name: name.into(), extent }
+        IterVar {
+            name: name.into(),
+            extent,
+        }
     }
 
     pub fn var(&self) -> Expr {
@@ -54,9 +60,18 @@ impl Combiner {
             Combiner::Sum => Expr::constant(0.0, dtype),
             Combiner::Max => Expr::min_value(dtype),
             Combiner::Min => match dtype {
-                DType::Float(32) => Expr::FloatImm { value: f32::MAX as f64, dtype },
-                DType::Float(_) => Expr::FloatImm { value: f64::MAX, dtype },
-                _ => Expr::IntImm { value: i64::MAX, dtype },
+                DType::Float(32) => Expr::FloatImm {
+                    value: f32::MAX as f64,
+                    dtype,
+                },
+                DType::Float(_) => Expr::FloatImm {
+                    value: f64::MAX,
+                    dtype,
+                },
+                _ => Expr::IntImm {
+                    value: i64::MAX,
+                    dtype,
+                },
             },
         }
     }
@@ -67,7 +82,11 @@ pub enum Body {
     /// An injective body: `out[axes] = expr`.
     Expr(Expr),
     /// `out[axes] = combine(init, source over the reduce axes)`.
-    Reduce { combiner: Combiner, source: Expr, init: Expr },
+    Reduce {
+        combiner: Combiner,
+        source: Expr,
+        init: Expr,
+    },
 }
 
 /// Stage attributes TVM attaches to compute ops that matter downstream.
@@ -94,7 +113,10 @@ pub struct ComputeOp {
 
 impl ComputeOp {
     pub fn shape(&self) -> Vec<i64> {
-        self.axes.iter().map(|a| a.const_extent().expect("spatial extents are constant")).collect()
+        self.axes
+            .iter()
+            .map(|a| a.const_extent().expect("spatial extents are constant"))
+            .collect()
     }
 
     /// Tensors read by the body, in TVM's `InputTensors` order: a post-order walk of the
@@ -186,7 +208,9 @@ pub struct InitialStage {
 
 /// `CleanName` of `auto_scheduler/utils.h`: `.`→`_`, `@`→`_`, `outer`→`o`, `inner`→`i`.
 pub fn clean_name(name: &str) -> String {
-    name.replace(['.', '@'], "_").replace("outer", "o").replace("inner", "i")
+    name.replace(['.', '@'], "_")
+        .replace("outer", "o")
+        .replace("inner", "i")
 }
 
 impl Dag {
@@ -196,22 +220,34 @@ impl Dag {
 
     /// First stage with this name (names are not unique: several `T_add`, `placeholder`).
     pub fn find(&self, name: &str) -> Option<TensorId> {
-        self.stages.iter().position(|s| s.name == name).map(TensorId)
+        self.stages
+            .iter()
+            .position(|s| s.name == name)
+            .map(TensorId)
     }
 
     /// All stages with this name, in order.
     pub fn find_all(&self, name: &str) -> Vec<TensorId> {
-        (0..self.stages.len()).filter(|&i| self.stages[i].name == name).map(TensorId).collect()
+        (0..self.stages.len())
+            .filter(|&i| self.stages[i].name == name)
+            .map(TensorId)
+            .collect()
     }
 
     /// Placeholders in stage order, which is also the order of the input shapes in a relay
     /// workload key (DFS discovery order of `traverse_to_get_io_tensors`).
     pub fn placeholders(&self) -> Vec<TensorId> {
-        (0..self.stages.len()).filter(|&i| self.stages[i].is_placeholder()).map(TensorId).collect()
+        (0..self.stages.len())
+            .filter(|&i| self.stages[i].is_placeholder())
+            .map(TensorId)
+            .collect()
     }
 
     pub fn placeholder_shapes(&self) -> Vec<Vec<i64>> {
-        self.placeholders().into_iter().map(|t| self.stage(t).shape()).collect()
+        self.placeholders()
+            .into_iter()
+            .map(|t| self.stage(t).shape())
+            .collect()
     }
 
     /// Shapes of the key arguments: placeholders then outputs.
@@ -228,7 +264,11 @@ impl Dag {
     /// Ids of compute stages that read `id`.
     pub fn consumers(&self, id: TensorId) -> Vec<TensorId> {
         (0..self.stages.len())
-            .filter(|&i| self.stages[i].compute().is_some_and(|c| c.input_tensors().contains(&id)))
+            .filter(|&i| {
+                self.stages[i]
+                    .compute()
+                    .is_some_and(|c| c.input_tensors().contains(&id))
+            })
             .map(TensorId)
             .collect()
     }
@@ -238,9 +278,12 @@ impl Dag {
         self.stages
             .iter()
             .map(|s| match &s.op {
-                Operation::Placeholder { shape } => {
-                    InitialStage { name: s.name.clone(), is_placeholder: true, shape: shape.clone(), iters: vec![] }
-                }
+                Operation::Placeholder { shape } => InitialStage {
+                    name: s.name.clone(),
+                    is_placeholder: true,
+                    shape: shape.clone(),
+                    iters: vec![],
+                },
                 Operation::Compute(c) => {
                     let mut iters: Vec<InitialIter> = c
                         .axes
@@ -256,7 +299,12 @@ impl Dag {
                         extent: a.const_extent(),
                         kind: IterKind::Reduction,
                     }));
-                    InitialStage { name: s.name.clone(), is_placeholder: false, shape: c.shape(), iters }
+                    InitialStage {
+                        name: s.name.clone(),
+                        is_placeholder: false,
+                        shape: c.shape(),
+                        iters,
+                    }
                 }
             })
             .collect()
@@ -275,8 +323,17 @@ pub struct Tensor {
 impl Tensor {
     /// `T[indices]`.
     pub fn at(&self, indices: Vec<Expr>) -> Expr {
-        assert_eq!(indices.len(), self.shape.len(), "rank mismatch loading {}", self.name);
-        Expr::Load { tensor: self.id, indices, dtype: self.dtype }
+        assert_eq!(
+            indices.len(),
+            self.shape.len(),
+            "rank mismatch loading {}",
+            self.name
+        );
+        Expr::Load {
+            tensor: self.id,
+            indices,
+            dtype: self.dtype,
+        }
     }
 
     pub fn ndim(&self) -> usize {
@@ -310,8 +367,19 @@ impl DagBuilder {
     pub fn placeholder(&mut self, name: impl Into<String>, shape: &[i64], dtype: DType) -> Tensor {
         let name = name.into();
         let id = TensorId(self.stages.len());
-        self.stages.push(Stage { name: name.clone(), dtype, op: Operation::Placeholder { shape: shape.to_vec() } });
-        Tensor { id, name, shape: shape.to_vec(), dtype }
+        self.stages.push(Stage {
+            name: name.clone(),
+            dtype,
+            op: Operation::Placeholder {
+                shape: shape.to_vec(),
+            },
+        });
+        Tensor {
+            id,
+            name,
+            shape: shape.to_vec(),
+            dtype,
+        }
     }
 
     /// Adds a compute stage; its type is the body's type.
@@ -329,11 +397,26 @@ impl DagBuilder {
             Body::Expr(e) => e.dtype(),
             Body::Reduce { source, .. } => source.dtype(),
         };
-        let op = ComputeOp { axes, reduce_axes, body, tag: tag.into(), attrs };
+        let op = ComputeOp {
+            axes,
+            reduce_axes,
+            body,
+            tag: tag.into(),
+            attrs,
+        };
         let shape = op.shape();
         let id = TensorId(self.stages.len());
-        self.stages.push(Stage { name: name.clone(), dtype, op: Operation::Compute(op) });
-        Tensor { id, name, shape, dtype }
+        self.stages.push(Stage {
+            name: name.clone(),
+            dtype,
+            op: Operation::Compute(op),
+        });
+        Tensor {
+            id,
+            name,
+            shape,
+            dtype,
+        }
     }
 
     /// An injective stage over `axes`: `f` receives the axis variables.
@@ -346,7 +429,14 @@ impl DagBuilder {
     ) -> Tensor {
         let vars: Vec<Expr> = axes.iter().map(IterVar::var).collect();
         let body = f(&vars);
-        self.compute(name, tag, axes, vec![], Body::Expr(body), ComputeAttrs::default())
+        self.compute(
+            name,
+            tag,
+            axes,
+            vec![],
+            Body::Expr(body),
+            ComputeAttrs::default(),
+        )
     }
 
     /// A reduction stage.
@@ -365,7 +455,18 @@ impl DagBuilder {
         let rvars: Vec<Expr> = reduce_axes.iter().map(IterVar::var).collect();
         let source = f(&vars, &rvars);
         let init = combiner.identity(source.dtype());
-        self.compute(name, tag, axes, reduce_axes, Body::Reduce { combiner, source, init }, attrs)
+        self.compute(
+            name,
+            tag,
+            axes,
+            reduce_axes,
+            Body::Reduce {
+                combiner,
+                source,
+                init,
+            },
+            attrs,
+        )
     }
 
     /// The stages reachable from `outputs`, in post-order DFS (schedule) order, with all
@@ -402,9 +503,15 @@ impl DagBuilder {
                 if let Operation::Compute(c) = &mut s.op {
                     c.body = match &c.body {
                         Body::Expr(e) => Body::Expr(e.remap_tensors(&map)),
-                        Body::Reduce { combiner, source, init } => {
-                            Body::Reduce { combiner: *combiner, source: source.remap_tensors(&map), init: init.clone() }
-                        }
+                        Body::Reduce {
+                            combiner,
+                            source,
+                            init,
+                        } => Body::Reduce {
+                            combiner: *combiner,
+                            source: source.remap_tensors(&map),
+                            init: init.clone(),
+                        },
                     };
                     for r in &mut c.reduce_axes {
                         r.extent = r.extent.remap_tensors(&map);
@@ -416,7 +523,10 @@ impl DagBuilder {
                 s
             })
             .collect();
-        Dag { stages, outputs: outputs.iter().map(|t| map(t.id)).collect() }
+        Dag {
+            stages,
+            outputs: outputs.iter().map(|t| map(t.id)).collect(),
+        }
     }
 }
 
@@ -439,14 +549,19 @@ mod tests {
         let bias = b.placeholder("bias", &[4], DType::F32);
         let kernel = b.placeholder("kernel", &[4, 4], DType::F32);
         let data = b.placeholder("data", &[4], DType::F32);
-        let pad = b.elementwise("pad", "", vec![IterVar::new("i", 4)], |v| data.at(vec![v[0].clone()]));
+        let pad = b.elementwise("pad", "", vec![IterVar::new("i", 4)], |v| {
+            data.at(vec![v[0].clone()])
+        });
         let conv = b.reduce(
             "conv",
             "",
             vec![IterVar::new("i", 4)],
             vec![IterVar::new("k", 4)],
             Combiner::Sum,
-            ComputeAttrs { layout_free_placeholders: vec![kernel.id], ..Default::default() },
+            ComputeAttrs {
+                layout_free_placeholders: vec![kernel.id],
+                ..Default::default()
+            },
             |v, r| pad.at(vec![r[0].clone()]) * kernel.at(vec![v[0].clone(), r[0].clone()]),
         );
         let add = b.elementwise("add", "", vec![IterVar::new("i", 4)], |v| {
@@ -457,7 +572,10 @@ mod tests {
         });
         let dag = b.finish(&[&relu]);
         let names: Vec<&str> = dag.stages.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["data", "pad", "kernel", "conv", "bias", "add", "relu"]);
+        assert_eq!(
+            names,
+            ["data", "pad", "kernel", "conv", "bias", "add", "relu"]
+        );
         assert_eq!(dag.output(), TensorId(6));
         let conv_op = dag.stage(TensorId(3)).compute().unwrap();
         assert_eq!(conv_op.input_tensors(), vec![TensorId(1), TensorId(2)]);

@@ -76,7 +76,9 @@ mod tests {
 
     #[test]
     fn parse_and_print_round_trip() {
-        for s in ["float32", "float16", "float64", "int32", "int64", "uint8", "bool"] {
+        for s in [
+            "float32", "float16", "float64", "int32", "int64", "uint8", "bool",
+        ] {
             assert_eq!(DType::parse(s).unwrap().to_string(), s);
         }
         assert_eq!(DType::parse("float33"), None);

@@ -17,8 +17,15 @@ pub struct TensorData {
 
 impl TensorData {
     pub fn new(shape: &[i64], data: Vec<f64>) -> TensorData {
-        assert_eq!(data.len() as i64, shape.iter().product::<i64>(), "data length vs shape {shape:?}");
-        TensorData { shape: shape.to_vec(), data }
+        assert_eq!(
+            data.len() as i64,
+            shape.iter().product::<i64>(),
+            "data length vs shape {shape:?}"
+        );
+        TensorData {
+            shape: shape.to_vec(),
+            data,
+        }
     }
 
     pub fn zeros(shape: &[i64]) -> TensorData {
@@ -53,7 +60,11 @@ impl TensorData {
     /// Largest absolute difference to another tensor of the same shape.
     pub fn max_abs_diff(&self, other: &TensorData) -> f64 {
         assert_eq!(self.shape, other.shape);
-        self.data.iter().zip(&other.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
+        self.data
+            .iter()
+            .zip(&other.data)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max)
     }
 }
 
@@ -139,12 +150,27 @@ impl Val {
 enum Compiled {
     Const(Val),
     Slot(usize),
-    Load { tensor: usize, int: bool, indices: Vec<Compiled> },
-    Binary { op: BinOp, float: bool, a: Box<Compiled>, b: Box<Compiled> },
+    Load {
+        tensor: usize,
+        int: bool,
+        indices: Vec<Compiled>,
+    },
+    Binary {
+        op: BinOp,
+        float: bool,
+        a: Box<Compiled>,
+        b: Box<Compiled>,
+    },
     Not(Box<Compiled>),
     Select(Box<Compiled>, Box<Compiled>, Box<Compiled>),
-    Cast { to: DType, value: Box<Compiled> },
-    Call { func: Intrinsic, args: Vec<Compiled> },
+    Cast {
+        to: DType,
+        value: Box<Compiled>,
+    },
+    Call {
+        func: Intrinsic,
+        args: Vec<Compiled>,
+    },
 }
 
 fn compile(e: &Expr, slots: &[String]) -> Result<Compiled, EvalError> {
@@ -152,24 +178,50 @@ fn compile(e: &Expr, slots: &[String]) -> Result<Compiled, EvalError> {
     Ok(match e {
         Expr::IntImm { value, .. } => Compiled::Const(Val::I(*value)),
         Expr::FloatImm { value, .. } => Compiled::Const(Val::F(*value)),
-        Expr::Var(n) => {
-            Compiled::Slot(slots.iter().position(|s| s == n).ok_or_else(|| EvalError(format!("unbound variable {n}")))?)
-        }
-        Expr::Load { tensor, indices, dtype } => Compiled::Load {
+        Expr::Var(n) => Compiled::Slot(
+            slots
+                .iter()
+                .position(|s| s == n)
+                .ok_or_else(|| EvalError(format!("unbound variable {n}")))?,
+        ),
+        Expr::Load {
+            tensor,
+            indices,
+            dtype,
+        } => Compiled::Load {
             tensor: tensor.0,
             int: !dtype.is_float(),
-            indices: indices.iter().map(|i| compile(i, slots)).collect::<Result<_, _>>()?,
+            indices: indices
+                .iter()
+                .map(|i| compile(i, slots))
+                .collect::<Result<_, _>>()?,
         },
         Expr::Binary { op, a, b } => {
             let float = a.dtype().is_float() || b.dtype().is_float();
-            Compiled::Binary { op: *op, float, a: c(a)?, b: c(b)? }
+            Compiled::Binary {
+                op: *op,
+                float,
+                a: c(a)?,
+                b: c(b)?,
+            }
         }
         Expr::Not(a) => Compiled::Not(c(a)?),
-        Expr::Select { cond, then, otherwise } => Compiled::Select(c(cond)?, c(then)?, c(otherwise)?),
-        Expr::Cast { dtype, value } => Compiled::Cast { to: *dtype, value: c(value)? },
-        Expr::Call { func, args, .. } => {
-            Compiled::Call { func: *func, args: args.iter().map(|a| compile(a, slots)).collect::<Result<_, _>>()? }
-        }
+        Expr::Select {
+            cond,
+            then,
+            otherwise,
+        } => Compiled::Select(c(cond)?, c(then)?, c(otherwise)?),
+        Expr::Cast { dtype, value } => Compiled::Cast {
+            to: *dtype,
+            value: c(value)?,
+        },
+        Expr::Call { func, args, .. } => Compiled::Call {
+            func: *func,
+            args: args
+                .iter()
+                .map(|a| compile(a, slots))
+                .collect::<Result<_, _>>()?,
+        },
     })
 }
 
@@ -226,10 +278,17 @@ fn run<L: Loader>(e: &Compiled, env: &[i64], cx: &mut L) -> Result<Val, EvalErro
     Ok(match e {
         Compiled::Const(v) => *v,
         Compiled::Slot(i) => Val::I(env[*i]),
-        Compiled::Load { tensor, int, indices } => {
+        Compiled::Load {
+            tensor,
+            int,
+            indices,
+        } => {
             let mut idx = [0i64; 8];
             if indices.len() > idx.len() {
-                return Err(EvalError(format!("stage {}: loads of rank > 8 are not supported", cx.stage())));
+                return Err(EvalError(format!(
+                    "stage {}: loads of rank > 8 are not supported",
+                    cx.stage()
+                )));
             }
             for (d, ix) in indices.iter().enumerate() {
                 idx[d] = run(ix, env, cx)?.i();
@@ -245,7 +304,8 @@ fn run<L: Loader>(e: &Compiled, env: &[i64], cx: &mut L) -> Result<Val, EvalErro
             let x = run(a, env, cx)?;
             // `&&`/`||` are not lazy in TIR, but short-circuiting is harmless here
             let y = run(b, env, cx)?;
-            binary(*op, *float, x, y).ok_or_else(|| EvalError(format!("stage {}: division by zero", cx.stage())))?
+            binary(*op, *float, x, y)
+                .ok_or_else(|| EvalError(format!("stage {}: division by zero", cx.stage())))?
         }
         Compiled::Not(a) => Val::I(!run(a, env, cx)?.truthy() as i64),
         Compiled::Select(c, t, o) => {
@@ -357,7 +417,8 @@ fn erf(x: f64) -> f64 {
                     + t * (0.09678418
                         + t * (-0.18628806
                             + t * (0.27886807
-                                + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
             .exp();
     if x >= 0.0 {
         1.0 - ans
@@ -369,40 +430,74 @@ fn erf(x: f64) -> f64 {
 fn eval_stage(name: &str, c: &ComputeOp, values: &[TensorData]) -> Result<TensorData, EvalError> {
     let shape = c.shape();
     let n_spatial = c.axes.len();
-    let slots: Vec<String> = c.axes.iter().chain(&c.reduce_axes).map(|a| a.name.clone()).collect();
-    let extents: Vec<Compiled> = c.reduce_axes.iter().map(|r| compile(&r.extent, &slots)).collect::<Result<_, _>>()?;
+    let slots: Vec<String> = c
+        .axes
+        .iter()
+        .chain(&c.reduce_axes)
+        .map(|a| a.name.clone())
+        .collect();
+    let extents: Vec<Compiled> = c
+        .reduce_axes
+        .iter()
+        .map(|r| compile(&r.extent, &slots))
+        .collect::<Result<_, _>>()?;
     let (body, combiner, init) = match &c.body {
         Body::Expr(e) => (compile(e, &slots)?, None, 0.0),
-        Body::Reduce { combiner, source, init } => {
+        Body::Reduce {
+            combiner,
+            source,
+            init,
+        } => {
             let init = match init {
                 Expr::FloatImm { value, .. } => *value,
                 Expr::IntImm { value, .. } => *value as f64,
-                _ => return Err(EvalError(format!("stage {name}: non-constant reduction init"))),
+                _ => {
+                    return Err(EvalError(format!(
+                        "stage {name}: non-constant reduction init"
+                    )))
+                }
             };
             (compile(source, &slots)?, Some(*combiner), init)
         }
     };
-    let cx = Ctx { values, strides: values.iter().map(|v| TensorData::strides(&v.shape)).collect(), stage: name };
+    let cx = Ctx {
+        values,
+        strides: values
+            .iter()
+            .map(|v| TensorData::strides(&v.shape))
+            .collect(),
+        stage: name,
+    };
     let total: i64 = shape.iter().product();
     let out_strides = TensorData::strides(&shape);
     let mut out = vec![0.0f64; total as usize];
     // parallel over contiguous chunks of the output
     let chunk = ((total as usize) / (rayon::current_num_threads() * 4)).max(64);
-    out.par_chunks_mut(chunk).enumerate().try_for_each(|(ci, dst)| -> Result<(), EvalError> {
-        let mut env = vec![0i64; slots.len()];
-        let mut loader = &cx;
-        for (k, slot) in dst.iter_mut().enumerate() {
-            let flat = (ci * chunk + k) as i64;
-            for d in 0..n_spatial {
-                env[d] = (flat / out_strides[d]) % shape[d];
+    out.par_chunks_mut(chunk)
+        .enumerate()
+        .try_for_each(|(ci, dst)| -> Result<(), EvalError> {
+            let mut env = vec![0i64; slots.len()];
+            let mut loader = &cx;
+            for (k, slot) in dst.iter_mut().enumerate() {
+                let flat = (ci * chunk + k) as i64;
+                for d in 0..n_spatial {
+                    env[d] = (flat / out_strides[d]) % shape[d];
+                }
+                *slot = match combiner {
+                    None => run(&body, &env, &mut loader)?.f(),
+                    Some(comb) => reduce_point(
+                        &body,
+                        &extents,
+                        n_spatial,
+                        comb,
+                        init,
+                        &mut env,
+                        &mut loader,
+                    )?,
+                };
             }
-            *slot = match combiner {
-                None => run(&body, &env, &mut loader)?.f(),
-                Some(comb) => reduce_point(&body, &extents, n_spatial, comb, init, &mut env, &mut loader)?,
-            };
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })?;
     Ok(TensorData { shape, data: out })
 }
 
@@ -477,7 +572,9 @@ impl Loader for PointLoader<'_> {
             let off = offset(self.stage(), tensor, &t.shape, idx)?;
             return Ok(t.data[off as usize]);
         }
-        let st = self.stages[tensor].as_ref().ok_or_else(|| EvalError(format!("tensor #{tensor} is not evaluable")))?;
+        let st = self.stages[tensor]
+            .as_ref()
+            .ok_or_else(|| EvalError(format!("tensor #{tensor} is not evaluable")))?;
         let off = offset(self.stage(), tensor, &st.shape, idx)?;
         if let Some(v) = self.memo.get(&(tensor, off)) {
             return Ok(*v);
@@ -487,7 +584,15 @@ impl Loader for PointLoader<'_> {
         env[..idx.len()].copy_from_slice(idx);
         let v = match st.reduce {
             None => run(&st.body, &env, self)?.f(),
-            Some((comb, init)) => reduce_point(&st.body, &st.extents, st.n_spatial, comb, init, &mut env, self)?,
+            Some((comb, init)) => reduce_point(
+                &st.body,
+                &st.extents,
+                st.n_spatial,
+                comb,
+                init,
+                &mut env,
+                self,
+            )?,
         };
         self.current = outer;
         self.memo.insert((tensor, off), v);
@@ -495,22 +600,38 @@ impl Loader for PointLoader<'_> {
     }
 
     fn stage(&self) -> &str {
-        self.stages[self.current].as_ref().map_or("?", |s| s.name.as_str())
+        self.stages[self.current]
+            .as_ref()
+            .map_or("?", |s| s.name.as_str())
     }
 }
 
 /// The values of output `output` (an index into `dag.outputs`) at the given flat
 /// row-major positions, evaluated on demand (see [`PointLoader`]). Same arithmetic as
 /// [`evaluate`], so the values are identical to the full evaluation's.
-pub fn evaluate_points(dag: &Dag, inputs: &[TensorData], output: usize, points: &[usize]) -> Result<Vec<f64>, EvalError> {
+pub fn evaluate_points(
+    dag: &Dag,
+    inputs: &[TensorData],
+    output: usize,
+    points: &[usize],
+) -> Result<Vec<f64>, EvalError> {
     let placeholders = dag.placeholders();
     if inputs.len() != placeholders.len() {
-        return Err(EvalError(format!("{} inputs given, the DAG has {} placeholders", inputs.len(), placeholders.len())));
+        return Err(EvalError(format!(
+            "{} inputs given, the DAG has {} placeholders",
+            inputs.len(),
+            placeholders.len()
+        )));
     }
     let mut input_of: Vec<Option<&TensorData>> = vec![None; dag.stages.len()];
     for (t, data) in placeholders.iter().zip(inputs) {
         if data.shape != dag.stage(*t).shape() {
-            return Err(EvalError(format!("input for {} has shape {:?}, expected {:?}", dag.stage(*t).name, data.shape, dag.stage(*t).shape())));
+            return Err(EvalError(format!(
+                "input for {} has shape {:?}, expected {:?}",
+                dag.stage(*t).name,
+                data.shape,
+                dag.stage(*t).shape()
+            )));
         }
         input_of[t.0] = Some(data);
     }
@@ -520,15 +641,33 @@ pub fn evaluate_points(dag: &Dag, inputs: &[TensorData], output: usize, points: 
             stages.push(None);
             continue;
         };
-        let slots: Vec<String> = c.axes.iter().chain(&c.reduce_axes).map(|a| a.name.clone()).collect();
-        let extents = c.reduce_axes.iter().map(|r| compile(&r.extent, &slots)).collect::<Result<_, _>>()?;
+        let slots: Vec<String> = c
+            .axes
+            .iter()
+            .chain(&c.reduce_axes)
+            .map(|a| a.name.clone())
+            .collect();
+        let extents = c
+            .reduce_axes
+            .iter()
+            .map(|r| compile(&r.extent, &slots))
+            .collect::<Result<_, _>>()?;
         let (body, reduce) = match &c.body {
             Body::Expr(e) => (compile(e, &slots)?, None),
-            Body::Reduce { combiner, source, init } => {
+            Body::Reduce {
+                combiner,
+                source,
+                init,
+            } => {
                 let init = match init {
                     Expr::FloatImm { value, .. } => *value,
                     Expr::IntImm { value, .. } => *value as f64,
-                    _ => return Err(EvalError(format!("stage {}: non-constant reduction init", stage.name))),
+                    _ => {
+                        return Err(EvalError(format!(
+                            "stage {}: non-constant reduction init",
+                            stage.name
+                        )))
+                    }
                 };
                 (compile(source, &slots)?, Some((*combiner, init)))
             }
@@ -543,16 +682,26 @@ pub fn evaluate_points(dag: &Dag, inputs: &[TensorData], output: usize, points: 
             reduce,
         }));
     }
-    let out = *dag.outputs.get(output).ok_or_else(|| EvalError(format!("no output #{output}")))?;
+    let out = *dag
+        .outputs
+        .get(output)
+        .ok_or_else(|| EvalError(format!("no output #{output}")))?;
     let shape = dag.stage(out).shape();
     let total: i64 = shape.iter().product();
-    let mut loader = PointLoader { stages: &stages, inputs: &input_of, memo: Default::default(), current: out.0 };
+    let mut loader = PointLoader {
+        stages: &stages,
+        inputs: &input_of,
+        memo: Default::default(),
+        current: out.0,
+    };
     let mut idx = vec![0i64; shape.len()];
     points
         .iter()
         .map(|&p| {
             if p as i64 >= total {
-                return Err(EvalError(format!("point {p} is outside the output of {total} elements")));
+                return Err(EvalError(format!(
+                    "point {p} is outside the output of {total} elements"
+                )));
             }
             let mut rest = p as i64;
             for d in (0..shape.len()).rev() {
@@ -625,7 +774,10 @@ mod tests {
         let dag = b.finish(&[&relu]);
         let out = evaluate(
             &dag,
-            &[TensorData::from_f32(&[3], &[1.0, 2.0, 3.0]), TensorData::from_f32(&[3], &[1.0, -1.0, 0.5])],
+            &[
+                TensorData::from_f32(&[3], &[1.0, 2.0, 3.0]),
+                TensorData::from_f32(&[3], &[1.0, -1.0, 0.5]),
+            ],
         )
         .unwrap();
         // i=0: 0*1 + 1*-1 + 2*.5 = 0 ; i=1: 1 - 2 + 1.5 = 0.5 ; i=2: 2 - 3 + 0 = -1 -> 0
@@ -636,7 +788,9 @@ mod tests {
     fn out_of_bounds_reads_are_errors() {
         let mut b = DagBuilder::new();
         let x = b.placeholder("x", &[3], DType::F32);
-        let y = b.elementwise("y", "", vec![IterVar::new("i", 3)], |v| x.at(vec![v[0].clone() + 1]));
+        let y = b.elementwise("y", "", vec![IterVar::new("i", 3)], |v| {
+            x.at(vec![v[0].clone() + 1])
+        });
         let dag = b.finish(&[&y]);
         let err = evaluate(&dag, &[TensorData::zeros(&[3])]).unwrap_err();
         assert!(err.0.contains("out of bounds"), "{err}");
@@ -648,9 +802,19 @@ mod tests {
         use crate::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
         let spec = WorkloadSpec::new(
             Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
-            vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+            vec![
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Relu,
+            ],
         );
-        let dag = spec.build(Era::V010, &[vec![1, 6, 6, 4], vec![3, 3, 4, 5], vec![1, 1, 1, 5]]).unwrap();
+        let dag = spec
+            .build(
+                Era::V010,
+                &[vec![1, 6, 6, 4], vec![3, 3, 4, 5], vec![1, 1, 1, 5]],
+            )
+            .unwrap();
         let inputs = random_inputs(&dag, 3);
         let full = evaluate(&dag, &inputs).unwrap();
         let points: Vec<usize> = (0..full[0].len()).step_by(7).collect();

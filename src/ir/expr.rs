@@ -36,7 +36,10 @@ pub enum BinOp {
 
 impl BinOp {
     pub fn is_comparison(self) -> bool {
-        matches!(self, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge)
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
     }
 
     pub fn is_logical(self) -> bool {
@@ -137,15 +140,24 @@ enum Const {
 impl Expr {
     // ----- leaves -------------------------------------------------------------------
     pub fn int(v: i64) -> Expr {
-        Expr::IntImm { value: v, dtype: DType::I32 }
+        Expr::IntImm {
+            value: v,
+            dtype: DType::I32,
+        }
     }
 
     pub fn f32(v: f64) -> Expr {
-        Expr::FloatImm { value: v, dtype: DType::F32 }
+        Expr::FloatImm {
+            value: v,
+            dtype: DType::F32,
+        }
     }
 
     pub fn bool(v: bool) -> Expr {
-        Expr::IntImm { value: v as i64, dtype: DType::Bool }
+        Expr::IntImm {
+            value: v as i64,
+            dtype: DType::Bool,
+        }
     }
 
     pub fn var(name: impl Into<String>) -> Expr {
@@ -157,17 +169,36 @@ impl Expr {
         if dtype.is_float() {
             Expr::FloatImm { value: v, dtype }
         } else {
-            Expr::IntImm { value: v as i64, dtype }
+            Expr::IntImm {
+                value: v as i64,
+                dtype,
+            }
         }
     }
 
     /// `tvm::min_value(dtype)` (the identity of a max reduction, max-pool padding).
     pub fn min_value(dtype: DType) -> Expr {
         match dtype {
-            DType::Float(16) => Expr::FloatImm { value: -65504.0, dtype },
-            DType::Float(32) => Expr::FloatImm { value: f32::MIN as f64, dtype },
-            DType::Float(_) => Expr::FloatImm { value: f64::MIN, dtype },
-            DType::Int(b) => Expr::IntImm { value: if b >= 64 { i64::MIN } else { -(1i64 << (b - 1)) }, dtype },
+            DType::Float(16) => Expr::FloatImm {
+                value: -65504.0,
+                dtype,
+            },
+            DType::Float(32) => Expr::FloatImm {
+                value: f32::MIN as f64,
+                dtype,
+            },
+            DType::Float(_) => Expr::FloatImm {
+                value: f64::MIN,
+                dtype,
+            },
+            DType::Int(b) => Expr::IntImm {
+                value: if b >= 64 {
+                    i64::MIN
+                } else {
+                    -(1i64 << (b - 1))
+                },
+                dtype,
+            },
             DType::UInt(_) | DType::Bool => Expr::IntImm { value: 0, dtype },
         }
     }
@@ -177,7 +208,9 @@ impl Expr {
         match self {
             Expr::IntImm { dtype, .. } | Expr::FloatImm { dtype, .. } => *dtype,
             Expr::Var(_) => DType::I32,
-            Expr::Load { dtype, .. } | Expr::Cast { dtype, .. } | Expr::Call { dtype, .. } => *dtype,
+            Expr::Load { dtype, .. } | Expr::Cast { dtype, .. } | Expr::Call { dtype, .. } => {
+                *dtype
+            }
             Expr::Binary { op, a, .. } => {
                 if op.is_comparison() || op.is_logical() {
                     DType::Bool
@@ -221,7 +254,10 @@ impl Expr {
         match self.as_const() {
             Some(Const::Int(v)) => Expr::constant(v as f64, dtype),
             Some(Const::Float(v)) => Expr::constant(v, dtype),
-            None => Expr::Cast { dtype, value: Box::new(self) },
+            None => Expr::Cast {
+                dtype,
+                value: Box::new(self),
+            },
         }
     }
 
@@ -239,19 +275,31 @@ impl Expr {
             return (a.cast(tb), b);
         }
         if ta.is_float() && tb.is_float() || ta.is_int() && tb.is_int() {
-            return if ta.bits() >= tb.bits() { (a, b.cast(ta)) } else { (a.cast(tb), b) };
+            return if ta.bits() >= tb.bits() {
+                (a, b.cast(ta))
+            } else {
+                (a.cast(tb), b)
+            };
         }
         (a, b)
     }
 
     /// A binary node exactly as given (no folding, no type matching).
     pub fn binary_raw(op: BinOp, a: Expr, b: Expr) -> Expr {
-        Expr::Binary { op, a: Box::new(a), b: Box::new(b) }
+        Expr::Binary {
+            op,
+            a: Box::new(a),
+            b: Box::new(b),
+        }
     }
 
     /// A binary node built like TVM's `tvm::add` & co: match types, then try to fold.
     pub fn binary(op: BinOp, a: Expr, b: Expr) -> Expr {
-        let (a, b) = if op.is_logical() { (a, b) } else { Expr::match_types(a, b) };
+        let (a, b) = if op.is_logical() {
+            (a, b)
+        } else {
+            Expr::match_types(a, b)
+        };
         match fold(op, &a, &b) {
             Some(e) => e,
             None => Expr::binary_raw(op, a, b),
@@ -292,7 +340,11 @@ impl Expr {
 
     /// `tir::Select` node (never folded, like TVM's node constructor).
     pub fn select(cond: Expr, then: Expr, otherwise: Expr) -> Expr {
-        Expr::Select { cond: Box::new(cond), then: Box::new(then), otherwise: Box::new(otherwise) }
+        Expr::Select {
+            cond: Box::new(cond),
+            then: Box::new(then),
+            otherwise: Box::new(otherwise),
+        }
     }
 
     pub fn call(func: Intrinsic, args: Vec<Expr>) -> Expr {
@@ -335,11 +387,17 @@ impl_arith_operator!(Sub, sub, BinOp::Sub);
 impl_arith_operator!(Mul, mul, BinOp::Mul);
 
 fn int_like(v: i64, like: &Expr) -> Expr {
-    Expr::IntImm { value: v, dtype: like.dtype() }
+    Expr::IntImm {
+        value: v,
+        dtype: like.dtype(),
+    }
 }
 
 fn float_like(v: f64, like: &Expr) -> Expr {
-    Expr::FloatImm { value: v, dtype: like.dtype() }
+    Expr::FloatImm {
+        value: v,
+        dtype: like.dtype(),
+    }
 }
 
 /// `arith::TryConstFold` for one binary op (types already matched).
@@ -505,20 +563,32 @@ mod tests {
         assert_eq!(Expr::eq(Expr::int(0), 0), Expr::bool(true));
         assert_eq!(Expr::int(3) * 4 + 2, Expr::int(14));
         // 0 - x is not folded (TryConstFold only drops a zero on the right of a Sub)
-        assert!(matches!(Expr::int(0) - v("x"), Expr::Binary { op: BinOp::Sub, .. }));
+        assert!(matches!(
+            Expr::int(0) - v("x"),
+            Expr::Binary { op: BinOp::Sub, .. }
+        ));
         // x*0 folds to the zero
         assert_eq!(v("x") * Expr::int(0), Expr::int(0));
         // float identities
         assert_eq!(Expr::f32(1.0) * Expr::f32(2.0), Expr::f32(2.0));
-        assert_eq!(Expr::and(Expr::bool(true), Expr::lt(v("i"), 3)), Expr::lt(v("i"), 3));
+        assert_eq!(
+            Expr::and(Expr::bool(true), Expr::lt(v("i"), 3)),
+            Expr::lt(v("i"), 3)
+        );
     }
 
     #[test]
     fn int_meets_float_by_casting_the_int() {
-        let load = Expr::Load { tensor: TensorId(0), indices: vec![], dtype: DType::F32 };
+        let load = Expr::Load {
+            tensor: TensorId(0),
+            indices: vec![],
+            dtype: DType::F32,
+        };
         let e = Expr::div(load, Expr::int(9));
         match e {
-            Expr::Binary { op: BinOp::Div, b, .. } => assert_eq!(*b, Expr::f32(9.0)),
+            Expr::Binary {
+                op: BinOp::Div, b, ..
+            } => assert_eq!(*b, Expr::f32(9.0)),
             other => panic!("{other:?}"),
         }
         assert_eq!(Expr::cast(v("x"), DType::F32).dtype(), DType::F32);

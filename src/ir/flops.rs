@@ -20,7 +20,9 @@ impl Dag {
     pub fn flop_count(&self) -> Option<f64> {
         let mut total = 0.0;
         for stage in &self.stages {
-            let Operation::Compute(c) = &stage.op else { continue };
+            let Operation::Compute(c) = &stage.op else {
+                continue;
+            };
             if let Some(f) = c.attrs.flop {
                 total += f as f64;
                 continue;
@@ -57,11 +59,17 @@ fn expr_flops(e: &Expr, code: u8) -> f64 {
     match e {
         Expr::IntImm { .. } | Expr::FloatImm { .. } | Expr::Var(_) | Expr::Load { .. } => 0.0,
         Expr::Cast { value, .. } => expr_flops(value, code),
-        Expr::Select { cond, then, otherwise } => {
-            expr_flops(cond, code) + expr_flops(then, code).max(expr_flops(otherwise, code))
-        }
+        Expr::Select {
+            cond,
+            then,
+            otherwise,
+        } => expr_flops(cond, code) + expr_flops(then, code).max(expr_flops(otherwise, code)),
         Expr::Binary { a, b, .. } => {
-            let base = if a.dtype().code() != code && b.dtype().code() != code { 0.0 } else { 1.0 };
+            let base = if a.dtype().code() != code && b.dtype().code() != code {
+                0.0
+            } else {
+                1.0
+            };
             base + expr_flops(a, code) + expr_flops(b, code)
         }
         Expr::Not(a) => {
@@ -91,11 +99,16 @@ mod tests {
             Combiner::Sum,
             ComputeAttrs::default(),
             // the index expression (k*1 + 0) would be free anyway
-            |v, r| x.at(vec![v[0].clone(), r[0].clone() + 0]) * w.at(vec![v[1].clone(), r[0].clone()]),
+            |v, r| {
+                x.at(vec![v[0].clone(), r[0].clone() + 0]) * w.at(vec![v[1].clone(), r[0].clone()])
+            },
         );
-        let relu = b.elementwise("relu", "", vec![IterVar::new("i", 4), IterVar::new("j", 3)], |v| {
-            Expr::max(mm.at(vec![v[0].clone(), v[1].clone()]), Expr::f32(0.0))
-        });
+        let relu = b.elementwise(
+            "relu",
+            "",
+            vec![IterVar::new("i", 4), IterVar::new("j", 3)],
+            |v| Expr::max(mm.at(vec![v[0].clone(), v[1].clone()]), Expr::f32(0.0)),
+        );
         let dag = b.finish(&[&relu]);
         assert_eq!(dag.flop_count(), Some(4.0 * 3.0 * 8.0 * 2.0 + 12.0));
     }

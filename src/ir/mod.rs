@@ -17,8 +17,8 @@ pub mod printdag;
 pub mod visit;
 
 pub use dag::{
-    clean_name, Body, BuildError, Combiner, ComputeAttrs, ComputeOp, Dag, DagBuilder, InitialIter, InitialStage,
-    IterKind, IterVar, Operation, Stage, Tensor,
+    clean_name, Body, BuildError, Combiner, ComputeAttrs, ComputeOp, Dag, DagBuilder, InitialIter,
+    InitialStage, IterKind, IterVar, Operation, Stage, Tensor,
 };
 pub use dtype::DType;
 pub use expr::{BinOp, Expr, Intrinsic};

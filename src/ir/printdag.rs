@@ -24,7 +24,9 @@ pub fn print_dag(dag: &Dag) -> String {
                 let axes: Vec<&str> = c.axes.iter().map(|a| a.name.as_str()).collect();
                 let _ = write!(s, "{}({})", stage.name, axes.join(", "));
                 match &c.body {
-                    Body::Reduce { combiner, source, .. } => {
+                    Body::Reduce {
+                        combiner, source, ..
+                    } => {
                         let op = match combiner {
                             Combiner::Sum => "+=",
                             Combiner::Max => "max=",
@@ -79,7 +81,9 @@ fn write_expr(dag: &Dag, e: &Expr, s: &mut String) {
             }
         }
         Expr::Var(n) => s.push_str(n),
-        Expr::Load { tensor, indices, .. } => {
+        Expr::Load {
+            tensor, indices, ..
+        } => {
             s.push_str(&dag.stage(*tensor).name);
             s.push('[');
             write_list(dag, indices, s);
@@ -128,9 +132,17 @@ fn write_expr(dag: &Dag, e: &Expr, s: &mut String) {
             s.push('!');
             write_expr(dag, a, s);
         }
-        Expr::Select { cond, then, otherwise } => {
+        Expr::Select {
+            cond,
+            then,
+            otherwise,
+        } => {
             s.push_str("select(");
-            write_list(dag, &[(**cond).clone(), (**then).clone(), (**otherwise).clone()], s);
+            write_list(
+                dag,
+                &[(**cond).clone(), (**then).clone(), (**otherwise).clone()],
+                s,
+            );
             s.push(')');
         }
         Expr::Cast { dtype, value } => {
@@ -166,7 +178,11 @@ pub fn format_g(v: f64) -> String {
         return if v > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     const P: i32 = 6;
     // Round to P significant digits first; the exponent of the rounded value decides the form.
@@ -246,18 +262,49 @@ mod tests {
 
     #[test]
     fn immediates_print_with_type_markers() {
-        let dag = Dag { stages: vec![], outputs: vec![] };
+        let dag = Dag {
+            stages: vec![],
+            outputs: vec![],
+        };
         assert_eq!(legacy_repr(&dag, &Expr::bool(true)), "(bool)1");
         assert_eq!(legacy_repr(&dag, &Expr::f32(0.0)), "0f");
-        assert_eq!(legacy_repr(&dag, &Expr::IntImm { value: 5, dtype: DType::I64 }), "(int64)5");
-        assert_eq!(legacy_repr(&dag, &Expr::FloatImm { value: 2.0, dtype: DType::F64 }), "2");
+        assert_eq!(
+            legacy_repr(
+                &dag,
+                &Expr::IntImm {
+                    value: 5,
+                    dtype: DType::I64
+                }
+            ),
+            "(int64)5"
+        );
+        assert_eq!(
+            legacy_repr(
+                &dag,
+                &Expr::FloatImm {
+                    value: 2.0,
+                    dtype: DType::F64
+                }
+            ),
+            "2"
+        );
         let e = Expr::max(Expr::min(Expr::var("x"), 6), 0);
         assert_eq!(legacy_repr(&dag, &e), "max(min(x, 6), 0)");
         // an int meeting a float is cast, as BinaryOpMatchTypes does
         let e = Expr::max(Expr::var("x"), Expr::f32(0.0));
         assert_eq!(legacy_repr(&dag, &e), "max(float32(x), 0f)");
-        let e = Expr::select(Expr::eq(Expr::floormod(Expr::var("i"), 6), 5), Expr::f32(1.0), Expr::f32(0.0));
-        assert_eq!(legacy_repr(&dag, &e), "select((floormod(i, 6) == 5), 1f, 0f)");
-        assert_eq!(legacy_repr(&dag, &Expr::var("x").cast(DType::F32)), "float32(x)");
+        let e = Expr::select(
+            Expr::eq(Expr::floormod(Expr::var("i"), 6), 5),
+            Expr::f32(1.0),
+            Expr::f32(0.0),
+        );
+        assert_eq!(
+            legacy_repr(&dag, &e),
+            "select((floormod(i, 6) == 5), 1f, 0f)"
+        );
+        assert_eq!(
+            legacy_repr(&dag, &Expr::var("x").cast(DType::F32)),
+            "float32(x)"
+        );
     }
 }

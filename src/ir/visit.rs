@@ -14,7 +14,11 @@ impl Expr {
             Expr::Load { indices, .. } => indices.iter().collect(),
             Expr::Binary { a, b, .. } => vec![a, b],
             Expr::Not(a) => vec![a],
-            Expr::Select { cond, then, otherwise } => vec![cond, then, otherwise],
+            Expr::Select {
+                cond,
+                then,
+                otherwise,
+            } => vec![cond, then, otherwise],
             Expr::Cast { value, .. } => vec![value],
             Expr::Call { args, .. } => args.iter().collect(),
         }
@@ -41,18 +45,39 @@ impl Expr {
     pub fn map_children(&self, f: &mut dyn FnMut(&Expr) -> Expr) -> Expr {
         match self {
             Expr::IntImm { .. } | Expr::FloatImm { .. } | Expr::Var(_) => self.clone(),
-            Expr::Load { tensor, indices, dtype } => {
-                Expr::Load { tensor: *tensor, indices: indices.iter().map(&mut *f).collect(), dtype: *dtype }
-            }
-            Expr::Binary { op, a, b } => Expr::Binary { op: *op, a: Box::new(f(a)), b: Box::new(f(b)) },
+            Expr::Load {
+                tensor,
+                indices,
+                dtype,
+            } => Expr::Load {
+                tensor: *tensor,
+                indices: indices.iter().map(&mut *f).collect(),
+                dtype: *dtype,
+            },
+            Expr::Binary { op, a, b } => Expr::Binary {
+                op: *op,
+                a: Box::new(f(a)),
+                b: Box::new(f(b)),
+            },
             Expr::Not(a) => Expr::Not(Box::new(f(a))),
-            Expr::Select { cond, then, otherwise } => {
-                Expr::Select { cond: Box::new(f(cond)), then: Box::new(f(then)), otherwise: Box::new(f(otherwise)) }
-            }
-            Expr::Cast { dtype, value } => Expr::Cast { dtype: *dtype, value: Box::new(f(value)) },
-            Expr::Call { func, args, dtype } => {
-                Expr::Call { func: *func, args: args.iter().map(&mut *f).collect(), dtype: *dtype }
-            }
+            Expr::Select {
+                cond,
+                then,
+                otherwise,
+            } => Expr::Select {
+                cond: Box::new(f(cond)),
+                then: Box::new(f(then)),
+                otherwise: Box::new(f(otherwise)),
+            },
+            Expr::Cast { dtype, value } => Expr::Cast {
+                dtype: *dtype,
+                value: Box::new(f(value)),
+            },
+            Expr::Call { func, args, dtype } => Expr::Call {
+                func: *func,
+                args: args.iter().map(&mut *f).collect(),
+                dtype: *dtype,
+            },
         }
     }
 
@@ -117,7 +142,11 @@ impl Expr {
     /// Rename tensor references (used when the DAG builder fixes the final stage order).
     pub fn remap_tensors(&self, map: &dyn Fn(TensorId) -> TensorId) -> Expr {
         self.transform(&mut |e| match e {
-            Expr::Load { tensor, indices, dtype } => Some(Expr::Load {
+            Expr::Load {
+                tensor,
+                indices,
+                dtype,
+            } => Some(Expr::Load {
                 tensor: map(*tensor),
                 indices: indices.iter().map(|i| i.remap_tensors(map)).collect(),
                 dtype: *dtype,
@@ -156,10 +185,26 @@ mod tests {
     #[test]
     fn input_tensors_are_in_post_order_first_appearance() {
         // A[B[i]] * C[i] + A[0]: B is visited before A (indices first), then C.
-        let b = Expr::Load { tensor: TensorId(1), indices: vec![Expr::var("i")], dtype: DType::I32 };
-        let a = Expr::Load { tensor: TensorId(0), indices: vec![b], dtype: DType::F32 };
-        let c = Expr::Load { tensor: TensorId(2), indices: vec![Expr::var("i")], dtype: DType::F32 };
-        let a0 = Expr::Load { tensor: TensorId(0), indices: vec![Expr::int(0)], dtype: DType::F32 };
+        let b = Expr::Load {
+            tensor: TensorId(1),
+            indices: vec![Expr::var("i")],
+            dtype: DType::I32,
+        };
+        let a = Expr::Load {
+            tensor: TensorId(0),
+            indices: vec![b],
+            dtype: DType::F32,
+        };
+        let c = Expr::Load {
+            tensor: TensorId(2),
+            indices: vec![Expr::var("i")],
+            dtype: DType::F32,
+        };
+        let a0 = Expr::Load {
+            tensor: TensorId(0),
+            indices: vec![Expr::int(0)],
+            dtype: DType::F32,
+        };
         let e = a * c + a0;
         let mut ids = Vec::new();
         e.input_tensors(&mut ids);

@@ -15,10 +15,16 @@ pub struct Linear {
 
 impl Linear {
     pub fn constant(c: i128) -> Linear {
-        Linear { terms: Vec::new(), constant: c }
+        Linear {
+            terms: Vec::new(),
+            constant: c,
+        }
     }
     pub fn atom(e: Expr) -> Linear {
-        Linear { terms: vec![(e, 1)], constant: 0 }
+        Linear {
+            terms: vec![(e, 1)],
+            constant: 0,
+        }
     }
     pub fn add_term(&mut self, atom: Expr, coef: i128) {
         if coef == 0 {
@@ -38,7 +44,9 @@ impl Linear {
         for (a, c) in &other.terms {
             r.add_term(a.clone(), c.saturating_mul(scale));
         }
-        r.constant = r.constant.saturating_add(other.constant.saturating_mul(scale));
+        r.constant = r
+            .constant
+            .saturating_add(other.constant.saturating_mul(scale));
         r
     }
     pub fn scale(&self, k: i128) -> Linear {
@@ -46,7 +54,11 @@ impl Linear {
             return Linear::constant(0);
         }
         Linear {
-            terms: self.terms.iter().map(|(a, c)| (a.clone(), c.saturating_mul(k))).collect(),
+            terms: self
+                .terms
+                .iter()
+                .map(|(a, c)| (a.clone(), c.saturating_mul(k)))
+                .collect(),
             constant: self.constant.saturating_mul(k),
         }
     }

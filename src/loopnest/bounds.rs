@@ -25,10 +25,16 @@ pub struct Interval {
 impl Interval {
     pub const ALL: Interval = Interval { lo: None, hi: None };
     pub fn point(v: i128) -> Interval {
-        Interval { lo: Some(v), hi: Some(v) }
+        Interval {
+            lo: Some(v),
+            hi: Some(v),
+        }
     }
     pub fn new(lo: i128, hi: i128) -> Interval {
-        Interval { lo: Some(lo), hi: Some(hi) }
+        Interval {
+            lo: Some(lo),
+            hi: Some(hi),
+        }
     }
     fn union(self, o: Interval) -> Interval {
         Interval {
@@ -43,11 +49,17 @@ impl Interval {
         }
     }
     fn neg(self) -> Interval {
-        Interval { lo: self.hi.map(|v| -v), hi: self.lo.map(|v| -v) }
+        Interval {
+            lo: self.hi.map(|v| -v),
+            hi: self.lo.map(|v| -v),
+        }
     }
     fn scale(self, k: i128) -> Interval {
         if k >= 0 {
-            Interval { lo: self.lo.map(|v| v.saturating_mul(k)), hi: self.hi.map(|v| v.saturating_mul(k)) }
+            Interval {
+                lo: self.lo.map(|v| v.saturating_mul(k)),
+                hi: self.hi.map(|v| v.saturating_mul(k)),
+            }
         } else {
             self.neg().scale(-k)
         }
@@ -144,7 +156,10 @@ impl Checker {
         match e {
             Expr::Int(v, t) => (Interval::point(*v as i128), *t),
             Expr::Float(_, t) => (Interval::ALL, *t),
-            Expr::Var(v) => (self.vars.get(v).copied().unwrap_or(Interval::ALL), DType::I64),
+            Expr::Var(v) => (
+                self.vars.get(v).copied().unwrap_or(Interval::ALL),
+                DType::I64,
+            ),
             Expr::Load { buf, .. } => {
                 let t = self.buffers.get(buf).map_or(DType::F32, |b| b.dtype);
                 (type_range(t), t)
@@ -303,7 +318,9 @@ impl Checker {
         for i in index {
             self.visit_expr(i);
         }
-        let Some(b) = self.buffers.get(buf).cloned() else { return };
+        let Some(b) = self.buffers.get(buf).cloned() else {
+            return;
+        };
         for (d, (i, &ext)) in index.iter().zip(&b.shape).enumerate() {
             self.wrapped = false;
             let (r, _) = self.eval(i);
@@ -316,8 +333,7 @@ impl Checker {
                 let upper = lin.add(&Linear::constant(ext as i128 - 1), -1);
                 let lower = lin.scale(-1);
                 let lo_ok = r.lo.is_some_and(|v| v >= 0) || self.prove_le0(&lower);
-                ok = lo_ok
-                    && (r.hi.is_some_and(|v| v < ext as i128) || self.prove_le0(&upper));
+                ok = lo_ok && (r.hi.is_some_and(|v| v < ext as i128) || self.prove_le0(&upper));
             }
             if !ok {
                 self.out.push(UnprovenAccess {
@@ -420,15 +436,23 @@ impl Checker {
                 }
             }
             // c·v ≤ -rest ≤ -lower(rest)
-            let Some(rest_lo) = self.upper(&rest.scale(-1)).map(|u| -u) else { continue };
+            let Some(rest_lo) = self.upper(&rest.scale(-1)).map(|u| -u) else {
+                continue;
+            };
             let cur = self.vars.get(v).copied().unwrap_or(Interval::ALL);
             let bound = -rest_lo;
             let new = if *c > 0 {
                 let hi = floor_div(bound, *c);
-                Interval { lo: cur.lo, hi: Some(cur.hi.map_or(hi, |h| h.min(hi))) }
+                Interval {
+                    lo: cur.lo,
+                    hi: Some(cur.hi.map_or(hi, |h| h.min(hi))),
+                }
             } else {
                 let lo = -floor_div(bound, -*c); // v ≥ ceil(bound / c) with c < 0
-                Interval { lo: Some(cur.lo.map_or(lo, |l| l.max(lo))), hi: cur.hi }
+                Interval {
+                    lo: Some(cur.lo.map_or(lo, |l| l.max(lo))),
+                    hi: cur.hi,
+                }
             };
             self.vars.insert(v.clone(), new);
         }
@@ -436,7 +460,13 @@ impl Checker {
 
     fn visit_stmt(&mut self, s: &Stmt) {
         match s {
-            Stmt::For { var, min, extent, body, .. } => {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                body,
+                ..
+            } => {
                 self.visit_expr(min);
                 self.visit_expr(extent);
                 let (m, _) = self.eval(min);
@@ -453,7 +483,11 @@ impl Checker {
                     let v = Linear::atom(Expr::Var(var.clone()));
                     let lm = linearize(min);
                     self.guards.push(lm.add(&v, -1)); // min - v ≤ 0
-                    self.guards.push(v.add(&lm, -1).add(&linearize(extent), -1).add(&Linear::constant(1), 1));
+                    self.guards.push(
+                        v.add(&lm, -1)
+                            .add(&linearize(extent), -1)
+                            .add(&Linear::constant(1), 1),
+                    );
                 }
                 self.vars.insert(var.clone(), range);
                 self.visit_stmt(body);
@@ -477,10 +511,18 @@ impl Checker {
                     loaded_buffers(cond, &mut |b| hit |= written.iter().any(|w| w == b));
                     hit
                 };
-                let truthy = if stale(then_) { Expr::Int(1, DType::Bool) } else { cond.clone() };
+                let truthy = if stale(then_) {
+                    Expr::Int(1, DType::Bool)
+                } else {
+                    cond.clone()
+                };
                 self.with_cond(&truthy, true, |s| s.visit_stmt(then_));
                 if let Some(e) = else_ {
-                    let falsy = if stale(e) { Expr::Int(0, DType::Bool) } else { cond.clone() };
+                    let falsy = if stale(e) {
+                        Expr::Int(0, DType::Bool)
+                    } else {
+                        cond.clone()
+                    };
                     self.with_cond(&falsy, false, |s| s.visit_stmt(e));
                 }
             }
@@ -495,7 +537,9 @@ impl Checker {
 }
 
 fn div_interval(op: BinOp, x: Interval, y: Interval) -> Interval {
-    let (Some(c), Some(d)) = (y.lo, y.hi) else { return Interval::ALL };
+    let (Some(c), Some(d)) = (y.lo, y.hi) else {
+        return Interval::ALL;
+    };
     if c <= 0 && d >= 0 {
         // Divisor may be zero: codegen yields 0 then, otherwise any quotient magnitude ≤ |x|.
         return match (x.lo, x.hi) {
@@ -523,7 +567,13 @@ fn div_interval(op: BinOp, x: Interval, y: Interval) -> Interval {
         }
         return Interval::ALL;
     };
-    let f = |p: i128, q: i128| if op == BinOp::FloorDiv { floor_div(p, q) } else { p / q };
+    let f = |p: i128, q: i128| {
+        if op == BinOp::FloorDiv {
+            floor_div(p, q)
+        } else {
+            p / q
+        }
+    };
     let v = [f(a, c), f(a, d), f(b, c), f(b, d)];
     Interval::new(*v.iter().min().unwrap(), *v.iter().max().unwrap())
 }
@@ -532,7 +582,11 @@ fn div_interval(op: BinOp, x: Interval, y: Interval) -> Interval {
 pub fn check_bounds(k: &Kernel) -> Result<Vec<UnprovenAccess>, ValidationError> {
     validate(k)?;
     let mut c = Checker {
-        buffers: k.params.iter().map(|b| (b.name.clone(), b.clone())).collect(),
+        buffers: k
+            .params
+            .iter()
+            .map(|b| (b.name.clone(), b.clone()))
+            .collect(),
         vars: HashMap::new(),
         guards: Vec::new(),
         out: Vec::new(),
@@ -546,7 +600,10 @@ pub fn check_bounds(k: &Kernel) -> Result<Vec<UnprovenAccess>, ValidationError> 
 /// element type's full range). Used by the cost guard to bound trip counts.
 pub fn expr_interval(e: &Expr, vars: &HashMap<String, Interval>, buffers: &[Buffer]) -> Interval {
     let mut c = Checker {
-        buffers: buffers.iter().map(|b| (b.name.clone(), b.clone())).collect(),
+        buffers: buffers
+            .iter()
+            .map(|b| (b.name.clone(), b.clone()))
+            .collect(),
         vars: vars.clone(),
         guards: Vec::new(),
         out: Vec::new(),

@@ -45,7 +45,13 @@ impl Walker<'_> {
     /// Returns peak temporary bytes inside `s`.
     fn visit(&mut self, s: &Stmt, mult: u128) -> i64 {
         match s {
-            Stmt::For { var, min, extent, body, .. } => {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                body,
+                ..
+            } => {
                 let m = expr_interval(min, &self.vars, self.buffers);
                 let x = expr_interval(extent, &self.vars, self.buffers);
                 let Some(hi) = x.hi else {
@@ -57,7 +63,10 @@ impl Walker<'_> {
                 }
                 let mult = mult.saturating_mul(hi as u128);
                 self.total = self.total.saturating_add(mult);
-                let range = Interval { lo: m.lo, hi: m.hi.map(|h| h.saturating_add(hi) - 1) };
+                let range = Interval {
+                    lo: m.lo,
+                    hi: m.hi.map(|h| h.saturating_add(hi) - 1),
+                };
                 self.vars.insert(var.clone(), range);
                 let r = self.visit(body, mult);
                 self.vars.remove(var);
@@ -83,12 +92,21 @@ impl Walker<'_> {
 
 /// Estimate the cost of a (validated) kernel.
 pub fn estimate(k: &Kernel) -> Result<CostEstimate, String> {
-    let mut w = Walker { vars: HashMap::new(), buffers: &k.params, total: 0, unbounded: None };
+    let mut w = Walker {
+        vars: HashMap::new(),
+        buffers: &k.params,
+        total: 0,
+        unbounded: None,
+    };
     let temp = w.visit(&k.body, 1);
     if let Some(v) = w.unbounded {
         return Err(format!("cannot bound the trip count of loop `{v}`"));
     }
-    Ok(CostEstimate { total_steps: w.total, temp_bytes: temp, stmt_nodes: k.body.size() })
+    Ok(CostEstimate {
+        total_steps: w.total,
+        temp_bytes: temp,
+        stmt_nodes: k.body.size(),
+    })
 }
 
 /// Reject kernels whose work or memory is absurd.

@@ -21,11 +21,18 @@ use std::collections::HashMap;
 pub enum InterpError {
     Invalid(String),
     BadArguments(String),
-    OutOfBounds { buffer: String, index: Vec<i64>, shape: Vec<i64> },
+    OutOfBounds {
+        buffer: String,
+        index: Vec<i64>,
+        shape: Vec<i64>,
+    },
     DivisionByZero,
     StepBudgetExceeded(u64),
     /// A temporary larger than `InterpOptions::max_temp_bytes`.
-    TemporaryTooLarge { buffer: String, bytes: i64 },
+    TemporaryTooLarge {
+        buffer: String,
+        bytes: i64,
+    },
 }
 
 impl std::fmt::Display for InterpError {
@@ -33,8 +40,15 @@ impl std::fmt::Display for InterpError {
         match self {
             InterpError::Invalid(m) => write!(f, "invalid kernel: {m}"),
             InterpError::BadArguments(m) => write!(f, "bad arguments: {m}"),
-            InterpError::OutOfBounds { buffer, index, shape } => {
-                write!(f, "out-of-bounds access {buffer}{index:?} (shape {shape:?})")
+            InterpError::OutOfBounds {
+                buffer,
+                index,
+                shape,
+            } => {
+                write!(
+                    f,
+                    "out-of-bounds access {buffer}{index:?} (shape {shape:?})"
+                )
             }
             InterpError::DivisionByZero => write!(f, "integer division by zero"),
             InterpError::StepBudgetExceeded(n) => write!(f, "step budget of {n} exhausted"),
@@ -265,9 +279,11 @@ impl Resolver {
         let b = |x: &Expr| Box::new(self.expr(x));
         match e {
             Expr::Int(v, _) => IE::Const(V::I(*v)),
-            Expr::Float(v, t) => {
-                IE::Const(V::F(if *t == DType::F32 { *v as f32 as f64 } else { *v }))
-            }
+            Expr::Float(v, t) => IE::Const(V::F(if *t == DType::F32 {
+                *v as f32 as f64
+            } else {
+                *v
+            })),
             Expr::Var(v) => IE::Var(self.vars[v]),
             Expr::Load { buf, index } => {
                 IE::Load(self.bufs[buf], index.iter().map(|i| self.expr(i)).collect())
@@ -280,12 +296,20 @@ impl Resolver {
             Expr::Select(c, t, f) => IE::Select(b(c), b(t), b(f)),
             Expr::Cast(t, x) => IE::Cast(self.ty(x), *t, b(x)),
             Expr::Call(Intrinsic::Likely, a) => self.expr(&a[0]),
-            Expr::Call(f, a) => IE::Call(*f, self.ty(&a[0]), a.iter().map(|x| self.expr(x)).collect()),
+            Expr::Call(f, a) => {
+                IE::Call(*f, self.ty(&a[0]), a.iter().map(|x| self.expr(x)).collect())
+            }
         }
     }
     fn stmt(&mut self, s: &Stmt) -> IS {
         match s {
-            Stmt::For { var, min, extent, body, .. } => {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                body,
+                ..
+            } => {
                 let min = self.expr(min);
                 let ext = self.expr(extent);
                 let slot = self.nvars;
@@ -540,7 +564,11 @@ fn cast(x: V, from: DType, to: DType) -> V {
 /// Check that `bufs` match the kernel's parameters (count, dtype, length).
 pub fn check_arguments(k: &Kernel, bufs: &[BufferData]) -> Result<(), String> {
     if bufs.len() != k.params.len() {
-        return Err(format!("kernel takes {} buffers, got {}", k.params.len(), bufs.len()));
+        return Err(format!(
+            "kernel takes {} buffers, got {}",
+            k.params.len(),
+            bufs.len()
+        ));
     }
     for (p, b) in k.params.iter().zip(bufs) {
         if p.dtype != b.dtype() || p.num_elements() as usize != b.len() {
@@ -564,14 +592,25 @@ pub fn run(k: &Kernel, bufs: &mut [BufferData], opts: InterpOptions) -> Result<u
     let mut r = Resolver {
         vars: HashMap::new(),
         nvars: 0,
-        bufs: k.params.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect(),
+        bufs: k
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.name.clone(), i))
+            .collect(),
         decls: k.params.clone(),
     };
     let body = r.stmt(&k.body);
     let decls = r.decls;
-    let mut store: Vec<BufferData> =
-        bufs.iter_mut().map(|b| std::mem::replace(b, BufferData::F32(Vec::new()))).collect();
-    store.extend(decls[k.params.len()..].iter().map(|_| BufferData::F32(Vec::new())));
+    let mut store: Vec<BufferData> = bufs
+        .iter_mut()
+        .map(|b| std::mem::replace(b, BufferData::F32(Vec::new())))
+        .collect();
+    store.extend(
+        decls[k.params.len()..]
+            .iter()
+            .map(|_| BufferData::F32(Vec::new())),
+    );
     let mut m = Machine {
         vars: vec![0; r.nvars],
         strides: decls.iter().map(|d| d.strides()).collect(),

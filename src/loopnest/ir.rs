@@ -85,14 +85,22 @@ pub struct Buffer {
 
 impl Buffer {
     pub fn new(name: &str, dtype: DType, shape: &[i64], role: BufferRole) -> Buffer {
-        Buffer { name: name.to_string(), dtype, shape: shape.to_vec(), role }
+        Buffer {
+            name: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+            role,
+        }
     }
     /// Number of elements (saturating; shapes are validated to be small enough).
     pub fn num_elements(&self) -> i64 {
-        self.shape.iter().fold(1i64, |a, &d| a.saturating_mul(d.max(0)))
+        self.shape
+            .iter()
+            .fold(1i64, |a, &d| a.saturating_mul(d.max(0)))
     }
     pub fn size_bytes(&self) -> i64 {
-        self.num_elements().saturating_mul(self.dtype.bytes() as i64)
+        self.num_elements()
+            .saturating_mul(self.dtype.bytes() as i64)
     }
     /// Row-major strides in elements.
     pub fn strides(&self) -> Vec<i64> {
@@ -183,7 +191,10 @@ pub enum Expr {
     Float(f64, DType),
     /// A loop variable (always `I64`).
     Var(String),
-    Load { buf: String, index: Vec<Expr> },
+    Load {
+        buf: String,
+        index: Vec<Expr>,
+    },
     Bin(BinOp, Box<Expr>, Box<Expr>),
     Cmp(CmpOp, Box<Expr>, Box<Expr>),
     And(Box<Expr>, Box<Expr>),
@@ -216,13 +227,33 @@ pub enum Attr {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
-    For { var: String, min: Expr, extent: Expr, kind: ForKind, body: Box<Stmt> },
-    Attr { attr: Attr, body: Box<Stmt> },
+    For {
+        var: String,
+        min: Expr,
+        extent: Expr,
+        kind: ForKind,
+        body: Box<Stmt>,
+    },
+    Attr {
+        attr: Attr,
+        body: Box<Stmt>,
+    },
     Seq(Vec<Stmt>),
-    Store { buf: String, index: Vec<Expr>, value: Expr },
-    IfThenElse { cond: Expr, then_: Box<Stmt>, else_: Option<Box<Stmt>> },
+    Store {
+        buf: String,
+        index: Vec<Expr>,
+        value: Expr,
+    },
+    IfThenElse {
+        cond: Expr,
+        then_: Box<Stmt>,
+        else_: Option<Box<Stmt>>,
+    },
     /// Scoped temporary; `buffer.role` must be `Temporary` and its shape constant.
-    Allocate { buffer: Buffer, body: Box<Stmt> },
+    Allocate {
+        buffer: Buffer,
+        body: Box<Stmt>,
+    },
     /// Evaluate an expression for its side effects (none in this IR; kept for TIR parity).
     Evaluate(Expr),
 }
@@ -253,7 +284,10 @@ impl Expr {
         Expr::Var(name.to_string())
     }
     pub fn load(buf: &str, index: Vec<Expr>) -> Expr {
-        Expr::Load { buf: buf.to_string(), index }
+        Expr::Load {
+            buf: buf.to_string(),
+            index,
+        }
     }
     pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
         Expr::Bin(op, Box::new(a), Box::new(b))
@@ -359,9 +393,10 @@ impl Expr {
         let bx = |e: &Expr, f: &mut dyn FnMut(&Expr) -> Option<Expr>| Box::new(e.map(f));
         match self {
             Expr::Int(..) | Expr::Float(..) | Expr::Var(_) => self.clone(),
-            Expr::Load { buf, index } => {
-                Expr::Load { buf: buf.clone(), index: index.iter().map(|i| i.map(f)).collect() }
-            }
+            Expr::Load { buf, index } => Expr::Load {
+                buf: buf.clone(),
+                index: index.iter().map(|i| i.map(f)).collect(),
+            },
             Expr::Bin(op, a, b) => Expr::Bin(*op, bx(a, f), bx(b, f)),
             Expr::Cmp(op, a, b) => Expr::Cmp(*op, bx(a, f), bx(b, f)),
             Expr::And(a, b) => Expr::And(bx(a, f), bx(b, f)),
@@ -376,23 +411,43 @@ impl Expr {
 
 impl Stmt {
     pub fn for_(var: &str, min: Expr, extent: Expr, kind: ForKind, body: Stmt) -> Stmt {
-        Stmt::For { var: var.to_string(), min, extent, kind, body: Box::new(body) }
+        Stmt::For {
+            var: var.to_string(),
+            min,
+            extent,
+            kind,
+            body: Box::new(body),
+        }
     }
     /// `for var in 0..extent` with a constant extent.
     pub fn loop_(var: &str, extent: i64, kind: ForKind, body: Stmt) -> Stmt {
         Stmt::for_(var, Expr::int(0), Expr::int(extent), kind, body)
     }
     pub fn store(buf: &str, index: Vec<Expr>, value: Expr) -> Stmt {
-        Stmt::Store { buf: buf.to_string(), index, value }
+        Stmt::Store {
+            buf: buf.to_string(),
+            index,
+            value,
+        }
     }
     pub fn if_(cond: Expr, then_: Stmt, else_: Option<Stmt>) -> Stmt {
-        Stmt::IfThenElse { cond, then_: Box::new(then_), else_: else_.map(Box::new) }
+        Stmt::IfThenElse {
+            cond,
+            then_: Box::new(then_),
+            else_: else_.map(Box::new),
+        }
     }
     pub fn allocate(buffer: Buffer, body: Stmt) -> Stmt {
-        Stmt::Allocate { buffer, body: Box::new(body) }
+        Stmt::Allocate {
+            buffer,
+            body: Box::new(body),
+        }
     }
     pub fn attr(attr: Attr, body: Stmt) -> Stmt {
-        Stmt::Attr { attr, body: Box::new(body) }
+        Stmt::Attr {
+            attr,
+            body: Box::new(body),
+        }
     }
     pub fn nop() -> Stmt {
         Stmt::Seq(Vec::new())
@@ -404,16 +459,23 @@ impl Stmt {
     /// Apply `f` to every top-level expression of every statement.
     pub fn map_exprs(&self, f: &mut dyn FnMut(&Expr) -> Expr) -> Stmt {
         match self {
-            Stmt::For { var, min, extent, kind, body } => Stmt::For {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind,
+                body,
+            } => Stmt::For {
                 var: var.clone(),
                 min: f(min),
                 extent: f(extent),
                 kind: *kind,
                 body: Box::new(body.map_exprs(f)),
             },
-            Stmt::Attr { attr, body } => {
-                Stmt::Attr { attr: attr.clone(), body: Box::new(body.map_exprs(f)) }
-            }
+            Stmt::Attr { attr, body } => Stmt::Attr {
+                attr: attr.clone(),
+                body: Box::new(body.map_exprs(f)),
+            },
             Stmt::Seq(v) => Stmt::Seq(v.iter().map(|s| s.map_exprs(f)).collect()),
             Stmt::Store { buf, index, value } => Stmt::Store {
                 buf: buf.clone(),
@@ -425,9 +487,10 @@ impl Stmt {
                 then_: Box::new(then_.map_exprs(f)),
                 else_: else_.as_ref().map(|e| Box::new(e.map_exprs(f))),
             },
-            Stmt::Allocate { buffer, body } => {
-                Stmt::Allocate { buffer: buffer.clone(), body: Box::new(body.map_exprs(f)) }
-            }
+            Stmt::Allocate { buffer, body } => Stmt::Allocate {
+                buffer: buffer.clone(),
+                body: Box::new(body.map_exprs(f)),
+            },
             Stmt::Evaluate(e) => Stmt::Evaluate(f(e)),
         }
     }
@@ -476,7 +539,11 @@ impl Stmt {
 
 impl Kernel {
     pub fn new(name: &str, params: Vec<Buffer>, body: Stmt) -> Kernel {
-        Kernel { name: name.to_string(), params, body }
+        Kernel {
+            name: name.to_string(),
+            params,
+            body,
+        }
     }
     pub fn param(&self, name: &str) -> Option<&Buffer> {
         self.params.iter().find(|b| b.name == name)

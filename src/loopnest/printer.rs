@@ -12,7 +12,11 @@ fn role_name(r: BufferRole) -> &'static str {
 }
 
 fn shape_str(shape: &[i64]) -> String {
-    shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+    shape
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn bin_symbol(op: BinOp) -> Option<&'static str> {
@@ -88,7 +92,11 @@ fn write_expr(out: &mut String, e: &Expr) {
             out.push(')');
         }
         Expr::And(a, b) | Expr::Or(a, b) => {
-            let sym = if matches!(e, Expr::And(..)) { "&&" } else { "||" };
+            let sym = if matches!(e, Expr::And(..)) {
+                "&&"
+            } else {
+                "||"
+            };
             out.push('(');
             write_expr(out, a);
             write!(out, " {sym} ").unwrap();
@@ -141,7 +149,13 @@ fn indent(out: &mut String, depth: usize) {
 
 fn write_stmt(out: &mut String, s: &Stmt, depth: usize) {
     match s {
-        Stmt::For { var, min, extent, kind, body } => {
+        Stmt::For {
+            var,
+            min,
+            extent,
+            kind,
+            body,
+        } => {
             indent(out, depth);
             let k = match kind {
                 ForKind::Serial => "for",
@@ -149,8 +163,13 @@ fn write_stmt(out: &mut String, s: &Stmt, depth: usize) {
                 ForKind::Vectorized => "vectorized",
                 ForKind::Unrolled => "unrolled",
             };
-            writeln!(out, "{k} ({var}, {}, {}) {{", expr_to_string(min), expr_to_string(extent))
-                .unwrap();
+            writeln!(
+                out,
+                "{k} ({var}, {}, {}) {{",
+                expr_to_string(min),
+                expr_to_string(extent)
+            )
+            .unwrap();
             write_stmt(out, body, depth + 1);
             indent(out, depth);
             out.push_str("}\n");
@@ -227,8 +246,15 @@ pub fn kernel_to_string(k: &Kernel) -> String {
         if i > 0 {
             out.push_str(", ");
         }
-        write!(out, "{}: {}[{}] {}", b.name, b.dtype, shape_str(&b.shape), role_name(b.role))
-            .unwrap();
+        write!(
+            out,
+            "{}: {}[{}] {}",
+            b.name,
+            b.dtype,
+            shape_str(&b.shape),
+            role_name(b.role)
+        )
+        .unwrap();
     }
     out.push_str(") {\n");
     write_stmt(&mut out, &k.body, 1);

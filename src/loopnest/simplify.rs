@@ -115,7 +115,11 @@ fn fold(e: &Expr) -> Expr {
             match (&a, *t) {
                 (Expr::Int(v, _), t) if t.is_int() => Expr::Int(wrap_int(*v, t), t),
                 (Expr::Int(v, s), t) if t.is_float() => {
-                    let x = if *s == DType::U8 { *v as u8 as f64 } else { *v as f64 };
+                    let x = if *s == DType::U8 {
+                        *v as u8 as f64
+                    } else {
+                        *v as f64
+                    };
                     Expr::Float(if t == DType::F32 { x as f32 as f64 } else { x }, t)
                 }
                 (Expr::Float(v, _), DType::F32) => Expr::Float(*v as f32 as f64, DType::F32),
@@ -123,9 +127,10 @@ fn fold(e: &Expr) -> Expr {
                 _ => Expr::Cast(*t, Box::new(a)),
             }
         }
-        Expr::Load { buf, index } => {
-            Expr::Load { buf: buf.clone(), index: index.iter().map(simplify_expr).collect() }
-        }
+        Expr::Load { buf, index } => Expr::Load {
+            buf: buf.clone(),
+            index: index.iter().map(simplify_expr).collect(),
+        },
         Expr::Call(f, args) => Expr::Call(*f, args.iter().map(simplify_expr).collect()),
         Expr::Int(..) | Expr::Float(..) | Expr::Var(_) => e.clone(),
     }
@@ -179,7 +184,13 @@ fn fold_bin(op: BinOp, a: Expr, b: Expr) -> Expr {
 /// Simplify every expression of a statement, drop empty loops/branches and flatten sequences.
 pub fn simplify_stmt(s: &Stmt) -> Stmt {
     match s {
-        Stmt::For { var, min, extent, kind, body } => {
+        Stmt::For {
+            var,
+            min,
+            extent,
+            kind,
+            body,
+        } => {
             let extent = simplify_expr(extent);
             if matches!(extent.as_int(), Some(x) if x <= 0) {
                 return Stmt::nop();
@@ -192,9 +203,10 @@ pub fn simplify_stmt(s: &Stmt) -> Stmt {
                 body: Box::new(simplify_stmt(body)),
             }
         }
-        Stmt::Attr { attr, body } => {
-            Stmt::Attr { attr: attr.clone(), body: Box::new(simplify_stmt(body)) }
-        }
+        Stmt::Attr { attr, body } => Stmt::Attr {
+            attr: attr.clone(),
+            body: Box::new(simplify_stmt(body)),
+        },
         Stmt::Seq(v) => Stmt::seq(v.iter().map(simplify_stmt).collect()),
         Stmt::Store { buf, index, value } => Stmt::Store {
             buf: buf.clone(),
@@ -213,14 +225,19 @@ pub fn simplify_stmt(s: &Stmt) -> Stmt {
                 },
             }
         }
-        Stmt::Allocate { buffer, body } => {
-            Stmt::Allocate { buffer: buffer.clone(), body: Box::new(simplify_stmt(body)) }
-        }
+        Stmt::Allocate { buffer, body } => Stmt::Allocate {
+            buffer: buffer.clone(),
+            body: Box::new(simplify_stmt(body)),
+        },
         Stmt::Evaluate(e) => Stmt::Evaluate(simplify_expr(e)),
     }
 }
 
 /// Simplify a whole kernel.
 pub fn simplify_kernel(k: &Kernel) -> Kernel {
-    Kernel { name: k.name.clone(), params: k.params.clone(), body: simplify_stmt(&k.body) }
+    Kernel {
+        name: k.name.clone(),
+        params: k.params.clone(),
+        body: simplify_stmt(&k.body),
+    }
 }

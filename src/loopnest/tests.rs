@@ -85,7 +85,12 @@ fn interp_out_of_bounds_is_error() {
     let k = Kernel::new(
         "oob",
         vec![f32buf("A", &[4], BufferRole::Output)],
-        Stmt::loop_("i", 5, ForKind::Serial, Stmt::store("A", vec![v("i")], Expr::f32(1.0))),
+        Stmt::loop_(
+            "i",
+            5,
+            ForKind::Serial,
+            Stmt::store("A", vec![v("i")], Expr::f32(1.0)),
+        ),
     );
     let mut bufs = vec![BufferData::zeros(DType::F32, 4)];
     let e = run(&k, &mut bufs, InterpOptions::default()).unwrap_err();
@@ -107,7 +112,14 @@ fn interp_step_budget_stops_hostile_loop() {
         ),
     );
     let mut bufs = vec![BufferData::zeros(DType::F32, 1)];
-    let e = run(&k, &mut bufs, InterpOptions { step_budget: Some(1000) }).unwrap_err();
+    let e = run(
+        &k,
+        &mut bufs,
+        InterpOptions {
+            step_budget: Some(1000),
+        },
+    )
+    .unwrap_err();
     assert_eq!(e, InterpError::StepBudgetExceeded(1000));
     // A huge temporary is an error, not an allocation failure.
     let k = Kernel::new(
@@ -130,18 +142,31 @@ fn interp_integer_semantics() {
         Expr::bin(BinOp::Div, a(), b()),
         Expr::bin(BinOp::Mod, a(), b()),
         Expr::min(a(), b()),
-        Expr::bin(BinOp::Add, Expr::Int(i32::MAX as i64, DType::I32), Expr::Int(1, DType::I32)),
+        Expr::bin(
+            BinOp::Add,
+            Expr::Int(i32::MAX as i64, DType::I32),
+            Expr::Int(1, DType::I32),
+        ),
     ];
     let body = Stmt::seq(
-        vals.iter().enumerate().map(|(n, e)| Stmt::store("O", vec![i(n as i64)], e.clone())).collect(),
+        vals.iter()
+            .enumerate()
+            .map(|(n, e)| Stmt::store("O", vec![i(n as i64)], e.clone()))
+            .collect(),
     );
-    let k = Kernel::new("ints", vec![Buffer::new("O", DType::I32, &[6], BufferRole::Output)], body);
+    let k = Kernel::new(
+        "ints",
+        vec![Buffer::new("O", DType::I32, &[6], BufferRole::Output)],
+        body,
+    );
     let mut bufs = vec![BufferData::zeros(DType::I32, 6)];
     run(&k, &mut bufs, InterpOptions::default()).unwrap();
     assert_eq!(bufs[0], BufferData::I32(vec![-4, 1, -3, -1, -7, i32::MIN]));
     // The simplifier folds to the same values.
     for (n, e) in vals.iter().enumerate() {
-        let BufferData::I32(o) = &bufs[0] else { unreachable!() };
+        let BufferData::I32(o) = &bufs[0] else {
+            unreachable!()
+        };
         assert_eq!(simplify_expr(e), Expr::Int(o[n] as i64, DType::I32));
     }
 }
@@ -151,7 +176,11 @@ fn validate_rejects_bad_kernels() {
     let out = || vec![f32buf("A", &[4], BufferRole::Output)];
     let unbound = Kernel::new("k", out(), Stmt::store("A", vec![v("x")], Expr::f32(0.0)));
     assert!(validate(&unbound).is_err());
-    let wrong_rank = Kernel::new("k", out(), Stmt::store("A", vec![i(0), i(0)], Expr::f32(0.0)));
+    let wrong_rank = Kernel::new(
+        "k",
+        out(),
+        Stmt::store("A", vec![i(0), i(0)], Expr::f32(0.0)),
+    );
     assert!(validate(&wrong_rank).is_err());
     let wrong_type = Kernel::new("k", out(), Stmt::store("A", vec![i(0)], Expr::i32(0)));
     assert!(validate(&wrong_type).is_err());
@@ -162,14 +191,27 @@ fn validate_rejects_bad_kernels() {
             "a",
             2,
             ForKind::Parallel,
-            Stmt::loop_("b", 2, ForKind::Parallel, Stmt::store("A", vec![v("b")], Expr::f32(0.0))),
+            Stmt::loop_(
+                "b",
+                2,
+                ForKind::Parallel,
+                Stmt::store("A", vec![v("b")], Expr::f32(0.0)),
+            ),
         ),
     );
-    assert!(validate(&nested_par).unwrap_err().0.contains("nested parallel"));
+    assert!(validate(&nested_par)
+        .unwrap_err()
+        .0
+        .contains("nested parallel"));
     let rebind = Kernel::new(
         "k",
         out(),
-        Stmt::loop_("a", 2, ForKind::Serial, Stmt::loop_("a", 2, ForKind::Serial, Stmt::nop())),
+        Stmt::loop_(
+            "a",
+            2,
+            ForKind::Serial,
+            Stmt::loop_("a", 2, ForKind::Serial, Stmt::nop()),
+        ),
     );
     assert!(validate(&rebind).is_err());
 }
@@ -178,7 +220,12 @@ fn store_at(idx: Expr, ext: i64) -> Kernel {
     Kernel::new(
         "k",
         vec![f32buf("A", &[16], BufferRole::Output)],
-        Stmt::loop_("i", ext, ForKind::Serial, Stmt::store("A", vec![idx], Expr::f32(0.0))),
+        Stmt::loop_(
+            "i",
+            ext,
+            ForKind::Serial,
+            Stmt::store("A", vec![idx], Expr::f32(0.0)),
+        ),
     )
 }
 
@@ -196,11 +243,20 @@ fn bounds_hostile_cases() {
     let tile = |guard: bool| {
         let idx = Expr::add(Expr::mul(v("o"), i(6)), v("x"));
         let st = Stmt::store("A", vec![idx.clone()], Expr::f32(0.0));
-        let st = if guard { Stmt::if_(Expr::likely(Expr::lt(idx, i(16))), st, None) } else { st };
+        let st = if guard {
+            Stmt::if_(Expr::likely(Expr::lt(idx, i(16))), st, None)
+        } else {
+            st
+        };
         Kernel::new(
             "k",
             vec![f32buf("A", &[16], BufferRole::Output)],
-            Stmt::loop_("o", 3, ForKind::Serial, Stmt::loop_("x", 6, ForKind::Serial, st)),
+            Stmt::loop_(
+                "o",
+                3,
+                ForKind::Serial,
+                Stmt::loop_("x", 6, ForKind::Serial, st),
+            ),
         )
     };
     assert_eq!(check_bounds(&tile(false)).unwrap().len(), 1);
@@ -208,7 +264,10 @@ fn bounds_hostile_cases() {
     // guard via select on a load
     let sel = Kernel::new(
         "k",
-        vec![f32buf("A", &[16], BufferRole::Input), f32buf("B", &[20], BufferRole::Output)],
+        vec![
+            f32buf("A", &[16], BufferRole::Input),
+            f32buf("B", &[20], BufferRole::Output),
+        ],
         Stmt::loop_(
             "i",
             20,
@@ -216,7 +275,11 @@ fn bounds_hostile_cases() {
             Stmt::store(
                 "B",
                 vec![v("i")],
-                Expr::select(Expr::lt(v("i"), i(16)), Expr::load("A", vec![v("i")]), Expr::f32(0.0)),
+                Expr::select(
+                    Expr::lt(v("i"), i(16)),
+                    Expr::load("A", vec![v("i")]),
+                    Expr::f32(0.0),
+                ),
             ),
         ),
     );
@@ -232,7 +295,11 @@ fn bounds_hostile_cases() {
             Stmt::store(
                 "B",
                 vec![v("i")],
-                Expr::select(Expr::lt(v("i"), i(16)), Expr::f32(0.0), Expr::load("A", vec![v("i")])),
+                Expr::select(
+                    Expr::lt(v("i"), i(16)),
+                    Expr::f32(0.0),
+                    Expr::load("A", vec![v("i")]),
+                ),
             ),
         ),
     );
@@ -261,13 +328,23 @@ fn bounds_hostile_cases() {
     );
     assert!(check_bounds(&pad).unwrap().is_empty());
     // floordiv / floormod indices
-    let fd = store_at(Expr::add(Expr::mul(Expr::floordiv(v("i"), i(4)), i(4)), Expr::floormod(v("i"), i(4))), 16);
+    let fd = store_at(
+        Expr::add(
+            Expr::mul(Expr::floordiv(v("i"), i(4)), i(4)),
+            Expr::floormod(v("i"), i(4)),
+        ),
+        16,
+    );
     assert!(check_bounds(&fd).unwrap().is_empty());
     // wrapping i32 arithmetic is not trusted
     let wrap = store_at(
         Expr::cast(
             DType::I64,
-            Expr::bin(BinOp::Add, Expr::cast(DType::I32, v("i")), Expr::i32(i32::MAX as i64)),
+            Expr::bin(
+                BinOp::Add,
+                Expr::cast(DType::I32, v("i")),
+                Expr::i32(i32::MAX as i64),
+            ),
         ),
         16,
     );
@@ -275,14 +352,23 @@ fn bounds_hostile_cases() {
     // data-dependent index is unproven unless clamped
     let gather = |clamp: bool| {
         let idx = Expr::cast(DType::I64, Expr::load("I", vec![v("i")]));
-        let idx = if clamp { Expr::max(Expr::min(idx, i(15)), i(0)) } else { idx };
+        let idx = if clamp {
+            Expr::max(Expr::min(idx, i(15)), i(0))
+        } else {
+            idx
+        };
         Kernel::new(
             "k",
             vec![
                 Buffer::new("I", DType::I32, &[16], BufferRole::Input),
                 f32buf("A", &[16], BufferRole::Output),
             ],
-            Stmt::loop_("i", 16, ForKind::Serial, Stmt::store("A", vec![idx], Expr::f32(0.0))),
+            Stmt::loop_(
+                "i",
+                16,
+                ForKind::Serial,
+                Stmt::store("A", vec![idx], Expr::f32(0.0)),
+            ),
         )
     };
     assert_eq!(check_bounds(&gather(false)).unwrap().len(), 1);
@@ -308,7 +394,11 @@ fn bounds_non_constant_loop_range() {
             ),
         ),
     );
-    assert!(check_bounds(&k).unwrap().is_empty(), "{:?}", check_bounds(&k));
+    assert!(
+        check_bounds(&k).unwrap().is_empty(),
+        "{:?}",
+        check_bounds(&k)
+    );
     let mut bufs = vec![BufferData::zeros(DType::F32, 14)];
     run(&k, &mut bufs, InterpOptions::default()).unwrap();
 }
@@ -317,7 +407,8 @@ fn bounds_non_constant_loop_range() {
 fn printer_is_stable() {
     let k = matmul(4);
     let s = kernel_to_string(&k);
-    let expected = "kernel matmul(A: float32[4, 4] input, B: float32[4, 4] input, C: float32[4, 4] output) {
+    let expected =
+        "kernel matmul(A: float32[4, 4] input, B: float32[4, 4] input, C: float32[4, 4] output) {
   for (i, 0, 4) {
     for (j, 0, 4) {
       C[i, j] = 0.0f
@@ -333,7 +424,10 @@ fn printer_is_stable() {
 
 #[test]
 fn simplifier_affine() {
-    let e = Expr::add(Expr::mul(Expr::add(v("i"), i(1)), i(4)), Expr::sub(v("j"), i(4)));
+    let e = Expr::add(
+        Expr::mul(Expr::add(v("i"), i(1)), i(4)),
+        Expr::sub(v("j"), i(4)),
+    );
     assert_eq!(printer::expr_to_string(&simplify_expr(&e)), "((i * 4) + j)");
     let c = Expr::select(Expr::lt(i(1), i(2)), v("a"), v("b"));
     assert_eq!(simplify_expr(&c), v("a"));
@@ -356,14 +450,21 @@ fn unroll_kernel(max_step: i64, explicit: bool, inner: i64, outer: i64) -> Kerne
                     ForKind::Serial,
                     Stmt::store(
                         "A",
-                        vec![Expr::add(Expr::mul(v("o"), i(outer * inner)), Expr::add(Expr::mul(v("a"), i(inner)), v("b")))],
+                        vec![Expr::add(
+                            Expr::mul(v("o"), i(outer * inner)),
+                            Expr::add(Expr::mul(v("a"), i(inner)), v("b")),
+                        )],
                         Expr::f32(1.0),
                     ),
                 ),
             ),
         ),
     );
-    Kernel::new("u", vec![f32buf("A", &[2 * outer * inner], BufferRole::Output)], body)
+    Kernel::new(
+        "u",
+        vec![f32buf("A", &[2 * outer * inner], BufferRole::Output)],
+        body,
+    )
 }
 
 fn count_loops(s: &Stmt) -> usize {
@@ -414,7 +515,12 @@ fn unroll_explicit_kind_and_depth_limit() {
     let k = Kernel::new(
         "k",
         vec![f32buf("A", &[8], BufferRole::Output)],
-        Stmt::loop_("i", 8, ForKind::Unrolled, Stmt::store("A", vec![v("i")], Expr::f32(2.0))),
+        Stmt::loop_(
+            "i",
+            8,
+            ForKind::Unrolled,
+            Stmt::store("A", vec![v("i")], Expr::f32(2.0)),
+        ),
     );
     let u = unroll_loops(&k).unwrap();
     assert_eq!(count_loops(&u.body), 0);
@@ -427,7 +533,13 @@ fn unroll_explicit_kind_and_depth_limit() {
     let k = Kernel::new(
         "k",
         vec![f32buf("A", &[8], BufferRole::Output)],
-        Stmt::attr(Attr::AutoUnroll { max_step: 1 << 20, explicit: true }, s),
+        Stmt::attr(
+            Attr::AutoUnroll {
+                max_step: 1 << 20,
+                explicit: true,
+            },
+            s,
+        ),
     );
     let u = unroll_loops(&k).unwrap();
     assert_eq!(count_loops(&u.body), 1);
@@ -436,12 +548,20 @@ fn unroll_explicit_kind_and_depth_limit() {
         "k",
         vec![f32buf("A", &[64], BufferRole::Output)],
         Stmt::attr(
-            Attr::AutoUnroll { max_step: 1 << 20, explicit: true },
+            Attr::AutoUnroll {
+                max_step: 1 << 20,
+                explicit: true,
+            },
             Stmt::loop_(
                 "a",
                 2,
                 ForKind::Serial,
-                Stmt::loop_("p", 2, ForKind::Parallel, Stmt::store("A", vec![v("p")], Expr::f32(1.0))),
+                Stmt::loop_(
+                    "p",
+                    2,
+                    ForKind::Parallel,
+                    Stmt::store("A", vec![v("p")], Expr::f32(1.0)),
+                ),
             ),
         ),
     );
@@ -450,7 +570,12 @@ fn unroll_explicit_kind_and_depth_limit() {
     let big = Kernel::new(
         "k",
         vec![f32buf("A", &[1], BufferRole::Output)],
-        Stmt::loop_("i", 1 << 30, ForKind::Unrolled, Stmt::store("A", vec![i(0)], Expr::f32(2.0))),
+        Stmt::loop_(
+            "i",
+            1 << 30,
+            ForKind::Unrolled,
+            Stmt::store("A", vec![i(0)], Expr::f32(2.0)),
+        ),
     );
     assert!(unroll_loops(&big).is_err());
 }
@@ -464,7 +589,12 @@ fn cost_guard_rejects_absurd_kernels() {
             "i",
             1 << 30,
             ForKind::Serial,
-            Stmt::loop_("j", 1 << 30, ForKind::Serial, Stmt::store("A", vec![i(0)], Expr::f32(2.0))),
+            Stmt::loop_(
+                "j",
+                1 << 30,
+                ForKind::Serial,
+                Stmt::store("A", vec![i(0)], Expr::f32(2.0)),
+            ),
         ),
     );
     assert!(cost::check_cost(&big, &cost::CostLimits::default()).is_err());
@@ -488,7 +618,10 @@ fn bounds_guard_invalidated_by_store_is_not_trusted() {
         }
         Kernel::new(
             "k",
-            vec![Buffer::new("I", DType::I32, &[1], BufferRole::Output), f32buf("A", &[16], BufferRole::Output)],
+            vec![
+                Buffer::new("I", DType::I32, &[1], BufferRole::Output),
+                f32buf("A", &[16], BufferRole::Output),
+            ],
             Stmt::if_(
                 Expr::And(
                     Box::new(Expr::cmp(CmpOp::Ge, idx(), i(0))),

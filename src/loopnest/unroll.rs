@@ -24,7 +24,11 @@ use super::simplify::{simplify_expr, simplify_stmt};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnrollError {
     NonConstantExtent(String),
-    TooLarge { var: String, nodes: usize, limit: usize },
+    TooLarge {
+        var: String,
+        nodes: usize,
+        limit: usize,
+    },
 }
 
 impl std::fmt::Display for UnrollError {
@@ -81,7 +85,10 @@ fn const_extent(e: &Expr) -> i64 {
 impl Unroller {
     fn visit(&mut self, s: &Stmt) -> Result<Stmt, UnrollError> {
         Ok(match s {
-            Stmt::Attr { attr: Attr::AutoUnroll { max_step, explicit }, body } => {
+            Stmt::Attr {
+                attr: Attr::AutoUnroll { max_step, explicit },
+                body,
+            } => {
                 let saved = (self.cfg.auto_max_step, self.cfg.explicit_unroll);
                 self.cfg.auto_max_step = *max_step;
                 self.cfg.explicit_unroll = *explicit;
@@ -90,10 +97,26 @@ impl Unroller {
                 r?
             }
             Stmt::Attr { attr, body } => Stmt::attr(attr.clone(), self.visit(body)?),
-            Stmt::For { var, min, extent, kind: ForKind::Vectorized, body } => {
-                Stmt::for_(var, min.clone(), extent.clone(), ForKind::Vectorized, self.visit(body)?)
-            }
-            Stmt::For { var, min, extent, kind, body } => {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind: ForKind::Vectorized,
+                body,
+            } => Stmt::for_(
+                var,
+                min.clone(),
+                extent.clone(),
+                ForKind::Vectorized,
+                self.visit(body)?,
+            ),
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind,
+                body,
+            } => {
                 let body = self.visit(body)?;
                 let value = const_extent(extent);
                 let mut auto = *kind == ForKind::Serial
@@ -116,7 +139,9 @@ impl Unroller {
                     self.normal_loop_depth += 1;
                 }
                 if (auto && self.cfg.explicit_unroll)
-                    || (0 <= value && value <= self.cfg.auto_max_extent && self.cfg.auto_max_extent == 1)
+                    || (0 <= value
+                        && value <= self.cfg.auto_max_extent
+                        && self.cfg.auto_max_extent == 1)
                 {
                     self.unroll(var, min, value, &body)?
                 } else if auto {
@@ -179,7 +204,16 @@ pub fn unroll_loops(k: &Kernel) -> Result<Kernel, UnrollError> {
 }
 
 pub fn unroll_loops_with(k: &Kernel, cfg: UnrollConfig) -> Result<Kernel, UnrollError> {
-    let mut u = Unroller { cfg, normal_loop_depth: 0, unroll_depth: 0, step_count: 0 };
+    let mut u = Unroller {
+        cfg,
+        normal_loop_depth: 0,
+        unroll_depth: 0,
+        step_count: 0,
+    };
     let body = u.visit(&k.body)?;
-    Ok(Kernel { name: k.name.clone(), params: k.params.clone(), body })
+    Ok(Kernel {
+        name: k.name.clone(),
+        params: k.params.clone(),
+        body,
+    })
 }

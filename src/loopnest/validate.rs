@@ -204,14 +204,22 @@ pub fn validate(k: &Kernel) -> Result<(), ValidationError> {
 
 fn check_stmt(s: &Stmt, scope: &mut Scope, in_parallel: bool) -> Result<(), ValidationError> {
     match s {
-        Stmt::For { var, min, extent, kind, body } => {
+        Stmt::For {
+            var,
+            min,
+            extent,
+            kind,
+            body,
+        } => {
             expect_int(min, scope, "a loop min")?;
             expect_int(extent, scope, "a loop extent")?;
             if scope.vars.iter().any(|v| v == var) {
                 return err(format!("loop variable `{var}` rebound while in scope"));
             }
             if *kind == ForKind::Parallel && in_parallel {
-                return err(format!("nested parallel loop `{var}` (only one parallel level)"));
+                return err(format!(
+                    "nested parallel loop `{var}` (only one parallel level)"
+                ));
             }
             scope.vars.push(var.clone());
             let r = check_stmt(body, scope, in_parallel || *kind == ForKind::Parallel);
@@ -251,7 +259,10 @@ fn check_stmt(s: &Stmt, scope: &mut Scope, in_parallel: bool) -> Result<(), Vali
         Stmt::Allocate { buffer, body } => {
             check_buffer_decl(buffer)?;
             if buffer.role != BufferRole::Temporary {
-                return err(format!("allocated buffer `{}` must be Temporary", buffer.name));
+                return err(format!(
+                    "allocated buffer `{}` must be Temporary",
+                    buffer.name
+                ));
             }
             if scope.buffers.contains_key(&buffer.name) {
                 return err(format!("buffer `{}` declared twice", buffer.name));

@@ -35,7 +35,10 @@ pub(crate) struct Ext {
 
 impl Ext {
     pub fn konst(v: i64) -> Ext {
-        Ext { e: Expr::int(v), max: v }
+        Ext {
+            e: Expr::int(v),
+            max: v,
+        }
     }
 
     pub fn as_const(&self) -> Option<i64> {
@@ -55,7 +58,13 @@ fn ceil_div_ext(p: &Ext, f: i64) -> Ext {
     let max = p.max / f + i64::from(p.max % f != 0);
     match p.as_const() {
         Some(_) => Ext::konst(max),
-        None => Ext { e: simplify_expr(&Expr::floordiv(Expr::add(p.e.clone(), Expr::int(f - 1)), Expr::int(f))), max },
+        None => Ext {
+            e: simplify_expr(&Expr::floordiv(
+                Expr::add(p.e.clone(), Expr::int(f - 1)),
+                Expr::int(f),
+            )),
+            max,
+        },
     }
 }
 
@@ -138,16 +147,28 @@ struct SymRange {
 
 impl SymRange {
     fn numeric(&self, r: &HashMap<String, (i128, i128)>) -> Result<(i128, i128), LowerError> {
-        let f = if self.fixed.terms.is_empty() { (0, 0) } else { interval(&self.fixed.to_expr(), r).ok_or_else(unbounded)? };
+        let f = if self.fixed.terms.is_empty() {
+            (0, 0)
+        } else {
+            interval(&self.fixed.to_expr(), r).ok_or_else(unbounded)?
+        };
         Ok((f.0 + self.lo, f.1 + self.hi))
     }
 
     fn union(self, o: SymRange, r: &HashMap<String, (i128, i128)>) -> Result<SymRange, LowerError> {
         if self.fixed.add(&o.fixed, -1).terms.is_empty() {
-            return Ok(SymRange { fixed: self.fixed, lo: self.lo.min(o.lo), hi: self.hi.max(o.hi) });
+            return Ok(SymRange {
+                fixed: self.fixed,
+                lo: self.lo.min(o.lo),
+                hi: self.hi.max(o.hi),
+            });
         }
         let (a, b) = (self.numeric(r)?, o.numeric(r)?);
-        Ok(SymRange { fixed: Linear::constant(0), lo: a.0.min(b.0), hi: a.1.max(b.1) })
+        Ok(SymRange {
+            fixed: Linear::constant(0),
+            lo: a.0.min(b.0),
+            hi: a.1.max(b.1),
+        })
     }
 }
 
@@ -163,7 +184,11 @@ fn has_load(e: &Expr) -> bool {
 /// are bounded numerically, the rest stays symbolic. `floordiv`/`floormod` by a constant
 /// of a sum whose symbolic part is a multiple of the divisor stay exact (what TVM's
 /// `EvalSet` + simplifier give for channel blocks like `floordiv(ic.o*4 + ic.i, 4)`).
-fn sym_range(e: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i128)>) -> Result<SymRange, LowerError> {
+fn sym_range(
+    e: &Expr,
+    relaxed: &HashSet<String>,
+    r: &HashMap<String, (i128, i128)>,
+) -> Result<SymRange, LowerError> {
     let lin = linearize(&simplify_expr(e));
     let mut fixed = Linear::constant(0);
     let (mut lo, mut hi) = (lin.constant, lin.constant);
@@ -176,7 +201,11 @@ fn sym_range(e: &Expr, relaxed: &HashSet<String>, r: &HashMap<String, (i128, i12
             Some(p) => p,
             None => {
                 let (a, b) = interval(atom, r).ok_or_else(unbounded)?;
-                SymRange { fixed: Linear::constant(0), lo: a, hi: b }
+                SymRange {
+                    fixed: Linear::constant(0),
+                    lo: a,
+                    hi: b,
+                }
             }
         };
         let (x, y) = (part.lo.saturating_mul(*c), part.hi.saturating_mul(*c));
@@ -207,13 +236,21 @@ fn divmod_range(
     }
     let fdiv = |a: i128| a.div_euclid(c);
     Ok(Some(match op {
-        BinOp::FloorDiv => {
-            SymRange { fixed: Linear::constant(0).add(&inner.fixed, 1).scale_div(c), lo: fdiv(inner.lo), hi: fdiv(inner.hi) }
-        }
-        _ if fdiv(inner.lo) == fdiv(inner.hi) => {
-            SymRange { fixed: Linear::constant(0), lo: inner.lo.rem_euclid(c), hi: inner.hi.rem_euclid(c) }
-        }
-        _ => SymRange { fixed: Linear::constant(0), lo: 0, hi: c - 1 },
+        BinOp::FloorDiv => SymRange {
+            fixed: Linear::constant(0).add(&inner.fixed, 1).scale_div(c),
+            lo: fdiv(inner.lo),
+            hi: fdiv(inner.hi),
+        },
+        _ if fdiv(inner.lo) == fdiv(inner.hi) => SymRange {
+            fixed: Linear::constant(0),
+            lo: inner.lo.rem_euclid(c),
+            hi: inner.hi.rem_euclid(c),
+        },
+        _ => SymRange {
+            fixed: Linear::constant(0),
+            lo: 0,
+            hi: c - 1,
+        },
     }))
 }
 
@@ -223,25 +260,43 @@ trait ScaleDiv {
 impl ScaleDiv for Linear {
     /// Every coefficient divided by `c` (callers check divisibility).
     fn scale_div(self, c: i128) -> Linear {
-        Linear { terms: self.terms.into_iter().map(|(a, k)| (a, k / c)).collect(), constant: self.constant / c }
+        Linear {
+            terms: self.terms.into_iter().map(|(a, k)| (a, k / c)).collect(),
+            constant: self.constant / c,
+        }
     }
 }
 
 /// `PassUpIndex` from (possibly missing) leaf values: a variable's value is known when the
 /// values it is computed from are.
-pub(crate) fn pass_up(st: &TStage, ext: &[Option<Ext>], leaf_value: &dyn Fn(usize) -> Option<Expr>) -> Vec<Option<Expr>> {
+pub(crate) fn pass_up(
+    st: &TStage,
+    ext: &[Option<Ext>],
+    leaf_value: &dyn Fn(usize) -> Option<Expr>,
+) -> Vec<Option<Expr>> {
     let mut v: Vec<Option<Expr>> = vec![None; st.vars.len()];
     for &l in &st.leaves {
         v[l] = leaf_value(l);
     }
     for rel in st.rels.iter().rev() {
         match *rel {
-            Rel::Split { parent, outer, inner, .. } => {
-                if let (Some(o), Some(i), Some(ie)) = (v[outer].clone(), v[inner].clone(), &ext[inner]) {
+            Rel::Split {
+                parent,
+                outer,
+                inner,
+                ..
+            } => {
+                if let (Some(o), Some(i), Some(ie)) =
+                    (v[outer].clone(), v[inner].clone(), &ext[inner])
+                {
                     v[parent] = Some(simplify_expr(&Expr::add(i, Expr::mul(o, ie.e.clone()))));
                 }
             }
-            Rel::Fuse { outer, inner, fused } => {
+            Rel::Fuse {
+                outer,
+                inner,
+                fused,
+            } => {
                 if let (Some(f), Some(ie)) = (v[fused].clone(), &ext[inner]) {
                     // a part of extent 1 is 0 and the other one is the fused value
                     if ie.as_const() == Some(1) {
@@ -275,8 +330,12 @@ pub(crate) fn split_checks(
         if !l.flag[v] || skip(v) {
             continue;
         }
-        let (Some(val), Some(ext)) = (value, &l.ext[v]) else { continue };
-        let provable = ext.as_const().is_some_and(|e| interval(val, r).is_some_and(|iv| iv.1 < e as i128));
+        let (Some(val), Some(ext)) = (value, &l.ext[v]) else {
+            continue;
+        };
+        let provable = ext
+            .as_const()
+            .is_some_and(|e| interval(val, r).is_some_and(|iv| iv.1 < e as i128));
         if !provable {
             preds.push(Expr::lt(val.clone(), ext.e.clone()));
         }
@@ -293,18 +352,26 @@ fn enclosing_loops(sch: &TSchedule, c: usize) -> Result<Vec<(usize, usize)>, Low
         match sch.stages[cur].loc {
             Loc::At { stage, var } => {
                 let pos = sch.stages[stage].leaves.iter().position(|&v| v == var);
-                upto = pos.ok_or_else(|| LowerError::Internal("attach loop is not a leaf".into()))? + 1;
+                upto = pos
+                    .ok_or_else(|| LowerError::Internal("attach loop is not a leaf".into()))?
+                    + 1;
                 cur = stage;
             }
             _ => return Ok(out),
         }
     }
-    Err(LowerError::InvalidSchedule("compute_at chain has a cycle".into()))
+    Err(LowerError::InvalidSchedule(
+        "compute_at chain has a cycle".into(),
+    ))
 }
 
 pub(crate) fn infer(sch: &TSchedule, names: &mut Naming) -> Result<Bounds, LowerError> {
     let n = sch.stages.len();
-    let mut b = Bounds { stages: vec![None; n], ranges: HashMap::new(), dynamic: HashSet::new() };
+    let mut b = Bounds {
+        stages: vec![None; n],
+        ranges: HashMap::new(),
+        dynamic: HashSet::new(),
+    };
     for s in (0..n).rev() {
         let st = &sch.stages[s];
         if st.op.is_placeholder() || st.loc == Loc::Inline {
@@ -314,7 +381,8 @@ pub(crate) fn infer(sch: &TSchedule, names: &mut Naming) -> Result<Bounds, Lower
         for (p, v) in loops.loop_var.iter().enumerate() {
             if let Some(v) = v {
                 let e = loops.ext[st.leaves[p]].as_ref();
-                b.ranges.insert(v.clone(), (0, e.map_or(1, |e| e.max) as i128 - 1));
+                b.ranges
+                    .insert(v.clone(), (0, e.map_or(1, |e| e.max) as i128 - 1));
                 if e.is_some_and(|e| e.as_const().is_none()) {
                     b.dynamic.insert(v.clone());
                 }
@@ -326,9 +394,15 @@ pub(crate) fn infer(sch: &TSchedule, names: &mut Naming) -> Result<Bounds, Lower
 }
 
 /// Loads of placeholders in index/extent expressions, as loop-nest loads.
-fn placeholder_load<'a>(sch: &'a TSchedule, names: &'a Naming) -> impl Fn(TensorId, Vec<Expr>) -> Result<Expr, LowerError> + 'a {
+fn placeholder_load<'a>(
+    sch: &'a TSchedule,
+    names: &'a Naming,
+) -> impl Fn(TensorId, Vec<Expr>) -> Result<Expr, LowerError> + 'a {
     move |t: TensorId, idx: Vec<Expr>| {
-        let st = sch.stages.get(t.0).ok_or_else(|| LowerError::Internal("load of a missing stage".into()))?;
+        let st = sch
+            .stages
+            .get(t.0)
+            .ok_or_else(|| LowerError::Internal("load of a missing stage".into()))?;
         match (&st.op.kind, &names.buffer[t.0]) {
             (LKind::Placeholder { .. }, Some(buf)) => Ok(Expr::load(buf, idx)),
             // data read from computed stages: an opaque atom, bounded nowhere
@@ -337,7 +411,12 @@ fn placeholder_load<'a>(sch: &'a TSchedule, names: &'a Naming) -> impl Fn(Tensor
     }
 }
 
-fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Result<StageLoops, LowerError> {
+fn stage_loops(
+    sch: &TSchedule,
+    s: usize,
+    b: &Bounds,
+    names: &mut Naming,
+) -> Result<StageLoops, LowerError> {
     let st = &sch.stages[s];
     let nv = st.vars.len();
     let full = st.op.shape()?;
@@ -362,9 +441,18 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
     // PassDownDomain
     for rel in &st.rels {
         match *rel {
-            Rel::Split { parent, outer, inner, factor, nparts } => {
+            Rel::Split {
+                parent,
+                outer,
+                inner,
+                factor,
+                nparts,
+            } => {
                 let p = ext[parent].clone().ok_or_else(|| {
-                    LowerError::Unsupported(format!("{}: split of the non-constant axis {}", st.op.name, st.vars[parent].name))
+                    LowerError::Unsupported(format!(
+                        "{}: split of the non-constant axis {}",
+                        st.op.name, st.vars[parent].name
+                    ))
                 })?;
                 let tight = |n: i64| if p.max < n { p.clone() } else { Ext::konst(n) };
                 if let Some(f) = factor {
@@ -375,14 +463,24 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
                     ext[inner] = Some(ceil_div_ext(&p, np));
                 }
             }
-            Rel::Fuse { outer, inner, fused } => {
+            Rel::Fuse {
+                outer,
+                inner,
+                fused,
+            } => {
                 let (Some(o), Some(i)) = (&ext[outer], &ext[inner]) else {
-                    return Err(LowerError::Unsupported(format!("{}: fuse of a non-constant axis", st.op.name)));
+                    return Err(LowerError::Unsupported(format!(
+                        "{}: fuse of a non-constant axis",
+                        st.op.name
+                    )));
                 };
                 let max = checked_ext(o.max as i128 * i.max as i128, "fused extent")?;
                 ext[fused] = Some(match (o.as_const(), i.as_const()) {
                     (Some(_), Some(_)) => Ext::konst(max),
-                    _ => Ext { e: simplify_expr(&Expr::mul(o.e.clone(), i.e.clone())), max },
+                    _ => Ext {
+                        e: simplify_expr(&Expr::mul(o.e.clone(), i.e.clone())),
+                        max,
+                    },
                 });
             }
         }
@@ -394,10 +492,15 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
         loop_var.push(if trivial {
             None
         } else {
-            Some(names.vars.fresh(&format!("{}_{}", short(&st.op.name), st.vars[l].name)))
+            Some(
+                names
+                    .vars
+                    .fresh(&format!("{}_{}", short(&st.op.name), st.vars[l].name)),
+            )
         });
     }
-    let pos_of: HashMap<usize, usize> = st.leaves.iter().enumerate().map(|(p, &l)| (l, p)).collect();
+    let pos_of: HashMap<usize, usize> =
+        st.leaves.iter().enumerate().map(|(p, &l)| (l, p)).collect();
     let local = pass_up(st, &ext, &|l| {
         Some(match &loop_var[pos_of[&l]] {
             Some(v) => Expr::var(v),
@@ -406,10 +509,17 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
     });
     let mut global = Vec::with_capacity(st.n_root);
     for v in 0..st.n_root {
-        let lv = local[v]
-            .clone()
-            .ok_or_else(|| LowerError::Internal(format!("{}: axis {} has no value", st.op.name, st.vars[v].name)))?;
-        global.push(if root_min[v].as_int() == Some(0) { lv } else { simplify_expr(&Expr::add(lv, root_min[v].clone())) });
+        let lv = local[v].clone().ok_or_else(|| {
+            LowerError::Internal(format!(
+                "{}: axis {} has no value",
+                st.op.name, st.vars[v].name
+            ))
+        })?;
+        global.push(if root_min[v].as_int() == Some(0) {
+            lv
+        } else {
+            simplify_expr(&Expr::add(lv, root_min[v].clone()))
+        });
     }
     // windows whose extent depends on the spatial axes (adaptive pooling, sparse rows)
     let mut ranges = b.ranges.clone();
@@ -426,9 +536,19 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
                 st.op.name, axis.name
             )));
         }
-        let vars: HashMap<String, Expr> = st.op.axes().iter().map(|a| a.name.clone()).zip(global.iter().cloned()).collect();
+        let vars: HashMap<String, Expr> = st
+            .op
+            .axes()
+            .iter()
+            .map(|a| a.name.clone())
+            .zip(global.iter().cloned())
+            .collect();
         let load = placeholder_load(sch, names);
-        let e = Converter { vars: &vars, load: &load }.expr(&axis.extent)?;
+        let e = Converter {
+            vars: &vars,
+            load: &load,
+        }
+        .expr(&axis.extent)?;
         if e.has_load() {
             return Err(LowerError::Unsupported(format!(
                 "{}: the extent of reduce axis {} depends on input data (sparse workloads); its trip count and indices cannot be bounded",
@@ -440,7 +560,11 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
         let e = simplify_expr(&e);
         // TE would emit the loop with an extent that reads a variable of a loop inside it
         let pos = pos_of[&v];
-        let inner: HashSet<&str> = loop_var[pos..].iter().flatten().map(String::as_str).collect();
+        let inner: HashSet<&str> = loop_var[pos..]
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
         if uses_var_where(&e, &|x| inner.contains(x)) {
             return Err(LowerError::InvalidSchedule(format!(
                 "{}: the extent of reduce loop {} depends on an axis whose loop is inside it",
@@ -448,15 +572,24 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
             )));
         }
         ext[v] = Some(Ext { e, max });
-        ranges.insert(loop_var[pos_of[&v]].clone().unwrap_or_default(), (0, max as i128 - 1));
+        ranges.insert(
+            loop_var[pos_of[&v]].clone().unwrap_or_default(),
+            (0, max as i128 - 1),
+        );
     }
     // PassUpBoundCheck
     let mut flag = vec![false; nv];
     for rel in st.rels.iter().rev() {
         match *rel {
-            Rel::Split { parent, outer, inner, .. } => {
+            Rel::Split {
+                parent,
+                outer,
+                inner,
+                ..
+            } => {
                 let exact = match (&ext[parent], &ext[outer], &ext[inner]) {
-                    (Some(p), Some(o), Some(i)) => match (p.as_const(), o.as_const(), i.as_const()) {
+                    (Some(p), Some(o), Some(i)) => match (p.as_const(), o.as_const(), i.as_const())
+                    {
                         (Some(p), Some(o), Some(i)) => p as i128 == o as i128 * i as i128,
                         _ => false,
                     },
@@ -464,14 +597,27 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
                 };
                 flag[parent] = flag[outer] || flag[inner] || !exact;
             }
-            Rel::Fuse { outer, inner, fused } => {
+            Rel::Fuse {
+                outer,
+                inner,
+                fused,
+            } => {
                 flag[outer] = flag[fused];
                 flag[inner] = flag[fused];
             }
         }
     }
     let shape: Vec<i64> = region.iter().map(|r| r.1).collect();
-    let mut l = StageLoops { ext, root_min, loop_var, local, global, flag, shape, preds: Vec::new() };
+    let mut l = StageLoops {
+        ext,
+        root_min,
+        loop_var,
+        local,
+        global,
+        flag,
+        shape,
+        preds: Vec::new(),
+    };
     let mut preds = split_checks(st, &l, &l.local, &|_| false, &ranges);
     // a region reaching outside the op's domain is computed only inside it
     if matches!(st.loc, Loc::At { .. }) {
@@ -481,7 +627,11 @@ fn stage_loops(sch: &TSchedule, s: usize, b: &Bounds, names: &mut Naming) -> Res
             }
             let iv = interval(&l.global[k], &ranges);
             if iv.is_none_or(|iv| iv.0 < 0) {
-                preds.push(Expr::cmp(crate::loopnest::CmpOp::Ge, l.global[k].clone(), Expr::int(0)));
+                preds.push(Expr::cmp(
+                    crate::loopnest::CmpOp::Ge,
+                    l.global[k].clone(),
+                    Expr::int(0),
+                ));
             }
             if iv.is_none_or(|iv| iv.1 >= e as i128) {
                 preds.push(Expr::lt(l.global[k].clone(), Expr::int(e)));
@@ -498,20 +648,33 @@ fn short(name: &str) -> String {
 
 /// The region of stage `p` (computed at a loop) its consumers read in one iteration of that
 /// loop: per axis `(global minimum, extent)`.
-fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Vec<(Expr, i64)>, LowerError> {
+fn region_of(
+    sch: &TSchedule,
+    p: usize,
+    b: &Bounds,
+    names: &Naming,
+) -> Result<Vec<(Expr, i64)>, LowerError> {
     let st = &sch.stages[p];
-    let Loc::At { stage: target, var } = st.loc else { unreachable!() };
-    let tpos =
-        sch.stages[target].leaves.iter().position(|&v| v == var).ok_or_else(|| LowerError::Internal("attach loop".into()))?;
+    let Loc::At { stage: target, var } = st.loc else {
+        unreachable!()
+    };
+    let tpos = sch.stages[target]
+        .leaves
+        .iter()
+        .position(|&v| v == var)
+        .ok_or_else(|| LowerError::Internal("attach loop".into()))?;
     let full = st.op.shape()?;
     let mut acc: Vec<Option<SymRange>> = vec![None; full.len()];
     let load = placeholder_load(sch, names);
     for c in p + 1..sch.stages.len() {
         let cs = &sch.stages[c];
-        if cs.op.is_placeholder() || cs.loc == Loc::Inline || !cs.op.inputs().contains(&TensorId(p)) {
+        if cs.op.is_placeholder() || cs.loc == Loc::Inline || !cs.op.inputs().contains(&TensorId(p))
+        {
             continue;
         }
-        let cl = b.stages[c].as_ref().ok_or_else(|| LowerError::Internal("consumer bounds missing".into()))?;
+        let cl = b.stages[c]
+            .as_ref()
+            .ok_or_else(|| LowerError::Internal("consumer bounds missing".into()))?;
         let chain = enclosing_loops(sch, c)?;
         let cut = chain.iter().position(|&x| x == (target, tpos)).ok_or_else(|| {
             LowerError::InvalidSchedule(format!(
@@ -521,7 +684,11 @@ fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Ve
         })?;
         let mut relaxed = HashSet::new();
         for &(s2, pos) in &chain[..cut] {
-            let lv = if s2 == c { cl.loop_var[pos].clone() } else { b.stages[s2].as_ref().and_then(|l| l.loop_var[pos].clone()) };
+            let lv = if s2 == c {
+                cl.loop_var[pos].clone()
+            } else {
+                b.stages[s2].as_ref().and_then(|l| l.loop_var[pos].clone())
+            };
             relaxed.extend(lv);
         }
         // TE's PassUpDomain: an axis whose loops are all relaxed covers exactly its domain
@@ -530,16 +697,22 @@ fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Ve
         let mut vars: HashMap<String, Expr> = HashMap::new();
         let roots = cs.op.axes().iter().chain(cs.op.reduce_axes());
         for (k, (a, g)) in roots.zip(&cl.global).enumerate() {
-            let local = cl.local[k].as_ref().ok_or_else(|| LowerError::Internal("axis without a value".into()))?;
-            let full = uses_var_where(local, &|v| relaxed.contains(v)) && !uses_var_where(local, &|v| !relaxed.contains(v));
+            let local = cl.local[k]
+                .as_ref()
+                .ok_or_else(|| LowerError::Internal("axis without a value".into()))?;
+            let full = uses_var_where(local, &|v| relaxed.contains(v))
+                && !uses_var_where(local, &|v| !relaxed.contains(v));
             match (&cl.ext[k], full) {
                 (Some(e), true) if e.as_const().is_some() => {
                     let synthetic = format!("\u{2}{c}.{k}");
                     ranges.insert(synthetic.clone(), (0, e.max as i128 - 1));
                     relaxed.insert(synthetic.clone());
                     let m = &cl.root_min[k];
-                    let v =
-                        if m.as_int() == Some(0) { Expr::var(&synthetic) } else { Expr::add(Expr::var(&synthetic), m.clone()) };
+                    let v = if m.as_int() == Some(0) {
+                        Expr::var(&synthetic)
+                    } else {
+                        Expr::add(Expr::var(&synthetic), m.clone())
+                    };
                     vars.insert(a.name.clone(), v);
                 }
                 _ => {
@@ -547,14 +720,21 @@ fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Ve
                 }
             }
         }
-        let conv = Converter { vars: &vars, load: &load };
+        let conv = Converter {
+            vars: &vars,
+            load: &load,
+        };
         let mut reads = Vec::new();
         for e in cs.op.exprs() {
             convert::loads_of(e, TensorId(p), &mut reads);
         }
         for idx in reads {
             if idx.len() != full.len() {
-                return Err(LowerError::Internal(format!("{} read with {} indices", st.op.name, idx.len())));
+                return Err(LowerError::Internal(format!(
+                    "{} read with {} indices",
+                    st.op.name,
+                    idx.len()
+                )));
             }
             for (d, i) in idx.iter().enumerate() {
                 let r = sym_range(&conv.expr(i)?, &relaxed, &ranges)?;
@@ -571,11 +751,13 @@ fn region_of(sch: &TSchedule, p: usize, b: &Bounds, names: &Naming) -> Result<Ve
             // nobody reads it here: compute the whole axis
             None => out.push((Expr::int(0), full[d])),
             Some(r) => {
-                let ext = checked_ext(r.hi - r.lo + 1, &format!("region extent of {}", st.op.name))?;
+                let ext =
+                    checked_ext(r.hi - r.lo + 1, &format!("region extent of {}", st.op.name))?;
                 if ext < 1 {
                     return Err(LowerError::Internal("empty region".into()));
                 }
-                let lo = i64::try_from(r.lo).map_err(|_| LowerError::TooLarge("region minimum".into()))?;
+                let lo = i64::try_from(r.lo)
+                    .map_err(|_| LowerError::TooLarge("region minimum".into()))?;
                 let min = simplify_expr(&Expr::add(r.fixed.to_expr(), Expr::int(lo)));
                 out.push((min, ext));
             }

@@ -29,7 +29,9 @@ pub fn kernel_args(kernel: &Kernel, inputs: &[TensorData]) -> Result<Vec<BufferD
             if p.role != BufferRole::Input {
                 return Ok(BufferData::for_buffer(p));
             }
-            let t = inputs.get(next).ok_or("fewer inputs than input parameters")?;
+            let t = inputs
+                .get(next)
+                .ok_or("fewer inputs than input parameters")?;
             next += 1;
             if t.len() as i64 != p.num_elements() {
                 return Err(format!(
@@ -55,16 +57,33 @@ pub fn kernel_args(kernel: &Kernel, inputs: &[TensorData]) -> Result<Vec<BufferD
 }
 
 /// Compares the kernel's output parameters (after a run) with the reference outputs.
-pub fn compare_outputs(kernel: &Kernel, args: &[BufferData], reference: &[TensorData]) -> Result<(f64, f64), String> {
-    let outs: Vec<&BufferData> =
-        kernel.params.iter().zip(args).filter(|(p, _)| p.role == BufferRole::Output).map(|(_, b)| b).collect();
+pub fn compare_outputs(
+    kernel: &Kernel,
+    args: &[BufferData],
+    reference: &[TensorData],
+) -> Result<(f64, f64), String> {
+    let outs: Vec<&BufferData> = kernel
+        .params
+        .iter()
+        .zip(args)
+        .filter(|(p, _)| p.role == BufferRole::Output)
+        .map(|(_, b)| b)
+        .collect();
     if outs.len() != reference.len() {
-        return Err(format!("{} output parameters, {} reference outputs", outs.len(), reference.len()));
+        return Err(format!(
+            "{} output parameters, {} reference outputs",
+            outs.len(),
+            reference.len()
+        ));
     }
     let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
     for (got, want) in outs.iter().zip(reference) {
         if got.len() != want.len() {
-            return Err(format!("output has {} elements, the reference {}", got.len(), want.len()));
+            return Err(format!(
+                "output has {} elements, the reference {}",
+                got.len(),
+                want.len()
+            ));
         }
         for (i, w) in want.data.iter().enumerate() {
             let g = got.get_f64(i);
@@ -112,8 +131,15 @@ pub fn interpret_with_layout(
     };
     // (struct update: robust to options added later)
     #[allow(clippy::needless_update)]
-    let opts = InterpOptions { step_budget, ..Default::default() };
+    let opts = InterpOptions {
+        step_budget,
+        ..Default::default()
+    };
     let steps = run(kernel, &mut args, opts).map_err(|e| format!("interpreter: {e}"))?;
     let (max_abs_err, rel_err) = compare_outputs(kernel, &args, &reference)?;
-    Ok(Comparison { max_abs_err, rel_err, steps })
+    Ok(Comparison {
+        max_abs_err,
+        rel_err,
+        steps,
+    })
 }

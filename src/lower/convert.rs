@@ -20,7 +20,11 @@ pub(crate) fn buffer_dtype(t: ir::DType) -> Result<ln::DType, LowerError> {
         ir::DType::UInt(8) => ln::DType::U8,
         ir::DType::Int(32) => ln::DType::I32,
         ir::DType::Int(64) => ln::DType::I64,
-        other => return Err(LowerError::Unsupported(format!("tensors of type {other:?}"))),
+        other => {
+            return Err(LowerError::Unsupported(format!(
+                "tensors of type {other:?}"
+            )))
+        }
     })
 }
 
@@ -63,13 +67,18 @@ impl Converter<'_> {
                 _ => ln::Expr::int(*value),
             },
             E::FloatImm { value, dtype } => ln::Expr::Float(*value, value_dtype(*dtype)?),
-            E::Var(n) => self
-                .vars
-                .get(n)
-                .cloned()
-                .ok_or_else(|| LowerError::Internal(format!("unbound variable `{n}` in a stage body")))?,
-            E::Load { tensor, indices, dtype } => {
-                let idx = indices.iter().map(|i| self.expr(i)).collect::<Result<Vec<_>, _>>()?;
+            E::Var(n) => self.vars.get(n).cloned().ok_or_else(|| {
+                LowerError::Internal(format!("unbound variable `{n}` in a stage body"))
+            })?,
+            E::Load {
+                tensor,
+                indices,
+                dtype,
+            } => {
+                let idx = indices
+                    .iter()
+                    .map(|i| self.expr(i))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let v = (self.load)(*tensor, idx)?;
                 if dtype.is_float() {
                     v
@@ -90,9 +99,13 @@ impl Converter<'_> {
                     B::Mod if !float => ln::Expr::bin(BinOp::Mod, x, y),
                     B::FloorDiv if !float => ln::Expr::bin(BinOp::FloorDiv, x, y),
                     B::FloorMod if !float => ln::Expr::bin(BinOp::FloorMod, x, y),
-                    B::FloorDiv => ln::Expr::call(ln::Intrinsic::Floor, vec![ln::Expr::bin(BinOp::Div, x, y)]),
+                    B::FloorDiv => {
+                        ln::Expr::call(ln::Intrinsic::Floor, vec![ln::Expr::bin(BinOp::Div, x, y)])
+                    }
                     B::Mod | B::FloorMod => {
-                        return Err(LowerError::Unsupported("float modulo in a stage body".into()));
+                        return Err(LowerError::Unsupported(
+                            "float modulo in a stage body".into(),
+                        ));
                     }
                     B::Min => ln::Expr::bin(BinOp::Min, x, y),
                     B::Max => ln::Expr::bin(BinOp::Max, x, y),
@@ -107,9 +120,15 @@ impl Converter<'_> {
                 }
             }
             E::Not(a) => ln::Expr::Not(Box::new(truthy(self.expr(a)?, a)?)),
-            E::Select { cond, then, otherwise } => {
-                ln::Expr::select(truthy(self.expr(cond)?, cond)?, self.expr(then)?, self.expr(otherwise)?)
-            }
+            E::Select {
+                cond,
+                then,
+                otherwise,
+            } => ln::Expr::select(
+                truthy(self.expr(cond)?, cond)?,
+                self.expr(then)?,
+                self.expr(otherwise)?,
+            ),
             E::Cast { dtype, value } => {
                 let v = self.expr(value)?;
                 let from = value_dtype(value.dtype())?;
@@ -123,12 +142,17 @@ impl Converter<'_> {
                 }
             }
             E::Call { func, args, .. } => {
-                let mut a = args.iter().map(|x| self.expr(x)).collect::<Result<Vec<_>, _>>()?;
+                let mut a = args
+                    .iter()
+                    .map(|x| self.expr(x))
+                    .collect::<Result<Vec<_>, _>>()?;
                 use ir::Intrinsic as I;
                 let f = match func {
                     I::IfThenElse => {
                         if a.len() != 3 {
-                            return Err(LowerError::Internal("if_then_else needs 3 arguments".into()));
+                            return Err(LowerError::Internal(
+                                "if_then_else needs 3 arguments".into(),
+                            ));
                         }
                         let o = a.pop().unwrap();
                         let t = a.pop().unwrap();
@@ -172,13 +196,22 @@ pub(crate) fn simplify_index(e: &ln::Expr) -> ln::Expr {
             let a = simplify_index(a);
             // floordiv(floordiv(x, d), c) = floordiv(x, d * c)
             if let (BinOp::FloorDiv, ln::Expr::Bin(BinOp::FloorDiv, x, d)) = (op, &a) {
-                if let Some(d) = d.as_int().filter(|&d| d > 0).and_then(|d| d.checked_mul(c as i64)) {
-                    return Some(simplify_index(&ln::Expr::floordiv((**x).clone(), ln::Expr::int(d))));
+                if let Some(d) = d
+                    .as_int()
+                    .filter(|&d| d > 0)
+                    .and_then(|d| d.checked_mul(c as i64))
+                {
+                    return Some(simplify_index(&ln::Expr::floordiv(
+                        (**x).clone(),
+                        ln::Expr::int(d),
+                    )));
                 }
             }
             let lin = linearize(&a);
-            let (mut keep, mut out) =
-                (Linear::constant(lin.constant.rem_euclid(c)), Linear::constant(lin.constant.div_euclid(c)));
+            let (mut keep, mut out) = (
+                Linear::constant(lin.constant.rem_euclid(c)),
+                Linear::constant(lin.constant.div_euclid(c)),
+            );
             let mut moved = lin.constant.div_euclid(c) != 0;
             for (atom, k) in &lin.terms {
                 if k % c == 0 {
@@ -208,12 +241,15 @@ pub(crate) fn simplify_index(e: &ln::Expr) -> ln::Expr {
 pub(crate) fn canon(e: &ln::Expr) -> ln::Expr {
     use crate::loopnest::affine::is_index_expr;
     e.map(&mut |x| match x {
-        ln::Expr::Load { buf, index } => {
-            Some(ln::Expr::Load { buf: buf.clone(), index: index.iter().map(|i| simplify_index(&canon(i))).collect() })
-        }
-        ln::Expr::Cmp(op, a, b) if is_index_expr(a) && is_index_expr(b) => {
-            Some(ln::Expr::cmp(*op, simplify_index(&canon(a)), simplify_index(&canon(b))))
-        }
+        ln::Expr::Load { buf, index } => Some(ln::Expr::Load {
+            buf: buf.clone(),
+            index: index.iter().map(|i| simplify_index(&canon(i))).collect(),
+        }),
+        ln::Expr::Cmp(op, a, b) if is_index_expr(a) && is_index_expr(b) => Some(ln::Expr::cmp(
+            *op,
+            simplify_index(&canon(a)),
+            simplify_index(&canon(b)),
+        )),
         _ => None,
     })
 }
@@ -233,7 +269,10 @@ pub(crate) fn uses_var_where(e: &ln::Expr, pred: &dyn Fn(&str) -> bool) -> bool 
 /// The loads of tensor `t` in `e` (their index expressions), in visiting order.
 pub(crate) fn loads_of(e: &ir::Expr, t: TensorId, out: &mut Vec<Vec<ir::Expr>>) {
     e.visit_pre_order(&mut |x| {
-        if let ir::Expr::Load { tensor, indices, .. } = x {
+        if let ir::Expr::Load {
+            tensor, indices, ..
+        } = x
+        {
             if *tensor == t {
                 out.push(indices.clone());
             }
@@ -250,35 +289,61 @@ mod tests {
     #[test]
     fn divmod_rules() {
         let (x, y) = (ln::Expr::var("x"), ln::Expr::var("y"));
-        let e = ln::Expr::floordiv(ln::Expr::add(x.clone(), ln::Expr::mul(y.clone(), ln::Expr::int(8))), ln::Expr::int(4));
+        let e = ln::Expr::floordiv(
+            ln::Expr::add(x.clone(), ln::Expr::mul(y.clone(), ln::Expr::int(8))),
+            ln::Expr::int(4),
+        );
         let s = crate::loopnest::printer::expr_to_string(&simplify_index(&ln::Expr::sub(
             e,
             ln::Expr::mul(y.clone(), ln::Expr::int(2)),
         )));
         assert_eq!(s, "floordiv(x, 4)");
         let m = ln::Expr::floormod(
-            ln::Expr::add(ln::Expr::add(x.clone(), ln::Expr::mul(y, ln::Expr::int(12))), ln::Expr::int(5)),
+            ln::Expr::add(
+                ln::Expr::add(x.clone(), ln::Expr::mul(y, ln::Expr::int(12))),
+                ln::Expr::int(5),
+            ),
             ln::Expr::int(4),
         );
-        assert_eq!(crate::loopnest::printer::expr_to_string(&simplify_index(&m)), "floormod((x + 1), 4)");
-        let nested = ln::Expr::floordiv(ln::Expr::floordiv(x.clone(), ln::Expr::int(4)), ln::Expr::int(3));
-        assert_eq!(crate::loopnest::printer::expr_to_string(&simplify_index(&nested)), "floordiv(x, 12)");
+        assert_eq!(
+            crate::loopnest::printer::expr_to_string(&simplify_index(&m)),
+            "floormod((x + 1), 4)"
+        );
+        let nested = ln::Expr::floordiv(
+            ln::Expr::floordiv(x.clone(), ln::Expr::int(4)),
+            ln::Expr::int(3),
+        );
+        assert_eq!(
+            crate::loopnest::printer::expr_to_string(&simplify_index(&nested)),
+            "floordiv(x, 12)"
+        );
         // exact on every value, negatives included
         for xv in -9..9 {
             for yv in -3..3 {
                 for c in 1..6 {
                     let f = |e: &ln::Expr| {
-                        let e = e.substitute("x", &ln::Expr::int(xv)).substitute("y", &ln::Expr::int(yv));
+                        let e = e
+                            .substitute("x", &ln::Expr::int(xv))
+                            .substitute("y", &ln::Expr::int(yv));
                         crate::loopnest::simplify_expr(&e).as_int().unwrap()
                     };
                     let d = ln::Expr::floordiv(
-                        ln::Expr::add(ln::Expr::var("x"), ln::Expr::mul(ln::Expr::var("y"), ln::Expr::int(2 * c))),
+                        ln::Expr::add(
+                            ln::Expr::var("x"),
+                            ln::Expr::mul(ln::Expr::var("y"), ln::Expr::int(2 * c)),
+                        ),
                         ln::Expr::int(c),
                     );
                     assert_eq!(f(&d), f(&simplify_index(&d)));
-                    let m = ln::Expr::floormod(ln::Expr::add(ln::Expr::var("x"), ln::Expr::int(3 * c + 1)), ln::Expr::int(c));
+                    let m = ln::Expr::floormod(
+                        ln::Expr::add(ln::Expr::var("x"), ln::Expr::int(3 * c + 1)),
+                        ln::Expr::int(c),
+                    );
                     assert_eq!(f(&m), f(&simplify_index(&m)));
-                    let n = ln::Expr::floordiv(ln::Expr::floordiv(ln::Expr::var("x"), ln::Expr::int(c)), ln::Expr::int(3));
+                    let n = ln::Expr::floordiv(
+                        ln::Expr::floordiv(ln::Expr::var("x"), ln::Expr::int(c)),
+                        ln::Expr::int(3),
+                    );
                     assert_eq!(f(&n), f(&simplify_index(&n)));
                 }
             }
@@ -290,20 +355,37 @@ mod tests {
         // if_then_else(i >= 1, x[i - 1], 0f) with i := v*2
         let e = E::if_then_else(
             E::ge(E::var("i"), 1),
-            E::Load { tensor: TensorId(0), indices: vec![E::var("i") - 1], dtype: ir::DType::F32 },
+            E::Load {
+                tensor: TensorId(0),
+                indices: vec![E::var("i") - 1],
+                dtype: ir::DType::F32,
+            },
             E::f32(0.0),
         );
         let mut vars = HashMap::new();
-        vars.insert("i".to_string(), ln::Expr::mul(ln::Expr::var("v"), ln::Expr::int(2)));
+        vars.insert(
+            "i".to_string(),
+            ln::Expr::mul(ln::Expr::var("v"), ln::Expr::int(2)),
+        );
         let load = |t: TensorId, idx: Vec<ln::Expr>| Ok(ln::Expr::load(&format!("b{}", t.0), idx));
-        let c = Converter { vars: &vars, load: &load };
+        let c = Converter {
+            vars: &vars,
+            load: &load,
+        };
         let got = c.expr(&e).unwrap();
         let s = crate::loopnest::printer::expr_to_string(&got);
         assert!(s.contains("b0["), "{s}");
         assert!(matches!(got, ln::Expr::Select(..)));
         // an int32 load is widened
-        let l = E::Load { tensor: TensorId(1), indices: vec![E::int(0)], dtype: ir::DType::Int(32) };
-        assert!(matches!(c.expr(&l).unwrap(), ln::Expr::Cast(ln::DType::I64, _)));
+        let l = E::Load {
+            tensor: TensorId(1),
+            indices: vec![E::int(0)],
+            dtype: ir::DType::Int(32),
+        };
+        assert!(matches!(
+            c.expr(&l).unwrap(),
+            ln::Expr::Cast(ln::DType::I64, _)
+        ));
         assert!(c.expr(&E::var("nope")).is_err());
     }
 }

@@ -18,7 +18,9 @@ use super::te::{Loc, Rel, TSchedule, TStage};
 use super::{LowerError, WeightLayout};
 use crate::ansor::Annotation;
 use crate::ir::{Combiner, Dag, TensorId};
-use crate::loopnest::{simplify_expr, Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt};
+use crate::loopnest::{
+    simplify_expr, Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt,
+};
 use std::collections::{HashMap, HashSet};
 
 pub(crate) struct Emitter<'a> {
@@ -35,7 +37,14 @@ pub(crate) struct Emitter<'a> {
 
 /// Key of an access in [`Emitter::guarded`].
 pub(crate) fn access_key(buf: &str, index: &[Expr], is_store: bool) -> (String, Vec<String>, bool) {
-    (buf.to_string(), index.iter().map(|i| crate::loopnest::printer::expr_to_string(&simplify_expr(i))).collect(), is_store)
+    (
+        buf.to_string(),
+        index
+            .iter()
+            .map(|i| crate::loopnest::printer::expr_to_string(&simplify_expr(i)))
+            .collect(),
+        is_store,
+    )
 }
 
 /// `0 <= idx[d] < shape[d]` for every dimension.
@@ -43,23 +52,42 @@ fn in_bounds(idx: &[Expr], shape: &[i64]) -> Expr {
     let conds: Vec<Expr> = idx
         .iter()
         .zip(shape)
-        .flat_map(|(i, &e)| [Expr::cmp(CmpOp::Ge, i.clone(), Expr::int(0)), Expr::lt(i.clone(), Expr::int(e))])
+        .flat_map(|(i, &e)| {
+            [
+                Expr::cmp(CmpOp::Ge, i.clone(), Expr::int(0)),
+                Expr::lt(i.clone(), Expr::int(e)),
+            ]
+        })
         .collect();
-    conds.into_iter().reduce(|a, b| Expr::And(Box::new(a), Box::new(b))).unwrap_or(Expr::Int(1, DType::Bool))
+    conds
+        .into_iter()
+        .reduce(|a, b| Expr::And(Box::new(a), Box::new(b)))
+        .unwrap_or(Expr::Int(1, DType::Bool))
 }
 
 fn guard(preds: &[Expr], body: Stmt) -> Stmt {
-    preds.iter().rev().fold(body, |acc, p| Stmt::if_(Expr::likely(convert::canon(p)), acc, None))
+    preds.iter().rev().fold(body, |acc, p| {
+        Stmt::if_(Expr::likely(convert::canon(p)), acc, None)
+    })
 }
 
 fn loop_kind(ann: Annotation, constant: bool) -> Result<ForKind, LowerError> {
     Ok(match ann {
         Annotation::None => ForKind::Serial,
         Annotation::Unroll if constant => ForKind::Unrolled,
-        Annotation::Unroll => return Err(LowerError::Unsupported("unroll of a loop with a non-constant extent".into())),
+        Annotation::Unroll => {
+            return Err(LowerError::Unsupported(
+                "unroll of a loop with a non-constant extent".into(),
+            ))
+        }
         Annotation::Vectorize => ForKind::Vectorized,
         Annotation::Parallel => ForKind::Parallel,
-        other => return Err(LowerError::Unsupported(format!("`{}` loops (GPU/tensorize annotations) on a CPU", other.name()))),
+        other => {
+            return Err(LowerError::Unsupported(format!(
+                "`{}` loops (GPU/tensorize annotations) on a CPU",
+                other.name()
+            )))
+        }
     })
 }
 
@@ -76,24 +104,42 @@ impl<'a> Emitter<'a> {
         for (s, st) in sch.stages.iter().enumerate() {
             if let Loc::At { stage, var } = st.loc {
                 let pos = sch.stages[stage].leaves.iter().position(|&v| v == var);
-                let pos = pos.ok_or_else(|| LowerError::Internal("attach loop is not a leaf".into()))?;
+                let pos =
+                    pos.ok_or_else(|| LowerError::Internal("attach loop is not a leaf".into()))?;
                 attached.entry((stage, pos)).or_default().push(s);
             }
         }
-        Ok(Emitter { dag, sch, b, names, layout, ranges: b.ranges.clone(), attached, guarded })
+        Ok(Emitter {
+            dag,
+            sch,
+            b,
+            names,
+            layout,
+            ranges: b.ranges.clone(),
+            attached,
+            guarded,
+        })
     }
 
     fn loops(&self, s: usize) -> Result<&'a StageLoops, LowerError> {
-        self.b.stages[s].as_ref().ok_or_else(|| LowerError::Internal(format!("no loops for stage {s}")))
+        self.b.stages[s]
+            .as_ref()
+            .ok_or_else(|| LowerError::Internal(format!("no loops for stage {s}")))
     }
 
     fn buffer(&self, s: usize) -> Result<String, LowerError> {
-        self.names.buffer[s].clone().ok_or_else(|| LowerError::Internal(format!("stage {s} has no buffer")))
+        self.names.buffer[s]
+            .clone()
+            .ok_or_else(|| LowerError::Internal(format!("stage {s} has no buffer")))
     }
 
     /// A load of stage `t` at global indices.
     fn load(&self, t: TensorId, idx: Vec<Expr>) -> Result<Expr, LowerError> {
-        let st = self.sch.stages.get(t.0).ok_or_else(|| LowerError::Internal("load of a missing stage".into()))?;
+        let st = self
+            .sch
+            .stages
+            .get(t.0)
+            .ok_or_else(|| LowerError::Internal("load of a missing stage".into()))?;
         let buf = self.buffer(t.0)?;
         let idx = match &st.op.kind {
             LKind::Placeholder { .. } => match st.op.dag_tensor {
@@ -110,24 +156,46 @@ impl<'a> Emitter<'a> {
             },
             LKind::Compute { .. } => {
                 if st.loc == Loc::Inline {
-                    return Err(LowerError::Internal(format!("load of the inlined stage {}", st.op.name)));
+                    return Err(LowerError::Internal(format!(
+                        "load of the inlined stage {}",
+                        st.op.name
+                    )));
                 }
                 let l = self.loops(t.0)?;
                 idx.into_iter()
                     .zip(&l.root_min)
-                    .map(|(i, m)| if m.as_int() == Some(0) { i } else { Expr::sub(i, m.clone()) })
+                    .map(|(i, m)| {
+                        if m.as_int() == Some(0) {
+                            i
+                        } else {
+                            Expr::sub(i, m.clone())
+                        }
+                    })
                     .collect()
             }
         };
-        let idx: Vec<Expr> = if idx.is_empty() { vec![Expr::int(0)] } else { idx.iter().map(convert::simplify_index).collect() };
+        let idx: Vec<Expr> = if idx.is_empty() {
+            vec![Expr::int(0)]
+        } else {
+            idx.iter().map(convert::simplify_index).collect()
+        };
         // An index that depends on data or on a loop of non-constant extent (adaptive pooling
         // windows) cannot be proven in bounds statically: guard the load itself (a no-op for
         // every in-bounds access, so for every input the DAG is defined on).
-        let dynamic = |e: &Expr| e.has_load() || convert::uses_var_where(e, &|v| self.b.dynamic.contains(v));
+        let dynamic =
+            |e: &Expr| e.has_load() || convert::uses_var_where(e, &|v| self.b.dynamic.contains(v));
         if idx.iter().any(dynamic) || self.guarded.contains(&access_key(&buf, &idx, false)) {
             let (shape, dtype) = self.shape_of(t.0)?;
-            let zero = if dtype.is_float() { Expr::Float(0.0, dtype) } else { Expr::Int(0, dtype) };
-            return Ok(Expr::select(in_bounds(&idx, &shape), Expr::load(&buf, idx), zero));
+            let zero = if dtype.is_float() {
+                Expr::Float(0.0, dtype)
+            } else {
+                Expr::Int(0, dtype)
+            };
+            return Ok(Expr::select(
+                in_bounds(&idx, &shape),
+                Expr::load(&buf, idx),
+                zero,
+            ));
         }
         Ok(Expr::load(&buf, idx))
     }
@@ -155,7 +223,9 @@ impl<'a> Emitter<'a> {
     /// The whole kernel body: root stages in order, temporaries allocated around the rest.
     pub fn kernel(mut self, name: &str) -> Result<Kernel, LowerError> {
         let roots: Vec<usize> = (0..self.sch.stages.len())
-            .filter(|&s| !self.sch.stages[s].op.is_placeholder() && self.sch.stages[s].loc == Loc::Root)
+            .filter(|&s| {
+                !self.sch.stages[s].op.is_placeholder() && self.sch.stages[s].loc == Loc::Root
+            })
             .collect();
         let mut body = Stmt::nop();
         for &s in roots.iter().rev() {
@@ -175,7 +245,12 @@ impl<'a> Emitter<'a> {
         if shape.is_empty() {
             shape = vec![1];
         }
-        Ok(Buffer::new(&self.buffer(s)?, convert::buffer_dtype(st.op.dtype)?, &shape, BufferRole::Temporary))
+        Ok(Buffer::new(
+            &self.buffer(s)?,
+            convert::buffer_dtype(st.op.dtype)?,
+            &shape,
+            BufferRole::Temporary,
+        ))
     }
 
     /// Stage `s`'s loop nest with everything attached to it.
@@ -185,7 +260,12 @@ impl<'a> Emitter<'a> {
         let l = self.loops(s)?;
         let buf = self.buffer(s)?;
         let bt = convert::buffer_dtype(st.op.dtype)?;
-        let LKind::Compute { axes, reduce_axes, body } = &st.op.kind else {
+        let LKind::Compute {
+            axes,
+            reduce_axes,
+            body,
+        } = &st.op.kind
+        else {
             return Err(LowerError::Internal("emit of a placeholder".into()));
         };
         let mut vars: HashMap<String, Expr> = HashMap::new();
@@ -202,29 +282,54 @@ impl<'a> Emitter<'a> {
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| LowerError::Internal("axis without a value".into()))
         };
-        let idx: Vec<Expr> = store_idx(&l.local)?.iter().map(convert::simplify_index).collect();
+        let idx: Vec<Expr> = store_idx(&l.local)?
+            .iter()
+            .map(convert::simplify_index)
+            .collect();
         let n = st.leaves.len();
         let this = &*self;
         let load = |t: TensorId, i: Vec<Expr>| this.load(t, i);
-        let conv = Converter { vars: &vars, load: &load };
+        let conv = Converter {
+            vars: &vars,
+            load: &load,
+        };
         match body {
             LBody::Expr(e) => {
-                let provide = self.store(s, &buf, idx, convert::store_value(convert::canon(&conv.expr(e)?), bt))?;
+                let provide = self.store(
+                    s,
+                    &buf,
+                    idx,
+                    convert::store_value(convert::canon(&conv.expr(e)?), bt),
+                )?;
                 let inner = guard(&l.preds, provide);
                 self.nest(s, 0, n, inner)
             }
-            LBody::Reduce { combiner, source, init, cond } => {
+            LBody::Reduce {
+                combiner,
+                source,
+                init,
+                cond,
+            } => {
                 // which loops touch spatial (1) and reduce (2) axes (PassDownBitMaskOr)
                 let mut us = vec![0u8; st.vars.len()];
                 us[..st.n_axes].fill(1);
                 us[st.n_axes..st.n_root].fill(2);
                 for rel in &st.rels {
                     match *rel {
-                        Rel::Split { parent, outer, inner, .. } => {
+                        Rel::Split {
+                            parent,
+                            outer,
+                            inner,
+                            ..
+                        } => {
                             us[outer] |= us[parent];
                             us[inner] |= us[parent];
                         }
-                        Rel::Fuse { outer, inner, fused } => us[fused] = us[outer] | us[inner],
+                        Rel::Fuse {
+                            outer,
+                            inner,
+                            fused,
+                        } => us[fused] = us[outer] | us[inner],
                     }
                 }
                 let begin = st.leaves.iter().position(|&v| us[v] & 2 != 0).unwrap_or(n);
@@ -260,9 +365,18 @@ impl<'a> Emitter<'a> {
         Ok(body)
     }
 
-    fn for_loop(&self, st: &TStage, l: &StageLoops, p: usize, var: &str, body: Stmt) -> Result<Stmt, LowerError> {
+    fn for_loop(
+        &self,
+        st: &TStage,
+        l: &StageLoops,
+        p: usize,
+        var: &str,
+        body: Stmt,
+    ) -> Result<Stmt, LowerError> {
         let v = st.leaves[p];
-        let ext = l.ext[v].as_ref().ok_or_else(|| LowerError::Internal("loop without an extent".into()))?;
+        let ext = l.ext[v]
+            .as_ref()
+            .ok_or_else(|| LowerError::Internal("loop without an extent".into()))?;
         let kind = loop_kind(st.vars[v].ann, ext.as_const().is_some())?;
         let stmt = Stmt::for_(var, Expr::int(0), ext.e.clone(), kind, body);
         Ok(self.with_pragma(st, v, stmt))
@@ -270,7 +384,13 @@ impl<'a> Emitter<'a> {
 
     fn with_pragma(&self, st: &TStage, v: usize, stmt: Stmt) -> Stmt {
         match st.pragma {
-            Some((pv, max_step)) if pv == v => Stmt::attr(Attr::AutoUnroll { max_step, explicit: true }, stmt),
+            Some((pv, max_step)) if pv == v => Stmt::attr(
+                Attr::AutoUnroll {
+                    max_step,
+                    explicit: true,
+                },
+                stmt,
+            ),
             _ => stmt,
         }
     }
@@ -294,7 +414,14 @@ impl<'a> Emitter<'a> {
 
     /// The init of a reduction (TE `ComputeLoopNest::Create`'s init nest): loops at
     /// `begin..` that touch a spatial axis, with fresh variables.
-    fn init_nest(&mut self, s: usize, begin: usize, us: &[u8], buf: &str, value: Expr) -> Result<Stmt, LowerError> {
+    fn init_nest(
+        &mut self,
+        s: usize,
+        begin: usize,
+        us: &[u8],
+        buf: &str,
+        value: Expr,
+    ) -> Result<Stmt, LowerError> {
         let st = &self.sch.stages[s];
         let l = self.loops(s)?;
         let n = st.leaves.len();
@@ -309,7 +436,8 @@ impl<'a> Emitter<'a> {
                 }
             }
         }
-        let pos_of: HashMap<usize, usize> = st.leaves.iter().enumerate().map(|(p, &v)| (v, p)).collect();
+        let pos_of: HashMap<usize, usize> =
+            st.leaves.iter().enumerate().map(|(p, &v)| (v, p)).collect();
         let leaf_value = |v: usize| -> Option<Expr> {
             let p = pos_of[&v];
             if p < begin {
@@ -328,7 +456,12 @@ impl<'a> Emitter<'a> {
                 .iter()
                 .cloned()
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| LowerError::Internal(format!("{}: init index depends on a reduce loop", st.op.name)))?
+                .ok_or_else(|| {
+                    LowerError::Internal(format!(
+                        "{}: init index depends on a reduce loop",
+                        st.op.name
+                    ))
+                })?
         };
         let preds = split_checks(st, l, &vals, &|v| us[v] == 2, &self.ranges);
         let idx: Vec<Expr> = idx.iter().map(convert::simplify_index).collect();

@@ -85,12 +85,19 @@ impl PackedWeight {
 
     /// TVM's layout string of the original layout (`1ry1rx1024rc512ff`).
     pub fn orig_layout(&self) -> String {
-        self.orig_shape.iter().zip(&self.orig_names).map(|(e, n)| format!("{e}{n}")).collect()
+        self.orig_shape
+            .iter()
+            .zip(&self.orig_names)
+            .map(|(e, n)| format!("{e}{n}"))
+            .collect()
     }
 
     /// TVM's layout string of the packed layout (`2ff32ff1ry1rx128rc1ff1ry1rx8rc8ff`).
     pub fn new_layout(&self) -> String {
-        self.dims.iter().map(|d| format!("{}{}", d.extent, d.name)).collect()
+        self.dims
+            .iter()
+            .map(|d| format!("{}{}", d.extent, d.name))
+            .collect()
     }
 
     /// The packed coordinates of an access given in the DAG's coordinates (`IndexRewriter`).
@@ -99,7 +106,11 @@ impl PackedWeight {
             .iter()
             .map(|d| {
                 let i = idx.get(d.axis).cloned().unwrap_or_else(|| Expr::int(0));
-                let q = if d.div == 1 { i } else { Expr::floordiv(i, Expr::int(d.div)) };
+                let q = if d.div == 1 {
+                    i
+                } else {
+                    Expr::floordiv(i, Expr::int(d.div))
+                };
                 Expr::floormod(q, Expr::int(d.extent))
             })
             .collect()
@@ -119,13 +130,22 @@ impl PackedWeight {
 
 impl fmt::Display for PackedWeight {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} -> {} (loops of {})", self.orig_layout(), self.new_layout(), self.consumer)
+        write!(
+            f,
+            "{} -> {} (loops of {})",
+            self.orig_layout(),
+            self.new_layout(),
+            self.consumer
+        )
     }
 }
 
 /// Packs `original` (the weight in the DAG's layout) into `layout`; holes of padded tiles are 0.
 pub fn pack_weight(layout: &PackedWeight, original: &TensorData) -> TensorData {
-    assert_eq!(original.shape, layout.orig_shape, "packing a tensor of another shape");
+    assert_eq!(
+        original.shape, layout.orig_shape,
+        "packing a tensor of another shape"
+    );
     let shape = layout.shape();
     let total = shape.iter().product::<i64>() as usize;
     let strides: Vec<usize> = {
@@ -140,7 +160,11 @@ pub fn pack_weight(layout: &PackedWeight, original: &TensorData) -> TensorData {
     let mut src = vec![0i64; layout.orig_shape.len()];
     for v in data.iter_mut() {
         if layout.source(&coords, &mut src) {
-            *v = original.data[src.iter().zip(&strides).map(|(&x, &s)| x as usize * s).sum::<usize>()];
+            *v = original.data[src
+                .iter()
+                .zip(&strides)
+                .map(|(&x, &s)| x as usize * s)
+                .sum::<usize>()];
         }
         for k in (0..coords.len()).rev() {
             coords[k] += 1;
@@ -253,9 +277,17 @@ fn read_names(op: &LOp, ps: usize, weight: &str) -> Result<Vec<String>, LowerErr
     for e in op.exprs() {
         convert::loads_of(e, TensorId(ps), &mut reads);
     }
-    let unsupported = |m: String| Err(LowerError::Unsupported(format!("layout rewrite of {weight} in {}: {m}", op.name)));
+    let unsupported = |m: String| {
+        Err(LowerError::Unsupported(format!(
+            "layout rewrite of {weight} in {}: {m}",
+            op.name
+        )))
+    };
     if reads.len() != 1 {
-        return unsupported(format!("{} reads of the weight (TVM handles exactly one)", reads.len()));
+        return unsupported(format!(
+            "{} reads of the weight (TVM handles exactly one)",
+            reads.len()
+        ));
     }
     let mut names = Vec::new();
     for i in &reads[0] {
@@ -285,7 +317,9 @@ pub(crate) fn derive(
 ) -> Result<WeightLayout, LowerError> {
     let ss = state.stages();
     if ss.len() != sch.stages.len() || ops.len() != sch.stages.len() {
-        return Err(LowerError::Internal("layout rewrite: state and schedule differ in stages".into()));
+        return Err(LowerError::Internal(
+            "layout rewrite: state and schedule differ in stages".into(),
+        ));
     }
     let placeholders = dag.placeholders();
     let mut handled: HashSet<TensorId> = HashSet::new();
@@ -295,14 +329,20 @@ pub(crate) fn derive(
         if op.is_placeholder() {
             continue;
         }
-        let Some(c) = dag.stages.get(a).and_then(|x| x.compute()) else { continue };
+        let Some(c) = dag.stages.get(a).and_then(|x| x.compute()) else {
+            continue;
+        };
         for &p in &c.attrs.layout_free_placeholders {
             if handled.contains(&p) {
                 continue;
             }
             let weight = &dag.stage(p).name;
-            let ps = ops.iter().position(|o| o.is_placeholder() && o.dag_tensor == Some(p.0));
-            let ps = ps.ok_or_else(|| LowerError::Internal(format!("layout rewrite: no stage for placeholder {weight}")))?;
+            let ps = ops
+                .iter()
+                .position(|o| o.is_placeholder() && o.dag_tensor == Some(p.0));
+            let ps = ps.ok_or_else(|| {
+                LowerError::Internal(format!("layout rewrite: no stage for placeholder {weight}"))
+            })?;
             // only a direct consumer (not the copy stage of a cache_write, not after a cache_read)
             if !op.inputs().contains(&TensorId(ps)) {
                 continue;
@@ -311,26 +351,50 @@ pub(crate) fn derive(
             let orig_names = read_names(op, ps, weight)?;
             let orig_shape = dag.stage(p).shape();
             if orig_names.len() != orig_shape.len() {
-                return Err(LowerError::Internal(format!("layout rewrite: {weight} read with {} indices", orig_names.len())));
+                return Err(LowerError::Internal(format!(
+                    "layout rewrite: {weight} read with {} indices",
+                    orig_names.len()
+                )));
             }
             let dims = new_layout(state, sch, bounds, s, &orig_names)?;
             let input = placeholders.iter().position(|&t| t == p).unwrap_or(0);
-            let pw = PackedWeight { tensor: p, input, consumer: op.name.clone(), orig_shape, orig_names, dims };
+            let pw = PackedWeight {
+                tensor: p,
+                input,
+                consumer: op.name.clone(),
+                orig_shape,
+                orig_names,
+                dims,
+            };
             check_covers(&pw)?;
             out.push(pw);
         }
     }
-    Ok(if out.is_empty() { WeightLayout::Original } else { WeightLayout::PrePacked(out) })
+    Ok(if out.is_empty() {
+        WeightLayout::Original
+    } else {
+        WeightLayout::PrePacked(out)
+    })
 }
 
 /// `GetNewLayout` for the consumer at stage `s`.
-fn new_layout(state: &State, sch: &TSchedule, bounds: &Bounds, s: usize, names: &[String]) -> Result<Vec<PackedDim>, LowerError> {
+fn new_layout(
+    state: &State,
+    sch: &TSchedule,
+    bounds: &Bounds,
+    s: usize,
+    names: &[String],
+) -> Result<Vec<PackedDim>, LowerError> {
     let ss = state.stages();
     let st_name = &ss[s].op.name;
-    let unsupported = |m: String| LowerError::Unsupported(format!("layout rewrite at {st_name}: {m}"));
+    let unsupported =
+        |m: String| LowerError::Unsupported(format!("layout rewrite at {st_name}: {m}"));
     // (stage, loop position) of the loops walked, outer to inner
     let mut walked: Vec<(usize, usize)> = Vec::new();
-    let attach = state.attach_map().attach_point(s).map(|p| (p.stage, p.iter));
+    let attach = state
+        .attach_map()
+        .attach_point(s)
+        .map(|p| (p.stage, p.iter));
     if let Some((t, pos)) = attach {
         walked.extend((0..=pos).map(|k| (t, k)));
     }
@@ -339,16 +403,29 @@ fn new_layout(state: &State, sch: &TSchedule, bounds: &Bounds, s: usize, names: 
     let mut iters: Vec<(String, i64)> = Vec::new();
     let mut before_attach = 0;
     for (n, &(x, k)) in walked.iter().enumerate() {
-        let it = ss[x].iters.get(k).ok_or_else(|| LowerError::Internal("layout rewrite: loop out of range".into()))?;
+        let it = ss[x]
+            .iters
+            .get(k)
+            .ok_or_else(|| LowerError::Internal("layout rewrite: loop out of range".into()))?;
         if it.orig_iters.is_empty() {
             let leaf = sch.stages[x].leaves.get(k).copied();
             let ext = leaf.and_then(|l| bounds.stages[x].as_ref().and_then(|b| b.ext[l].as_ref()));
-            let ext = ext.ok_or_else(|| LowerError::Internal(format!("layout rewrite: no extent for loop {k} of stage {x}")))?;
-            let e = ext.as_const().ok_or_else(|| unsupported(format!("loop {} has a non-constant extent", it.name)))?;
+            let ext = ext.ok_or_else(|| {
+                LowerError::Internal(format!(
+                    "layout rewrite: no extent for loop {k} of stage {x}"
+                ))
+            })?;
+            let e = ext.as_const().ok_or_else(|| {
+                unsupported(format!("loop {} has a non-constant extent", it.name))
+            })?;
             iters.push((it.name.clone(), e));
         } else {
             // TVM keeps the extents the loops had when they were fused (1 when undefined)
-            iters.extend(it.orig_iters.iter().map(|o| (o.name.clone(), o.extent.unwrap_or(1))));
+            iters.extend(
+                it.orig_iters
+                    .iter()
+                    .map(|o| (o.name.clone(), o.extent.unwrap_or(1))),
+            );
         }
         if attach.is_some_and(|(_, pos)| n == pos) {
             before_attach = iters.len();
@@ -358,7 +435,10 @@ fn new_layout(state: &State, sch: &TSchedule, bounds: &Bounds, s: usize, names: 
     for (name, _) in &iters {
         let orig = original_iterators(name);
         if orig.len() != 1 {
-            return Err(unsupported(format!("loop {name} stands for {} axes", orig.len())));
+            return Err(unsupported(format!(
+                "loop {name} stands for {} axes",
+                orig.len()
+            )));
         }
         axis_names.push(axis_base_name(&orig[0]));
     }
@@ -366,13 +446,21 @@ fn new_layout(state: &State, sch: &TSchedule, bounds: &Bounds, s: usize, names: 
     for (i, (_, extent)) in iters.iter().enumerate() {
         let name = if i < before_attach {
             axis_names.get(i + before_attach).ok_or_else(|| {
-                unsupported(format!("{before_attach} loops outside the attach point, {} loops in all", iters.len()))
+                unsupported(format!(
+                    "{before_attach} loops outside the attach point, {} loops in all",
+                    iters.len()
+                ))
             })?
         } else {
             &axis_names[i]
         };
         if let Some(axis) = names.iter().position(|n| n == name && n != "IntImm") {
-            dims.push(PackedDim { axis, name: name.clone(), extent: *extent, div: 1 });
+            dims.push(PackedDim {
+                axis,
+                name: name.clone(),
+                extent: *extent,
+                div: 1,
+            });
         }
     }
     let mut acc: HashMap<usize, i64> = HashMap::new();
@@ -390,7 +478,11 @@ fn check_covers(p: &PackedWeight) -> Result<(), LowerError> {
         if name == "IntImm" {
             continue;
         }
-        let covered = p.dims.iter().filter(|d| d.axis == a).fold(1i64, |acc, d| acc.saturating_mul(d.extent));
+        let covered = p
+            .dims
+            .iter()
+            .filter(|d| d.axis == a)
+            .fold(1i64, |acc, d| acc.saturating_mul(d.extent));
         if covered < e {
             return Err(LowerError::Unsupported(format!(
                 "layout rewrite of {}: the derived layout {} covers {covered} of the {e} values of axis {name}",
@@ -399,9 +491,15 @@ fn check_covers(p: &PackedWeight) -> Result<(), LowerError> {
             )));
         }
     }
-    let total = p.dims.iter().try_fold(1i64, |acc, d| acc.checked_mul(d.extent));
+    let total = p
+        .dims
+        .iter()
+        .try_fold(1i64, |acc, d| acc.checked_mul(d.extent));
     if total.is_none_or(|t| t > crate::schedule::MAX_EXTENT) {
-        return Err(LowerError::TooLarge(format!("packed weight {}", p.new_layout())));
+        return Err(LowerError::TooLarge(format!(
+            "packed weight {}",
+            p.new_layout()
+        )));
     }
     Ok(())
 }
@@ -459,8 +557,15 @@ mod tests {
     }
 
     fn weight(shape: &[i64], names: &[&str], dims: &[(usize, i64)]) -> PackedWeight {
-        let mut d: Vec<PackedDim> =
-            dims.iter().map(|&(axis, extent)| PackedDim { axis, name: names[axis].into(), extent, div: 1 }).collect();
+        let mut d: Vec<PackedDim> = dims
+            .iter()
+            .map(|&(axis, extent)| PackedDim {
+                axis,
+                name: names[axis].into(),
+                extent,
+                div: 1,
+            })
+            .collect();
         let mut acc: HashMap<usize, i64> = HashMap::new();
         for x in d.iter_mut().rev() {
             let a = acc.entry(x.axis).or_insert(1);
@@ -493,8 +598,11 @@ mod tests {
         for a in 0..3 {
             for b in 0..7 {
                 let idx = w.index(&[Expr::int(a), Expr::int(b)]);
-                let flat: i64 =
-                    idx.iter().zip(strides).map(|(e, s)| crate::loopnest::simplify_expr(e).as_int().unwrap() * s).sum();
+                let flat: i64 = idx
+                    .iter()
+                    .zip(strides)
+                    .map(|(e, s)| crate::loopnest::simplify_expr(e).as_int().unwrap() * s)
+                    .sum();
                 assert_eq!(packed.data[flat as usize], orig.data[(a * 7 + b) as usize]);
             }
         }
@@ -502,16 +610,27 @@ mod tests {
 
     #[test]
     fn folding_uses_loop_ranges() {
-        let r: HashMap<String, (i128, i128)> =
-            [("f0".to_string(), (0, 1)), ("f1".to_string(), (0, 31)), ("f3".to_string(), (0, 7))].into_iter().collect();
+        let r: HashMap<String, (i128, i128)> = [
+            ("f0".to_string(), (0, 1)),
+            ("f1".to_string(), (0, 31)),
+            ("f3".to_string(), (0, 7)),
+        ]
+        .into_iter()
+        .collect();
         // ff = f0*256 + f1*8 + f3 in 2ff 32ff 1ff 8ff
         let w = weight(&[512], &["ff"], &[(0, 2), (0, 32), (0, 1), (0, 8)]);
         let ff = Expr::add(
-            Expr::add(Expr::mul(Expr::var("f0"), Expr::int(256)), Expr::mul(Expr::var("f1"), Expr::int(8))),
+            Expr::add(
+                Expr::mul(Expr::var("f0"), Expr::int(256)),
+                Expr::mul(Expr::var("f1"), Expr::int(8)),
+            ),
             Expr::var("f3"),
         );
-        let got: Vec<String> =
-            w.index(&[ff]).iter().map(|e| crate::loopnest::printer::expr_to_string(&fold_index(e, &r))).collect();
+        let got: Vec<String> = w
+            .index(&[ff])
+            .iter()
+            .map(|e| crate::loopnest::printer::expr_to_string(&fold_index(e, &r)))
+            .collect();
         assert_eq!(got, ["f0", "f1", "0", "f3"]);
         // not provable: kept
         let x = Expr::floormod(Expr::var("f1"), Expr::int(8));

@@ -148,7 +148,11 @@ pub struct LowerOptions {
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { name: "lowered".into(), weight_layout: WeightLayoutMode::Original, limits: CostLimits::default() }
+        LowerOptions {
+            name: "lowered".into(),
+            weight_layout: WeightLayoutMode::Original,
+            limits: CostLimits::default(),
+        }
     }
 }
 
@@ -191,14 +195,27 @@ struct Prepared {
 fn prepare(dag: &Dag, state: &State) -> Result<Prepared, LowerError> {
     let mut sch = te::TSchedule::replay(dag, state.transform_steps())?;
     sch.check_against(state)?;
-    let inlined: Vec<bool> = sch.stages.iter().map(|s| s.loc == te::Loc::Inline).collect();
+    let inlined: Vec<bool> = sch
+        .stages
+        .iter()
+        .map(|s| s.loc == te::Loc::Inline)
+        .collect();
     let ops: Vec<op::LOp> = sch.stages.iter().map(|s| s.op.clone()).collect();
-    for (st, op) in sch.stages.iter_mut().zip(op::inject_inline(&ops, &inlined)?) {
+    for (st, op) in sch
+        .stages
+        .iter_mut()
+        .zip(op::inject_inline(&ops, &inlined)?)
+    {
         st.op = op;
     }
     let mut names = names::Naming::new(dag, &sch, &WeightLayout::Original)?;
     let bounds = bound::infer(&sch, &mut names)?;
-    Ok(Prepared { sch, ops, names, bounds })
+    Ok(Prepared {
+        sch,
+        ops,
+        names,
+        bounds,
+    })
 }
 
 /// The layout Ansor's layout rewrite option 2 (`RewriteForPreTransformed`) gives the
@@ -211,8 +228,17 @@ pub fn packed_layout(dag: &Dag, state: &State) -> Result<WeightLayout, LowerErro
 }
 
 /// [`lower`], with details.
-pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Lowered, LowerError> {
-    let Prepared { sch, ops, mut names, bounds } = prepare(dag, state)?;
+pub fn lower_detailed(
+    dag: &Dag,
+    state: &State,
+    opts: &LowerOptions,
+) -> Result<Lowered, LowerError> {
+    let Prepared {
+        sch,
+        ops,
+        mut names,
+        bounds,
+    } = prepare(dag, state)?;
     let weight_layout = match opts.weight_layout {
         WeightLayoutMode::Original => WeightLayout::Original,
         WeightLayoutMode::PrePacked => layout::derive(dag, state, &ops, &sch, &bounds)?,
@@ -226,18 +252,39 @@ pub fn lower_detailed(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<L
     let mut guarded = std::collections::HashSet::new();
     for attempt in 0..2 {
         let mut names = names.clone();
-        let emitter = emit::Emitter::new(dag, &sch, &bounds, &mut names, &weight_layout, guarded.clone())?;
+        let emitter = emit::Emitter::new(
+            dag,
+            &sch,
+            &bounds,
+            &mut names,
+            &weight_layout,
+            guarded.clone(),
+        )?;
         let kernel = simplify_kernel(&emitter.kernel(&opts.name)?);
-        validate(&kernel).map_err(|e| LowerError::Internal(format!("{e}\n{}", crate::loopnest::kernel_to_string(&kernel))))?;
+        validate(&kernel).map_err(|e| {
+            LowerError::Internal(format!(
+                "{e}\n{}",
+                crate::loopnest::kernel_to_string(&kernel)
+            ))
+        })?;
         check_cost(&kernel, &opts.limits).map_err(LowerError::Cost)?;
         let unproven = check_bounds(&kernel).map_err(|e| LowerError::Internal(e.to_string()))?;
         if unproven.is_empty() {
-            return Ok(Lowered { kernel, explicit_guards: guarded.len(), weight_layout });
+            return Ok(Lowered {
+                kernel,
+                explicit_guards: guarded.len(),
+                weight_layout,
+            });
         }
         if attempt == 1 {
-            return Err(LowerError::Unproven(unproven.iter().map(|u| u.to_string()).collect()));
+            return Err(LowerError::Unproven(
+                unproven.iter().map(|u| u.to_string()).collect(),
+            ));
         }
-        guarded = unproven.iter().map(|u| emit::access_key(&u.buffer, &u.index, u.is_store)).collect();
+        guarded = unproven
+            .iter()
+            .map(|u| emit::access_key(&u.buffer, &u.index, u.is_store))
+            .collect();
     }
     unreachable!("two attempts")
 }
@@ -248,9 +295,13 @@ pub fn lower_steps(dag: &Dag, steps: &[Step], opts: &LowerOptions) -> Result<Ker
 }
 
 /// [`lower_steps`], with details (the weight layout among them).
-pub fn lower_steps_detailed(dag: &Dag, steps: &[Step], opts: &LowerOptions) -> Result<Lowered, LowerError> {
-    let state =
-        crate::schedule::replay(&stage_inits_from_dag(dag), steps).map_err(|e| LowerError::Mismatch(format!("replay: {e}")))?;
+pub fn lower_steps_detailed(
+    dag: &Dag,
+    steps: &[Step],
+    opts: &LowerOptions,
+) -> Result<Lowered, LowerError> {
+    let state = crate::schedule::replay(&stage_inits_from_dag(dag), steps)
+        .map_err(|e| LowerError::Mismatch(format!("replay: {e}")))?;
     lower_detailed(dag, &state, opts)
 }
 
@@ -258,5 +309,12 @@ pub fn lower_steps_detailed(dag: &Dag, steps: &[Step], opts: &LowerOptions) -> R
 /// over its axes then its reduce axes, no annotation, nothing inlined (element-wise stages
 /// get their own temporaries).
 pub fn lower_default(dag: &Dag) -> Result<Kernel, LowerError> {
-    lower_steps(dag, &[], &LowerOptions { name: "naive".into(), ..LowerOptions::default() })
+    lower_steps(
+        dag,
+        &[],
+        &LowerOptions {
+            name: "naive".into(),
+            ..LowerOptions::default()
+        },
+    )
 }

@@ -16,7 +16,16 @@ pub(crate) struct NameGen {
 
 impl NameGen {
     pub fn fresh(&mut self, base: &str) -> String {
-        let mut clean: String = base.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+        let mut clean: String = base
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         if clean.is_empty() || clean.starts_with(|c: char| c.is_ascii_digit()) {
             clean.insert(0, 'v');
         }
@@ -51,20 +60,35 @@ impl Naming {
             sch.stages
                 .iter()
                 .position(|s| s.op.dag_tensor == Some(t.0))
-                .ok_or_else(|| LowerError::Mismatch(format!("no stage computes DAG tensor {} ({})", t.0, dag.stage(t).name)))
+                .ok_or_else(|| {
+                    LowerError::Mismatch(format!(
+                        "no stage computes DAG tensor {} ({})",
+                        t.0,
+                        dag.stage(t).name
+                    ))
+                })
         };
         let mut buffer: Vec<Option<String>> = vec![None; sch.stages.len()];
         let mut params = Vec::new();
         let mut param_stage = Vec::new();
-        for (role, tensors) in [(BufferRole::Input, dag.placeholders()), (BufferRole::Output, dag.outputs.clone())] {
+        for (role, tensors) in [
+            (BufferRole::Input, dag.placeholders()),
+            (BufferRole::Output, dag.outputs.clone()),
+        ] {
             for t in tensors {
                 let s = stage_of(t)?;
                 let st = &sch.stages[s];
                 if role == BufferRole::Output && st.loc != Loc::Root {
-                    return Err(LowerError::InvalidSchedule(format!("output {} is not computed at root", st.op.name)));
+                    return Err(LowerError::InvalidSchedule(format!(
+                        "output {} is not computed at root",
+                        st.op.name
+                    )));
                 }
                 if buffer[s].is_some() {
-                    return Err(LowerError::Unsupported(format!("{} is both an input and an output", st.op.name)));
+                    return Err(LowerError::Unsupported(format!(
+                        "{} is both an input and an output",
+                        st.op.name
+                    )));
                 }
                 let name = gen.fresh(&st.op.name);
                 let mut shape = match role {
@@ -74,7 +98,12 @@ impl Naming {
                 if shape.is_empty() {
                     shape = vec![1];
                 }
-                params.push(Buffer::new(&name, convert::buffer_dtype(st.op.dtype)?, &shape, role));
+                params.push(Buffer::new(
+                    &name,
+                    convert::buffer_dtype(st.op.dtype)?,
+                    &shape,
+                    role,
+                ));
                 param_stage.push(s);
                 buffer[s] = Some(name);
             }
@@ -84,19 +113,28 @@ impl Naming {
                 buffer[s] = Some(gen.fresh(&st.op.name));
             }
         }
-        Ok(Naming { buffer, params, param_stage, vars: gen })
+        Ok(Naming {
+            buffer,
+            params,
+            param_stage,
+            vars: gen,
+        })
     }
 
     /// Gives the input parameters the shapes `layout` packs them into.
-    pub fn reshape_inputs(&mut self, dag: &Dag, sch: &TSchedule, layout: &WeightLayout) -> Result<(), LowerError> {
+    pub fn reshape_inputs(
+        &mut self,
+        dag: &Dag,
+        sch: &TSchedule,
+        layout: &WeightLayout,
+    ) -> Result<(), LowerError> {
         for (p, &s) in self.params.iter_mut().zip(&self.param_stage) {
             if p.role != BufferRole::Input {
                 continue;
             }
-            let t = sch.stages[s]
-                .op
-                .dag_tensor
-                .ok_or_else(|| LowerError::Internal(format!("parameter {} has no DAG tensor", p.name)))?;
+            let t = sch.stages[s].op.dag_tensor.ok_or_else(|| {
+                LowerError::Internal(format!("parameter {} has no DAG tensor", p.name))
+            })?;
             let mut shape = layout.param_shape(dag, TensorId(t));
             if shape.is_empty() {
                 shape = vec![1];

@@ -18,7 +18,10 @@ pub(crate) struct LAxis {
 
 impl LAxis {
     pub fn new(name: impl Into<String>, extent: i64) -> LAxis {
-        LAxis { name: name.into(), extent: Expr::int(extent) }
+        LAxis {
+            name: name.into(),
+            extent: Expr::int(extent),
+        }
     }
 
     pub fn const_extent(&self) -> Option<i64> {
@@ -40,8 +43,14 @@ pub(crate) enum LBody {
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum LKind {
-    Placeholder { shape: Vec<i64> },
-    Compute { axes: Vec<LAxis>, reduce_axes: Vec<LAxis>, body: LBody },
+    Placeholder {
+        shape: Vec<i64>,
+    },
+    Compute {
+        axes: Vec<LAxis>,
+        reduce_axes: Vec<LAxis>,
+        body: LBody,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -83,8 +92,12 @@ impl LOp {
             LKind::Compute { axes, .. } => axes
                 .iter()
                 .map(|a| {
-                    a.const_extent()
-                        .ok_or_else(|| LowerError::Unsupported(format!("{}: non-constant axis {}", self.name, a.name)))
+                    a.const_extent().ok_or_else(|| {
+                        LowerError::Unsupported(format!(
+                            "{}: non-constant axis {}",
+                            self.name, a.name
+                        ))
+                    })
                 })
                 .collect(),
         }
@@ -93,11 +106,16 @@ impl LOp {
     /// Every expression of the op (body, condition, reduce extents), for walks.
     pub fn exprs(&self) -> Vec<&Expr> {
         let mut v = Vec::new();
-        if let LKind::Compute { reduce_axes, body, .. } = &self.kind {
+        if let LKind::Compute {
+            reduce_axes, body, ..
+        } = &self.kind
+        {
             v.extend(reduce_axes.iter().map(|r| &r.extent));
             match body {
                 LBody::Expr(e) => v.push(e),
-                LBody::Reduce { source, init, cond, .. } => {
+                LBody::Reduce {
+                    source, init, cond, ..
+                } => {
                     v.push(source);
                     v.push(init);
                     v.extend(cond.iter());
@@ -122,14 +140,22 @@ impl LOp {
     }
 
     /// Rewrites every expression of the op; stops at the first error.
-    pub fn try_map_exprs(&mut self, f: &mut dyn FnMut(&Expr) -> Result<Expr, LowerError>) -> Result<(), LowerError> {
-        if let LKind::Compute { reduce_axes, body, .. } = &mut self.kind {
+    pub fn try_map_exprs(
+        &mut self,
+        f: &mut dyn FnMut(&Expr) -> Result<Expr, LowerError>,
+    ) -> Result<(), LowerError> {
+        if let LKind::Compute {
+            reduce_axes, body, ..
+        } = &mut self.kind
+        {
             for r in reduce_axes.iter_mut() {
                 r.extent = f(&r.extent)?;
             }
             match body {
                 LBody::Expr(e) => *e = f(e)?,
-                LBody::Reduce { source, init, cond, .. } => {
+                LBody::Reduce {
+                    source, init, cond, ..
+                } => {
                     *source = f(source)?;
                     *init = f(init)?;
                     if let Some(c) = cond {
@@ -143,7 +169,9 @@ impl LOp {
 
     /// Renumbers loads after `count` stages were inserted at `at`.
     pub fn shift_tensors(&mut self, at: usize, count: usize) {
-        self.map_exprs(&|e| e.remap_tensors(&|t| if t.0 >= at { TensorId(t.0 + count) } else { t }));
+        self.map_exprs(&|e| {
+            e.remap_tensors(&|t| if t.0 >= at { TensorId(t.0 + count) } else { t })
+        });
     }
 }
 
@@ -154,14 +182,26 @@ pub(crate) fn ops_from_dag(dag: &Dag) -> Vec<LOp> {
         .enumerate()
         .map(|(i, st)| {
             let kind = match &st.op {
-                Operation::Placeholder { shape } => LKind::Placeholder { shape: shape.clone() },
+                Operation::Placeholder { shape } => LKind::Placeholder {
+                    shape: shape.clone(),
+                },
                 Operation::Compute(c) => {
-                    let axis = |a: &ir::IterVar| LAxis { name: a.name.clone(), extent: a.extent.clone() };
+                    let axis = |a: &ir::IterVar| LAxis {
+                        name: a.name.clone(),
+                        extent: a.extent.clone(),
+                    };
                     let body = match &c.body {
                         Body::Expr(e) => LBody::Expr(e.clone()),
-                        Body::Reduce { combiner, source, init } => {
-                            LBody::Reduce { combiner: *combiner, source: source.clone(), init: init.clone(), cond: None }
-                        }
+                        Body::Reduce {
+                            combiner,
+                            source,
+                            init,
+                        } => LBody::Reduce {
+                            combiner: *combiner,
+                            source: source.clone(),
+                            init: init.clone(),
+                            cond: None,
+                        },
                     };
                     LKind::Compute {
                         axes: c.axes.iter().map(axis).collect(),
@@ -170,7 +210,13 @@ pub(crate) fn ops_from_dag(dag: &Dag) -> Vec<LOp> {
                     }
                 }
             };
-            LOp { name: st.name.clone(), dtype: st.dtype, kind, dag_tensor: Some(i), attrs_of: Some(i) }
+            LOp {
+                name: st.name.clone(),
+                dtype: st.dtype,
+                kind,
+                dag_tensor: Some(i),
+                attrs_of: Some(i),
+            }
         })
         .collect()
 }
@@ -182,27 +228,62 @@ fn rename_vars(e: &Expr, map: &HashMap<String, Expr>) -> Expr {
 /// TE `cache_write` of a fresh stage: `(cache op, copy op)`. The cache computes the original
 /// body on axes renamed `<axis>.c` (same reduce axes); the copy keeps the name and axes and
 /// reads the cache, which will be at stage index `cache_index`.
-pub(crate) fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(LOp, LOp), LowerError> {
-    let LKind::Compute { axes, reduce_axes, body } = &op.kind else {
-        return Err(LowerError::Internal(format!("cache_write of placeholder {}", op.name)));
+pub(crate) fn cache_write(
+    op: &LOp,
+    scope: &str,
+    cache_index: usize,
+) -> Result<(LOp, LOp), LowerError> {
+    let LKind::Compute {
+        axes,
+        reduce_axes,
+        body,
+    } = &op.kind
+    else {
+        return Err(LowerError::Internal(format!(
+            "cache_write of placeholder {}",
+            op.name
+        )));
     };
-    let renamed: HashMap<String, Expr> = axes.iter().map(|a| (a.name.clone(), Expr::var(format!("{}.c", a.name)))).collect();
-    let new_axes: Vec<LAxis> = axes.iter().map(|a| LAxis { name: format!("{}.c", a.name), extent: a.extent.clone() }).collect();
+    let renamed: HashMap<String, Expr> = axes
+        .iter()
+        .map(|a| (a.name.clone(), Expr::var(format!("{}.c", a.name))))
+        .collect();
+    let new_axes: Vec<LAxis> = axes
+        .iter()
+        .map(|a| LAxis {
+            name: format!("{}.c", a.name),
+            extent: a.extent.clone(),
+        })
+        .collect();
     let new_body = match body {
         LBody::Expr(e) => LBody::Expr(rename_vars(e, &renamed)),
-        LBody::Reduce { combiner, source, init, cond } => LBody::Reduce {
+        LBody::Reduce {
+            combiner,
+            source,
+            init,
+            cond,
+        } => LBody::Reduce {
             combiner: *combiner,
             source: rename_vars(source, &renamed),
             init: rename_vars(init, &renamed),
             cond: cond.as_ref().map(|c| rename_vars(c, &renamed)),
         },
     };
-    let new_reduce: Vec<LAxis> =
-        reduce_axes.iter().map(|r| LAxis { name: r.name.clone(), extent: rename_vars(&r.extent, &renamed) }).collect();
+    let new_reduce: Vec<LAxis> = reduce_axes
+        .iter()
+        .map(|r| LAxis {
+            name: r.name.clone(),
+            extent: rename_vars(&r.extent, &renamed),
+        })
+        .collect();
     let cache = LOp {
         name: format!("{}.{scope}", op.name),
         dtype: op.dtype,
-        kind: LKind::Compute { axes: new_axes, reduce_axes: new_reduce, body: new_body },
+        kind: LKind::Compute {
+            axes: new_axes,
+            reduce_axes: new_reduce,
+            body: new_body,
+        },
         dag_tensor: None,
         attrs_of: op.attrs_of,
     };
@@ -214,7 +295,11 @@ pub(crate) fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(
     let copy = LOp {
         name: op.name.clone(),
         dtype: op.dtype,
-        kind: LKind::Compute { axes: axes.clone(), reduce_axes: vec![], body: LBody::Expr(load) },
+        kind: LKind::Compute {
+            axes: axes.clone(),
+            reduce_axes: vec![],
+            body: LBody::Expr(load),
+        },
         dag_tensor: op.dag_tensor,
         attrs_of: op.attrs_of,
     };
@@ -224,7 +309,11 @@ pub(crate) fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(
 /// TE `cache_read`: `compute(shape, λ ax: src[ax])` named `name`, reading stage `source`.
 pub(crate) fn cache_read(src: &LOp, source: usize, name: String) -> Result<LOp, LowerError> {
     let shape = src.shape()?;
-    let axes: Vec<LAxis> = shape.iter().enumerate().map(|(i, &e)| LAxis::new(format!("ax{i}"), e)).collect();
+    let axes: Vec<LAxis> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| LAxis::new(format!("ax{i}"), e))
+        .collect();
     let load = Expr::Load {
         tensor: TensorId(source),
         indices: axes.iter().map(|a| Expr::var(a.name.clone())).collect(),
@@ -233,7 +322,11 @@ pub(crate) fn cache_read(src: &LOp, source: usize, name: String) -> Result<LOp, 
     Ok(LOp {
         name,
         dtype: src.dtype,
-        kind: LKind::Compute { axes, reduce_axes: vec![], body: LBody::Expr(load) },
+        kind: LKind::Compute {
+            axes,
+            reduce_axes: vec![],
+            body: LBody::Expr(load),
+        },
         dag_tensor: None,
         attrs_of: None,
     })
@@ -247,7 +340,8 @@ pub(crate) fn inject_inline(ops: &[LOp], inlined: &[bool]) -> Result<Vec<LOp>, L
         let mut op = op.clone();
         // inlined producers come before their readers and are already expanded in `out`
         op.try_map_exprs(&mut |e| {
-            expand(e, &out, inlined).map_err(|m| LowerError::Internal(format!("inlining into stage {i}: {m}")))
+            expand(e, &out, inlined)
+                .map_err(|m| LowerError::Internal(format!("inlining into stage {i}: {m}")))
         })?;
         out.push(op);
     }
@@ -257,20 +351,34 @@ pub(crate) fn inject_inline(ops: &[LOp], inlined: &[bool]) -> Result<Vec<LOp>, L
 fn expand(e: &Expr, done: &[LOp], inlined: &[bool]) -> Result<Expr, String> {
     let mut failure = None;
     let r = e.transform(&mut |x| match x {
-        Expr::Load { tensor, indices, .. } if inlined.get(tensor.0) == Some(&true) => {
+        Expr::Load {
+            tensor, indices, ..
+        } if inlined.get(tensor.0) == Some(&true) => {
             let Some(src) = done.get(tensor.0) else {
                 failure = Some(format!("stage {} is read before it is defined", tensor.0));
                 return Some(x.clone());
             };
-            let LKind::Compute { axes, reduce_axes, body: LBody::Expr(body) } = &src.kind else {
-                failure = Some(format!("{} cannot be inlined (not an element-wise op)", src.name));
+            let LKind::Compute {
+                axes,
+                reduce_axes,
+                body: LBody::Expr(body),
+            } = &src.kind
+            else {
+                failure = Some(format!(
+                    "{} cannot be inlined (not an element-wise op)",
+                    src.name
+                ));
                 return Some(x.clone());
             };
             if !reduce_axes.is_empty() {
                 failure = Some(format!("{} cannot be inlined (a reduction)", src.name));
                 return Some(x.clone());
             }
-            let idx: Vec<Expr> = match indices.iter().map(|i| expand(i, done, inlined)).collect::<Result<Vec<_>, _>>() {
+            let idx: Vec<Expr> = match indices
+                .iter()
+                .map(|i| expand(i, done, inlined))
+                .collect::<Result<Vec<_>, _>>()
+            {
                 Ok(v) => v,
                 Err(m) => {
                     failure = Some(m);
@@ -302,7 +410,11 @@ mod tests {
             dag_tensor: Some(0),
             attrs_of: None,
         };
-        let ld = |t: usize, i: Expr| Expr::Load { tensor: TensorId(t), indices: vec![i], dtype: ir::DType::F32 };
+        let ld = |t: usize, i: Expr| Expr::Load {
+            tensor: TensorId(t),
+            indices: vec![i],
+            dtype: ir::DType::F32,
+        };
         let b = LOp {
             name: "B".into(),
             dtype: ir::DType::F32,
@@ -326,7 +438,13 @@ mod tests {
             attrs_of: Some(2),
         };
         let out = inject_inline(&[a, b, c], &[false, true, false]).unwrap();
-        let LKind::Compute { body: LBody::Expr(e), .. } = &out[2].kind else { panic!() };
+        let LKind::Compute {
+            body: LBody::Expr(e),
+            ..
+        } = &out[2].kind
+        else {
+            panic!()
+        };
         assert_eq!(out[2].inputs(), vec![TensorId(0)]);
         assert_eq!(e.node_count(), 11, "{e:?}");
     }

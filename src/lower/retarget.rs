@@ -45,7 +45,11 @@ fn largest_divisor_at_most(n: i64, cap: i64) -> i64 {
 fn clamp_split_lengths(extent: i64, lengths: &[i64], inner_to_outer: bool) -> Vec<i64> {
     let mut out = vec![1; lengths.len()];
     let mut rest = extent.max(1);
-    let order: Vec<usize> = if inner_to_outer { (0..lengths.len()).rev().collect() } else { (0..lengths.len()).collect() };
+    let order: Vec<usize> = if inner_to_outer {
+        (0..lengths.len()).rev().collect()
+    } else {
+        (0..lengths.len()).collect()
+    };
     for k in order {
         let l = largest_divisor_at_most(rest, lengths[k].max(1));
         out[k] = l;
@@ -84,15 +88,29 @@ pub fn adapt_split_lengths(extent: i64, lengths: &[i64], inner_to_outer: bool) -
         return lengths.iter().map(|&l| l.max(1)).collect();
     }
     // Hostile or huge extents: the exhaustive search is bounded, clamping is not.
-    let n_div = if extent <= 1 << 24 { divisors(extent).len() } else { usize::MAX };
+    let n_div = if extent <= 1 << 24 {
+        divisors(extent).len()
+    } else {
+        usize::MAX
+    };
     if n_div == usize::MAX || (n_div as f64).powi(lengths.len() as i32 - 1) > 1e6 {
         return clamp_split_lengths(extent, lengths, inner_to_outer);
     }
     let want: Vec<f64> = lengths.iter().map(|&l| (l.max(1) as f64).ln()).collect();
     // With factor splits the last length is the innermost loop; with nparts splits the
     // innermost loop is the remainder, so no length is capped.
-    let innermost = if inner_to_outer { lengths.len() - 1 } else { usize::MAX };
-    let cap = |i: usize| if i == innermost { MAX_INNERMOST.max(lengths[i]) } else { i64::MAX };
+    let innermost = if inner_to_outer {
+        lengths.len() - 1
+    } else {
+        usize::MAX
+    };
+    let cap = |i: usize| {
+        if i == innermost {
+            MAX_INNERMOST.max(lengths[i])
+        } else {
+            i64::MAX
+        }
+    };
     struct Search<'a> {
         want: &'a [f64],
         cap: &'a dyn Fn(usize) -> i64,
@@ -104,7 +122,8 @@ pub fn adapt_split_lengths(extent: i64, lengths: &[i64], inner_to_outer: bool) -
             return;
         }
         if i == s.want.len() {
-            let better = cost < s.best.0 - 1e-12 || (cost <= s.best.0 + 1e-12 && s.cur.iter().rev().gt(s.best.1.iter().rev()));
+            let better = cost < s.best.0 - 1e-12
+                || (cost <= s.best.0 + 1e-12 && s.cur.iter().rev().gt(s.best.1.iter().rev()));
             if better {
                 s.best = (cost, s.cur.clone());
             }
@@ -115,11 +134,21 @@ pub fn adapt_split_lengths(extent: i64, lengths: &[i64], inner_to_outer: bool) -
                 break;
             }
             s.cur.push(d);
-            go(s, i + 1, rest / d, cost + ((d as f64).ln() - s.want[i]).abs());
+            go(
+                s,
+                i + 1,
+                rest / d,
+                cost + ((d as f64).ln() - s.want[i]).abs(),
+            );
             s.cur.pop();
         }
     }
-    let mut s = Search { want: &want, cap: &cap, best: (f64::INFINITY, vec![1; lengths.len()]), cur: Vec::new() };
+    let mut s = Search {
+        want: &want,
+        cap: &cap,
+        best: (f64::INFINITY, vec![1; lengths.len()]),
+        cur: Vec::new(),
+    };
     go(&mut s, 0, extent, 0.0);
     s.best.1
 }
@@ -145,7 +174,10 @@ pub fn retarget_steps(inits: &[StageInit], steps: &[Step]) -> Result<Retargeted,
                         lengths: adapt_split_lengths(e, &sp.lengths, sp.inner_to_outer),
                         ..sp.clone()
                     }),
-                    None => Step::Split(SplitStep { extent: 0, ..sp.clone() }),
+                    None => Step::Split(SplitStep {
+                        extent: 0,
+                        ..sp.clone()
+                    }),
                 }
             }
             other => other.clone(),
@@ -157,7 +189,11 @@ pub fn retarget_steps(inits: &[StageInit], steps: &[Step]) -> Result<Retargeted,
         }
         out.push(new);
     }
-    Ok(Retargeted { steps: out, state, changes })
+    Ok(Retargeted {
+        steps: out,
+        state,
+        changes,
+    })
 }
 
 #[cfg(test)]
@@ -193,7 +229,12 @@ mod tests {
         // 14 with [1, 1, 16]: 16 does not divide 14; the nearest is 14 (not 1, not 7).
         assert_eq!(adapt_split_lengths(14, &[1, 1, 16], true), vec![1, 1, 14]);
         // Prime extents leave only 1 and the extent.
-        assert_eq!(7 % adapt_split_lengths(7, &[2, 2, 2], true).iter().product::<i64>(), 0);
+        assert_eq!(
+            7 % adapt_split_lengths(7, &[2, 2, 2], true)
+                .iter()
+                .product::<i64>(),
+            0
+        );
     }
 
     #[test]
@@ -209,5 +250,4 @@ mod tests {
         let l = adapt_split_lengths(200, &[100, 2], false);
         assert_eq!(l, vec![100, 2]);
     }
-
 }

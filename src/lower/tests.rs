@@ -6,12 +6,18 @@ use crate::ansor::Step;
 use crate::ir::Dag;
 use crate::loopnest::Expr;
 use crate::loopnest::{kernel_to_string, Attr, ForKind, Stmt};
-use crate::ops::{registered, Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec};
+use crate::ops::{
+    registered, Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
+};
 use crate::schedule::{replay, stage_inits_from_dag};
 
 pub(crate) fn steps(json: &str) -> Vec<Step> {
     let v: serde_json::Value = serde_json::from_str(json).unwrap();
-    v.as_array().unwrap().iter().map(|s| Step::from_json(s).unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| Step::from_json(s).unwrap())
+        .collect()
 }
 
 /// Replays, lowers, interprets and compares; returns the kernel.
@@ -19,14 +25,20 @@ pub(crate) fn lowered_ok(dag: &Dag, json: &str) -> Kernel {
     let st = steps(json);
     let state = replay(&stage_inits_from_dag(dag), &st).unwrap_or_else(|e| panic!("replay: {e}"));
     let k = lower(dag, &state, &LowerOptions::default()).unwrap_or_else(|e| panic!("lower: {e}"));
-    let cmp =
-        interpret_against_reference(dag, &k, 11, Some(200_000_000)).unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&k)));
-    assert!(cmp.rel_err < 1e-5, "relative error {} \n{}", cmp.rel_err, kernel_to_string(&k));
+    let cmp = interpret_against_reference(dag, &k, 11, Some(200_000_000))
+        .unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&k)));
+    assert!(
+        cmp.rel_err < 1e-5,
+        "relative error {} \n{}",
+        cmp.rel_err,
+        kernel_to_string(&k)
+    );
     k
 }
 
 fn lower_err(dag: &Dag, json: &str) -> LowerError {
-    let state = replay(&stage_inits_from_dag(dag), &steps(json)).unwrap_or_else(|e| panic!("replay: {e}"));
+    let state =
+        replay(&stage_inits_from_dag(dag), &steps(json)).unwrap_or_else(|e| panic!("replay: {e}"));
     match lower(dag, &state, &LowerOptions::default()) {
         Ok(k) => panic!("lowered:\n{}", kernel_to_string(&k)),
         Err(e) => e,
@@ -40,25 +52,42 @@ fn matmul(n: i64, l: i64, m: i64) -> Dag {
 fn conv_bias_relu(data: [i64; 4], kernel: [i64; 4], stride: i64, pad: i64) -> Dag {
     let spec = WorkloadSpec::new(
         Anchor::Conv2dNhwc(Window2d::simple(stride, pad)),
-        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+        vec![
+            EpilogueOp::Add {
+                operand_first: false,
+            },
+            EpilogueOp::Relu,
+        ],
     );
-    spec.build(Era::V07, &[data.to_vec(), kernel.to_vec(), vec![1, 1, 1, kernel[3]]]).unwrap()
+    spec.build(
+        Era::V07,
+        &[data.to_vec(), kernel.to_vec(), vec![1, 1, 1, kernel[3]]],
+    )
+    .unwrap()
 }
 
 fn dense(m: i64, n: i64, k: i64) -> Dag {
-    WorkloadSpec::new(Anchor::Dense, vec![]).build(Era::V08, &[vec![m, k], vec![n, k]]).unwrap()
+    WorkloadSpec::new(Anchor::Dense, vec![])
+        .build(Era::V08, &[vec![m, k], vec![n, k]])
+        .unwrap()
 }
 
 fn softmax(n: i64) -> Dag {
-    WorkloadSpec::new(Anchor::Softmax { axis: 1 }, vec![]).build(Era::V08, &[vec![1, n]]).unwrap()
+    WorkloadSpec::new(Anchor::Softmax { axis: 1 }, vec![])
+        .build(Era::V08, &[vec![1, n]])
+        .unwrap()
 }
 
 fn count(s: &Stmt, f: &dyn Fn(&Stmt) -> bool) -> usize {
     let here = f(s) as usize;
     here + match s {
-        Stmt::For { body, .. } | Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => count(body, f),
+        Stmt::For { body, .. } | Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => {
+            count(body, f)
+        }
         Stmt::Seq(v) => v.iter().map(|x| count(x, f)).sum(),
-        Stmt::IfThenElse { then_, else_, .. } => count(then_, f) + else_.as_ref().map_or(0, |e| count(e, f)),
+        Stmt::IfThenElse { then_, else_, .. } => {
+            count(then_, f) + else_.as_ref().map_or(0, |e| count(e, f))
+        }
         _ => 0,
     }
 }
@@ -78,7 +107,10 @@ fn default_schedules_match_the_reference() {
         assert!(cmp.rel_err < 1e-5, "{}", kernel_to_string(&k));
         // every stage at root: one allocation per non-output compute stage
         let temps = dag.stages.iter().filter(|s| !s.is_placeholder()).count() - dag.outputs.len();
-        assert_eq!(count(&k.body, &|s| matches!(s, Stmt::Allocate { .. })), temps);
+        assert_eq!(
+            count(&k.body, &|s| matches!(s, Stmt::Allocate { .. })),
+            temps
+        );
     }
 }
 
@@ -92,11 +124,47 @@ const MATMUL_EXAMPLE: &str = r#"[["SP", 2, 0, 1024, [2, 1, 4], 1], ["SP", 2, 4, 
 fn tiled_matmul_with_compute_at_and_annotations() {
     let dag = matmul(32, 16, 48);
     let r = retarget_steps(&stage_inits_from_dag(&dag), &steps(MATMUL_EXAMPLE)).unwrap();
-    let json = format!("[{}]", r.steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","));
+    let json = format!(
+        "[{}]",
+        r.steps
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     let k = lowered_ok(&dag, &json);
-    assert_eq!(count(&k.body, &|s| matches!(s, Stmt::For { kind: ForKind::Parallel, .. })), 1);
-    assert!(count(&k.body, &|s| matches!(s, Stmt::For { kind: ForKind::Vectorized, .. })) >= 2);
-    assert_eq!(count(&k.body, &|s| matches!(s, Stmt::Attr { attr: Attr::AutoUnroll { max_step: 8, explicit: true }, .. })), 1);
+    assert_eq!(
+        count(&k.body, &|s| matches!(
+            s,
+            Stmt::For {
+                kind: ForKind::Parallel,
+                ..
+            }
+        )),
+        1
+    );
+    assert!(
+        count(&k.body, &|s| matches!(
+            s,
+            Stmt::For {
+                kind: ForKind::Vectorized,
+                ..
+            }
+        )) >= 2
+    );
+    assert_eq!(
+        count(&k.body, &|s| matches!(
+            s,
+            Stmt::Attr {
+                attr: Attr::AutoUnroll {
+                    max_step: 8,
+                    explicit: true
+                },
+                ..
+            }
+        )),
+        1
+    );
     // matmul is computed per tile: its temporary is the tile, not the whole matrix
     let temp = find_alloc(&k.body, "matmul").unwrap();
     assert_eq!(temp.shape, vec![4, 8], "{}", kernel_to_string(&k));
@@ -132,9 +200,16 @@ fn non_divisible_splits_are_guarded() {
         &dag,
         r#"[["SP", 2, 0, 7, [4], 1], ["SP", 2, 2, 5, [3], 1], ["SP", 2, 4, 6, [4], 1], ["RE", 2, [0, 2, 4, 1, 3, 5]]]"#,
     );
-    assert!(count(&k.body, &|s| matches!(s, Stmt::IfThenElse { .. })) >= 2, "{}", kernel_to_string(&k));
+    assert!(
+        count(&k.body, &|s| matches!(s, Stmt::IfThenElse { .. })) >= 2,
+        "{}",
+        kernel_to_string(&k)
+    );
     // nparts splits, and a split of the output with a factor larger than the extent
-    lowered_ok(&dag, r#"[["SP", 4, 0, 7, [3, 2], 0], ["SP", 4, 3, 5, [8], 1], ["SP", 2, 2, 6, [5], 0]]"#);
+    lowered_ok(
+        &dag,
+        r#"[["SP", 4, 0, 7, [3, 2], 0], ["SP", 4, 3, 5, [8], 1], ["SP", 2, 2, 6, [5], 0]]"#,
+    );
 }
 
 /// The usual CPU sketch of an NHWC conv (spec §4.1): bias add inlined, SSRSRS tiles, the conv
@@ -151,19 +226,35 @@ fn conv_tile_computed_at_the_epilogue() {
     let dag = conv_bias_relu([1, 8, 8, 8], [3, 3, 8, 16], 1, 1);
     let k = lowered_ok(&dag, CONV_SKETCH);
     // the conv tile: yy 4 (2*2), xx 2 (1*2), ff 8 (2*4)
-    assert_eq!(find_alloc(&k.body, "Conv2dOutput").unwrap().shape, vec![1, 4, 2, 8], "{}", kernel_to_string(&k));
+    assert_eq!(
+        find_alloc(&k.body, "Conv2dOutput").unwrap().shape,
+        vec![1, 4, 2, 8],
+        "{}",
+        kernel_to_string(&k)
+    );
     // pad and bias add inlined: no other temporary; padding reads are selects
     assert_eq!(count(&k.body, &|s| matches!(s, Stmt::Allocate { .. })), 1);
     assert!(kernel_to_string(&k).contains("select("));
     // the pragma wraps the conv's nest, inside the relu's parallel loop
     let par = find_for(&k.body, ForKind::Parallel).unwrap();
-    assert_eq!(count(par, &|s| matches!(s, Stmt::Attr { attr: Attr::AutoUnroll { max_step: 64, .. }, .. })), 1);
+    assert_eq!(
+        count(par, &|s| matches!(
+            s,
+            Stmt::Attr {
+                attr: Attr::AutoUnroll { max_step: 64, .. },
+                ..
+            }
+        )),
+        1
+    );
 }
 
 fn find_for(s: &Stmt, kind: ForKind) -> Option<&Stmt> {
     match s {
         Stmt::For { kind: k, .. } if *k == kind => Some(s),
-        Stmt::For { body, .. } | Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => find_for(body, kind),
+        Stmt::For { body, .. } | Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => {
+            find_for(body, kind)
+        }
         Stmt::Seq(v) => v.iter().find_map(|x| find_for(x, kind)),
         Stmt::IfThenElse { then_, .. } => find_for(then_, kind),
         _ => None,
@@ -179,7 +270,12 @@ fn cache_write_dense() {
         ["RE", 2, [0, 4, 1, 5, 8, 2, 6, 9, 3, 7]], ["FSP", 3, 0, 1, 2], ["FSP", 3, 3, 2, 2], ["RE", 3, [0, 3, 1, 4, 2, 5]],
         ["CA", 2, 3, 3], ["FU", 3, [0, 1, 2, 3]], ["AN", 3, 0, 3], ["PR", 2, 0, "auto_unroll_max_step$16"], ["AN", 2, 9, 2], ["AN", 3, 2, 2]]"#;
     let k = lowered_ok(&dag, json);
-    assert_eq!(find_alloc(&k.body, "T_matmul_NT_local").unwrap().shape, vec![6, 4], "{}", kernel_to_string(&k));
+    assert_eq!(
+        find_alloc(&k.body, "T_matmul_NT_local").unwrap().shape,
+        vec![6, 4],
+        "{}",
+        kernel_to_string(&k)
+    );
     assert_eq!(k.params.last().unwrap().name, "T_matmul_NT");
 }
 
@@ -193,15 +289,31 @@ fn rfactor_softmax() {
         ["PR", 4, 0, "auto_unroll_max_step$16"], ["PR", 5, 0, "auto_unroll_max_step$64"]]"#;
     let k = lowered_ok(&dag, json);
     // T_softmax_expsum.rf: [i0, k_i] = [1, 6] at root; maxelem.rf [1, 4]
-    assert_eq!(find_alloc(&k.body, "T_softmax_expsum_rf").unwrap().shape, vec![1, 6]);
-    assert_eq!(find_alloc(&k.body, "T_softmax_maxelem_rf").unwrap().shape, vec![1, 4]);
+    assert_eq!(
+        find_alloc(&k.body, "T_softmax_expsum_rf").unwrap().shape,
+        vec![1, 6]
+    );
+    assert_eq!(
+        find_alloc(&k.body, "T_softmax_maxelem_rf").unwrap().shape,
+        vec![1, 4]
+    );
     // the .repl stages are computed per element of their consumer
-    assert_eq!(find_alloc(&k.body, "T_softmax_maxelem_repl").unwrap().shape, vec![1]);
+    assert_eq!(
+        find_alloc(&k.body, "T_softmax_maxelem_repl").unwrap().shape,
+        vec![1]
+    );
     // a non-divisible rfactor split gets the predicate on the partial reduction
     let k = lowered_ok(&dag, r#"[["SP", 1, 1, 60, [7], 1], ["RF", 1, 2, 1]]"#);
-    assert!(kernel_to_string(&k).contains("< 60)"), "{}", kernel_to_string(&k));
+    assert!(
+        kernel_to_string(&k).contains("< 60)"),
+        "{}",
+        kernel_to_string(&k)
+    );
     // the outer part factored, at position 0
-    lowered_ok(&dag, r#"[["SP", 3, 1, 60, [8], 1], ["RF", 3, 1, 0], ["CA", 3, 4, 0]]"#);
+    lowered_ok(
+        &dag,
+        r#"[["SP", 3, 1, 60, [8], 1], ["RF", 3, 1, 0], ["CA", 3, 4, 0]]"#,
+    );
 }
 
 /// alexnet NCHWc max pool (`51c977fb`): FU of the window, SP, RF, CA of the partial result.
@@ -216,33 +328,75 @@ fn pool_window_fused_split_rfactored() {
         ceil_mode: false,
         layout: PoolLayout::Nchwc,
     };
-    let dag = WorkloadSpec::new(Anchor::Pool(attrs), vec![]).build(Era::V010, &[vec![1, 2, 7, 7, 4]]).unwrap();
+    let dag = WorkloadSpec::new(Anchor::Pool(attrs), vec![])
+        .build(Era::V010, &[vec![1, 2, 7, 7, 4]])
+        .unwrap();
     let json = r#"[["FU", 1, [5, 6]], ["SP", 1, 5, 9, [9], 1], ["RF", 1, 5, 5], ["CA", 1, 2, 2], ["FU", 2, [0, 1, 2]], ["AN", 2, 0, 3],
         ["PR", 1, 0, "auto_unroll_max_step$16"], ["PR", 2, 0, "auto_unroll_max_step$512"]]"#;
     let k = lowered_ok(&dag, json);
     // the record factors the outer part of the [9] split (extent 1) and reduces the 9 window
     // positions in the rf stage, computed per output row (ax2) of the repl stage
-    assert_eq!(find_alloc(&k.body, "pool_max_rf").unwrap().shape, vec![1, 1, 1, 3, 4, 1], "{}", kernel_to_string(&k));
+    assert_eq!(
+        find_alloc(&k.body, "pool_max_rf").unwrap().shape,
+        vec![1, 1, 1, 3, 4, 1],
+        "{}",
+        kernel_to_string(&k)
+    );
     // factoring the inner part instead keeps the 9 window positions as an axis
-    let k = lowered_ok(&dag, r#"[["FU", 1, [5, 6]], ["SP", 1, 5, 9, [9], 1], ["RF", 1, 6, 5], ["CA", 1, 2, 2]]"#);
-    assert_eq!(find_alloc(&k.body, "pool_max_rf").unwrap().shape, vec![1, 1, 1, 3, 4, 9], "{}", kernel_to_string(&k));
+    let k = lowered_ok(
+        &dag,
+        r#"[["FU", 1, [5, 6]], ["SP", 1, 5, 9, [9], 1], ["RF", 1, 6, 5], ["CA", 1, 2, 2]]"#,
+    );
+    assert_eq!(
+        find_alloc(&k.body, "pool_max_rf").unwrap().shape,
+        vec![1, 1, 1, 3, 4, 9],
+        "{}",
+        kernel_to_string(&k)
+    );
 }
 
 /// Adaptive pooling windows have extents that depend on the output index: the loop extent
 /// is an expression and the window loads are guarded.
 #[test]
 fn adaptive_pool_windows() {
-    let a = Anchor::AdaptivePool { kind: PoolKind::Avg { count_include_pad: true }, layout: PoolLayout::Nchw, out_hw: [3, 2] };
-    let dag = WorkloadSpec::new(a, vec![]).build(Era::V010, &[vec![1, 3, 7, 5]]).unwrap();
+    let a = Anchor::AdaptivePool {
+        kind: PoolKind::Avg {
+            count_include_pad: true,
+        },
+        layout: PoolLayout::Nchw,
+        out_hw: [3, 2],
+    };
+    let dag = WorkloadSpec::new(a, vec![])
+        .build(Era::V010, &[vec![1, 3, 7, 5]])
+        .unwrap();
     lowered_ok(&dag, "[]");
-    let k = lowered_ok(&dag, r#"[["SP", 2, 2, 3, [2], 1], ["CA", 1, 2, 2], ["FU", 2, [0, 1]], ["AN", 2, 0, 3]]"#);
-    assert!(count(&k.body, &|s| matches!(s, Stmt::For { extent, .. } if extent.as_int().is_none())) >= 2);
+    let k = lowered_ok(
+        &dag,
+        r#"[["SP", 2, 2, 3, [2], 1], ["CA", 1, 2, 2], ["FU", 2, [0, 1]], ["AN", 2, 0, 3]]"#,
+    );
+    assert!(
+        count(
+            &k.body,
+            &|s| matches!(s, Stmt::For { extent, .. } if extent.as_int().is_none())
+        ) >= 2
+    );
     // a global pool's windows fold to constants
-    let g = Anchor::AdaptivePool { kind: PoolKind::Avg { count_include_pad: true }, layout: PoolLayout::Nhwc, out_hw: [1, 1] };
-    let dag = WorkloadSpec::new(g, vec![]).build(Era::V010, &[vec![1, 4, 4, 3]]).unwrap();
+    let g = Anchor::AdaptivePool {
+        kind: PoolKind::Avg {
+            count_include_pad: true,
+        },
+        layout: PoolLayout::Nhwc,
+        out_hw: [1, 1],
+    };
+    let dag = WorkloadSpec::new(g, vec![])
+        .build(Era::V010, &[vec![1, 4, 4, 3]])
+        .unwrap();
     let k = lowered_ok(&dag, r#"[["CA", 1, 2, 3]]"#);
     assert_eq!(
-        count(&k.body, &|s| matches!(s, Stmt::For { extent, .. } if extent.as_int().is_none())),
+        count(
+            &k.body,
+            &|s| matches!(s, Stmt::For { extent, .. } if extent.as_int().is_none())
+        ),
         0,
         "{}",
         kernel_to_string(&k)
@@ -271,7 +425,10 @@ fn fused_index_order() {
     let dag = matmul(4, 3, 5);
     let k = lowered_ok(&dag, r#"[["FU", 4, [0, 1]]]"#);
     let text = kernel_to_string(&k);
-    assert!(text.contains("out[floordiv(out_i_j_fused, 5), floormod(out_i_j_fused, 5)]"), "{text}");
+    assert!(
+        text.contains("out[floordiv(out_i_j_fused, 5), floormod(out_i_j_fused, 5)]"),
+        "{text}"
+    );
 }
 
 /// A region that reaches past the producer's domain (the consumer's last tile is partial):
@@ -279,7 +436,10 @@ fn fused_index_order() {
 #[test]
 fn region_beyond_the_domain_is_guarded() {
     let dag = matmul(7, 6, 5);
-    let k = lowered_ok(&dag, r#"[["SP", 4, 0, 7, [3], 1], ["SP", 4, 2, 5, [4], 1], ["RE", 4, [0, 2, 1, 3]], ["CA", 2, 4, 1]]"#);
+    let k = lowered_ok(
+        &dag,
+        r#"[["SP", 4, 0, 7, [3], 1], ["SP", 4, 2, 5, [4], 1], ["RE", 4, [0, 2, 1, 3]], ["CA", 2, 4, 1]]"#,
+    );
     let text = kernel_to_string(&k);
     assert!(text.contains(">= 0") || text.contains("< 7)"), "{text}");
     assert_eq!(find_alloc(&k.body, "matmul").unwrap().shape, vec![3, 4]);
@@ -288,20 +448,34 @@ fn region_beyond_the_domain_is_guarded() {
 #[test]
 fn cache_read_then_compute_at() {
     let dag = matmul(6, 8, 5);
-    let k = lowered_ok(&dag, r#"[["CHR", 1, "local", [2]], ["SP", 3, 2, 8, [2], 1], ["CA", 2, 3, 2]]"#);
+    let k = lowered_ok(
+        &dag,
+        r#"[["CHR", 1, "local", [2]], ["SP", 3, 2, 8, [2], 1], ["CA", 2, 3, 2]]"#,
+    );
     // B.local holds what one k.0 iteration reads: 2 rows of one column (j is outside)
-    assert_eq!(find_alloc(&k.body, "B_local").unwrap().shape, vec![2, 1], "{}", kernel_to_string(&k));
+    assert_eq!(
+        find_alloc(&k.body, "B_local").unwrap().shape,
+        vec![2, 1],
+        "{}",
+        kernel_to_string(&k)
+    );
 }
 
 #[test]
 fn invalid_schedules_are_refused() {
     let dag = conv_bias_relu([1, 5, 5, 4], [3, 3, 4, 6], 1, 1);
     // conv computed inside the relu, but T_add (at root) also reads it
-    assert!(matches!(lower_err(&dag, r#"[["CA", 3, 6, 2]]"#), LowerError::InvalidSchedule(_)));
+    assert!(matches!(
+        lower_err(&dag, r#"[["CA", 3, 6, 2]]"#),
+        LowerError::InvalidSchedule(_)
+    ));
     // a state that does not belong to the DAG
     let other = matmul(4, 3, 5);
     let st = replay(&stage_inits_from_dag(&other), &[]).unwrap();
-    assert!(matches!(lower(&dag, &st, &LowerOptions::default()), Err(LowerError::Mismatch(_))));
+    assert!(matches!(
+        lower(&dag, &st, &LowerOptions::default()),
+        Err(LowerError::Mismatch(_))
+    ));
 }
 
 #[test]
@@ -310,24 +484,40 @@ fn weight_layout_hook_keeps_the_original_layout() {
     let k = lower_default(&dag).unwrap();
     assert_eq!(k.params[1].shape, vec![3, 3, 4, 6]);
     let idx = vec![Expr::int(1)];
-    assert_eq!(WeightLayout::Original.rewrite_index(&dag, crate::ir::TensorId(2), idx.clone()), idx);
+    assert_eq!(
+        WeightLayout::Original.rewrite_index(&dag, crate::ir::TensorId(2), idx.clone()),
+        idx
+    );
     assert_eq!(param_tensors(&dag).len(), k.params.len());
 }
 
 /// Lowers with pre-packed weights, runs on packed inputs and compares with the reference.
 fn lowered_packed(dag: &Dag, json: &str) -> Lowered {
-    let state = replay(&stage_inits_from_dag(dag), &steps(json)).unwrap_or_else(|e| panic!("replay: {e}"));
-    let opts = LowerOptions { weight_layout: WeightLayoutMode::PrePacked, ..LowerOptions::default() };
+    let state =
+        replay(&stage_inits_from_dag(dag), &steps(json)).unwrap_or_else(|e| panic!("replay: {e}"));
+    let opts = LowerOptions {
+        weight_layout: WeightLayoutMode::PrePacked,
+        ..LowerOptions::default()
+    };
     let l = lower_detailed(dag, &state, &opts).unwrap_or_else(|e| panic!("lower: {e}"));
     assert_eq!(packed_layout(dag, &state).unwrap(), l.weight_layout);
     let cmp = check::interpret_with_layout(dag, &l.kernel, &l.weight_layout, 11, Some(200_000_000))
         .unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&l.kernel)));
-    assert!(cmp.rel_err < 1e-5, "relative error {} \n{}", cmp.rel_err, kernel_to_string(&l.kernel));
+    assert!(
+        cmp.rel_err < 1e-5,
+        "relative error {} \n{}",
+        cmp.rel_err,
+        kernel_to_string(&l.kernel)
+    );
     l
 }
 
 fn new_layouts(l: &Lowered) -> Vec<String> {
-    l.weight_layout.packed().iter().map(|w| w.new_layout()).collect()
+    l.weight_layout
+        .packed()
+        .iter()
+        .map(|w| w.new_layout())
+        .collect()
 }
 
 /// The conv computed at the relu's fused tile loop: the relu's loops up to the attach point
@@ -339,7 +529,10 @@ fn prepacked_conv_computed_at_the_epilogue() {
     let l = lowered_packed(&dag, CONV_SKETCH);
     assert_eq!(new_layouts(&l), ["1ff2ff1ff1ff1ry3rx2rc2ff3ry1rx4rc4ff"]);
     assert_eq!(l.weight_layout.packed()[0].orig_layout(), "3ry3rx8rc16ff");
-    assert_eq!(l.kernel.params[1].shape, vec![1, 2, 1, 1, 1, 3, 2, 2, 3, 1, 4, 4]);
+    assert_eq!(
+        l.kernel.params[1].shape,
+        vec![1, 2, 1, 1, 1, 3, 2, 2, 3, 1, 4, 4]
+    );
     // the original layout still lowers the same schedule
     let k = lowered_ok(&dag, CONV_SKETCH);
     assert_eq!(k.params[1].shape, vec![3, 3, 8, 16]);
@@ -364,13 +557,19 @@ fn prepacked_dense_cache_write() {
 #[test]
 fn prepacking_skips_cache_read_and_rfactor_readers() {
     let dag = matmul(6, 8, 5);
-    let l = lowered_packed(&dag, r#"[["CHR", 1, "local", [2]], ["SP", 3, 2, 8, [2], 1], ["CA", 2, 3, 2]]"#);
+    let l = lowered_packed(
+        &dag,
+        r#"[["CHR", 1, "local", [2]], ["SP", 3, 2, 8, [2], 1], ["CA", 2, 3, 2]]"#,
+    );
     assert_eq!(l.weight_layout, WeightLayout::Original);
     let d = dense(4, 6, 16);
     let l = lowered_packed(&d, r#"[["SP", 2, 2, 16, [4], 1], ["RF", 2, 3, 2]]"#);
     assert_eq!(l.weight_layout, WeightLayout::Original);
     // without those steps both weights are packed (B[k, j]: loops i, j, k.0, k.1)
-    assert_eq!(new_layouts(&lowered_packed(&dag, r#"[["SP", 2, 2, 8, [2], 1]]"#)), ["5j4k2k"]);
+    assert_eq!(
+        new_layouts(&lowered_packed(&dag, r#"[["SP", 2, 2, 8, [2], 1]]"#)),
+        ["5j4k2k"]
+    );
     assert_eq!(new_layouts(&lowered_packed(&d, "[]")), ["6j16k"]);
 }
 

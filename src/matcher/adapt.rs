@@ -7,7 +7,10 @@ use crate::schedule::{ReplayFailure, StageInit};
 
 /// Replays `steps` on `inits`, adapting every SP to its loop's extent in the new workload
 /// (FSP/FFSP then follow the adapted SPs). Fails where a step cannot apply at all.
-pub fn retarget(inits: &[StageInit], steps: &[Step]) -> Result<crate::lower::Retargeted, ReplayFailure> {
+pub fn retarget(
+    inits: &[StageInit],
+    steps: &[Step],
+) -> Result<crate::lower::Retargeted, ReplayFailure> {
     crate::lower::retarget_steps(inits, steps)
 }
 
@@ -43,7 +46,11 @@ impl StageMap {
 /// name (both DAGs are built in the source's TVM era); extra target stages are inlined first
 /// (`CI`, as Ansor's always-inline rule does); steps on source-only stages are dropped.
 /// Returns None when the lists are identical (nothing to translate).
-pub fn map_stages(source: &crate::ir::Dag, target: &crate::ir::Dag, steps: &[Step]) -> Result<Option<Vec<Step>>, String> {
+pub fn map_stages(
+    source: &crate::ir::Dag,
+    target: &crate::ir::Dag,
+    steps: &[Step],
+) -> Result<Option<Vec<Step>>, String> {
     use crate::ansor::step::*;
     let names = |d: &crate::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
     let (src, tgt) = (names(source), names(target));
@@ -70,55 +77,108 @@ pub fn map_stages(source: &crate::ir::Dag, target: &crate::ir::Dag, steps: &[Ste
     }
     for &t in &extra {
         let st = &target.stages[t];
-        let inlinable = st.compute().is_some_and(|c| c.reduce_axes.is_empty()) && !target.outputs.iter().any(|o| o.0 == t);
+        let inlinable = st.compute().is_some_and(|c| c.reduce_axes.is_empty())
+            && !target.outputs.iter().any(|o| o.0 == t);
         if !inlinable {
-            return Err(format!("the target has stage {} ({}) that the source lacks and it cannot be inlined", t, st.name));
+            return Err(format!(
+                "the target has stage {} ({}) that the source lacks and it cannot be inlined",
+                t, st.name
+            ));
         }
     }
     let mut sm = StageMap { map };
-    let mut out: Vec<Step> = extra.iter().map(|&t| Step::ComputeInline(ComputeInlineStep { stage_id: t as u32 })).collect();
+    let mut out: Vec<Step> = extra
+        .iter()
+        .map(|&t| Step::ComputeInline(ComputeInlineStep { stage_id: t as u32 }))
+        .collect();
     // New index of every kept source step (FSP/FFSP refer to steps by index).
     let mut new_index: Vec<Option<u32>> = Vec::with_capacity(steps.len());
     for step in steps {
         let s = step.stage_id();
         let Ok(t) = sm.get(s) else {
             // A step on a stage the target does not have (e.g. inlining its data_pad).
-            if let Step::ComputeInline(_) | Step::ComputeRoot(_) | Step::Annotation(_) | Step::Pragma(_) = step {
+            if let Step::ComputeInline(_)
+            | Step::ComputeRoot(_)
+            | Step::Annotation(_)
+            | Step::Pragma(_) = step
+            {
                 new_index.push(None);
                 continue;
             }
-            return Err(format!("step {step} works on a stage the target does not have"));
+            return Err(format!(
+                "step {step} works on a stage the target does not have"
+            ));
         };
         let follow = |src: u32, new_index: &[Option<u32>]| {
-            new_index.get(src as usize).copied().flatten().ok_or_else(|| format!("step {step} follows a dropped step"))
+            new_index
+                .get(src as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| format!("step {step} follows a dropped step"))
         };
         let translated = match step {
-            Step::Annotation(a) => Step::Annotation(AnnotationStep { stage_id: t, ..a.clone() }),
-            Step::Fuse(a) => Step::Fuse(FuseStep { stage_id: t, ..a.clone() }),
-            Step::Pragma(a) => Step::Pragma(PragmaStep { stage_id: t, ..a.clone() }),
-            Step::Reorder(a) => Step::Reorder(ReorderStep { stage_id: t, ..a.clone() }),
-            Step::Split(a) => Step::Split(SplitStep { stage_id: t, ..a.clone() }),
-            Step::FollowSplit(a) => {
-                Step::FollowSplit(FollowSplitStep { stage_id: t, src_step_id: follow(a.src_step_id, &new_index)?, ..a.clone() })
-            }
-            Step::FollowFusedSplit(a) => Step::FollowFusedSplit(FollowFusedSplitStep {
+            Step::Annotation(a) => Step::Annotation(AnnotationStep {
                 stage_id: t,
-                src_step_ids: a.src_step_ids.iter().map(|&x| follow(x, &new_index)).collect::<Result<_, _>>()?,
                 ..a.clone()
             }),
-            Step::StorageAlign(a) => Step::StorageAlign(StorageAlignStep { stage_id: t, ..a.clone() }),
-            Step::ComputeAt(a) => {
-                Step::ComputeAt(ComputeAtStep { stage_id: t, target_stage_id: sm.get(a.target_stage_id)?, ..a.clone() })
-            }
+            Step::Fuse(a) => Step::Fuse(FuseStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::Pragma(a) => Step::Pragma(PragmaStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::Reorder(a) => Step::Reorder(ReorderStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::Split(a) => Step::Split(SplitStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::FollowSplit(a) => Step::FollowSplit(FollowSplitStep {
+                stage_id: t,
+                src_step_id: follow(a.src_step_id, &new_index)?,
+                ..a.clone()
+            }),
+            Step::FollowFusedSplit(a) => Step::FollowFusedSplit(FollowFusedSplitStep {
+                stage_id: t,
+                src_step_ids: a
+                    .src_step_ids
+                    .iter()
+                    .map(|&x| follow(x, &new_index))
+                    .collect::<Result<_, _>>()?,
+                ..a.clone()
+            }),
+            Step::StorageAlign(a) => Step::StorageAlign(StorageAlignStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::ComputeAt(a) => Step::ComputeAt(ComputeAtStep {
+                stage_id: t,
+                target_stage_id: sm.get(a.target_stage_id)?,
+                ..a.clone()
+            }),
             Step::ComputeInline(_) => Step::ComputeInline(ComputeInlineStep { stage_id: t }),
             Step::ComputeRoot(_) => Step::ComputeRoot(ComputeRootStep { stage_id: t }),
             Step::CacheRead(a) => Step::CacheRead(CacheReadStep {
                 stage_id: t,
                 scope: a.scope.clone(),
-                reader_stage_ids: a.reader_stage_ids.iter().map(|&r| sm.get(r)).collect::<Result<_, _>>()?,
+                reader_stage_ids: a
+                    .reader_stage_ids
+                    .iter()
+                    .map(|&r| sm.get(r))
+                    .collect::<Result<_, _>>()?,
             }),
-            Step::CacheWrite(a) => Step::CacheWrite(CacheWriteStep { stage_id: t, scope: a.scope.clone() }),
-            Step::Rfactor(a) => Step::Rfactor(RfactorStep { stage_id: t, ..a.clone() }),
+            Step::CacheWrite(a) => Step::CacheWrite(CacheWriteStep {
+                stage_id: t,
+                scope: a.scope.clone(),
+            }),
+            Step::Rfactor(a) => Step::Rfactor(RfactorStep {
+                stage_id: t,
+                ..a.clone()
+            }),
         };
         // Stage-adding steps insert a stage in both lists.
         match step {

@@ -76,21 +76,27 @@ pub fn lane_use(state: &State, steps: &[Step], lanes: i64) -> f64 {
 /// tile (product of the inner split lengths of spatial loops) plus operand tiles estimated
 /// from the reduction tile.
 pub fn tile_footprint(steps: &[Step], state: &State) -> f64 {
-    let mut per_stage: std::collections::HashMap<u32, Vec<&crate::ansor::step::SplitStep>> = Default::default();
+    let mut per_stage: std::collections::HashMap<u32, Vec<&crate::ansor::step::SplitStep>> =
+        Default::default();
     for s in steps {
         if let Step::Split(sp) = s {
             per_stage.entry(sp.stage_id).or_default().push(sp);
         }
     }
-    let Some((&stage, splits)) = per_stage.iter().max_by_key(|(id, v)| (v.len(), std::cmp::Reverse(**id))) else {
+    let Some((&stage, splits)) = per_stage
+        .iter()
+        .max_by_key(|(id, v)| (v.len(), std::cmp::Reverse(**id)))
+    else {
         return 0.0;
     };
     let reduction = |sp: &crate::ansor::step::SplitStep| {
         // Splits are recorded on the stage's original loops: spatial loops first.
-        let n_spatial = state
-            .stages()
-            .get(stage as usize)
-            .map_or(0, |st| st.iters.iter().filter(|i| i.kind == crate::schedule::IterKind::Spatial).count());
+        let n_spatial = state.stages().get(stage as usize).map_or(0, |st| {
+            st.iters
+                .iter()
+                .filter(|i| i.kind == crate::schedule::IterKind::Spatial)
+                .count()
+        });
         sp.iter_id as usize >= n_spatial && sp.lengths.len() == 1
     };
     let (mut out_tile, mut red_tile) = (1.0f64, 1.0f64);
@@ -115,15 +121,30 @@ fn footprint_factor(bytes: f64) -> f64 {
 
 /// The source's per-core throughput where it was tuned, in GFLOP/s (1 if unknown).
 fn source_throughput(source: &SourceRecord) -> f64 {
-    let cores = crate::ansor::Record::parse(&source.raw).ok().and_then(|r| r.task.num_cores()).unwrap_or(1).max(1) as f64;
+    let cores = crate::ansor::Record::parse(&source.raw)
+        .ok()
+        .and_then(|r| r.task.num_cores())
+        .unwrap_or(1)
+        .max(1) as f64;
     match source.source_flops {
         Some(f) if f > 0.0 && source.mean_cost > 0.0 => f / source.mean_cost / 1e9 / cores,
         _ => 1.0,
     }
 }
 
-pub fn estimate(_dag: &Dag, steps: &[Step], state: &State, changed: usize, source: &SourceRecord, opts: &MatchOptions) -> f64 {
-    let splits = steps.iter().filter(|s| matches!(s, Step::Split(_))).count().max(1);
+pub fn estimate(
+    _dag: &Dag,
+    steps: &[Step],
+    state: &State,
+    changed: usize,
+    source: &SourceRecord,
+    opts: &MatchOptions,
+) -> f64 {
+    let splits = steps
+        .iter()
+        .filter(|s| matches!(s, Step::Split(_)))
+        .count()
+        .max(1);
     let adaptation = 1.0 - 0.5 * (changed as f64 / splits as f64).min(1.0);
     parallel_balance(state, opts.cores)
         * lane_use(state, steps, opts.lanes)

@@ -113,8 +113,12 @@ pub fn spec_like_source(kernel: &WorkloadSpec, source: &WorkloadSpec) -> Option<
     let mut spec = kernel.clone();
     for (mine, theirs) in spec.epilogue.iter_mut().zip(&source.epilogue) {
         *mine = match (*mine, *theirs) {
-            (EpilogueOp::Add { .. }, EpilogueOp::Add { operand_first }) => EpilogueOp::Add { operand_first },
-            (EpilogueOp::Multiply { .. }, EpilogueOp::Multiply { operand_first }) => EpilogueOp::Multiply { operand_first },
+            (EpilogueOp::Add { .. }, EpilogueOp::Add { operand_first }) => {
+                EpilogueOp::Add { operand_first }
+            }
+            (EpilogueOp::Multiply { .. }, EpilogueOp::Multiply { operand_first }) => {
+                EpilogueOp::Multiply { operand_first }
+            }
             (a, b) if a.class_name() == b.class_name() => a,
             _ => return None,
         };
@@ -132,7 +136,12 @@ pub struct Matcher<'a> {
 
 impl<'a> Matcher<'a> {
     pub fn new(store: &'a Store, opts: MatchOptions) -> Matcher<'a> {
-        Matcher { store, opts, recognized: HashMap::new(), classes: HashMap::new() }
+        Matcher {
+            store,
+            opts,
+            recognized: HashMap::new(),
+            classes: HashMap::new(),
+        }
     }
 
     pub fn options(&self) -> &MatchOptions {
@@ -142,22 +151,46 @@ impl<'a> Matcher<'a> {
     fn recognize(&mut self, key: &str) -> Option<std::rc::Rc<Recognized>> {
         self.recognized
             .entry(key.to_string())
-            .or_insert_with(|| WorkloadKey::parse(key).ok().and_then(|k| crate::recognize::recognize(&k).ok()).map(std::rc::Rc::new))
+            .or_insert_with(|| {
+                WorkloadKey::parse(key)
+                    .ok()
+                    .and_then(|k| crate::recognize::recognize(&k).ok())
+                    .map(std::rc::Rc::new)
+            })
             .clone()
     }
 
     /// Builds the candidate for `source` on `kernel`, or says why not.
-    fn candidate(&mut self, kernel: &Kernel, tier: Tier, source: SourceRecord) -> Result<Candidate, Rejection> {
+    fn candidate(
+        &mut self,
+        kernel: &Kernel,
+        tier: Tier,
+        source: SourceRecord,
+    ) -> Result<Candidate, Rejection> {
         let label = source.label();
-        let reject = |reason: String| Rejection { source: label.clone(), reason };
-        let spec = kernel.spec.as_ref().ok_or_else(|| reject("the kernel has no workload spec".into()))?;
-        let rec = self.recognize(&source.key).ok_or_else(|| reject("the source workload key is not recognized".into()))?;
-        let (Some(src_spec), Some(era)) = (rec.spec.as_ref(), rec.era) else {
-            return Err(reject("registered workloads do not transfer to model kernels".into()));
+        let reject = |reason: String| Rejection {
+            source: label.clone(),
+            reason,
         };
-        let spec = spec_like_source(spec, src_spec).ok_or_else(|| reject(format!("epilogue {} differs", src_spec.op_class())))?;
-        let dag = spec.build(era, &kernel.inputs).map_err(|e| reject(format!("cannot build the kernel in TVM {era}: {e}")))?;
-        let record = Record::parse(&source.raw).map_err(|e| reject(format!("stored record unreadable: {e}")))?;
+        let spec = kernel
+            .spec
+            .as_ref()
+            .ok_or_else(|| reject("the kernel has no workload spec".into()))?;
+        let rec = self
+            .recognize(&source.key)
+            .ok_or_else(|| reject("the source workload key is not recognized".into()))?;
+        let (Some(src_spec), Some(era)) = (rec.spec.as_ref(), rec.era) else {
+            return Err(reject(
+                "registered workloads do not transfer to model kernels".into(),
+            ));
+        };
+        let spec = spec_like_source(spec, src_spec)
+            .ok_or_else(|| reject(format!("epilogue {} differs", src_spec.op_class())))?;
+        let dag = spec
+            .build(era, &kernel.inputs)
+            .map_err(|e| reject(format!("cannot build the kernel in TVM {era}: {e}")))?;
+        let record = Record::parse(&source.raw)
+            .map_err(|e| reject(format!("stored record unreadable: {e}")))?;
         // A target whose stage list differs by inlinable stages (a padded conv taking a 1x1
         // conv's schedule) gets the steps translated stage by stage.
         let mut record = record;
@@ -168,24 +201,45 @@ impl<'a> Matcher<'a> {
         }
         let inits = crate::schedule::stage_inits_from_dag(&dag);
         let (steps, state, changed_steps) = if tier == Tier::Exact {
-            let state = crate::schedule::replay(&inits, &record.steps).map_err(|e| reject(format!("replay failed: {e}")))?;
+            let state = crate::schedule::replay(&inits, &record.steps)
+                .map_err(|e| reject(format!("replay failed: {e}")))?;
             (record.steps.clone(), state, 0)
         } else {
-            let r = adapt::retarget(&inits, &record.steps).map_err(|e| reject(format!("replay failed: {e}")))?;
+            let r = adapt::retarget(&inits, &record.steps)
+                .map_err(|e| reject(format!("replay failed: {e}")))?;
             let n = r.changes.len();
             (r.steps, r.state, n)
         };
         let mut source = source;
         source.source_flops = Some(rec.dag.flop_ct());
         let estimate = estimate::estimate(&dag, &steps, &state, changed_steps, &source, &self.opts);
-        Ok(Candidate { tier, source, dag, steps, changed_steps, estimate })
+        Ok(Candidate {
+            tier,
+            source,
+            dag,
+            steps,
+            changed_steps,
+            estimate,
+        })
     }
 
     /// Matches one kernel (index `index` of its list).
-    pub fn match_kernel(&mut self, index: usize, kernel: &Kernel) -> crate::store::Result<KernelMatch> {
-        let mut m = KernelMatch { kernel: index, tier: Tier::None, candidates: vec![], rejections: vec![] };
+    pub fn match_kernel(
+        &mut self,
+        index: usize,
+        kernel: &Kernel,
+    ) -> crate::store::Result<KernelMatch> {
+        let mut m = KernelMatch {
+            kernel: index,
+            tier: Tier::None,
+            candidates: vec![],
+            rejections: vec![],
+        };
         let (Some(sig), Some(hash)) = (&kernel.signature, &kernel.signature_hash) else {
-            m.rejections.push(Rejection { source: "-".into(), reason: format!("{} kernels are not tuned", kernel.class) });
+            m.rejections.push(Rejection {
+                source: "-".into(),
+                reason: format!("{} kernels are not tuned", kernel.class),
+            });
             return Ok(m);
         };
         // Exact: same signature on a compatible target.
@@ -195,16 +249,22 @@ impl<'a> Matcher<'a> {
                 Err(r) => m.rejections.push(r),
             }
         }
-        m.candidates.sort_by(|a, b| a.source.mean_cost.total_cmp(&b.source.mean_cost));
+        m.candidates
+            .sort_by(|a, b| a.source.mean_cost.total_cmp(&b.source.mean_cost));
         // Class: the nearest workloads of the class, re-targeted.
         if !self.classes.contains_key(&sig.op_class) {
             let list = query::class_workloads(self.store, &sig.op_class, &self.opts.compat)?;
             self.classes.insert(sig.op_class.clone(), list);
         }
-        let nearest: Vec<i64> = query::nearest(&self.classes[&sig.op_class], &query::ShapeKey::of(sig), hash, self.opts.class_workloads)
-            .iter()
-            .map(|w| w.id)
-            .collect();
+        let nearest: Vec<i64> = query::nearest(
+            &self.classes[&sig.op_class],
+            &query::ShapeKey::of(sig),
+            hash,
+            self.opts.class_workloads,
+        )
+        .iter()
+        .map(|w| w.id)
+        .collect();
         let mut class = Vec::new();
         for w in nearest {
             for source in query::best_records_of(self.store, w, &self.opts, 1)? {
@@ -224,7 +284,8 @@ impl<'a> Matcher<'a> {
         };
         m.candidates.extend(class);
         if m.tier == Tier::None && m.rejections.is_empty() {
-            m.rejections.extend(query::explain_none(self.store, sig, &self.opts)?);
+            m.rejections
+                .extend(query::explain_none(self.store, sig, &self.opts)?);
         }
         Ok(m)
     }
@@ -270,7 +331,10 @@ pub fn kernel_flops(k: &Kernel) -> f64 {
 }
 
 /// Matches every tuned kernel of `list`.
-pub fn match_model(matcher: &mut Matcher, list: crate::onnx::KernelList) -> crate::store::Result<ModelMatch> {
+pub fn match_model(
+    matcher: &mut Matcher,
+    list: crate::onnx::KernelList,
+) -> crate::store::Result<ModelMatch> {
     let mut matches = Vec::new();
     for (i, k) in list.kernels.iter().enumerate() {
         if k.is_tuned() {

@@ -33,8 +33,15 @@ impl SourceRecord {
     pub fn label(&self) -> String {
         let file = std::path::Path::new(&self.source_path)
             .file_name()
-            .map_or_else(|| self.source_path.clone(), |f| f.to_string_lossy().into_owned());
-        format!("{file}:{} (workload {})", self.line, &self.signature[..12.min(self.signature.len())])
+            .map_or_else(
+                || self.source_path.clone(),
+                |f| f.to_string_lossy().into_owned(),
+            );
+        format!(
+            "{file}:{} (workload {})",
+            self.line,
+            &self.signature[..12.min(self.signature.len())]
+        )
     }
 }
 
@@ -74,7 +81,12 @@ pub fn exact_records(store: &Store, hash: &str, opts: &MatchOptions) -> Result<V
 
 /// The best `n` valid records of one workload on compatible targets (the `records_best`
 /// index in cost order).
-pub fn best_records_of(store: &Store, workload_id: i64, opts: &MatchOptions, n: usize) -> Result<Vec<SourceRecord>> {
+pub fn best_records_of(
+    store: &Store,
+    workload_id: i64,
+    opts: &MatchOptions,
+    n: usize,
+) -> Result<Vec<SourceRecord>> {
     let sql = format!(
         "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2 ORDER BY r.mean_cost LIMIT ?3"
     );
@@ -108,7 +120,11 @@ impl ShapeKey {
         ShapeKey {
             ranks: tensors.clone().map(Vec::len).collect(),
             log_dims: tensors.flatten().map(|&d| (d.max(1) as f64).ln()).collect(),
-            attrs: sig.attrs.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+            attrs: sig
+                .attrs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect(),
             layout: sig.layout.clone(),
             dtype: sig.dtype.clone(),
         }
@@ -120,10 +136,19 @@ impl ShapeKey {
         if self.ranks != other.ranks || self.dtype != other.dtype {
             return None;
         }
-        let mut d: f64 = self.log_dims.iter().zip(&other.log_dims).map(|(a, b)| (a - b).abs()).sum();
+        let mut d: f64 = self
+            .log_dims
+            .iter()
+            .zip(&other.log_dims)
+            .map(|(a, b)| (a - b).abs())
+            .sum();
         // Both attribute lists are sorted by key (BTreeMap order).
         for (k, v) in &self.attrs {
-            if other.attrs.binary_search_by(|(ok, _)| ok.cmp(k)).map_or(true, |i| &other.attrs[i].1 != v) {
+            if other
+                .attrs
+                .binary_search_by(|(ok, _)| ok.cmp(k))
+                .map_or(true, |i| &other.attrs[i].1 != v)
+            {
                 d += 2.0;
             }
         }
@@ -140,12 +165,22 @@ pub fn class_workloads(store: &Store, op_class: &str, compat: &str) -> Result<Ve
              SELECT 1 FROM records r JOIN targets t ON t.id = r.target_id
              WHERE r.workload_id = w.id AND r.mean_cost IS NOT NULL AND t.compat = ?2)",
     )?;
-    let rows = q.query_map(params![op_class, compat], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
+    let rows = q.query_map(params![op_class, compat], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
     let mut out = Vec::new();
     for row in rows {
         let (id, signature, json) = row?;
         if let Ok(sig) = serde_json::from_str::<WorkloadSignature>(&json) {
-            out.push(ClassWorkload { id, signature, key: ShapeKey::of(&sig) });
+            out.push(ClassWorkload {
+                id,
+                signature,
+                key: ShapeKey::of(&sig),
+            });
         }
     }
     Ok(out)
@@ -153,15 +188,27 @@ pub fn class_workloads(store: &Store, op_class: &str, compat: &str) -> Result<Ve
 
 /// The `n` workloads of `list` nearest to `key` (its own signature excluded: that is the
 /// exact tier).
-pub fn nearest<'l>(list: &'l [ClassWorkload], key: &ShapeKey, hash: &str, n: usize) -> Vec<&'l ClassWorkload> {
-    let mut scored: Vec<(f64, &ClassWorkload)> =
-        list.iter().filter(|w| w.signature != hash).filter_map(|w| key.distance(&w.key).map(|d| (d, w))).collect();
+pub fn nearest<'l>(
+    list: &'l [ClassWorkload],
+    key: &ShapeKey,
+    hash: &str,
+    n: usize,
+) -> Vec<&'l ClassWorkload> {
+    let mut scored: Vec<(f64, &ClassWorkload)> = list
+        .iter()
+        .filter(|w| w.signature != hash)
+        .filter_map(|w| key.distance(&w.key).map(|d| (d, w)))
+        .collect();
     scored.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
     scored.into_iter().take(n).map(|(_, w)| w).collect()
 }
 
 /// Why a kernel has no candidate: the closest things the database does hold.
-pub fn explain_none(store: &Store, sig: &WorkloadSignature, opts: &MatchOptions) -> Result<Vec<Rejection>> {
+pub fn explain_none(
+    store: &Store,
+    sig: &WorkloadSignature,
+    opts: &MatchOptions,
+) -> Result<Vec<Rejection>> {
     let mut out = Vec::new();
     let anchor = sig.op_class.split('+').next().unwrap_or("");
     // Same anchor, another epilogue: a different DAG structure.
@@ -169,18 +216,26 @@ pub fn explain_none(store: &Store, sig: &WorkloadSignature, opts: &MatchOptions)
         "SELECT op_class, COUNT(*) FROM workloads WHERE (op_class = ?1 OR op_class LIKE ?1 || '+%') AND op_class != ?2
          GROUP BY op_class ORDER BY 2 DESC LIMIT 3",
     )?;
-    for row in q.query_map(params![anchor, sig.op_class], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+    for row in q.query_map(params![anchor, sig.op_class], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+    })? {
         let (class, n) = row?;
         out.push(Rejection {
             source: format!("{n} workload(s) of class {class}"),
-            reason: format!("wrong class: {class} is not {} (another fused epilogue, another DAG)", sig.op_class),
+            reason: format!(
+                "wrong class: {class} is not {} (another fused epilogue, another DAG)",
+                sig.op_class
+            ),
         });
     }
     // Same class, but only on incompatible targets or only failed measurements: per target
     // class, does any workload of the class have a record there, and a valid one? (Index
     // seeks per workload, never a scan of the class's records.)
-    let compats: Vec<String> =
-        store.conn.prepare_cached("SELECT DISTINCT compat FROM targets")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let compats: Vec<String> = store
+        .conn
+        .prepare_cached("SELECT DISTINCT compat FROM targets")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut any = store.conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
                         WHERE w.op_class = ?1 AND t.compat = ?2)",
@@ -201,12 +256,17 @@ pub fn explain_none(store: &Store, sig: &WorkloadSignature, opts: &MatchOptions)
         } else if !valid.query_row(params![sig.op_class, compat], |r| r.get::<_, bool>(0))? {
             out.push(Rejection {
                 source: format!("records of class {} on {compat}", sig.op_class),
-                reason: "every measurement of this class failed (error_no != 0): none can be chosen".into(),
+                reason:
+                    "every measurement of this class failed (error_no != 0): none can be chosen"
+                        .into(),
             });
         }
     }
     if out.is_empty() {
-        out.push(Rejection { source: "-".into(), reason: format!("the database holds no workload of class {}", sig.op_class) });
+        out.push(Rejection {
+            source: "-".into(),
+            reason: format!("the database holds no workload of class {}", sig.op_class),
+        });
     }
     Ok(out)
 }

@@ -35,10 +35,18 @@ pub fn conv2d_nhwc_kernel(hw: i64, c: i64) -> Kernel {
                     "Pad",
                     vec![v("ph"), v("pw"), v("pc")],
                     Expr::select(
-                        Expr::likely(Expr::And(Box::new(inside(v("ph"))), Box::new(inside(v("pw"))))),
+                        Expr::likely(Expr::And(
+                            Box::new(inside(v("ph"))),
+                            Box::new(inside(v("pw"))),
+                        )),
                         Expr::load(
                             "I",
-                            vec![k(0), Expr::sub(v("ph"), k(1)), Expr::sub(v("pw"), k(1)), v("pc")],
+                            vec![
+                                k(0),
+                                Expr::sub(v("ph"), k(1)),
+                                Expr::sub(v("pw"), k(1)),
+                                v("pc"),
+                            ],
                         ),
                         Expr::f32(0.0),
                     ),
@@ -51,7 +59,12 @@ pub fn conv2d_nhwc_kernel(hw: i64, c: i64) -> Kernel {
     let co = || add(mul(v("co_o"), k(16)), v("cc"));
     let l = || vec![v("wi"), v("cc")];
     let tile = |s: Stmt| {
-        Stmt::loop_("wi", 8, ForKind::Serial, Stmt::loop_("cc", 16, ForKind::Vectorized, s))
+        Stmt::loop_(
+            "wi",
+            8,
+            ForKind::Serial,
+            Stmt::loop_("cc", 16, ForKind::Vectorized, s),
+        )
     };
     let body = Stmt::allocate(
         Buffer::new("L", DType::F32, &[8, 16], BufferRole::Temporary),
@@ -75,7 +88,10 @@ pub fn conv2d_nhwc_kernel(hw: i64, c: i64) -> Kernel {
                             add(
                                 Expr::load("L", l()),
                                 mul(
-                                    Expr::load("Pad", vec![add(h(), v("rh")), add(w(), v("rw")), v("ci")]),
+                                    Expr::load(
+                                        "Pad",
+                                        vec![add(h(), v("rh")), add(w(), v("rw")), v("ci")],
+                                    ),
                                     Expr::load("W", vec![v("rh"), v("rw"), v("ci"), co()]),
                                 ),
                             ),
@@ -83,7 +99,11 @@ pub fn conv2d_nhwc_kernel(hw: i64, c: i64) -> Kernel {
                     ),
                 ),
             ),
-            tile(Stmt::store("O", vec![k(0), h(), w(), co()], Expr::load("L", l()))),
+            tile(Stmt::store(
+                "O",
+                vec![k(0), h(), w(), co()],
+                Expr::load("L", l()),
+            )),
         ]),
     );
     let compute = Stmt::loop_(
@@ -91,7 +111,10 @@ pub fn conv2d_nhwc_kernel(hw: i64, c: i64) -> Kernel {
         hw * hw / 8,
         ForKind::Parallel,
         Stmt::attr(
-            Attr::AutoUnroll { max_step: 64, explicit: true },
+            Attr::AutoUnroll {
+                max_step: 64,
+                explicit: true,
+            },
             Stmt::loop_("co_o", c / 16, ForKind::Serial, body),
         ),
     );
@@ -136,8 +159,17 @@ pub fn bias_relu_kernel(rows: i64, cols: i64) -> Kernel {
                         vec![v("r"), Expr::add(Expr::mul(v("co"), Expr::int(8)), v("ci"))],
                         Expr::max(
                             Expr::add(
-                                Expr::load("X", vec![v("r"), Expr::add(Expr::mul(v("co"), Expr::int(8)), v("ci"))]),
-                                Expr::load("B", vec![Expr::add(Expr::mul(v("co"), Expr::int(8)), v("ci"))]),
+                                Expr::load(
+                                    "X",
+                                    vec![
+                                        v("r"),
+                                        Expr::add(Expr::mul(v("co"), Expr::int(8)), v("ci")),
+                                    ],
+                                ),
+                                Expr::load(
+                                    "B",
+                                    vec![Expr::add(Expr::mul(v("co"), Expr::int(8)), v("ci"))],
+                                ),
                             ),
                             Expr::f32(0.0),
                         ),

@@ -25,7 +25,14 @@ pub struct GemmSchedule {
 impl Default for GemmSchedule {
     /// 4×24 micro-kernel for 16 AVX2 registers (12 accumulators + 3 B vectors + 1 broadcast).
     fn default() -> Self {
-        GemmSchedule { mr: 4, nv: 3, lanes: 8, row_splits: 2, kc: 256, pack_a: true }
+        GemmSchedule {
+            mr: 4,
+            nv: 3,
+            lanes: 8,
+            row_splits: 2,
+            kc: 256,
+            pack_a: true,
+        }
     }
 }
 
@@ -36,7 +43,10 @@ pub fn gemm_flops(m: i64, n: i64, k: i64) -> f64 {
 /// Build the kernel. Requires `m % (mr · row_splits) == 0`; `n` is arbitrary (the last panel
 /// is zero-padded and written back under guards).
 pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
-    assert!(m % (s.mr * s.row_splits) == 0, "m must be a multiple of mr * row_splits");
+    assert!(
+        m % (s.mr * s.row_splits) == 0,
+        "m must be a multiple of mr * row_splits"
+    );
     let (mr, nv, lanes, splits) = (s.mr, s.nv, s.lanes, s.row_splits);
     let nr = nv * lanes;
     let np = (n + nr - 1) / nr;
@@ -54,7 +64,11 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
     let bp_index = || vec![v("jo"), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))];
     let copy = |guarded: bool| {
         let load = Expr::load("B", vec![v("kk"), col(v("jo"))]);
-        let value = if guarded { Expr::select(Expr::lt(col(v("jo")), c(n)), load, Expr::f32(0.0)) } else { load };
+        let value = if guarded {
+            Expr::select(Expr::lt(col(v("jo")), c(n)), load, Expr::f32(0.0))
+        } else {
+            load
+        };
         Stmt::loop_(
             "kk",
             k,
@@ -63,7 +77,12 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
                 "jv",
                 nv,
                 ForKind::Unrolled,
-                Stmt::loop_("l", lanes, ForKind::Vectorized, Stmt::store("Bp", bp_index(), value)),
+                Stmt::loop_(
+                    "l",
+                    lanes,
+                    ForKind::Vectorized,
+                    Stmt::store("Bp", bp_index(), value),
+                ),
             ),
         )
     };
@@ -85,7 +104,12 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
     let row = || add(mul(add(mul(hs(), c(tiles)), v("it")), c(mr)), v("ii"));
     let cl = || vec![v("ii"), add(mul(v("jv"), c(lanes)), v("l"))];
     let tile = |body: Stmt| {
-        Stmt::loop_("ii", mr, ForKind::Unrolled, Stmt::loop_("jv", nv, ForKind::Unrolled, body))
+        Stmt::loop_(
+            "ii",
+            mr,
+            ForKind::Unrolled,
+            Stmt::loop_("jv", nv, ForKind::Unrolled, body),
+        )
     };
     let vec_l = |st: Stmt| Stmt::loop_("l", lanes, ForKind::Vectorized, st);
     let ccol = || add(add(mul(jo(), c(nr)), mul(v("jv"), c(lanes))), v("l"));
@@ -96,7 +120,11 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
         tile(vec_l(Stmt::store("Cl", cl(), Expr::f32(0.0)))),
         Some(tile(Stmt::if_(
             Expr::lt(full(), c(n)),
-            vec_l(Stmt::store("Cl", cl(), Expr::load("C", vec![row(), ccol()]))),
+            vec_l(Stmt::store(
+                "Cl",
+                cl(),
+                Expr::load("C", vec![row(), ccol()]),
+            )),
             Some(Stmt::loop_(
                 "l",
                 lanes,
@@ -104,7 +132,11 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
                 Stmt::store(
                     "Cl",
                     cl(),
-                    Expr::select(Expr::lt(ccol(), c(n)), Expr::load("C", vec![row(), ccol()]), Expr::f32(0.0)),
+                    Expr::select(
+                        Expr::lt(ccol(), c(n)),
+                        Expr::load("C", vec![row(), ccol()]),
+                        Expr::f32(0.0),
+                    ),
                 ),
             )),
         ))),
@@ -121,18 +153,28 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
                 Expr::load("Cl", cl()),
                 mul(
                     if s.pack_a {
-                        Expr::load("Ap", vec![add(mul(hs(), c(tiles)), v("it")), v("kk"), v("ii")])
+                        Expr::load(
+                            "Ap",
+                            vec![add(mul(hs(), c(tiles)), v("it")), v("kk"), v("ii")],
+                        )
                     } else {
                         Expr::load("A", vec![row(), v("kk")])
                     },
-                    Expr::load("Bp", vec![jo(), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))]),
+                    Expr::load(
+                        "Bp",
+                        vec![jo(), v("kk"), add(mul(v("jv"), c(lanes)), v("l"))],
+                    ),
                 ),
             ),
         ))),
     );
     let write = tile(Stmt::if_(
         Expr::lt(full(), c(n)),
-        vec_l(Stmt::store("C", vec![row(), ccol()], Expr::load("Cl", cl()))),
+        vec_l(Stmt::store(
+            "C",
+            vec![row(), ccol()],
+            Expr::load("Cl", cl()),
+        )),
         Some(Stmt::loop_(
             "l",
             lanes,
@@ -190,7 +232,10 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
     steps.push(compute);
     let mut body = Stmt::seq(steps);
     if s.pack_a {
-        body = Stmt::allocate(Buffer::new("Ap", DType::F32, &[m / mr, k, mr], BufferRole::Temporary), body);
+        body = Stmt::allocate(
+            Buffer::new("Ap", DType::F32, &[m / mr, k, mr], BufferRole::Temporary),
+            body,
+        );
     }
     Kernel::new(
         &format!("gemm_{m}x{n}x{k}"),
@@ -199,7 +244,10 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
             Buffer::new("B", DType::F32, &[k, n], BufferRole::Input),
             Buffer::new("C", DType::F32, &[m, n], BufferRole::Output),
         ],
-        Stmt::allocate(Buffer::new("Bp", DType::F32, &[np, k, nr], BufferRole::Temporary), body),
+        Stmt::allocate(
+            Buffer::new("Bp", DType::F32, &[np, k, nr], BufferRole::Temporary),
+            body,
+        ),
     )
 }
 
@@ -225,7 +273,10 @@ pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
                         vec![v("i"), v("j")],
                         Expr::add(
                             Expr::load("C", vec![v("i"), v("j")]),
-                            Expr::mul(Expr::load("A", vec![v("i"), v("kk")]), Expr::load("B", vec![v("kk"), v("j")])),
+                            Expr::mul(
+                                Expr::load("A", vec![v("i"), v("kk")]),
+                                Expr::load("B", vec![v("kk"), v("j")]),
+                            ),
                         ),
                     ),
                 ),

@@ -17,9 +17,26 @@ pub struct HostFingerprint {
 }
 
 const RELEVANT: &[&str] = &[
-    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512cd",
-    "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
-    "amx_int8", "neon", "asimd", "sve",
+    "sse4_1",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512cd",
+    "avx512dq",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "neon",
+    "asimd",
+    "sve",
 ];
 
 impl HostFingerprint {
@@ -32,7 +49,9 @@ impl HostFingerprint {
                 .map(|(_, v)| v.trim().to_string())
         };
         let cpu_model = field("model name").unwrap_or_else(|| "unknown".into());
-        let flags = field("flags").or_else(|| field("Features")).unwrap_or_default();
+        let flags = field("flags")
+            .or_else(|| field("Features"))
+            .unwrap_or_default();
         let mut isa_flags: Vec<String> = flags
             .split_whitespace()
             .filter(|f| RELEVANT.contains(f))

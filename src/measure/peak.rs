@@ -24,7 +24,11 @@ pub fn fma_kernel(lanes: i64, threads: i64, iters: i64) -> Kernel {
     let acc = |c: i64| vec![Expr::int(c), v("l")];
     let out = |c: i64| vec![v("t"), Expr::add(Expr::int(c * lanes), v("l"))];
     let per_chain = |f: &dyn Fn(i64) -> Stmt| {
-        Stmt::seq((0..CHAINS).map(|c| Stmt::loop_("l", lanes, ForKind::Vectorized, f(c))).collect())
+        Stmt::seq(
+            (0..CHAINS)
+                .map(|c| Stmt::loop_("l", lanes, ForKind::Vectorized, f(c)))
+                .collect(),
+        )
     };
     let init = per_chain(&|c| Stmt::store("acc", acc(c), Expr::load("O", out(c))));
     let step = per_chain(&|c| {
@@ -32,7 +36,10 @@ pub fn fma_kernel(lanes: i64, threads: i64, iters: i64) -> Kernel {
             "acc",
             acc(c),
             Expr::add(
-                Expr::mul(Expr::load("acc", acc(c)), Expr::load("X", vec![Expr::int(0)])),
+                Expr::mul(
+                    Expr::load("acc", acc(c)),
+                    Expr::load("X", vec![Expr::int(0)]),
+                ),
                 Expr::load("X", vec![Expr::int(1)]),
             ),
         )
@@ -40,13 +47,22 @@ pub fn fma_kernel(lanes: i64, threads: i64, iters: i64) -> Kernel {
     let fini = per_chain(&|c| Stmt::store("O", out(c), Expr::load("acc", acc(c))));
     let body = Stmt::allocate(
         Buffer::new("acc", DType::F32, &[CHAINS, lanes], BufferRole::Temporary),
-        Stmt::seq(vec![init, Stmt::loop_("it", iters, ForKind::Serial, step), fini]),
+        Stmt::seq(vec![
+            init,
+            Stmt::loop_("it", iters, ForKind::Serial, step),
+            fini,
+        ]),
     );
     Kernel::new(
         "fma_peak",
         vec![
             Buffer::new("X", DType::F32, &[2], BufferRole::Input),
-            Buffer::new("O", DType::F32, &[threads, CHAINS * lanes], BufferRole::Output),
+            Buffer::new(
+                "O",
+                DType::F32,
+                &[threads, CHAINS * lanes],
+                BufferRole::Output,
+            ),
         ],
         Stmt::loop_("t", threads, ForKind::Parallel, body),
     )
@@ -63,7 +79,10 @@ pub fn measure_fma(lanes: i64, threads: usize, opts: &MeasureOptions) -> Result<
         BufferData::F32(vec![0.999_999, 1e-6]),
         BufferData::zeros(DType::F32, (threads as i64 * CHAINS * lanes) as usize),
     ];
-    let opts = MeasureOptions { threads: Some(threads), ..opts.clone() };
+    let opts = MeasureOptions {
+        threads: Some(threads),
+        ..opts.clone()
+    };
     let m = measure(&c, &mut bufs, &opts).map_err(|e| CodegenError::Llvm(e.to_string()))?;
     let flops = 2.0 * (lanes * CHAINS * iters) as f64 * threads as f64;
     Ok(flops / m.min / 1e9)

@@ -54,8 +54,18 @@ impl Measurement {
         } else {
             (samples[n / 2 - 1] + samples[n / 2]) / 2.0
         };
-        let (min, max) = (samples.first().copied().unwrap_or(f64::NAN), samples.last().copied().unwrap_or(f64::NAN));
-        Measurement { spread: (max - min) / median, samples, number, median, min, max }
+        let (min, max) = (
+            samples.first().copied().unwrap_or(f64::NAN),
+            samples.last().copied().unwrap_or(f64::NAN),
+        );
+        Measurement {
+            spread: (max - min) / median,
+            samples,
+            number,
+            median,
+            min,
+            max,
+        }
     }
     /// GFLOP/s for a kernel doing `flops` floating-point operations per run.
     pub fn gflops(&self, flops: f64) -> f64 {
@@ -77,8 +87,15 @@ fn flush_caches() {
 }
 
 /// Time a compiled kernel on `bufs`.
-pub fn measure(k: &CompiledKernel, bufs: &mut [BufferData], opts: &MeasureOptions) -> Result<Measurement, RunError> {
-    let ro = RunOptions { threads: opts.threads, timeout: opts.timeout };
+pub fn measure(
+    k: &CompiledKernel,
+    bufs: &mut [BufferData],
+    opts: &MeasureOptions,
+) -> Result<Measurement, RunError> {
+    let ro = RunOptions {
+        threads: opts.threads,
+        timeout: opts.timeout,
+    };
     for _ in 0..opts.warmup {
         k.run(bufs, &ro)?;
     }
@@ -113,7 +130,8 @@ pub fn measure(k: &CompiledKernel, bufs: &mut [BufferData], opts: &MeasureOption
             }
             // Grow like TVM: aim directly at min_repeat_ms with some headroom.
             let per = d.as_secs_f64().max(1e-9) / number as f64;
-            number = ((min_dur.as_secs_f64() / per * 1.2) as usize).clamp(number + 1, number * 1000);
+            number =
+                ((min_dur.as_secs_f64() / per * 1.2) as usize).clamp(number + 1, number * 1000);
         }
     }
     Ok(Measurement::from_samples(samples, number))

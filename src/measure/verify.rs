@@ -29,7 +29,12 @@ impl std::fmt::Display for Mismatch {
 /// `|got - want| ≤ rtol · max(|got|, |want|, 1)` element-wise (NaN matches NaN).
 pub fn compare(got: &BufferData, want: &BufferData, rtol: f64) -> Result<(), Mismatch> {
     if got.len() != want.len() {
-        return Err(Mismatch { index: 0, got: got.len() as f64, want: want.len() as f64, count: 1 });
+        return Err(Mismatch {
+            index: 0,
+            got: got.len() as f64,
+            want: want.len() as f64,
+            count: 1,
+        });
     }
     let mut first: Option<Mismatch> = None;
     let mut count = 0;
@@ -41,7 +46,12 @@ pub fn compare(got: &BufferData, want: &BufferData, rtol: f64) -> Result<(), Mis
         let ok = (g - w).abs() <= rtol * g.abs().max(w.abs()).max(1.0);
         if !ok {
             count += 1;
-            first.get_or_insert(Mismatch { index: i, got: g, want: w, count: 0 });
+            first.get_or_insert(Mismatch {
+                index: i,
+                got: g,
+                want: w,
+                count: 0,
+            });
         }
     }
     match first {
@@ -51,19 +61,27 @@ pub fn compare(got: &BufferData, want: &BufferData, rtol: f64) -> Result<(), Mis
 }
 
 /// Run `compiled` and the interpreter on the same random inputs and compare every output.
-pub fn verify_against_interpreter(compiled: &CompiledKernel, seed: u64, rtol: f64) -> Result<(), String> {
+pub fn verify_against_interpreter(
+    compiled: &CompiledKernel,
+    seed: u64,
+    rtol: f64,
+) -> Result<(), String> {
     let k = &compiled.kernel;
     let mut a: Vec<BufferData> = k
         .params
         .iter()
         .enumerate()
         .map(|(n, p)| match p.role {
-            BufferRole::Input => BufferData::random(p.dtype, p.num_elements() as usize, seed + n as u64),
+            BufferRole::Input => {
+                BufferData::random(p.dtype, p.num_elements() as usize, seed + n as u64)
+            }
             _ => BufferData::for_buffer(p),
         })
         .collect();
     let mut b = a.clone();
-    compiled.run(&mut a, &RunOptions::default()).map_err(|e| e.to_string())?;
+    compiled
+        .run(&mut a, &RunOptions::default())
+        .map_err(|e| e.to_string())?;
     interp(k, &mut b, InterpOptions::default()).map_err(|e| e.to_string())?;
     for (n, p) in k.params.iter().enumerate() {
         if p.role == BufferRole::Output {

@@ -12,13 +12,26 @@ pub enum OnnxError {
     /// Structurally invalid model (no graph, duplicate names, a value used before it is made ...).
     Invalid(String),
     /// A graph input has a symbolic or unknown dim and no `--input-shape` override was given.
-    SymbolicDim { input: String, index: usize, dim: String, shape: String },
+    SymbolicDim {
+        input: String,
+        index: usize,
+        dim: String,
+        shape: String,
+    },
     /// A bad `name=d0,d1,...` override (syntax, unknown input, rank mismatch).
     Override(String),
     /// A node whose op (or op variant) is not supported.
-    Unsupported { node: String, op: String, reason: String },
+    Unsupported {
+        node: String,
+        op: String,
+        reason: String,
+    },
     /// Shape inference failed on a node (inconsistent shapes or attributes).
-    Shape { node: String, op: String, msg: String },
+    Shape {
+        node: String,
+        op: String,
+        msg: String,
+    },
     /// A layout / blocking request that cannot be honoured.
     Layout(String),
 }

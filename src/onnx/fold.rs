@@ -15,27 +15,43 @@ pub fn fold_batchnorm(g: &mut Graph) -> usize {
         let uses = g.use_counts();
         let producers = g.producers();
         let pair = g.nodes.iter().enumerate().find_map(|(bi, bn)| {
-            if bn.op_type != "BatchNormalization" || bn.outputs.iter().skip(1).any(|o| !o.is_empty() && uses.get(o).copied().unwrap_or(0) > 0) {
+            if bn.op_type != "BatchNormalization"
+                || bn
+                    .outputs
+                    .iter()
+                    .skip(1)
+                    .any(|o| !o.is_empty() && uses.get(o).copied().unwrap_or(0) > 0)
+            {
                 return None;
             }
             let x = bn.input(0)?;
             let ci = *producers.get(x)?;
             let conv = &g.nodes[ci];
-            let single_use = uses.get(x).copied().unwrap_or(0) == 1 && !g.outputs.iter().any(|o| o == x);
-            (conv.op_type == "Conv" && conv.outputs.first().map(String::as_str) == Some(x) && single_use).then_some((ci, bi))
+            let single_use =
+                uses.get(x).copied().unwrap_or(0) == 1 && !g.outputs.iter().any(|o| o == x);
+            (conv.op_type == "Conv"
+                && conv.outputs.first().map(String::as_str) == Some(x)
+                && single_use)
+                .then_some((ci, bi))
         });
         let Some((ci, bi)) = pair else { break };
         let bn = g.nodes.remove(bi);
         let ci = if bi < ci { ci - 1 } else { ci };
         let conv_out = g.nodes[ci].outputs[0].clone();
         let out = bn.outputs[0].clone();
-        let channels = g.shape(&conv_out).and_then(|s| s.get(1).copied()).unwrap_or(0);
+        let channels = g
+            .shape(&conv_out)
+            .and_then(|s| s.get(1).copied())
+            .unwrap_or(0);
         let conv = &mut g.nodes[ci];
         if conv.input(2).is_none() {
             let bias = format!("{}::folded_bias", bn.name);
             conv.inputs.resize(2, String::new());
             conv.inputs.push(bias.clone());
-            g.tensors.insert(bias, TensorInfo::constant(vec![channels], dtype::FLOAT, None));
+            g.tensors.insert(
+                bias,
+                TensorInfo::constant(vec![channels], dtype::FLOAT, None),
+            );
         }
         let conv = &mut g.nodes[ci];
         conv.outputs[0] = out;
@@ -54,8 +70,13 @@ pub fn remove_identities(g: &mut Graph) -> usize {
     let mut i = 0;
     while i < g.nodes.len() {
         let n = &g.nodes[i];
-        let passthrough = matches!(n.op_type.as_str(), "Identity" | "Dropout") && n.input(0).is_some() && !n.outputs.is_empty();
-        let mask_used = n.op_type == "Dropout" && n.outputs.get(1).is_some_and(|m| !m.is_empty() && g.use_counts().get(m).copied().unwrap_or(0) > 0);
+        let passthrough = matches!(n.op_type.as_str(), "Identity" | "Dropout")
+            && n.input(0).is_some()
+            && !n.outputs.is_empty();
+        let mask_used = n.op_type == "Dropout"
+            && n.outputs
+                .get(1)
+                .is_some_and(|m| !m.is_empty() && g.use_counts().get(m).copied().unwrap_or(0) > 0);
         if !passthrough || mask_used {
             i += 1;
             continue;
@@ -111,18 +132,43 @@ mod tests {
     }
 
     fn conv_bn_graph(extra_reader: bool, conv_bias: bool) -> Graph {
-        let mut g = Graph { opset: 14, ..Graph::default() };
+        let mut g = Graph {
+            opset: 14,
+            ..Graph::default()
+        };
         g.inputs.push("x".into());
-        g.tensors.insert("x".into(), TensorInfo::new(vec![1, 3, 8, 8], dtype::FLOAT));
-        g.tensors.insert("w".into(), TensorInfo::constant(vec![16, 3, 3, 3], dtype::FLOAT, None));
-        g.tensors.insert("cb".into(), TensorInfo::constant(vec![16], dtype::FLOAT, None));
+        g.tensors
+            .insert("x".into(), TensorInfo::new(vec![1, 3, 8, 8], dtype::FLOAT));
+        g.tensors.insert(
+            "w".into(),
+            TensorInfo::constant(vec![16, 3, 3, 3], dtype::FLOAT, None),
+        );
+        g.tensors.insert(
+            "cb".into(),
+            TensorInfo::constant(vec![16], dtype::FLOAT, None),
+        );
         for p in ["g", "b", "m", "v"] {
-            g.tensors.insert(p.into(), TensorInfo::constant(vec![16], dtype::FLOAT, None));
+            g.tensors
+                .insert(p.into(), TensorInfo::constant(vec![16], dtype::FLOAT, None));
         }
-        let mut conv = node("conv", "Conv", if conv_bias { &["x", "w", "cb"] } else { &["x", "w"] }, &["c"]);
+        let mut conv = node(
+            "conv",
+            "Conv",
+            if conv_bias {
+                &["x", "w", "cb"]
+            } else {
+                &["x", "w"]
+            },
+            &["c"],
+        );
         conv.attrs.insert("pads".into(), Attr::Ints(vec![1; 4]));
         g.nodes.push(conv);
-        g.nodes.push(node("bn", "BatchNormalization", &["c", "g", "b", "m", "v"], &["y"]));
+        g.nodes.push(node(
+            "bn",
+            "BatchNormalization",
+            &["c", "g", "b", "m", "v"],
+            &["y"],
+        ));
         g.nodes.push(node("relu", "Relu", &["y"], &["z"]));
         g.outputs.push("z".into());
         if extra_reader {

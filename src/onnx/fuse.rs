@@ -44,7 +44,14 @@ impl<'a> Fuser<'a> {
                     .map(|&(c, _)| {
                         let p = pattern[c];
                         let same = g.values[op.output].phys == g.values[g.ops[c].output].phys;
-                        (c, if p == Pattern::Broadcast && same { Pattern::ElemWise } else { p })
+                        (
+                            c,
+                            if p == Pattern::Broadcast && same {
+                                Pattern::ElemWise
+                            } else {
+                                p
+                            },
+                        )
                     })
                     .collect()
             })
@@ -52,7 +59,10 @@ impl<'a> Fuser<'a> {
         Fuser {
             g,
             gpattern: pattern.clone(),
-            anchor: pattern.iter().map(|&p| p == Pattern::OutEWiseFusable).collect(),
+            anchor: pattern
+                .iter()
+                .map(|&p| p == Pattern::OutEWiseFusable)
+                .collect(),
             edges,
             dom_parent: vec![None; n],
             dom_pattern: vec![Pattern::Opaque; n],
@@ -81,7 +91,9 @@ impl<'a> Fuser<'a> {
     }
 
     fn post_dominators(&mut self) {
-        let outputs: Vec<bool> = (0..self.g.values.len()).map(|v| self.g.outputs.contains(&v)).collect();
+        let outputs: Vec<bool> = (0..self.g.values.len())
+            .map(|v| self.g.outputs.contains(&v))
+            .collect();
         for i in (0..self.g.ops.len()).rev() {
             let extern_ref = outputs[self.g.ops[i].output];
             if extern_ref || self.edges[i].is_empty() {
@@ -171,15 +183,22 @@ impl<'a> Fuser<'a> {
             if gp == Pattern::Opaque {
                 continue;
             }
-            let Some(parent) = self.dom_parent[i] else { continue };
+            let Some(parent) = self.dom_parent[i] else {
+                continue;
+            };
             let proot = self.find(parent);
             if self.num_nodes[root] + self.num_nodes[proot] > MAX_FUSE_DEPTH {
                 continue;
             }
             // the concatenate's input tuple: no fusion into it before phase 2
-            let into_tuple = self.is_concat(parent) && self.g.ops[parent].inputs.contains(&self.g.ops[i].output);
+            let into_tuple =
+                self.is_concat(parent) && self.g.ops[parent].inputs.contains(&self.g.ops[i].output);
             if phase == 2 {
-                if gp > Pattern::Injective || !into_tuple || self.gpattern[proot] > Pattern::Injective || proot == parent {
+                if gp > Pattern::Injective
+                    || !into_tuple
+                    || self.gpattern[proot] > Pattern::Injective
+                    || proot == parent
+                {
                     continue;
                 }
                 if self.check_path(i, parent, &|k, _| k <= Pattern::Injective) {
@@ -192,14 +211,20 @@ impl<'a> Fuser<'a> {
             }
             let dp = self.dom_pattern[i];
             if gp == Pattern::OutEWiseFusable {
-                if phase == 0 && dp == Pattern::ElemWise && self.check_path(i, parent, &|k, _| k <= Pattern::Broadcast) {
+                if phase == 0
+                    && dp == Pattern::ElemWise
+                    && self.check_path(i, parent, &|k, _| k <= Pattern::Broadcast)
+                {
                     self.commit(i, parent);
                 }
             } else if gp <= Pattern::Broadcast {
                 if phase == 0 && (dp <= Pattern::Injective || dp == Pattern::CommReduce) {
                     let fcond = |k: Pattern, is_sink: bool| {
                         if is_sink {
-                            k <= Pattern::Broadcast || k == Pattern::CommReduce || k == Pattern::Injective || k == Pattern::OutEWiseFusable
+                            k <= Pattern::Broadcast
+                                || k == Pattern::CommReduce
+                                || k == Pattern::Injective
+                                || k == Pattern::OutEWiseFusable
                         } else {
                             k <= Pattern::Injective
                         }
@@ -208,7 +233,10 @@ impl<'a> Fuser<'a> {
                         self.commit(i, parent);
                     }
                 }
-            } else if gp == Pattern::Injective && phase == 1 && self.check_path(i, parent, &|k, _| k <= Pattern::Injective) {
+            } else if gp == Pattern::Injective
+                && phase == 1
+                && self.check_path(i, parent, &|k, _| k <= Pattern::Injective)
+            {
                 self.commit(i, parent);
             }
         }
@@ -222,7 +250,8 @@ pub fn fuse(g: &OpGraph) -> Vec<Vec<OpId>> {
     for phase in 0..3 {
         f.run(phase);
     }
-    let mut by_root: std::collections::BTreeMap<usize, Vec<OpId>> = std::collections::BTreeMap::new();
+    let mut by_root: std::collections::BTreeMap<usize, Vec<OpId>> =
+        std::collections::BTreeMap::new();
     for i in 0..g.ops.len() {
         let r = f.find(i);
         by_root.entry(r).or_default().push(i);
@@ -240,13 +269,31 @@ mod tests {
 
     fn conv(g: &mut OpGraph, x: usize, c: i64, name: &str) -> usize {
         let w = g.add_value(format!("{name}_w"), vec![c, c, 3, 3], true);
-        let out = g.add_op(OpKind::Conv { window: Window2d::simple(1, 1), groups: 1 }, vec![x, w], name.into(), vec![1, c, 8, 8], vec![name.into()]);
+        let out = g.add_op(
+            OpKind::Conv {
+                window: Window2d::simple(1, 1),
+                groups: 1,
+            },
+            vec![x, w],
+            name.into(),
+            vec![1, c, 8, 8],
+            vec![name.into()],
+        );
         let b = g.add_value(format!("{name}_b"), vec![1, c, 1, 1], true);
-        g.add_op(OpKind::Binary(BinKind::Add), vec![out, b], format!("{name}_bias"), vec![1, c, 8, 8], vec![name.into()])
+        g.add_op(
+            OpKind::Binary(BinKind::Add),
+            vec![out, b],
+            format!("{name}_bias"),
+            vec![1, c, 8, 8],
+            vec![name.into()],
+        )
     }
 
     fn names(g: &OpGraph, groups: &[Vec<OpId>]) -> Vec<Vec<String>> {
-        groups.iter().map(|grp| grp.iter().map(|&o| g.ops[o].kind.name()).collect()).collect()
+        groups
+            .iter()
+            .map(|grp| grp.iter().map(|&o| g.ops[o].kind.name()).collect())
+            .collect()
     }
 
     /// resnet block: relu(conv2(relu(conv1(x))) + x); the residual add and relu fuse into conv2.
@@ -255,17 +302,45 @@ mod tests {
         let mut g = OpGraph::default();
         let x = g.add_value("x".into(), vec![1, 16, 8, 8], false);
         g.inputs.push(x);
-        let r = g.add_op(OpKind::Unary(UnaryKind::Relu), vec![x], "r0".into(), vec![1, 16, 8, 8], vec!["r0".into()]);
+        let r = g.add_op(
+            OpKind::Unary(UnaryKind::Relu),
+            vec![x],
+            "r0".into(),
+            vec![1, 16, 8, 8],
+            vec!["r0".into()],
+        );
         let c1 = conv(&mut g, r, 16, "c1");
-        let r1 = g.add_op(OpKind::Unary(UnaryKind::Relu), vec![c1], "r1".into(), vec![1, 16, 8, 8], vec!["r1".into()]);
+        let r1 = g.add_op(
+            OpKind::Unary(UnaryKind::Relu),
+            vec![c1],
+            "r1".into(),
+            vec![1, 16, 8, 8],
+            vec!["r1".into()],
+        );
         let c2 = conv(&mut g, r1, 16, "c2");
-        let add = g.add_op(OpKind::Binary(BinKind::Add), vec![c2, r], "add".into(), vec![1, 16, 8, 8], vec!["add".into()]);
-        let out = g.add_op(OpKind::Unary(UnaryKind::Relu), vec![add], "r2".into(), vec![1, 16, 8, 8], vec!["r2".into()]);
+        let add = g.add_op(
+            OpKind::Binary(BinKind::Add),
+            vec![c2, r],
+            "add".into(),
+            vec![1, 16, 8, 8],
+            vec!["add".into()],
+        );
+        let out = g.add_op(
+            OpKind::Unary(UnaryKind::Relu),
+            vec![add],
+            "r2".into(),
+            vec![1, 16, 8, 8],
+            vec!["r2".into()],
+        );
         g.outputs.push(out);
         let groups = fuse(&g);
         assert_eq!(
             names(&g, &groups),
-            vec![vec!["relu"], vec!["conv2d", "add", "relu"], vec!["conv2d", "add", "add", "relu"]]
+            vec![
+                vec!["relu"],
+                vec!["conv2d", "add", "relu"],
+                vec!["conv2d", "add", "add", "relu"]
+            ]
         );
     }
 
@@ -277,10 +352,19 @@ mod tests {
         g.inputs.push(x);
         let a = conv(&mut g, x, 16, "a");
         let b = conv(&mut g, x, 16, "b");
-        let add = g.add_op(OpKind::Binary(BinKind::Add), vec![a, b], "add".into(), vec![1, 16, 8, 8], vec!["add".into()]);
+        let add = g.add_op(
+            OpKind::Binary(BinKind::Add),
+            vec![a, b],
+            "add".into(),
+            vec![1, 16, 8, 8],
+            vec!["add".into()],
+        );
         g.outputs.push(add);
         let groups = fuse(&g);
-        assert_eq!(names(&g, &groups), vec![vec!["conv2d", "add", "add"], vec!["conv2d", "add"]]);
+        assert_eq!(
+            names(&g, &groups),
+            vec![vec!["conv2d", "add", "add"], vec!["conv2d", "add"]]
+        );
     }
 
     /// Element-wise ops after a concatenate fuse with it; a conv after them does not.
@@ -290,13 +374,37 @@ mod tests {
         let x = g.add_value("x".into(), vec![1, 8, 8, 8], false);
         let y = g.add_value("y".into(), vec![1, 8, 8, 8], false);
         g.inputs.extend([x, y]);
-        let cat = g.add_op(OpKind::Concat { axis: 1 }, vec![x, y], "cat".into(), vec![1, 16, 8, 8], vec!["cat".into()]);
+        let cat = g.add_op(
+            OpKind::Concat { axis: 1 },
+            vec![x, y],
+            "cat".into(),
+            vec![1, 16, 8, 8],
+            vec!["cat".into()],
+        );
         let s = g.add_value("s".into(), vec![1, 16, 1, 1], true);
-        let m = g.add_op(OpKind::Binary(BinKind::Multiply), vec![cat, s], "m".into(), vec![1, 16, 8, 8], vec!["bn".into()]);
-        let r = g.add_op(OpKind::Unary(UnaryKind::Relu), vec![m], "r".into(), vec![1, 16, 8, 8], vec!["r".into()]);
+        let m = g.add_op(
+            OpKind::Binary(BinKind::Multiply),
+            vec![cat, s],
+            "m".into(),
+            vec![1, 16, 8, 8],
+            vec!["bn".into()],
+        );
+        let r = g.add_op(
+            OpKind::Unary(UnaryKind::Relu),
+            vec![m],
+            "r".into(),
+            vec![1, 16, 8, 8],
+            vec!["r".into()],
+        );
         let c = conv(&mut g, r, 16, "c");
         g.outputs.push(c);
         let groups = fuse(&g);
-        assert_eq!(names(&g, &groups), vec![vec!["concatenate", "multiply", "relu"], vec!["conv2d", "add"]]);
+        assert_eq!(
+            names(&g, &groups),
+            vec![
+                vec!["concatenate", "multiply", "relu"],
+                vec!["conv2d", "add"]
+            ]
+        );
     }
 }

@@ -30,7 +30,11 @@ pub mod dtype {
     }
 
     pub fn is_integer(code: i32) -> bool {
-        matches!(code, UINT8 | INT8 | INT32 | INT64 | BOOL) || code == 4 || code == 5 || code == 12 || code == 13
+        matches!(code, UINT8 | INT8 | INT32 | INT64 | BOOL)
+            || code == 4
+            || code == 5
+            || code == 12
+            || code == 13
     }
 }
 
@@ -56,7 +60,10 @@ impl Data {
     pub fn as_ints(&self) -> Option<Vec<i64>> {
         match self {
             Data::Ints(v) => Some(v.clone()),
-            Data::Floats(v) => v.iter().map(|&x| (x.fract() == 0.0 && x.abs() < 9.0e15).then_some(x as i64)).collect(),
+            Data::Floats(v) => v
+                .iter()
+                .map(|&x| (x.fract() == 0.0 && x.abs() < 9.0e15).then_some(x as i64))
+                .collect(),
         }
     }
 
@@ -83,11 +90,21 @@ pub struct TensorInfo {
 
 impl TensorInfo {
     pub fn new(shape: Vec<i64>, dtype: i32) -> TensorInfo {
-        TensorInfo { shape, dtype, data: None, constant: false }
+        TensorInfo {
+            shape,
+            dtype,
+            data: None,
+            constant: false,
+        }
     }
 
     pub fn constant(shape: Vec<i64>, dtype: i32, data: Option<Data>) -> TensorInfo {
-        TensorInfo { shape, dtype, data, constant: true }
+        TensorInfo {
+            shape,
+            dtype,
+            data,
+            constant: true,
+        }
     }
 
     /// Element count; None on overflow.
@@ -99,12 +116,24 @@ impl TensorInfo {
 /// Whether a shape is usable: no negative dim, and the product of its non-zero dims fits
 /// in an i64 (so any sub-product computed later cannot overflow either).
 pub fn dims_ok(shape: &[i64]) -> bool {
-    shape.iter().try_fold(1i64, |acc, &d| if d < 0 { None } else { acc.checked_mul(d.max(1)) }).is_some()
+    shape
+        .iter()
+        .try_fold(1i64, |acc, &d| {
+            if d < 0 {
+                None
+            } else {
+                acc.checked_mul(d.max(1))
+            }
+        })
+        .is_some()
 }
 
 /// Product of dims, None on overflow or a negative dim.
 pub fn numel(shape: &[i64]) -> Option<i64> {
-    shape.iter().try_fold(1i64, |acc, &d| if d < 0 { None } else { acc.checked_mul(d) })
+    shape.iter().try_fold(
+        1i64,
+        |acc, &d| if d < 0 { None } else { acc.checked_mul(d) },
+    )
 }
 
 /// A decoded attribute. Graph-valued attributes (control flow) are kept only by name.
@@ -139,7 +168,10 @@ pub struct Node {
 
 impl Node {
     pub fn input(&self, i: usize) -> Option<&str> {
-        self.inputs.get(i).map(String::as_str).filter(|s| !s.is_empty())
+        self.inputs
+            .get(i)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
     }
 
     pub fn int(&self, name: &str) -> Option<i64> {
@@ -173,7 +205,9 @@ impl Node {
 
     /// All ONNX node names this node stands for (itself first).
     pub fn covered(&self) -> Vec<String> {
-        std::iter::once(self.name.clone()).chain(self.folded.iter().cloned()).collect()
+        std::iter::once(self.name.clone())
+            .chain(self.folded.iter().cloned())
+            .collect()
     }
 }
 

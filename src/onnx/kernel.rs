@@ -72,7 +72,10 @@ impl Kernel {
     fn dedup_key(&self) -> String {
         match &self.signature {
             Some(s) => s.canonical_json(),
-            None => format!("{}|{}|{:?}|{:?}|{:?}", self.class, self.detail, self.inputs, self.output, self.kind),
+            None => format!(
+                "{}|{}|{:?}|{:?}|{:?}",
+                self.class, self.detail, self.inputs, self.output, self.kind
+            ),
         }
     }
 }
@@ -87,10 +90,18 @@ fn pool_layout(l: Layout) -> PoolLayout {
 
 fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor, String> {
     let o = &g.ops[op];
-    let data_layout = o.inputs.first().map(|&v| g.values[v].layout).unwrap_or(Layout::Plain);
+    let data_layout = o
+        .inputs
+        .first()
+        .map(|&v| g.values[v].layout)
+        .unwrap_or(Layout::Plain);
     Ok(match &o.kind {
         OpKind::Conv { window, groups } => {
-            let c = conv.copied().unwrap_or(ConvChoice { blocking: None, depthwise: false, winograd: false });
+            let c = conv.copied().unwrap_or(ConvChoice {
+                blocking: None,
+                depthwise: false,
+                winograd: false,
+            });
             match data_layout {
                 Layout::Nchwc(_) if c.depthwise => Anchor::DepthwiseNchwc(*window),
                 Layout::Nchwc(_) => Anchor::Conv2dNchwc(*window),
@@ -113,9 +124,16 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
             ceil_mode: p.ceil_mode && p.stride.iter().any(|&s| s > 1),
             layout: pool_layout(data_layout),
         }),
-        OpKind::GlobalPool(kind) => Anchor::AdaptivePool { kind: *kind, layout: pool_layout(data_layout), out_hw: [1, 1] },
+        OpKind::GlobalPool(kind) => Anchor::AdaptivePool {
+            kind: *kind,
+            layout: pool_layout(data_layout),
+            out_hw: [1, 1],
+        },
         OpKind::Softmax { axis } => Anchor::Softmax { axis: *axis },
-        OpKind::Mean { axes, keepdims } => Anchor::Mean { axes: axes.clone(), keepdims: *keepdims },
+        OpKind::Mean { axes, keepdims } => Anchor::Mean {
+            axes: axes.clone(),
+            keepdims: *keepdims,
+        },
         other => return Err(format!("{} is not an anchor op", other.name())),
     })
 }
@@ -123,7 +141,13 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
 fn is_anchor(kind: &OpKind) -> bool {
     matches!(
         kind,
-        OpKind::Conv { .. } | OpKind::Dense | OpKind::BatchMatmul | OpKind::Pool(_) | OpKind::GlobalPool(_) | OpKind::Softmax { .. } | OpKind::Mean { .. }
+        OpKind::Conv { .. }
+            | OpKind::Dense
+            | OpKind::BatchMatmul
+            | OpKind::Pool(_)
+            | OpKind::GlobalPool(_)
+            | OpKind::Softmax { .. }
+            | OpKind::Mean { .. }
     )
 }
 
@@ -144,7 +168,11 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
     let out_val = &g.values[g.ops[last].output];
     let mut k = Kernel {
         name: names.first().cloned().unwrap_or_default(),
-        class: group.iter().map(|&o| g.ops[o].kind.name()).collect::<Vec<_>>().join("+"),
+        class: group
+            .iter()
+            .map(|&o| g.ops[o].kind.name())
+            .collect::<Vec<_>>()
+            .join("+"),
         kind: KernelKind::Simple,
         detail: String::new(),
         spec: None,
@@ -169,7 +197,11 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
             if let OpKind::LayoutTransform { src, dst } = g.ops[o].kind {
                 let r = g.values[g.ops[o].output].shape.len();
                 let d = format!("{}->{}", src.name(r), dst.name(r));
-                k.detail = if k.detail.is_empty() { d } else { format!("{}, {d}", k.detail) };
+                k.detail = if k.detail.is_empty() {
+                    d
+                } else {
+                    format!("{}, {d}", k.detail)
+                };
             }
         }
         return k;
@@ -198,12 +230,28 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
     loop {
         let readers: Vec<(OpId, usize)> = group
             .iter()
-            .flat_map(|&o| g.ops[o].inputs.iter().enumerate().filter(move |(_, &v)| v == cur).map(move |(i, _)| (o, i)))
+            .flat_map(|&o| {
+                g.ops[o]
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, &v)| v == cur)
+                    .map(move |(i, _)| (o, i))
+            })
             .collect();
         let (op, pos) = match readers.as_slice() {
             [] => break,
             [one] => *one,
-            _ => return untunable(k, format!("the value after {} is read by {} fused ops (not a chain)", g.ops[visited[visited.len() - 1]].kind.name(), readers.len())),
+            _ => {
+                return untunable(
+                    k,
+                    format!(
+                        "the value after {} is read by {} fused ops (not a chain)",
+                        g.ops[visited[visited.len() - 1]].kind.name(),
+                        readers.len()
+                    ),
+                )
+            }
         };
         visited.push(op);
         let o = &g.ops[op];
@@ -217,24 +265,53 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
                 }
                 let operand = o.inputs[1 - pos];
                 if in_group(operand) {
-                    return untunable(k, format!("{} operand `{}` is computed inside the fused group", o.kind.name(), g.values[operand].name));
+                    return untunable(
+                        k,
+                        format!(
+                            "{} operand `{}` is computed inside the fused group",
+                            o.kind.name(),
+                            g.values[operand].name
+                        ),
+                    );
                 }
                 canonical.push(g.values[operand].phys.clone());
                 let first = pos == 1;
                 if *b == BinKind::Add {
-                    EpilogueOp::Add { operand_first: first }
+                    EpilogueOp::Add {
+                        operand_first: first,
+                    }
                 } else {
-                    EpilogueOp::Multiply { operand_first: first }
+                    EpilogueOp::Multiply {
+                        operand_first: first,
+                    }
                 }
             }
-            other => return untunable(k, format!("fused epilogue op `{}` is not in ttdb's op registry", other.name())),
+            other => {
+                return untunable(
+                    k,
+                    format!(
+                        "fused epilogue op `{}` is not in ttdb's op registry",
+                        other.name()
+                    ),
+                )
+            }
         };
         epilogue.push(e);
         cur = o.output;
     }
     if visited.len() != group.len() {
-        let extra: Vec<String> = group.iter().filter(|o| !visited.contains(o)).map(|&o| g.ops[o].kind.name()).collect();
-        return untunable(k, format!("ops fused outside the anchor's epilogue chain: {}", extra.join(", ")));
+        let extra: Vec<String> = group
+            .iter()
+            .filter(|o| !visited.contains(o))
+            .map(|&o| g.ops[o].kind.name())
+            .collect();
+        return untunable(
+            k,
+            format!(
+                "ops fused outside the anchor's epilogue chain: {}",
+                extra.join(", ")
+            ),
+        );
     }
     let output = g.values[cur].phys.clone();
     let spec = WorkloadSpec::new(anchor, epilogue);
@@ -246,7 +323,13 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         Ok(dag) => {
             let built = dag.io_shapes().last().cloned().unwrap_or_default();
             if built != output {
-                return untunable(k, format!("ttdb's {} DAG gives output {built:?}, the graph has {output:?}", spec.op_class()));
+                return untunable(
+                    k,
+                    format!(
+                        "ttdb's {} DAG gives output {built:?}, the graph has {output:?}",
+                        spec.op_class()
+                    ),
+                );
             }
         }
         Err(e) => return untunable(k, format!("ttdb cannot build {}: {}", spec.op_class(), e.0)),

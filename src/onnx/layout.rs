@@ -110,7 +110,9 @@ impl<'a> Pass<'a> {
             return v;
         }
         let src = &self.src.values[old];
-        let v = self.out.add_value(src.name.clone(), src.shape.clone(), src.constant);
+        let v = self
+            .out
+            .add_value(src.name.clone(), src.shape.clone(), src.constant);
         self.out.values[v].data = src.data.clone();
         self.out.values[v].channel_vector = src.channel_vector;
         self.map[old] = Some(v);
@@ -132,7 +134,16 @@ impl<'a> Pass<'a> {
         let c = if self.out.values[v].constant {
             self.out.add_value(name, shape.clone(), true)
         } else {
-            self.out.add_op(OpKind::LayoutTransform { src: have, dst: want }, vec![v], name, shape.clone(), nodes.to_vec())
+            self.out.add_op(
+                OpKind::LayoutTransform {
+                    src: have,
+                    dst: want,
+                },
+                vec![v],
+                name,
+                shape.clone(),
+                nodes.to_vec(),
+            )
         };
         self.out.values[c].layout = want;
         self.out.values[c].phys = want.physical(&shape);
@@ -146,7 +157,11 @@ impl<'a> Pass<'a> {
         if layout == Layout::Plain {
             if is_channel_vector(&shape, out_shape) {
                 // canonicalized bias: full rank [1, C, 1, 1]
-                let c = self.out.add_value(self.out.values[v].name.clone(), vec![1, out_shape[1], 1, 1], true);
+                let c = self.out.add_value(
+                    self.out.values[v].name.clone(),
+                    vec![1, out_shape[1], 1, 1],
+                    true,
+                );
                 return c;
             }
             return v;
@@ -171,7 +186,13 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn blocking(&self, op_nodes: &[String], wkl: ConvWorkload, in_c: i64, out_c: i64) -> Result<Blocking> {
+    fn blocking(
+        &self,
+        op_nodes: &[String],
+        wkl: ConvWorkload,
+        in_c: i64,
+        out_c: i64,
+    ) -> Result<Blocking> {
         if let Some(&(ic_bn, oc_bn)) = op_nodes.first().and_then(|n| self.opts.blocking.get(n)) {
             if ic_bn <= 0 || oc_bn <= 0 || in_c % ic_bn != 0 || out_c % oc_bn != 0 {
                 return Err(OnnxError::Layout(format!(
@@ -179,22 +200,44 @@ impl<'a> Pass<'a> {
                     op_nodes[0]
                 )));
             }
-            return Ok(Blocking { ic_bn, oc_bn, source: BlockingSource::Override });
+            return Ok(Blocking {
+                ic_bn,
+                oc_bn,
+                source: BlockingSource::Override,
+            });
         }
         if let Some((ic_bn, oc_bn)) = self.opts.tophub.and_then(|h| h.lookup(&wkl)) {
             if in_c % ic_bn == 0 && out_c % oc_bn == 0 {
-                return Ok(Blocking { ic_bn, oc_bn, source: BlockingSource::TopHub });
+                return Ok(Blocking {
+                    ic_bn,
+                    oc_bn,
+                    source: BlockingSource::TopHub,
+                });
             }
         }
         let (ic_bn, oc_bn) = fallback_blocking(in_c, out_c, self.opts.lanes);
-        Ok(Blocking { ic_bn, oc_bn, source: BlockingSource::Fallback })
+        Ok(Blocking {
+            ic_bn,
+            oc_bn,
+            source: BlockingSource::Fallback,
+        })
     }
 
     fn emit(&mut self, old_op: OpId, kind: OpKind, inputs: Vec<ValId>, layout: Layout) -> ValId {
         let op = &self.src.ops[old_op];
         let ov = &self.src.values[op.output];
-        let layout = if ov.shape.len() == 4 { layout } else { Layout::Plain };
-        let v = self.out.add_op(kind, inputs, ov.name.clone(), ov.shape.clone(), op.nodes.clone());
+        let layout = if ov.shape.len() == 4 {
+            layout
+        } else {
+            Layout::Plain
+        };
+        let v = self.out.add_op(
+            kind,
+            inputs,
+            ov.name.clone(),
+            ov.shape.clone(),
+            op.nodes.clone(),
+        );
         self.out.values[v].layout = layout;
         self.out.values[v].phys = layout.physical(&ov.shape);
         self.map[op.output] = Some(v);
@@ -203,18 +246,29 @@ impl<'a> Pass<'a> {
 
     fn conv(&mut self, i: OpId) -> Result<()> {
         let op = self.src.ops[i].clone();
-        let OpKind::Conv { window, groups } = op.kind else { unreachable!("conv op") };
+        let OpKind::Conv { window, groups } = op.kind else {
+            unreachable!("conv op")
+        };
         let x = self.new_value(op.inputs[0]);
         let w = self.new_value(op.inputs[1]);
         let xs = self.out.values[x].shape.clone();
         let ws = self.out.values[w].shape.clone();
         let (cin, cout) = (xs[1], ws[0]);
         let depthwise = groups > 1 && groups == cin && cout == cin && ws[1] == 1;
-        let mut choice = ConvChoice { blocking: None, depthwise, winograd: false };
+        let mut choice = ConvChoice {
+            blocking: None,
+            depthwise,
+            winograd: false,
+        };
         let (data, weight_phys, out_layout) = match self.opts.mode {
             LayoutMode::Nchwc if groups == 1 || depthwise => {
                 let wkl = ConvWorkload {
-                    template: if depthwise { "depthwise_conv2d_NCHWc.x86" } else { "conv2d_NCHWc.x86" }.into(),
+                    template: if depthwise {
+                        "depthwise_conv2d_NCHWc.x86"
+                    } else {
+                        "conv2d_NCHWc.x86"
+                    }
+                    .into(),
                     data: xs.clone(),
                     kernel: ws.clone(),
                     strides: window.stride,
@@ -227,7 +281,14 @@ impl<'a> Pass<'a> {
                 let wp = if depthwise {
                     vec![cout / b.oc_bn, 1, ws[2], ws[3], 1, b.oc_bn]
                 } else {
-                    vec![cout / b.oc_bn, cin / b.ic_bn, ws[2], ws[3], b.ic_bn, b.oc_bn]
+                    vec![
+                        cout / b.oc_bn,
+                        cin / b.ic_bn,
+                        ws[2],
+                        ws[3],
+                        b.ic_bn,
+                        b.oc_bn,
+                    ]
                 };
                 (data, wp, Layout::Nchwc(b.oc_bn))
             }
@@ -263,7 +324,16 @@ impl<'a> Pass<'a> {
         } else {
             // a run-time weight is packed by a layout_transform kernel
             let name = format!("{}::packed", self.out.values[w].name);
-            let c = self.out.add_op(OpKind::LayoutTransform { src: Layout::Plain, dst: out_layout }, vec![w], name, ws.clone(), op.nodes.clone());
+            let c = self.out.add_op(
+                OpKind::LayoutTransform {
+                    src: Layout::Plain,
+                    dst: out_layout,
+                },
+                vec![w],
+                name,
+                ws.clone(),
+                op.nodes.clone(),
+            );
             self.out.values[c].phys = weight_phys;
             c
         };
@@ -290,8 +360,12 @@ impl<'a> Pass<'a> {
             OpKind::Binary(_) => {
                 let ins: Vec<ValId> = op.inputs.iter().map(|&v| self.new_value(v)).collect();
                 let out_shape = self.src.values[op.output].shape.clone();
-                let tensors: Vec<usize> = (0..ins.len()).filter(|&k| !self.out.values[ins[k]].constant).collect();
-                let rank_ok = tensors.iter().all(|&k| self.out.values[ins[k]].shape == out_shape);
+                let tensors: Vec<usize> = (0..ins.len())
+                    .filter(|&k| !self.out.values[ins[k]].constant)
+                    .collect();
+                let rank_ok = tensors
+                    .iter()
+                    .all(|&k| self.out.values[ins[k]].shape == out_shape);
                 let mut layout = match tensors.first() {
                     Some(&k) if rank_ok => self.out.values[ins[k]].layout,
                     _ => Layout::Plain,
@@ -305,7 +379,9 @@ impl<'a> Pass<'a> {
                     .filter(|&&v| self.out.values[v].constant)
                     .all(|&v| {
                         let s = &self.out.values[v].shape;
-                        is_channel_vector(s, &out_shape) || s.as_slice() == out_shape.as_slice() || s.iter().all(|&d| d == 1)
+                        is_channel_vector(s, &out_shape)
+                            || s.as_slice() == out_shape.as_slice()
+                            || s.iter().all(|&d| d == 1)
                     });
                 if !consts_ok {
                     layout = Layout::Plain;
@@ -324,13 +400,25 @@ impl<'a> Pass<'a> {
             OpKind::Concat { .. } => {
                 let ins: Vec<ValId> = op.inputs.iter().map(|&v| self.new_value(v)).collect();
                 let layouts: Vec<Layout> = ins.iter().map(|&v| self.out.values[v].layout).collect();
-                let l = if layouts.iter().all(|&l| l == layouts[0]) && ins.iter().all(|&v| !self.out.values[v].constant) { layouts[0] } else { Layout::Plain };
-                let new_ins: Vec<ValId> = ins.iter().map(|&v| self.as_layout(v, l, &op.nodes)).collect();
+                let l = if layouts.iter().all(|&l| l == layouts[0])
+                    && ins.iter().all(|&v| !self.out.values[v].constant)
+                {
+                    layouts[0]
+                } else {
+                    Layout::Plain
+                };
+                let new_ins: Vec<ValId> = ins
+                    .iter()
+                    .map(|&v| self.as_layout(v, l, &op.nodes))
+                    .collect();
                 self.emit(i, op.kind.clone(), new_ins, l);
             }
             _ => {
                 let ins: Vec<ValId> = op.inputs.iter().map(|&v| self.new_value(v)).collect();
-                let new_ins: Vec<ValId> = ins.iter().map(|&v| self.as_layout(v, Layout::Plain, &op.nodes)).collect();
+                let new_ins: Vec<ValId> = ins
+                    .iter()
+                    .map(|&v| self.as_layout(v, Layout::Plain, &op.nodes))
+                    .collect();
                 self.emit(i, op.kind.clone(), new_ins, Layout::Plain);
             }
         }
@@ -340,7 +428,14 @@ impl<'a> Pass<'a> {
 
 /// Assigns layouts and inserts layout transforms.
 pub fn assign(src: &OpGraph, opts: &LayoutOptions) -> Result<Laid> {
-    let mut p = Pass { src, opts, out: OpGraph::default(), map: vec![None; src.values.len()], converted: HashMap::new(), convs: HashMap::new() };
+    let mut p = Pass {
+        src,
+        opts,
+        out: OpGraph::default(),
+        map: vec![None; src.values.len()],
+        converted: HashMap::new(),
+        convs: HashMap::new(),
+    };
     for &v in &src.inputs {
         let nv = p.new_value(v);
         p.out.inputs.push(nv);
@@ -351,10 +446,17 @@ pub fn assign(src: &OpGraph, opts: &LayoutOptions) -> Result<Laid> {
     for &v in &src.outputs {
         let nv = p.new_value(v);
         // graph outputs are returned in their original layout
-        let back = p.as_layout(nv, Layout::Plain, &[format!("output {}", src.values[v].name)]);
+        let back = p.as_layout(
+            nv,
+            Layout::Plain,
+            &[format!("output {}", src.values[v].name)],
+        );
         p.out.outputs.push(back);
     }
-    Ok(Laid { graph: p.out, convs: p.convs })
+    Ok(Laid {
+        graph: p.out,
+        convs: p.convs,
+    })
 }
 
 #[cfg(test)]
@@ -363,7 +465,10 @@ mod tests {
 
     #[test]
     fn channel_vectors() {
-        assert!(!is_channel_vector(&[64], &[1, 64, 56, 56]), "[C] broadcasts along W");
+        assert!(
+            !is_channel_vector(&[64], &[1, 64, 56, 56]),
+            "[C] broadcasts along W"
+        );
         assert!(is_channel_vector(&[64, 1, 1], &[1, 64, 56, 56]));
         assert!(is_channel_vector(&[1, 64, 1, 1], &[1, 64, 56, 56]));
         assert!(!is_channel_vector(&[56], &[1, 64, 56, 56]));
@@ -372,7 +477,10 @@ mod tests {
 
     #[test]
     fn physical_shapes() {
-        assert_eq!(Layout::Nchwc(32).physical(&[1, 64, 56, 56]), [1, 2, 56, 56, 32]);
+        assert_eq!(
+            Layout::Nchwc(32).physical(&[1, 64, 56, 56]),
+            [1, 2, 56, 56, 32]
+        );
         assert_eq!(Layout::Nhwc.physical(&[1, 64, 56, 56]), [1, 56, 56, 64]);
         assert_eq!(Layout::Plain.physical(&[1, 1000]), [1, 1000]);
     }

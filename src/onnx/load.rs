@@ -25,14 +25,19 @@ pub struct InputShape {
 
 impl InputShape {
     pub fn new(name: impl Into<String>, dims: Vec<i64>) -> InputShape {
-        InputShape { name: name.into(), dims }
+        InputShape {
+            name: name.into(),
+            dims,
+        }
     }
 
     /// Parses `name=d0,d1,...` (the name may itself contain `=`; the last one splits).
     pub fn parse(s: &str) -> Result<InputShape> {
-        let (name, dims) = s
-            .rsplit_once('=')
-            .ok_or_else(|| OnnxError::Override(format!("`{s}`: expected NAME=d0,d1,... (e.g. input=1,3,224,224)")))?;
+        let (name, dims) = s.rsplit_once('=').ok_or_else(|| {
+            OnnxError::Override(format!(
+                "`{s}`: expected NAME=d0,d1,... (e.g. input=1,3,224,224)"
+            ))
+        })?;
         if name.is_empty() {
             return Err(OnnxError::Override(format!("`{s}`: empty input name")));
         }
@@ -42,21 +47,32 @@ impl InputShape {
             dims.split(',')
                 .map(|d| match d.trim().parse::<i64>() {
                     Ok(v) if v > 0 => Ok(v),
-                    _ => Err(OnnxError::Override(format!("`{s}`: dim `{d}` is not a positive integer"))),
+                    _ => Err(OnnxError::Override(format!(
+                        "`{s}`: dim `{d}` is not a positive integer"
+                    ))),
                 })
                 .collect::<Result<Vec<_>>>()?
         };
-        Ok(InputShape { name: name.to_string(), dims })
+        Ok(InputShape {
+            name: name.to_string(),
+            dims,
+        })
     }
 }
 
 /// Reads and decodes `path`, then infers all shapes.
 pub fn load(path: impl AsRef<Path>, overrides: &[InputShape]) -> Result<Graph> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| OnnxError::Io { path: path.display().to_string(), msg: e.to_string() })?;
+    let bytes = std::fs::read(path).map_err(|e| OnnxError::Io {
+        path: path.display().to_string(),
+        msg: e.to_string(),
+    })?;
     let mut g = load_bytes(&bytes, overrides)?;
     if g.name.is_empty() {
-        g.name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        g.name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
     }
     Ok(g)
 }
@@ -69,7 +85,10 @@ pub fn load_bytes(bytes: &[u8], overrides: &[InputShape]) -> Result<Graph> {
 
 /// Builds the graph from a decoded model and infers all shapes.
 pub fn from_model(model: &proto::ModelProto, overrides: &[InputShape]) -> Result<Graph> {
-    let gp = model.graph.as_ref().ok_or_else(|| OnnxError::Invalid("the model has no graph".into()))?;
+    let gp = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| OnnxError::Invalid("the model has no graph".into()))?;
     let opset = model
         .opset_import
         .iter()
@@ -79,21 +98,35 @@ pub fn from_model(model: &proto::ModelProto, overrides: &[InputShape]) -> Result
     let mut g = Graph {
         name: gp.name.clone(),
         opset,
-        producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
+        producer: format!("{} {}", model.producer_name, model.producer_version)
+            .trim()
+            .to_string(),
         ..Graph::default()
     };
     for t in &gp.initializer {
         if t.name.is_empty() {
             return Err(OnnxError::Invalid("an initializer has no name".into()));
         }
-        g.tensors.insert(t.name.clone(), tensor_info(t).map_err(|m| OnnxError::Invalid(format!("initializer `{}`: {m}", t.name)))?);
+        g.tensors.insert(
+            t.name.clone(),
+            tensor_info(t)
+                .map_err(|m| OnnxError::Invalid(format!("initializer `{}`: {m}", t.name)))?,
+        );
     }
     let initializers: HashSet<&str> = gp.initializer.iter().map(|t| t.name.as_str()).collect();
-    let real_inputs: Vec<&proto::ValueInfoProto> = gp.input.iter().filter(|v| !initializers.contains(v.name.as_str())).collect();
+    let real_inputs: Vec<&proto::ValueInfoProto> = gp
+        .input
+        .iter()
+        .filter(|v| !initializers.contains(v.name.as_str()))
+        .collect();
     for o in overrides {
         if !real_inputs.iter().any(|v| v.name == o.name) {
             let names: Vec<&str> = real_inputs.iter().map(|v| v.name.as_str()).collect();
-            return Err(OnnxError::Override(format!("the graph has no input `{}` (inputs: {})", o.name, names.join(", "))));
+            return Err(OnnxError::Override(format!(
+                "the graph has no input `{}` (inputs: {})",
+                o.name,
+                names.join(", ")
+            )));
         }
     }
     for v in real_inputs {
@@ -136,9 +169,13 @@ pub fn from_model(model: &proto::ModelProto, overrides: &[InputShape]) -> Result
                 .collect::<Result<Vec<_>>>()?,
         };
         if !dims_ok(&info) {
-            return Err(OnnxError::Override(format!("`{}`: shape {info:?} is too large", v.name)));
+            return Err(OnnxError::Override(format!(
+                "`{}`: shape {info:?} is too large",
+                v.name
+            )));
         }
-        g.tensors.insert(v.name.clone(), TensorInfo::new(info, elem));
+        g.tensors
+            .insert(v.name.clone(), TensorInfo::new(info, elem));
         g.inputs.push(v.name.clone());
     }
     for (i, n) in gp.node.iter().enumerate() {
@@ -178,7 +215,12 @@ fn input_shape(v: &proto::ValueInfoProto) -> Result<(Vec<Dim>, i32)> {
         });
     };
     let Some(shape) = tt.shape.as_ref() else {
-        return Err(OnnxError::SymbolicDim { input: v.name.clone(), index: 0, dim: "unknown rank".into(), shape: "?".into() });
+        return Err(OnnxError::SymbolicDim {
+            input: v.name.clone(),
+            index: 0,
+            dim: "unknown rank".into(),
+            shape: "?".into(),
+        });
     };
     let dims = shape
         .dim
@@ -194,10 +236,19 @@ fn input_shape(v: &proto::ValueInfoProto) -> Result<(Vec<Dim>, i32)> {
 }
 
 fn node(n: &proto::NodeProto, index: usize) -> Result<Node> {
-    let name = if n.name.is_empty() { format!("{}_{index}", n.op_type) } else { n.name.clone() };
+    let name = if n.name.is_empty() {
+        format!("{}_{index}", n.op_type)
+    } else {
+        n.name.clone()
+    };
     let mut attrs = BTreeMap::new();
     for a in &n.attribute {
-        attrs.insert(a.name.clone(), attr(a).map_err(|m| OnnxError::Invalid(format!("node `{name}` attribute `{}`: {m}", a.name)))?);
+        attrs.insert(
+            a.name.clone(),
+            attr(a).map_err(|m| {
+                OnnxError::Invalid(format!("node `{name}` attribute `{}`: {m}", a.name))
+            })?,
+        );
     }
     Ok(Node {
         name,
@@ -219,7 +270,12 @@ fn attr(a: &proto::AttributeProto) -> std::result::Result<Attr, String> {
         T::Ints => Attr::Ints(a.ints.clone()),
         T::Floats => Attr::Floats(a.floats.clone()),
         T::String => Attr::Str(String::from_utf8_lossy(&a.s).into_owned()),
-        T::Strings => Attr::Strs(a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()),
+        T::Strings => Attr::Strs(
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect(),
+        ),
         T::Tensor => match &a.t {
             Some(t) => Attr::Tensor(tensor_info(t)?),
             None => return Err("tensor attribute without a tensor".into()),
@@ -277,7 +333,11 @@ pub fn tensor_info(t: &proto::TensorProto) -> std::result::Result<TensorInfo, St
     }
     let n = numel(&t.dims).ok_or_else(|| format!("dims {:?} overflow", t.dims))?;
     let external = t.data_location == proto::tensor_proto::DataLocation::External as i32;
-    let data = if external || n > MAX_KEPT_ELEMENTS { None } else { inline_data(t, n as usize) };
+    let data = if external || n > MAX_KEPT_ELEMENTS {
+        None
+    } else {
+        inline_data(t, n as usize)
+    };
     Ok(TensorInfo::constant(t.dims.clone(), t.data_type, data))
 }
 
@@ -286,17 +346,39 @@ fn inline_data(t: &proto::TensorProto, n: usize) -> Option<Data> {
     let from_raw = |width: usize| raw.len() == n * width;
     let d = match t.data_type {
         dtype::INT64 if !t.int64_data.is_empty() => Data::Ints(t.int64_data.clone()),
-        dtype::INT64 if from_raw(8) => Data::Ints(raw.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
-        dtype::INT32 | 4 | 5 | dtype::INT8 | dtype::UINT8 | dtype::BOOL if !t.int32_data.is_empty() => {
+        dtype::INT64 if from_raw(8) => Data::Ints(
+            raw.chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ),
+        dtype::INT32 | 4 | 5 | dtype::INT8 | dtype::UINT8 | dtype::BOOL
+            if !t.int32_data.is_empty() =>
+        {
             Data::Ints(t.int32_data.iter().map(|&v| v as i64).collect())
         }
-        dtype::INT32 if from_raw(4) => Data::Ints(raw.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64).collect()),
+        dtype::INT32 if from_raw(4) => Data::Ints(
+            raw.chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64)
+                .collect(),
+        ),
         dtype::INT8 if from_raw(1) => Data::Ints(raw.iter().map(|&b| b as i8 as i64).collect()),
-        dtype::UINT8 | dtype::BOOL if from_raw(1) => Data::Ints(raw.iter().map(|&b| b as i64).collect()),
-        dtype::FLOAT if !t.float_data.is_empty() => Data::Floats(t.float_data.iter().map(|&v| v as f64).collect()),
-        dtype::FLOAT if from_raw(4) => Data::Floats(raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as f64).collect()),
+        dtype::UINT8 | dtype::BOOL if from_raw(1) => {
+            Data::Ints(raw.iter().map(|&b| b as i64).collect())
+        }
+        dtype::FLOAT if !t.float_data.is_empty() => {
+            Data::Floats(t.float_data.iter().map(|&v| v as f64).collect())
+        }
+        dtype::FLOAT if from_raw(4) => Data::Floats(
+            raw.chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as f64)
+                .collect(),
+        ),
         dtype::DOUBLE if !t.double_data.is_empty() => Data::Floats(t.double_data.clone()),
-        dtype::DOUBLE if from_raw(8) => Data::Floats(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
+        dtype::DOUBLE if from_raw(8) => Data::Floats(
+            raw.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ),
         _ => return None,
     };
     (d.len() == n).then_some(d)
@@ -308,17 +390,38 @@ mod tests {
 
     #[test]
     fn override_parsing() {
-        assert_eq!(InputShape::parse("input=1,3,224,224").unwrap(), InputShape::new("input", vec![1, 3, 224, 224]));
-        assert_eq!(InputShape::parse("a=b=1,2").unwrap(), InputShape::new("a=b", vec![1, 2]));
-        assert!(matches!(InputShape::parse("input"), Err(OnnxError::Override(_))));
-        assert!(matches!(InputShape::parse("input=1,x"), Err(OnnxError::Override(_))));
-        assert!(matches!(InputShape::parse("input=1,0"), Err(OnnxError::Override(_))));
-        assert!(matches!(InputShape::parse("=1"), Err(OnnxError::Override(_))));
+        assert_eq!(
+            InputShape::parse("input=1,3,224,224").unwrap(),
+            InputShape::new("input", vec![1, 3, 224, 224])
+        );
+        assert_eq!(
+            InputShape::parse("a=b=1,2").unwrap(),
+            InputShape::new("a=b", vec![1, 2])
+        );
+        assert!(matches!(
+            InputShape::parse("input"),
+            Err(OnnxError::Override(_))
+        ));
+        assert!(matches!(
+            InputShape::parse("input=1,x"),
+            Err(OnnxError::Override(_))
+        ));
+        assert!(matches!(
+            InputShape::parse("input=1,0"),
+            Err(OnnxError::Override(_))
+        ));
+        assert!(matches!(
+            InputShape::parse("=1"),
+            Err(OnnxError::Override(_))
+        ));
     }
 
     #[test]
     fn garbage_is_a_decode_error() {
-        assert!(matches!(load_bytes(&[0xff, 0xff, 0xff], &[]), Err(OnnxError::Decode(_))));
+        assert!(matches!(
+            load_bytes(&[0xff, 0xff, 0xff], &[]),
+            Err(OnnxError::Decode(_))
+        ));
         assert!(matches!(load_bytes(&[], &[]), Err(OnnxError::Invalid(_))));
     }
 }

@@ -55,7 +55,12 @@ pub struct Options {
 impl Default for Options {
     /// NCHWc, 4 lanes (a target without -mcpu, like tvm_ansor_bench), no TopHub.
     fn default() -> Options {
-        Options { layout: LayoutMode::Nchwc, lanes: 4, tophub: None, blocking: HashMap::new() }
+        Options {
+            layout: LayoutMode::Nchwc,
+            lanes: 4,
+            tophub: None,
+            blocking: HashMap::new(),
+        }
     }
 }
 
@@ -94,7 +99,11 @@ impl KernelList {
 
     /// Layout transform kernels (occurrences), standalone or fused into other simple kernels.
     pub fn layout_transforms(&self) -> usize {
-        self.kernels.iter().filter(|k| k.class.contains("layout_transform")).map(Kernel::multiplicity).sum()
+        self.kernels
+            .iter()
+            .filter(|k| k.class.contains("layout_transform"))
+            .map(Kernel::multiplicity)
+            .sum()
     }
 }
 
@@ -120,10 +129,18 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
     fold::remove_identities(&mut g);
     fold::fold_batchnorm(&mut g);
     let og = relay::lower(&g)?;
-    let lo = layout::LayoutOptions { mode: opts.layout, lanes: opts.lanes, tophub: opts.tophub.as_deref(), blocking: &opts.blocking };
+    let lo = layout::LayoutOptions {
+        mode: opts.layout,
+        lanes: opts.lanes,
+        tophub: opts.tophub.as_deref(),
+        blocking: &opts.blocking,
+    };
     let laid = layout::assign(&og, &lo)?;
     let groups = fuse::fuse(&laid.graph);
-    let group_kernels: Vec<Kernel> = groups.iter().map(|grp| kernel::group_kernel(&laid.graph, grp, &laid.convs)).collect();
+    let group_kernels: Vec<Kernel> = groups
+        .iter()
+        .map(|grp| kernel::group_kernel(&laid.graph, grp, &laid.convs))
+        .collect();
     let list = KernelList {
         model: graph.name.clone(),
         layout: opts.layout.as_str().into(),
@@ -132,7 +149,12 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
         onnx_nodes: graph.nodes.len(),
         kernels: kernel::dedup(group_kernels.clone()),
     };
-    Ok(Extracted { list, graph: laid.graph, groups, group_kernels })
+    Ok(Extracted {
+        list,
+        graph: laid.graph,
+        groups,
+        group_kernels,
+    })
 }
 
 /// Kernel extraction on a loaded graph.
@@ -141,7 +163,11 @@ pub fn extract(graph: &Graph, opts: &Options) -> Result<KernelList> {
 }
 
 /// Loads `path` and extracts its kernels.
-pub fn kernels_for_file(path: impl AsRef<std::path::Path>, overrides: &[InputShape], opts: &Options) -> Result<KernelList> {
+pub fn kernels_for_file(
+    path: impl AsRef<std::path::Path>,
+    overrides: &[InputShape],
+    opts: &Options,
+) -> Result<KernelList> {
     let g = load(path, overrides)?;
     extract(&g, opts)
 }
@@ -149,9 +175,17 @@ pub fn kernels_for_file(path: impl AsRef<std::path::Path>, overrides: &[InputSha
 /// Re-extracts with conv `conv_node` (its ONNX node name) blocked as (ic_bn, oc_bn) and
 /// returns its kernel and the layout transforms on its input and output. Only meaningful in
 /// [`LayoutMode::Nchwc`].
-pub fn with_blocking(graph: &Graph, opts: &Options, conv_node: &str, ic_bn: i64, oc_bn: i64) -> Result<BlockingChoice> {
+pub fn with_blocking(
+    graph: &Graph,
+    opts: &Options,
+    conv_node: &str,
+    ic_bn: i64,
+    oc_bn: i64,
+) -> Result<BlockingChoice> {
     if opts.layout != LayoutMode::Nchwc {
-        return Err(OnnxError::Layout("a conv blocking choice needs the NCHWc layout".into()));
+        return Err(OnnxError::Layout(
+            "a conv blocking choice needs the NCHWc layout".into(),
+        ));
     }
     let mut o = opts.clone();
     o.blocking.insert(conv_node.to_string(), (ic_bn, oc_bn));
@@ -160,13 +194,18 @@ pub fn with_blocking(graph: &Graph, opts: &Options, conv_node: &str, ic_bn: i64,
     let conv_op = g
         .ops
         .iter()
-        .position(|op| matches!(op.kind, OpKind::Conv { .. }) && op.nodes.first().map(String::as_str) == Some(conv_node))
+        .position(|op| {
+            matches!(op.kind, OpKind::Conv { .. })
+                && op.nodes.first().map(String::as_str) == Some(conv_node)
+        })
         .ok_or_else(|| OnnxError::Layout(format!("no conv node named `{conv_node}`")))?;
     let group_of = |op: usize| ex.groups.iter().position(|grp| grp.contains(&op));
     let gi = group_of(conv_op).expect("every op is in a group");
     let kernel = ex.group_kernels[gi].clone();
     if kernel.blocking.is_none() {
-        return Err(OnnxError::Layout(format!("conv `{conv_node}` is not an NCHWc conv (grouped convs stay NCHW)")));
+        return Err(OnnxError::Layout(format!(
+            "conv `{conv_node}` is not an NCHWc conv (grouped convs stay NCHW)"
+        )));
     }
     let mut transforms = Vec::new();
     let push = |op: usize, transforms: &mut Vec<Kernel>| {

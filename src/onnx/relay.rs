@@ -102,22 +102,35 @@ pub struct Pool2d {
 #[derive(Clone, Debug, PartialEq)]
 pub enum OpKind {
     /// 2-D convolution; inputs (data, weight OIHW).
-    Conv { window: Window2d, groups: i64 },
+    Conv {
+        window: Window2d,
+        groups: i64,
+    },
     /// inputs (data [M,K], weight [N,K]).
     Dense,
     /// inputs (A [B,M,K], B [B,N,K]).
     BatchMatmul,
     Pool(Pool2d),
     GlobalPool(PoolKind),
-    Softmax { axis: usize },
-    Mean { axes: Vec<usize>, keepdims: bool },
+    Softmax {
+        axis: usize,
+    },
+    Mean {
+        axes: Vec<usize>,
+        keepdims: bool,
+    },
     Binary(BinKind),
     Unary(UnaryKind),
     /// Concatenation (along `axis` of the logical shape).
-    Concat { axis: usize },
+    Concat {
+        axis: usize,
+    },
     /// Other injective ops, by Relay name (`reshape`, `transpose`, `batch_flatten`, ...).
     Injective(String),
-    LayoutTransform { src: Layout, dst: Layout },
+    LayoutTransform {
+        src: Layout,
+        dst: Layout,
+    },
     /// Reductions other than mean (`sum`, `max`, ...).
     Reduce(String),
     /// Ops with no fusion (`lrn`, unknown ops), by name.
@@ -127,12 +140,18 @@ pub enum OpKind {
 impl OpKind {
     pub fn pattern(&self) -> Pattern {
         match self {
-            OpKind::Conv { .. } | OpKind::Dense | OpKind::BatchMatmul | OpKind::Pool(_) | OpKind::GlobalPool(_) => Pattern::OutEWiseFusable,
+            OpKind::Conv { .. }
+            | OpKind::Dense
+            | OpKind::BatchMatmul
+            | OpKind::Pool(_)
+            | OpKind::GlobalPool(_) => Pattern::OutEWiseFusable,
             OpKind::Softmax { .. } | OpKind::Opaque(_) => Pattern::Opaque,
             OpKind::Mean { .. } | OpKind::Reduce(_) => Pattern::CommReduce,
             OpKind::Binary(_) => Pattern::Broadcast,
             OpKind::Unary(_) => Pattern::ElemWise,
-            OpKind::Concat { .. } | OpKind::Injective(_) | OpKind::LayoutTransform { .. } => Pattern::Injective,
+            OpKind::Concat { .. } | OpKind::Injective(_) | OpKind::LayoutTransform { .. } => {
+                Pattern::Injective
+            }
         }
     }
 
@@ -192,14 +211,35 @@ pub struct OpGraph {
 impl OpGraph {
     pub fn add_value(&mut self, name: String, shape: Vec<i64>, constant: bool) -> ValId {
         let phys = shape.clone();
-        self.values.push(Value { name, shape, constant, channel_vector: false, data: None, producer: None, layout: Layout::Plain, phys });
+        self.values.push(Value {
+            name,
+            shape,
+            constant,
+            channel_vector: false,
+            data: None,
+            producer: None,
+            layout: Layout::Plain,
+            phys,
+        });
         self.values.len() - 1
     }
 
-    pub fn add_op(&mut self, kind: OpKind, inputs: Vec<ValId>, out_name: String, out_shape: Vec<i64>, nodes: Vec<String>) -> ValId {
+    pub fn add_op(
+        &mut self,
+        kind: OpKind,
+        inputs: Vec<ValId>,
+        out_name: String,
+        out_shape: Vec<i64>,
+        nodes: Vec<String>,
+    ) -> ValId {
         let out = self.add_value(out_name, out_shape, false);
         self.values[out].producer = Some(self.ops.len());
-        self.ops.push(Op { kind, inputs, output: out, nodes });
+        self.ops.push(Op {
+            kind,
+            inputs,
+            output: out,
+            nodes,
+        });
         out
     }
 
@@ -226,8 +266,13 @@ impl<'g> Lowering<'g> {
         if let Some(&v) = self.vals.get(name) {
             return Ok(v);
         }
-        let t = self.g.tensor(name).ok_or_else(|| OnnxError::Invalid(format!("unknown tensor `{name}`")))?;
-        let v = self.og.add_value(name.to_string(), t.shape.clone(), t.constant);
+        let t = self
+            .g
+            .tensor(name)
+            .ok_or_else(|| OnnxError::Invalid(format!("unknown tensor `{name}`")))?;
+        let v = self
+            .og
+            .add_value(name.to_string(), t.shape.clone(), t.constant);
         self.og.values[v].data = t.data.clone();
         self.vals.insert(name.to_string(), v);
         Ok(v)
@@ -246,30 +291,51 @@ impl<'g> Lowering<'g> {
 
     fn out(&self, node: &Node, i: usize) -> Result<(String, Vec<i64>)> {
         let name = node.outputs.get(i).cloned().unwrap_or_default();
-        let shape = self.g.shape(&name).map(<[i64]>::to_vec).ok_or_else(|| OnnxError::Invalid(format!("no shape for `{name}`")))?;
+        let shape = self
+            .g
+            .shape(&name)
+            .map(<[i64]>::to_vec)
+            .ok_or_else(|| OnnxError::Invalid(format!("no shape for `{name}`")))?;
         Ok((name, shape))
     }
 
     fn emit(&mut self, node: &Node, kind: OpKind, inputs: Vec<ValId>) -> Result<ValId> {
         let (name, shape) = self.out(node, 0)?;
-        let v = self.og.add_op(kind, inputs, name.clone(), shape, node.covered());
+        let v = self
+            .og
+            .add_op(kind, inputs, name.clone(), shape, node.covered());
         self.vals.insert(name, v);
         Ok(v)
     }
 
-    fn emit_named(&mut self, node: &Node, kind: OpKind, inputs: Vec<ValId>, name: String, shape: Vec<i64>) -> ValId {
+    fn emit_named(
+        &mut self,
+        node: &Node,
+        kind: OpKind,
+        inputs: Vec<ValId>,
+        name: String,
+        shape: Vec<i64>,
+    ) -> ValId {
         self.og.add_op(kind, inputs, name, shape, node.covered())
     }
 
     fn lower(&mut self, node: &Node) -> Result<()> {
         let op = node.op_type.as_str();
         // constant sub-graphs (shape arithmetic, weight generators) are folded away
-        let outs_constant = node.outputs.iter().filter(|o| !o.is_empty()).all(|o| self.g.tensor(o).is_some_and(|t| t.constant));
+        let outs_constant = node
+            .outputs
+            .iter()
+            .filter(|o| !o.is_empty())
+            .all(|o| self.g.tensor(o).is_some_and(|t| t.constant));
         if outs_constant || matches!(op, "Constant" | "ConstantOfShape" | "Shape" | "Size") {
             return Ok(());
         }
         let input = |l: &mut Self, i: usize| -> Result<ValId> {
-            let name = node.input(i).ok_or_else(|| OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg: format!("input {i} missing") })?;
+            let name = node.input(i).ok_or_else(|| OnnxError::Shape {
+                node: node.name.clone(),
+                op: node.op_type.clone(),
+                msg: format!("input {i} missing"),
+            })?;
             l.value(name)
         };
         match op {
@@ -283,26 +349,50 @@ impl<'g> Lowering<'g> {
                 let xs = self.og.values[x].shape.clone();
                 let ws = self.og.values[w].shape.clone();
                 if xs.len() != 4 {
-                    let v = self.emit(node, OpKind::Opaque(format!("conv{}d", xs.len().saturating_sub(2))), vec![x, w])?;
+                    let v = self.emit(
+                        node,
+                        OpKind::Opaque(format!("conv{}d", xs.len().saturating_sub(2))),
+                        vec![x, w],
+                    )?;
                     let _ = v;
                     return Ok(());
                 }
                 let p = conv_params(node, &xs, &ws)?;
                 let window = Window2d {
                     stride: [p.window.strides[0], p.window.strides[1]],
-                    padding: [p.window.pads[0].0, p.window.pads[1].0, p.window.pads[0].1, p.window.pads[1].1],
+                    padding: [
+                        p.window.pads[0].0,
+                        p.window.pads[1].0,
+                        p.window.pads[0].1,
+                        p.window.pads[1].1,
+                    ],
                     dilation: [p.window.dilations[0], p.window.dilations[1]],
                 };
-                let kind = OpKind::Conv { window, groups: p.group };
+                let kind = OpKind::Conv {
+                    window,
+                    groups: p.group,
+                };
                 match node.input(2) {
                     None => {
                         self.emit(node, kind, vec![x, w])?;
                     }
                     Some(b) => {
                         let (name, shape) = self.out(node, 0)?;
-                        let conv = self.emit_named(node, kind, vec![x, w], format!("{name}::conv"), shape.clone());
+                        let conv = self.emit_named(
+                            node,
+                            kind,
+                            vec![x, w],
+                            format!("{name}::conv"),
+                            shape.clone(),
+                        );
                         let bias = self.channel_const(b, 4)?;
-                        let v = self.og.add_op(OpKind::Binary(BinKind::Add), vec![conv, bias], name.clone(), shape, node.covered());
+                        let v = self.og.add_op(
+                            OpKind::Binary(BinKind::Add),
+                            vec![conv, bias],
+                            name.clone(),
+                            shape,
+                            node.covered(),
+                        );
                         self.vals.insert(name, v);
                     }
                 }
@@ -313,8 +403,20 @@ impl<'g> Lowering<'g> {
                 let (name, shape) = self.out(node, 0)?;
                 let scale = self.channel_const(node.input(1).unwrap_or_default(), rank)?;
                 let shift = self.channel_const(node.input(2).unwrap_or_default(), rank)?;
-                let m = self.emit_named(node, OpKind::Binary(BinKind::Multiply), vec![x, scale], format!("{name}::scaled"), shape.clone());
-                let v = self.og.add_op(OpKind::Binary(BinKind::Add), vec![m, shift], name.clone(), shape, node.covered());
+                let m = self.emit_named(
+                    node,
+                    OpKind::Binary(BinKind::Multiply),
+                    vec![x, scale],
+                    format!("{name}::scaled"),
+                    shape.clone(),
+                );
+                let v = self.og.add_op(
+                    OpKind::Binary(BinKind::Add),
+                    vec![m, shift],
+                    name.clone(),
+                    shape,
+                    node.covered(),
+                );
                 self.vals.insert(name, v);
             }
             "Relu" => {
@@ -333,16 +435,25 @@ impl<'g> Lowering<'g> {
                     }
                     match node.input(i) {
                         None => Some(default),
-                        Some(n) => l.g.tensor(n).and_then(|t| t.data.as_ref()).map(|d| d.as_floats()).and_then(|v| v.first().copied()),
+                        Some(n) => {
+                            l.g.tensor(n)
+                                .and_then(|t| t.data.as_ref())
+                                .map(|d| d.as_floats())
+                                .and_then(|v| v.first().copied())
+                        }
                     }
                 };
-                let kind = match (bound(self, 1, "min", f32::MIN as f64), bound(self, 2, "max", f32::MAX as f64)) {
+                let kind = match (
+                    bound(self, 1, "min", f32::MIN as f64),
+                    bound(self, 2, "max", f32::MAX as f64),
+                ) {
                     (Some(lo), Some(hi)) => UnaryKind::Clip { lo, hi },
                     _ => UnaryKind::Other("clip_dynamic".into()),
                 };
                 self.emit(node, OpKind::Unary(kind), vec![x])?;
             }
-            "Add" | "Sub" | "Mul" | "Div" | "Sum" | "PRelu" | "Pow" | "Max" | "Min" | "Equal" | "Less" | "Greater" | "And" | "Or" | "Where" | "Mod" => {
+            "Add" | "Sub" | "Mul" | "Div" | "Sum" | "PRelu" | "Pow" | "Max" | "Min" | "Equal"
+            | "Less" | "Greater" | "And" | "Or" | "Where" | "Mod" => {
                 let kind = |op: &str| match op {
                     "Add" | "Sum" => BinKind::Add,
                     "Sub" => BinKind::Subtract,
@@ -350,9 +461,18 @@ impl<'g> Lowering<'g> {
                     "Div" => BinKind::Divide,
                     other => BinKind::Other(other.to_lowercase()),
                 };
-                let ins: Vec<ValId> = (0..node.inputs.len()).filter(|&i| node.input(i).is_some()).map(|i| input(self, i)).collect::<Result<_>>()?;
+                let ins: Vec<ValId> = (0..node.inputs.len())
+                    .filter(|&i| node.input(i).is_some())
+                    .map(|i| input(self, i))
+                    .collect::<Result<_>>()?;
                 match ins.len() {
-                    0 => return Err(OnnxError::Shape { node: node.name.clone(), op: op.into(), msg: "no inputs".into() }),
+                    0 => {
+                        return Err(OnnxError::Shape {
+                            node: node.name.clone(),
+                            op: op.into(),
+                            msg: "no inputs".into(),
+                        })
+                    }
                     1 => {
                         self.vals.insert(node.outputs[0].clone(), ins[0]);
                     }
@@ -364,8 +484,18 @@ impl<'g> Lowering<'g> {
                         let mut acc = ins[0];
                         for (k, &v) in ins[1..].iter().enumerate() {
                             let last = k + 2 == ins.len();
-                            let nm = if last { name.clone() } else { format!("{name}::partial{k}") };
-                            acc = self.emit_named(node, OpKind::Binary(BinKind::Add), vec![acc, v], nm, shape.clone());
+                            let nm = if last {
+                                name.clone()
+                            } else {
+                                format!("{name}::partial{k}")
+                            };
+                            acc = self.emit_named(
+                                node,
+                                OpKind::Binary(BinKind::Add),
+                                vec![acc, v],
+                                nm,
+                                shape.clone(),
+                            );
                         }
                         self.vals.insert(name, acc);
                     }
@@ -378,12 +508,26 @@ impl<'g> Lowering<'g> {
                 let x = input(self, 0)?;
                 let xs = self.og.values[x].shape.clone();
                 if xs.len() != 4 {
-                    self.emit(node, OpKind::Opaque(format!("{}{}d", op.to_lowercase(), xs.len().saturating_sub(2))), vec![x])?;
+                    self.emit(
+                        node,
+                        OpKind::Opaque(format!(
+                            "{}{}d",
+                            op.to_lowercase(),
+                            xs.len().saturating_sub(2)
+                        )),
+                        vec![x],
+                    )?;
                     return Ok(());
                 }
                 let p = pool_params(node, &xs)?;
                 let w = &p.window;
-                let kind = if op == "MaxPool" { PoolKind::Max } else { PoolKind::Avg { count_include_pad: p.count_include_pad } };
+                let kind = if op == "MaxPool" {
+                    PoolKind::Max
+                } else {
+                    PoolKind::Avg {
+                        count_include_pad: p.count_include_pad,
+                    }
+                };
                 let pool = Pool2d {
                     kind,
                     kernel: [w.kernel[0], w.kernel[1]],
@@ -396,7 +540,13 @@ impl<'g> Lowering<'g> {
             }
             "GlobalAveragePool" | "GlobalMaxPool" => {
                 let x = input(self, 0)?;
-                let kind = if op == "GlobalMaxPool" { PoolKind::Max } else { PoolKind::Avg { count_include_pad: true } };
+                let kind = if op == "GlobalMaxPool" {
+                    PoolKind::Max
+                } else {
+                    PoolKind::Avg {
+                        count_include_pad: true,
+                    }
+                };
                 if self.og.values[x].shape.len() != 4 {
                     self.emit(node, OpKind::Opaque(op.to_lowercase()), vec![x])?;
                 } else {
@@ -409,24 +559,49 @@ impl<'g> Lowering<'g> {
                 let (name, shape) = self.out(node, 0)?;
                 if node.int("transA").unwrap_or(0) != 0 {
                     let s = self.og.values[a].shape.clone();
-                    a = self.emit_named(node, OpKind::Injective("transpose".into()), vec![a], format!("{name}::a_t"), vec![s[1], s[0]]);
+                    a = self.emit_named(
+                        node,
+                        OpKind::Injective("transpose".into()),
+                        vec![a],
+                        format!("{name}::a_t"),
+                        vec![s[1], s[0]],
+                    );
                 }
                 let alpha = node.float("alpha").unwrap_or(1.0);
                 if alpha != 1.0 {
                     let s = self.og.values[a].shape.clone();
                     let c = self.og.add_value(format!("{name}::alpha"), vec![], true);
-                    a = self.emit_named(node, OpKind::Binary(BinKind::Multiply), vec![a, c], format!("{name}::a_scaled"), s);
+                    a = self.emit_named(
+                        node,
+                        OpKind::Binary(BinKind::Multiply),
+                        vec![a, c],
+                        format!("{name}::a_scaled"),
+                        s,
+                    );
                 }
                 let w = self.dense_weight(node, b, node.int("transB").unwrap_or(0) != 0, &name);
                 match node.input(2) {
                     None => {
-                        let v = self.emit_named(node, OpKind::Dense, vec![a, w], name.clone(), shape);
+                        let v =
+                            self.emit_named(node, OpKind::Dense, vec![a, w], name.clone(), shape);
                         self.vals.insert(name, v);
                     }
                     Some(cn) => {
-                        let d = self.emit_named(node, OpKind::Dense, vec![a, w], format!("{name}::dense"), shape.clone());
+                        let d = self.emit_named(
+                            node,
+                            OpKind::Dense,
+                            vec![a, w],
+                            format!("{name}::dense"),
+                            shape.clone(),
+                        );
                         let c = self.value(cn)?;
-                        let v = self.og.add_op(OpKind::Binary(BinKind::Add), vec![d, c], name.clone(), shape, node.covered());
+                        let v = self.og.add_op(
+                            OpKind::Binary(BinKind::Add),
+                            vec![d, c],
+                            name.clone(),
+                            shape,
+                            node.covered(),
+                        );
                         self.vals.insert(name, v);
                     }
                 }
@@ -435,18 +610,44 @@ impl<'g> Lowering<'g> {
             "Softmax" => {
                 let x = input(self, 0)?;
                 let r = self.og.values[x].shape.len();
-                let axis = node.int("axis").unwrap_or(if self.g.opset >= 13 { -1 } else { 1 });
+                let axis = node
+                    .int("axis")
+                    .unwrap_or(if self.g.opset >= 13 { -1 } else { 1 });
                 let axis = if axis < 0 { axis + r as i64 } else { axis } as usize;
                 if self.g.opset >= 13 || axis + 1 == r {
-                    self.emit(node, OpKind::Softmax { axis: axis.min(r.saturating_sub(1)) }, vec![x])?;
+                    self.emit(
+                        node,
+                        OpKind::Softmax {
+                            axis: axis.min(r.saturating_sub(1)),
+                        },
+                        vec![x],
+                    )?;
                 } else {
                     // opset < 13: softmax over the flattened trailing dims
                     let s = self.og.values[x].shape.clone();
                     let (name, shape) = self.out(node, 0)?;
                     let flat = vec![s[..axis].iter().product(), s[axis..].iter().product()];
-                    let f = self.emit_named(node, OpKind::Injective("reshape".into()), vec![x], format!("{name}::flat"), flat.clone());
-                    let sm = self.emit_named(node, OpKind::Softmax { axis: 1 }, vec![f], format!("{name}::softmax"), flat);
-                    let v = self.og.add_op(OpKind::Injective("reshape".into()), vec![sm], name.clone(), shape, node.covered());
+                    let f = self.emit_named(
+                        node,
+                        OpKind::Injective("reshape".into()),
+                        vec![x],
+                        format!("{name}::flat"),
+                        flat.clone(),
+                    );
+                    let sm = self.emit_named(
+                        node,
+                        OpKind::Softmax { axis: 1 },
+                        vec![f],
+                        format!("{name}::softmax"),
+                        flat,
+                    );
+                    let v = self.og.add_op(
+                        OpKind::Injective("reshape".into()),
+                        vec![sm],
+                        name.clone(),
+                        shape,
+                        node.covered(),
+                    );
                     self.vals.insert(name, v);
                 }
             }
@@ -456,19 +657,37 @@ impl<'g> Lowering<'g> {
                 let xs = self.og.values[x].shape.clone();
                 let keepdims = node.int("keepdims").unwrap_or(1) != 0;
                 let axes: Vec<usize> = match node.ints("axes") {
-                    Some(a) => a.iter().map(|&a| if a < 0 { (a + xs.len() as i64) as usize } else { a as usize }).collect(),
-                    None if keepdims => (0..xs.len()).filter(|&i| xs[i] != out.get(i).copied().unwrap_or(1)).collect(),
+                    Some(a) => a
+                        .iter()
+                        .map(|&a| {
+                            if a < 0 {
+                                (a + xs.len() as i64) as usize
+                            } else {
+                                a as usize
+                            }
+                        })
+                        .collect(),
+                    None if keepdims => (0..xs.len())
+                        .filter(|&i| xs[i] != out.get(i).copied().unwrap_or(1))
+                        .collect(),
                     None => (0..xs.len()).collect(),
                 };
                 self.emit(node, OpKind::Mean { axes, keepdims }, vec![x])?;
             }
             "Flatten" => {
                 let x = input(self, 0)?;
-                let name = if node.int("axis").unwrap_or(1) == 1 { "batch_flatten" } else { "reshape" };
+                let name = if node.int("axis").unwrap_or(1) == 1 {
+                    "batch_flatten"
+                } else {
+                    "reshape"
+                };
                 self.emit(node, OpKind::Injective(name.into()), vec![x])?;
             }
             "Concat" => {
-                let ins: Vec<ValId> = (0..node.inputs.len()).filter(|&i| node.input(i).is_some()).map(|i| input(self, i)).collect::<Result<_>>()?;
+                let ins: Vec<ValId> = (0..node.inputs.len())
+                    .filter(|&i| node.input(i).is_some())
+                    .map(|i| input(self, i))
+                    .collect::<Result<_>>()?;
                 let r = self.og.values[ins[0]].shape.len() as i64;
                 let a = node.int("axis").unwrap_or(0);
                 let axis = if a < 0 { a + r } else { a } as usize;
@@ -478,7 +697,14 @@ impl<'g> Lowering<'g> {
                     self.emit(node, OpKind::Concat { axis }, ins)?;
                 }
             }
-            "LRN" | "LogSoftmax" | "InstanceNormalization" | "LpNormalization" | "Hardmax" | "LpPool" | "GlobalLpPool" | "MeanVarianceNormalization" => {
+            "LRN"
+            | "LogSoftmax"
+            | "InstanceNormalization"
+            | "LpNormalization"
+            | "Hardmax"
+            | "LpPool"
+            | "GlobalLpPool"
+            | "MeanVarianceNormalization" => {
                 let x = input(self, 0)?;
                 let name = match op {
                     "LRN" => "lrn".to_string(),
@@ -495,10 +721,13 @@ impl<'g> Lowering<'g> {
                 // element-wise unary ops and injective data movement, by their Relay class
                 let x = input(self, 0)?;
                 let kind = match op {
-                    "Sigmoid" | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "Exp" | "Log" | "Sqrt" | "Neg" | "Abs" | "Erf" | "HardSigmoid" | "HardSwish"
-                    | "Softplus" | "Softsign" | "Floor" | "Ceil" | "Round" | "Reciprocal" | "Not" | "Sin" | "Cos" | "Sign" | "Mish" | "Gelu" | "Cast"
-                    | "Shrink" | "ThresholdedRelu" | "IsNaN" | "IsInf" => OpKind::Unary(UnaryKind::Other(op.to_lowercase())),
-                    "Reshape" | "Squeeze" | "Unsqueeze" | "Transpose" | "Pad" | "Slice" | "Expand" | "Tile" | "Gather" | "Resize" | "Upsample" => {
+                    "Sigmoid" | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "Exp" | "Log" | "Sqrt"
+                    | "Neg" | "Abs" | "Erf" | "HardSigmoid" | "HardSwish" | "Softplus"
+                    | "Softsign" | "Floor" | "Ceil" | "Round" | "Reciprocal" | "Not" | "Sin"
+                    | "Cos" | "Sign" | "Mish" | "Gelu" | "Cast" | "Shrink" | "ThresholdedRelu"
+                    | "IsNaN" | "IsInf" => OpKind::Unary(UnaryKind::Other(op.to_lowercase())),
+                    "Reshape" | "Squeeze" | "Unsqueeze" | "Transpose" | "Pad" | "Slice"
+                    | "Expand" | "Tile" | "Gather" | "Resize" | "Upsample" => {
                         OpKind::Injective(match op {
                             "Squeeze" => "squeeze".into(),
                             "Unsqueeze" => "expand_dims".into(),
@@ -516,7 +745,13 @@ impl<'g> Lowering<'g> {
                             if name.is_empty() {
                                 continue;
                             }
-                            let v = self.og.add_op(OpKind::Injective("split".into()), vec![x], name.clone(), shape, node.covered());
+                            let v = self.og.add_op(
+                                OpKind::Injective("split".into()),
+                                vec![x],
+                                name.clone(),
+                                shape,
+                                node.covered(),
+                            );
                             self.vals.insert(name, v);
                         }
                         return Ok(());
@@ -545,10 +780,18 @@ impl<'g> Lowering<'g> {
         let s = self.og.values[b].shape.clone();
         let t = vec![s[1], s[0]];
         if self.og.values[b].constant {
-            let v = self.og.add_value(format!("{}::T", self.og.values[b].name), t, true);
+            let v = self
+                .og
+                .add_value(format!("{}::T", self.og.values[b].name), t, true);
             return v;
         }
-        self.emit_named(node, OpKind::Injective("transpose".into()), vec![b], format!("{name}::b_t"), t)
+        self.emit_named(
+            node,
+            OpKind::Injective("transpose".into()),
+            vec![b],
+            format!("{name}::b_t"),
+            t,
+        )
     }
 
     fn matmul(&mut self, node: &Node) -> Result<()> {
@@ -565,12 +808,34 @@ impl<'g> Lowering<'g> {
         let m: i64 = sa[..sa.len() - 1].iter().product();
         if sb.len() == 2 {
             // dense over the flattened leading dims
-            let a2 = if sa.len() > 2 { self.emit_named(node, OpKind::Injective("reshape".into()), vec![a], format!("{name}::a2d"), vec![m, k]) } else { a };
+            let a2 = if sa.len() > 2 {
+                self.emit_named(
+                    node,
+                    OpKind::Injective("reshape".into()),
+                    vec![a],
+                    format!("{name}::a2d"),
+                    vec![m, k],
+                )
+            } else {
+                a
+            };
             let w = self.dense_weight(node, b, false, &name);
             let n = sb[1];
             if sa.len() > 2 {
-                let d = self.emit_named(node, OpKind::Dense, vec![a2, w], format!("{name}::dense"), vec![m, n]);
-                let v = self.og.add_op(OpKind::Injective("reshape".into()), vec![d], name.clone(), shape, node.covered());
+                let d = self.emit_named(
+                    node,
+                    OpKind::Dense,
+                    vec![a2, w],
+                    format!("{name}::dense"),
+                    vec![m, n],
+                );
+                let v = self.og.add_op(
+                    OpKind::Injective("reshape".into()),
+                    vec![d],
+                    name.clone(),
+                    shape,
+                    node.covered(),
+                );
                 self.vals.insert(name, v);
             } else {
                 let v = self.emit_named(node, OpKind::Dense, vec![a2, w], name.clone(), shape);
@@ -581,19 +846,51 @@ impl<'g> Lowering<'g> {
         let batch = |s: &[i64]| -> i64 { s[..s.len() - 2].iter().product() };
         let (ba, bb) = (batch(&sa), batch(&sb));
         let (mm, n) = (sa[sa.len() - 2], sb[sb.len() - 1]);
-        let a3 = if sa.len() != 3 { self.emit_named(node, OpKind::Injective("reshape".into()), vec![a], format!("{name}::a3d"), vec![ba, mm, k]) } else { a };
-        let bt = if self.og.values[b].constant {
-            self.og.add_value(format!("{}::T", self.og.values[b].name), vec![bb, n, k], true)
+        let a3 = if sa.len() != 3 {
+            self.emit_named(
+                node,
+                OpKind::Injective("reshape".into()),
+                vec![a],
+                format!("{name}::a3d"),
+                vec![ba, mm, k],
+            )
         } else {
-            self.emit_named(node, OpKind::Injective("transpose".into()), vec![b], format!("{name}::b_t"), vec![bb, n, k])
+            a
+        };
+        let bt = if self.og.values[b].constant {
+            self.og.add_value(
+                format!("{}::T", self.og.values[b].name),
+                vec![bb, n, k],
+                true,
+            )
+        } else {
+            self.emit_named(
+                node,
+                OpKind::Injective("transpose".into()),
+                vec![b],
+                format!("{name}::b_t"),
+                vec![bb, n, k],
+            )
         };
         let out3 = vec![ba.max(bb), mm, n];
         if out3 == shape {
             let v = self.emit_named(node, OpKind::BatchMatmul, vec![a3, bt], name.clone(), shape);
             self.vals.insert(name, v);
         } else {
-            let bm = self.emit_named(node, OpKind::BatchMatmul, vec![a3, bt], format!("{name}::bmm"), out3);
-            let v = self.og.add_op(OpKind::Injective("reshape".into()), vec![bm], name.clone(), shape, node.covered());
+            let bm = self.emit_named(
+                node,
+                OpKind::BatchMatmul,
+                vec![a3, bt],
+                format!("{name}::bmm"),
+                out3,
+            );
+            let v = self.og.add_op(
+                OpKind::Injective("reshape".into()),
+                vec![bm],
+                name.clone(),
+                shape,
+                node.covered(),
+            );
             self.vals.insert(name, v);
         }
         Ok(())
@@ -602,7 +899,11 @@ impl<'g> Lowering<'g> {
 
 /// Lowers a (shape-inferred, pass-processed) graph.
 pub fn lower(g: &Graph) -> Result<OpGraph> {
-    let mut l = Lowering { g, og: OpGraph::default(), vals: HashMap::new() };
+    let mut l = Lowering {
+        g,
+        og: OpGraph::default(),
+        vals: HashMap::new(),
+    };
     for name in &g.inputs {
         let v = l.value(name)?;
         l.og.inputs.push(v);

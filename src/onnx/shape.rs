@@ -36,14 +36,20 @@ pub fn infer(g: &mut Graph) -> Result<()> {
                 msg: format!("output {i} (`{name}`) is not produced by this op"),
             })?;
             if !dims_ok(&t.shape) {
-                return Err(OnnxError::Shape { node: node.name.clone(), op: node.op_type.clone(), msg: format!("output shape {:?} is negative or overflows", t.shape) });
+                return Err(OnnxError::Shape {
+                    node: node.name.clone(),
+                    op: node.op_type.clone(),
+                    msg: format!("output shape {:?} is negative or overflows", t.shape),
+                });
             }
             g.tensors.insert(name.clone(), t);
         }
     }
     for o in &g.outputs {
         if !g.tensors.contains_key(o) {
-            return Err(OnnxError::Invalid(format!("graph output `{o}` is not produced by any node")));
+            return Err(OnnxError::Invalid(format!(
+                "graph output `{o}` is not produced by any node"
+            )));
         }
     }
     Ok(())
@@ -57,11 +63,19 @@ struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     fn err<T>(&self, msg: impl Into<String>) -> Result<T> {
-        Err(OnnxError::Shape { node: self.node.name.clone(), op: self.node.op_type.clone(), msg: msg.into() })
+        Err(OnnxError::Shape {
+            node: self.node.name.clone(),
+            op: self.node.op_type.clone(),
+            msg: msg.into(),
+        })
     }
 
     fn unsupported<T>(&self, reason: impl Into<String>) -> Result<T> {
-        Err(OnnxError::Unsupported { node: self.node.name.clone(), op: self.node.op_type.clone(), reason: reason.into() })
+        Err(OnnxError::Unsupported {
+            node: self.node.name.clone(),
+            op: self.node.op_type.clone(),
+            reason: reason.into(),
+        })
     }
 
     fn input(&self, i: usize) -> Result<&'a TensorInfo> {
@@ -89,7 +103,11 @@ impl<'a> Ctx<'a> {
         if axis < -r || axis >= r.max(1) {
             return self.err(format!("axis {axis} out of range for rank {rank}"));
         }
-        Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+        Ok(if axis < 0 {
+            (axis + r) as usize
+        } else {
+            axis as usize
+        })
     }
 
     fn all_constant(&self) -> bool {
@@ -99,7 +117,12 @@ impl<'a> Ctx<'a> {
     /// An output with the shape of input 0.
     fn same(&self) -> Result<TensorInfo> {
         let x = self.input(0)?;
-        Ok(TensorInfo { shape: x.shape.clone(), dtype: x.dtype, data: None, constant: self.all_constant() })
+        Ok(TensorInfo {
+            shape: x.shape.clone(),
+            dtype: x.dtype,
+            data: None,
+            constant: self.all_constant(),
+        })
     }
 
     fn out(&self, shape: Vec<i64>, dtype: i32, data: Option<Data>) -> Result<TensorInfo> {
@@ -108,7 +131,12 @@ impl<'a> Ctx<'a> {
             _ => return self.err(format!("output shape {shape:?} is negative or overflows")),
         };
         let data = data.filter(|d| d.len() as i64 == n && n <= MAX_KEPT_ELEMENTS);
-        Ok(TensorInfo { shape, dtype, data, constant: self.all_constant() })
+        Ok(TensorInfo {
+            shape,
+            dtype,
+            data,
+            constant: self.all_constant(),
+        })
     }
 }
 
@@ -124,8 +152,16 @@ pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for (i, o) in out.iter_mut().enumerate() {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         *o = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -138,22 +174,79 @@ pub fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
 }
 
 const UNARY: &[&str] = &[
-    "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf",
-    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Floor", "Ceil", "Round", "Reciprocal", "Not", "Sin",
-    "Cos", "Sign", "Mish", "Gelu", "LRN", "Softmax", "LogSoftmax", "Hardmax", "Clip", "InstanceNormalization",
-    "LpNormalization", "Shrink", "ThresholdedRelu", "MeanVarianceNormalization", "IsNaN", "IsInf",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Neg",
+    "Abs",
+    "Erf",
+    "HardSigmoid",
+    "HardSwish",
+    "Softplus",
+    "Softsign",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Reciprocal",
+    "Not",
+    "Sin",
+    "Cos",
+    "Sign",
+    "Mish",
+    "Gelu",
+    "LRN",
+    "Softmax",
+    "LogSoftmax",
+    "Hardmax",
+    "Clip",
+    "InstanceNormalization",
+    "LpNormalization",
+    "Shrink",
+    "ThresholdedRelu",
+    "MeanVarianceNormalization",
+    "IsNaN",
+    "IsInf",
 ];
 
 const BINARY: &[&str] = &[
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less", "Greater", "LessOrEqual",
-    "GreaterOrEqual", "And", "Or", "Xor", "Mod", "PRelu", "Where", "BitShift",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Sum",
+    "Mean",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Mod",
+    "PRelu",
+    "Where",
+    "BitShift",
 ];
 
 /// Output types of one node.
 pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result<Vec<TensorInfo>> {
     let ctx = Ctx { node, ins, opset };
     if !node.domain.is_empty() && node.domain != "ai.onnx" {
-        return ctx.unsupported(format!("custom-domain op `{}::{}`", node.domain, node.op_type));
+        return ctx.unsupported(format!(
+            "custom-domain op `{}::{}`",
+            node.domain, node.op_type
+        ));
     }
     let subgraphs: Vec<String> = node
         .attrs
@@ -163,7 +256,11 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
                 let mut kinds: Vec<&str> = ops.iter().map(String::as_str).collect();
                 kinds.sort_unstable();
                 kinds.dedup();
-                Some(format!("`{name}`: {} nodes ({})", ops.len(), kinds.join(", ")))
+                Some(format!(
+                    "`{name}`: {} nodes ({})",
+                    ops.len(),
+                    kinds.join(", ")
+                ))
             }
             _ => None,
         })
@@ -186,7 +283,13 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         "Cast" => {
             let x = ctx.input(0)?;
             let to = node.int("to").unwrap_or(dtype::FLOAT as i64) as i32;
-            let data = x.data.as_ref().and_then(|d| if dtype::is_integer(to) { d.as_ints().map(Data::Ints) } else { Some(Data::Floats(d.as_floats())) });
+            let data = x.data.as_ref().and_then(|d| {
+                if dtype::is_integer(to) {
+                    d.as_ints().map(Data::Ints)
+                } else {
+                    Some(Data::Floats(d.as_floats()))
+                }
+            });
             one(ctx.out(x.shape.clone(), to, data))
         }
         "BatchNormalization" => {
@@ -198,11 +301,20 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             for i in 1..5 {
                 if let Some(p) = ctx.opt(i) {
                     if p.shape != c && numel(&p.shape) != Some(c[0]) {
-                        return ctx.err(format!("parameter {i} has shape {:?}, expected [{}]", p.shape, c[0]));
+                        return ctx.err(format!(
+                            "parameter {i} has shape {:?}, expected [{}]",
+                            p.shape, c[0]
+                        ));
                     }
                 }
             }
-            Ok(vec![ctx.same()?, TensorInfo::new(c.clone(), x.dtype), TensorInfo::new(c.clone(), x.dtype), TensorInfo::new(c.clone(), x.dtype), TensorInfo::new(c, x.dtype)])
+            Ok(vec![
+                ctx.same()?,
+                TensorInfo::new(c.clone(), x.dtype),
+                TensorInfo::new(c.clone(), x.dtype),
+                TensorInfo::new(c.clone(), x.dtype),
+                TensorInfo::new(c, x.dtype),
+            ])
         }
         _ if UNARY.contains(&op) => one(ctx.same()),
         _ if BINARY.contains(&op) => one(binary(&ctx)),
@@ -214,7 +326,10 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             shape.extend(spatial_out(node, &x.shape[2..], &p.window, false)?);
             if let Some(b) = ctx.opt(2) {
                 if numel(&b.shape) != Some(w[0]) {
-                    return ctx.err(format!("bias shape {:?} does not match {} output channels", b.shape, w[0]));
+                    return ctx.err(format!(
+                        "bias shape {:?} does not match {} output channels",
+                        b.shape, w[0]
+                    ));
                 }
             }
             one(ctx.out(shape, x.dtype, None))
@@ -240,14 +355,28 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         "Gemm" => {
             let (a, b) = (ctx.input(0)?, ctx.input(1)?);
             if a.shape.len() != 2 || b.shape.len() != 2 {
-                return ctx.err(format!("Gemm needs 2-D inputs, got {:?} and {:?}", a.shape, b.shape));
+                return ctx.err(format!(
+                    "Gemm needs 2-D inputs, got {:?} and {:?}",
+                    a.shape, b.shape
+                ));
             }
             let ta = node.int("transA").unwrap_or(0) != 0;
             let tb = node.int("transB").unwrap_or(0) != 0;
-            let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
-            let (k2, n) = if tb { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+            let (m, k) = if ta {
+                (a.shape[1], a.shape[0])
+            } else {
+                (a.shape[0], a.shape[1])
+            };
+            let (k2, n) = if tb {
+                (b.shape[1], b.shape[0])
+            } else {
+                (b.shape[0], b.shape[1])
+            };
             if k != k2 {
-                return ctx.err(format!("inner dims differ: A {:?} (transA={ta}), B {:?} (transB={tb})", a.shape, b.shape));
+                return ctx.err(format!(
+                    "inner dims differ: A {:?} (transA={ta}), B {:?} (transB={tb})",
+                    a.shape, b.shape
+                ));
             }
             if let Some(c) = ctx.opt(2) {
                 if broadcast(&c.shape, &[m, n]).as_deref() != Some(&[m, n][..]) {
@@ -261,14 +390,22 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             let x = ctx.input(0)?;
             let r = x.shape.len();
             let axis = node.int("axis").unwrap_or(1);
-            let a = if axis == r as i64 { r } else { ctx.axis(axis, r)? };
+            let a = if axis == r as i64 {
+                r
+            } else {
+                ctx.axis(axis, r)?
+            };
             let outer = checked(&ctx, numel(&x.shape[..a]))?;
             let inner = checked(&ctx, numel(&x.shape[a..]))?;
             one(ctx.out(vec![outer, inner], x.dtype, x.data.clone()))
         }
         "Reshape" => {
             let x = ctx.input(0)?;
-            let target = if ctx.opset < 5 { node.ints("shape").map(<[i64]>::to_vec).unwrap_or_default() } else { ctx.ints(1, "the target shape")? };
+            let target = if ctx.opset < 5 {
+                node.ints("shape").map(<[i64]>::to_vec).unwrap_or_default()
+            } else {
+                ctx.ints(1, "the target shape")?
+            };
             let allowzero = node.int("allowzero").unwrap_or(0) != 0;
             let shape = reshape(&ctx, &x.shape, &target, allowzero)?;
             one(ctx.out(shape, x.dtype, x.data.clone()))
@@ -277,7 +414,10 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         "Transpose" => {
             let x = ctx.input(0)?;
             let r = x.shape.len();
-            let perm: Vec<i64> = node.ints("perm").map(<[i64]>::to_vec).unwrap_or_else(|| (0..r as i64).rev().collect());
+            let perm: Vec<i64> = node
+                .ints("perm")
+                .map(<[i64]>::to_vec)
+                .unwrap_or_else(|| (0..r as i64).rev().collect());
             let mut seen = vec![false; r];
             let mut shape = Vec::with_capacity(r);
             for &p in &perm {
@@ -292,10 +432,12 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             }
             let data = x.data.as_ref().and_then(|d| {
                 let p: Vec<usize> = perm.iter().map(|&p| p as usize).collect();
-                remap(d, &x.shape, &shape, |out| p.iter().enumerate().fold(vec![0; r], |mut c, (i, &pi)| {
-                    c[pi] = out[i];
-                    c
-                }))
+                remap(d, &x.shape, &shape, |out| {
+                    p.iter().enumerate().fold(vec![0; r], |mut c, (i, &pi)| {
+                        c[pi] = out[i];
+                        c
+                    })
+                })
             });
             one(ctx.out(shape, x.dtype, data))
         }
@@ -305,19 +447,38 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             let clamp = |v: i64| if v < 0 { (v + r).max(0) } else { v.min(r) };
             let start = clamp(node.int("start").unwrap_or(0)) as usize;
             let end = clamp(node.int("end").unwrap_or(r)) as usize;
-            let dims = if start < end { x.shape[start..end].to_vec() } else { vec![] };
-            Ok(vec![TensorInfo::constant(vec![dims.len() as i64], dtype::INT64, Some(Data::Ints(dims)))])
+            let dims = if start < end {
+                x.shape[start..end].to_vec()
+            } else {
+                vec![]
+            };
+            Ok(vec![TensorInfo::constant(
+                vec![dims.len() as i64],
+                dtype::INT64,
+                Some(Data::Ints(dims)),
+            )])
         }
         "Size" => {
             let n = checked(&ctx, ctx.input(0)?.numel())?;
-            Ok(vec![TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![n])))])
+            Ok(vec![TensorInfo::constant(
+                vec![],
+                dtype::INT64,
+                Some(Data::Ints(vec![n])),
+            )])
         }
         "Gather" => one(gather(&ctx)),
         "Unsqueeze" => {
             let x = ctx.input(0)?;
-            let axes = if ctx.opset < 13 { node.ints("axes").map(<[i64]>::to_vec).unwrap_or_default() } else { ctx.ints(1, "the axes")? };
+            let axes = if ctx.opset < 13 {
+                node.ints("axes").map(<[i64]>::to_vec).unwrap_or_default()
+            } else {
+                ctx.ints(1, "the axes")?
+            };
             let r = x.shape.len() + axes.len();
-            let mut norm = axes.iter().map(|&a| ctx.axis(a, r)).collect::<Result<Vec<_>>>()?;
+            let mut norm = axes
+                .iter()
+                .map(|&a| ctx.axis(a, r))
+                .collect::<Result<Vec<_>>>()?;
             norm.sort_unstable();
             norm.dedup();
             if norm.len() != axes.len() {
@@ -331,16 +492,28 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         }
         "Squeeze" => {
             let x = ctx.input(0)?;
-            let axes = if ctx.opset < 13 { node.ints("axes").map(<[i64]>::to_vec) } else if ctx.opt(1).is_some() { Some(ctx.ints(1, "the axes")?) } else { None };
+            let axes = if ctx.opset < 13 {
+                node.ints("axes").map(<[i64]>::to_vec)
+            } else if ctx.opt(1).is_some() {
+                Some(ctx.ints(1, "the axes")?)
+            } else {
+                None
+            };
             let r = x.shape.len();
             let drop: Vec<usize> = match axes {
-                Some(a) => a.iter().map(|&a| ctx.axis(a, r)).collect::<Result<Vec<_>>>()?,
+                Some(a) => a
+                    .iter()
+                    .map(|&a| ctx.axis(a, r))
+                    .collect::<Result<Vec<_>>>()?,
                 None => (0..r).filter(|&i| x.shape[i] == 1).collect(),
             };
             if let Some(&i) = drop.iter().find(|&&i| x.shape[i] != 1) {
                 return ctx.err(format!("cannot squeeze axis {i} of {:?}", x.shape));
             }
-            let shape = (0..r).filter(|i| !drop.contains(i)).map(|i| x.shape[i]).collect();
+            let shape = (0..r)
+                .filter(|i| !drop.contains(i))
+                .map(|i| x.shape[i])
+                .collect();
             one(ctx.out(shape, x.dtype, x.data.clone()))
         }
         "Constant" => {
@@ -350,12 +523,22 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             };
             let t = match (name.as_str(), a) {
                 ("value", Attr::Tensor(t)) => t.clone(),
-                ("value_float", Attr::Float(f)) => TensorInfo::constant(vec![], dtype::FLOAT, Some(Data::Floats(vec![*f as f64]))),
-                ("value_floats", Attr::Floats(v)) => {
-                    TensorInfo::constant(vec![v.len() as i64], dtype::FLOAT, Some(Data::Floats(v.iter().map(|&x| x as f64).collect())))
+                ("value_float", Attr::Float(f)) => {
+                    TensorInfo::constant(vec![], dtype::FLOAT, Some(Data::Floats(vec![*f as f64])))
                 }
-                ("value_int", Attr::Int(i)) => TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![*i]))),
-                ("value_ints", Attr::Ints(v)) => TensorInfo::constant(vec![v.len() as i64], dtype::INT64, Some(Data::Ints(v.clone()))),
+                ("value_floats", Attr::Floats(v)) => TensorInfo::constant(
+                    vec![v.len() as i64],
+                    dtype::FLOAT,
+                    Some(Data::Floats(v.iter().map(|&x| x as f64).collect())),
+                ),
+                ("value_int", Attr::Int(i)) => {
+                    TensorInfo::constant(vec![], dtype::INT64, Some(Data::Ints(vec![*i])))
+                }
+                ("value_ints", Attr::Ints(v)) => TensorInfo::constant(
+                    vec![v.len() as i64],
+                    dtype::INT64,
+                    Some(Data::Ints(v.clone())),
+                ),
                 (other, _) => return ctx.unsupported(format!("Constant with attribute `{other}`")),
             };
             Ok(vec![t])
@@ -371,8 +554,12 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             };
             let n = checked(&ctx, numel(&dims))?;
             let data = match fill {
-                Some(Data::Ints(v)) if v.len() == 1 && n <= MAX_KEPT_ELEMENTS => Some(Data::Ints(vec![v[0]; n as usize])),
-                Some(Data::Floats(v)) if v.len() == 1 && n <= MAX_KEPT_ELEMENTS => Some(Data::Floats(vec![v[0]; n as usize])),
+                Some(Data::Ints(v)) if v.len() == 1 && n <= MAX_KEPT_ELEMENTS => {
+                    Some(Data::Ints(vec![v[0]; n as usize]))
+                }
+                Some(Data::Floats(v)) if v.len() == 1 && n <= MAX_KEPT_ELEMENTS => {
+                    Some(Data::Floats(vec![v[0]; n as usize]))
+                }
                 _ => None,
             };
             let mut t = ctx.out(dims, dt, data)?;
@@ -382,13 +569,19 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         "Pad" => {
             let x = ctx.input(0)?;
             let pads = if ctx.opset < 11 {
-                node.ints("pads").or_else(|| node.ints("paddings")).map(<[i64]>::to_vec).unwrap_or_default()
+                node.ints("pads")
+                    .or_else(|| node.ints("paddings"))
+                    .map(<[i64]>::to_vec)
+                    .unwrap_or_default()
             } else {
                 ctx.ints(1, "the pads")?
             };
             let r = x.shape.len();
             let axes: Vec<usize> = if ctx.opset >= 18 && ctx.opt(3).is_some() {
-                ctx.ints(3, "the axes")?.iter().map(|&a| ctx.axis(a, r)).collect::<Result<_>>()?
+                ctx.ints(3, "the axes")?
+                    .iter()
+                    .map(|&a| ctx.axis(a, r))
+                    .collect::<Result<_>>()?
             } else {
                 (0..r).collect()
             };
@@ -397,7 +590,12 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             }
             let mut shape = x.shape.clone();
             for (j, &a) in axes.iter().enumerate() {
-                let v = checked(&ctx, shape[a].checked_add(pads[j]).and_then(|v| v.checked_add(pads[j + axes.len()])))?;
+                let v = checked(
+                    &ctx,
+                    shape[a]
+                        .checked_add(pads[j])
+                        .and_then(|v| v.checked_add(pads[j + axes.len()])),
+                )?;
                 if v < 0 {
                     return ctx.err(format!("negative padded dim on axis {a}"));
                 }
@@ -407,14 +605,25 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         }
         "Slice" => one(slice(&ctx)),
         "Split" => split(&ctx),
-        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2" | "ReduceLogSumExp" | "ReduceSumSquare" => {
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
+        | "ReduceL2" | "ReduceLogSumExp" | "ReduceSumSquare" => {
             let x = ctx.input(0)?;
             let axes_from_input = ctx.opset >= 18 || (op == "ReduceSum" && ctx.opset >= 13);
-            let axes = if axes_from_input { if ctx.opt(1).is_some() { Some(ctx.ints(1, "the axes")?) } else { None } } else { node.ints("axes").map(<[i64]>::to_vec) };
+            let axes = if axes_from_input {
+                if ctx.opt(1).is_some() {
+                    Some(ctx.ints(1, "the axes")?)
+                } else {
+                    None
+                }
+            } else {
+                node.ints("axes").map(<[i64]>::to_vec)
+            };
             let keep = node.int("keepdims").unwrap_or(1) != 0;
             let r = x.shape.len();
             let axes: Vec<usize> = match axes {
-                Some(a) if !a.is_empty() => a.iter().map(|&a| ctx.axis(a, r)).collect::<Result<_>>()?,
+                Some(a) if !a.is_empty() => {
+                    a.iter().map(|&a| ctx.axis(a, r)).collect::<Result<_>>()?
+                }
                 _ if node.int("noop_with_empty_axes").unwrap_or(0) != 0 => vec![],
                 _ => (0..r).collect(),
             };
@@ -455,7 +664,12 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             if reps.len() != x.shape.len() || reps.iter().any(|&r| r < 0) {
                 return ctx.err(format!("repeats {reps:?} for shape {:?}", x.shape));
             }
-            let shape = x.shape.iter().zip(&reps).map(|(&d, &r)| checked(&ctx, d.checked_mul(r))).collect::<Result<Vec<_>>>()?;
+            let shape = x
+                .shape
+                .iter()
+                .zip(&reps)
+                .map(|(&d, &r)| checked(&ctx, d.checked_mul(r)))
+                .collect::<Result<Vec<_>>>()?;
             one(ctx.out(shape, x.dtype, None))
         }
         "Resize" | "Upsample" => one(resize(&ctx)),
@@ -473,10 +687,19 @@ fn binary(ctx: &Ctx) -> Result<TensorInfo> {
     for t in &present[1..] {
         shape = match broadcast(&shape, &t.shape) {
             Some(s) => s,
-            None => return ctx.err(format!("shapes {:?} do not broadcast ({:?})", t.shape, present.iter().map(|t| &t.shape).collect::<Vec<_>>())),
+            None => {
+                return ctx.err(format!(
+                    "shapes {:?} do not broadcast ({:?})",
+                    t.shape,
+                    present.iter().map(|t| &t.shape).collect::<Vec<_>>()
+                ))
+            }
         };
     }
-    let compare = matches!(op, "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor");
+    let compare = matches!(
+        op,
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor"
+    );
     let dt = if compare {
         dtype::BOOL
     } else if op == "Where" {
@@ -494,7 +717,10 @@ fn fold_binary(op: &str, ins: &[&TensorInfo], out: &[i64]) -> Option<Data> {
     if n > MAX_KEPT_ELEMENTS || ins.len() < 2 {
         return None;
     }
-    let vals: Vec<Vec<f64>> = ins.iter().map(|t| t.data.as_ref().map(Data::as_floats)).collect::<Option<_>>()?;
+    let vals: Vec<Vec<f64>> = ins
+        .iter()
+        .map(|t| t.data.as_ref().map(Data::as_floats))
+        .collect::<Option<_>>()?;
     let ints = ins.iter().all(|t| matches!(t.data, Some(Data::Ints(_))));
     let at = |k: usize, flat: i64| -> f64 {
         // broadcast index of operand k
@@ -546,7 +772,12 @@ fn fold_binary(op: &str, ins: &[&TensorInfo], out: &[i64]) -> Option<Data> {
         res.push(v);
     }
     let int_result = (ints && op != "Where") || matches!(op, "Equal" | "Less" | "Greater");
-    if int_result || (op == "Where" && ins[1..].iter().all(|t| matches!(t.data, Some(Data::Ints(_))))) {
+    if int_result
+        || (op == "Where"
+            && ins[1..]
+                .iter()
+                .all(|t| matches!(t.data, Some(Data::Ints(_)))))
+    {
         if res.iter().any(|v| v.abs() > 9.0e15) {
             return None;
         }
@@ -577,7 +808,12 @@ fn matmul(ctx: &Ctx) -> Result<TensorInfo> {
     }
     let batch = match broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2]) {
         Some(s) => s,
-        None => return ctx.err(format!("batch dims of {:?} and {:?} do not broadcast", a.shape, b.shape)),
+        None => {
+            return ctx.err(format!(
+                "batch dims of {:?} and {:?} do not broadcast",
+                a.shape, b.shape
+            ))
+        }
     };
     let mut shape = batch;
     if !pa {
@@ -600,7 +836,11 @@ fn reshape(ctx: &Ctx, input: &[i64], target: &[i64], allowzero: bool) -> Result<
             }
             0 if !allowzero => match input.get(i) {
                 Some(&v) => shape.push(v),
-                None => return ctx.err(format!("target {target:?}: dim {i} copies a dim the input {input:?} lacks")),
+                None => {
+                    return ctx.err(format!(
+                        "target {target:?}: dim {i} copies a dim the input {input:?} lacks"
+                    ))
+                }
             },
             d if d >= 0 => shape.push(d),
             _ => return ctx.err(format!("invalid target shape {target:?}")),
@@ -614,7 +854,9 @@ fn reshape(ctx: &Ctx, input: &[i64], target: &[i64], allowzero: bool) -> Result<
         }
         shape[i] = total / known;
     } else if known != total {
-        return ctx.err(format!("cannot reshape {input:?} ({total} elements) to {target:?}"));
+        return ctx.err(format!(
+            "cannot reshape {input:?} ({total} elements) to {target:?}"
+        ));
     }
     Ok(shape)
 }
@@ -631,7 +873,10 @@ fn concat(ctx: &Ctx) -> Result<TensorInfo> {
     shape[axis] = 0;
     for t in &ins {
         if t.shape.len() != r || (0..r).any(|i| i != axis && t.shape[i] != first.shape[i]) {
-            return ctx.err(format!("inputs {:?} differ off the concat axis {axis}", ins.iter().map(|t| &t.shape).collect::<Vec<_>>()));
+            return ctx.err(format!(
+                "inputs {:?} differ off the concat axis {axis}",
+                ins.iter().map(|t| &t.shape).collect::<Vec<_>>()
+            ));
         }
         shape[axis] = checked(ctx, shape[axis].checked_add(t.shape[axis]))?;
     }
@@ -639,7 +884,11 @@ fn concat(ctx: &Ctx) -> Result<TensorInfo> {
         let parts: Option<Vec<Data>> = ins.iter().map(|t| t.data.clone()).collect();
         parts.map(|p| {
             if p.iter().all(|d| matches!(d, Data::Ints(_))) {
-                Data::Ints(p.iter().flat_map(|d| d.as_ints().unwrap_or_default()).collect())
+                Data::Ints(
+                    p.iter()
+                        .flat_map(|d| d.as_ints().unwrap_or_default())
+                        .collect(),
+                )
             } else {
                 Data::Floats(p.iter().flat_map(Data::as_floats).collect())
             }
@@ -663,13 +912,20 @@ fn gather(ctx: &Ctx) -> Result<TensorInfo> {
     let data = match (&x.data, idx.data.as_ref().and_then(Data::as_ints)) {
         (Some(d), Some(ix)) if r == 1 => {
             let n = x.shape[0];
-            let picks: Option<Vec<usize>> = ix.iter().map(|&i| {
-                let j = if i < 0 { i + n } else { i };
-                (0..n).contains(&j).then_some(j as usize)
-            }).collect();
+            let picks: Option<Vec<usize>> = ix
+                .iter()
+                .map(|&i| {
+                    let j = if i < 0 { i + n } else { i };
+                    (0..n).contains(&j).then_some(j as usize)
+                })
+                .collect();
             match (picks, d) {
-                (Some(p), Data::Ints(v)) => Some(Data::Ints(p.iter().filter_map(|&j| v.get(j).copied()).collect())),
-                (Some(p), Data::Floats(v)) => Some(Data::Floats(p.iter().filter_map(|&j| v.get(j).copied()).collect())),
+                (Some(p), Data::Ints(v)) => Some(Data::Ints(
+                    p.iter().filter_map(|&j| v.get(j).copied()).collect(),
+                )),
+                (Some(p), Data::Floats(v)) => Some(Data::Floats(
+                    p.iter().filter_map(|&j| v.get(j).copied()).collect(),
+                )),
                 (None, _) => return ctx.err(format!("index {ix:?} out of range for {n} elements")),
             }
         }
@@ -680,7 +936,12 @@ fn gather(ctx: &Ctx) -> Result<TensorInfo> {
 
 /// Values of a data-movement op on a small known tensor: `src(out_coords)` gives the input
 /// coordinates each output element reads.
-fn remap(d: &Data, in_shape: &[i64], out_shape: &[i64], src: impl Fn(&[i64]) -> Vec<i64>) -> Option<Data> {
+fn remap(
+    d: &Data,
+    in_shape: &[i64],
+    out_shape: &[i64],
+    src: impl Fn(&[i64]) -> Vec<i64>,
+) -> Option<Data> {
     let n = numel(out_shape)?;
     if n > MAX_KEPT_ELEMENTS || d.len() as i64 != numel(in_shape)? {
         return None;
@@ -714,11 +975,29 @@ fn slice(ctx: &Ctx) -> Result<TensorInfo> {
     let node = ctx.node;
     let (starts, ends, axes, steps) = if ctx.opset < 10 {
         let g = |n: &str| node.ints(n).map(<[i64]>::to_vec);
-        (g("starts").unwrap_or_default(), g("ends").unwrap_or_default(), g("axes"), None)
+        (
+            g("starts").unwrap_or_default(),
+            g("ends").unwrap_or_default(),
+            g("axes"),
+            None,
+        )
     } else {
-        let axes = if ctx.opt(3).is_some() { Some(ctx.ints(3, "the axes")?) } else { None };
-        let steps = if ctx.opt(4).is_some() { Some(ctx.ints(4, "the steps")?) } else { None };
-        (ctx.ints(1, "the starts")?, ctx.ints(2, "the ends")?, axes, steps)
+        let axes = if ctx.opt(3).is_some() {
+            Some(ctx.ints(3, "the axes")?)
+        } else {
+            None
+        };
+        let steps = if ctx.opt(4).is_some() {
+            Some(ctx.ints(4, "the steps")?)
+        } else {
+            None
+        };
+        (
+            ctx.ints(1, "the starts")?,
+            ctx.ints(2, "the ends")?,
+            axes,
+            steps,
+        )
     };
     let r = x.shape.len();
     let axes: Vec<usize> = match axes {
@@ -726,7 +1005,9 @@ fn slice(ctx: &Ctx) -> Result<TensorInfo> {
         None => (0..starts.len().min(r)).collect(),
     };
     if starts.len() != axes.len() || ends.len() != axes.len() {
-        return ctx.err(format!("starts {starts:?}, ends {ends:?} and axes {axes:?} differ in length"));
+        return ctx.err(format!(
+            "starts {starts:?}, ends {ends:?} and axes {axes:?} differ in length"
+        ));
     }
     let mut shape = x.shape.clone();
     let mut ranges = Vec::new();
@@ -740,9 +1021,23 @@ fn slice(ctx: &Ctx) -> Result<TensorInfo> {
             let v = if v < 0 { v.saturating_add(d) } else { v };
             v.clamp(lo, hi)
         };
-        let (s, e) = if step > 0 { (norm(starts[j], 0, d), norm(ends[j], 0, d)) } else { (norm(starts[j], -1, d - 1), norm(ends[j], -1, d - 1)) };
+        let (s, e) = if step > 0 {
+            (norm(starts[j], 0, d), norm(ends[j], 0, d))
+        } else {
+            (norm(starts[j], -1, d - 1), norm(ends[j], -1, d - 1))
+        };
         let (s128, e128, st) = (s as i128, e as i128, step as i128);
-        let len = if st > 0 { if e128 > s128 { (e128 - s128 + st - 1) / st } else { 0 } } else if s128 > e128 { (s128 - e128 - st - 1) / (-st) } else { 0 };
+        let len = if st > 0 {
+            if e128 > s128 {
+                (e128 - s128 + st - 1) / st
+            } else {
+                0
+            }
+        } else if s128 > e128 {
+            (s128 - e128 - st - 1) / (-st)
+        } else {
+            0
+        };
         let len = len as i64;
         shape[a] = len;
         ranges.push((s, step, len));
@@ -766,7 +1061,10 @@ fn split(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
     let axis = ctx.axis(ctx.node.int("axis").unwrap_or(0), r)?;
     let n_out = ctx.node.outputs.len().max(1) as i64;
     let parts: Vec<i64> = if ctx.opset < 13 {
-        ctx.node.ints("split").map(<[i64]>::to_vec).unwrap_or_default()
+        ctx.node
+            .ints("split")
+            .map(<[i64]>::to_vec)
+            .unwrap_or_default()
     } else if ctx.opt(1).is_some() {
         ctx.ints(1, "the split sizes")?
     } else {
@@ -780,7 +1078,9 @@ fn split(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
     } else {
         parts
     };
-    if parts.iter().any(|&p| p < 0) || parts.iter().try_fold(0i64, |a, &p| a.checked_add(p)) != Some(d) {
+    if parts.iter().any(|&p| p < 0)
+        || parts.iter().try_fold(0i64, |a, &p| a.checked_add(p)) != Some(d)
+    {
         return ctx.err(format!("split sizes {parts:?} do not add up to {d}"));
     }
     parts
@@ -797,7 +1097,13 @@ fn resize(ctx: &Ctx) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
     let r = x.shape.len();
     // Upsample: scales attr (opset 7-8) or input 1; Resize: roi, scales, sizes (opset >= 11)
-    let (scales_idx, sizes_idx) = if ctx.node.op_type == "Upsample" { (1, usize::MAX) } else if ctx.opset >= 11 { (2, 3) } else { (1, usize::MAX) };
+    let (scales_idx, sizes_idx) = if ctx.node.op_type == "Upsample" {
+        (1, usize::MAX)
+    } else if ctx.opset >= 11 {
+        (2, 3)
+    } else {
+        (1, usize::MAX)
+    };
     if ctx.opt(sizes_idx).is_some_and(|t| t.shape != [0]) {
         let sizes = ctx.ints(sizes_idx, "the sizes")?;
         if sizes.len() != r {
@@ -812,10 +1118,19 @@ fn resize(ctx: &Ctx) -> Result<TensorInfo> {
             None => return ctx.unsupported("scales must be a constant known at load time"),
         },
     };
-    if scales.len() != r || scales.iter().any(|s| !s.is_finite() || *s <= 0.0 || *s > 1.0e6) {
+    if scales.len() != r
+        || scales
+            .iter()
+            .any(|s| !s.is_finite() || *s <= 0.0 || *s > 1.0e6)
+    {
         return ctx.err(format!("scales {scales:?} for rank {r}"));
     }
-    let shape = x.shape.iter().zip(&scales).map(|(&d, &s)| (d as f64 * s).floor() as i64).collect();
+    let shape = x
+        .shape
+        .iter()
+        .zip(&scales)
+        .map(|(&d, &s)| (d as f64 * s).floor() as i64)
+        .collect();
     ctx.out(shape, x.dtype, None)
 }
 

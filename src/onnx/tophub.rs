@@ -54,7 +54,11 @@ fn pair(v: &serde_json::Value) -> Option<[i64; 2]> {
 }
 
 fn padding4(v: &serde_json::Value) -> Option<[i64; 4]> {
-    let a: Vec<i64> = v.as_array()?.iter().map(|x| x.as_i64()).collect::<Option<_>>()?;
+    let a: Vec<i64> = v
+        .as_array()?
+        .iter()
+        .map(|x| x.as_i64())
+        .collect::<Option<_>>()?;
     match a.as_slice() {
         [p] => Some([*p; 4]),
         [h, w] => Some([*h, *w, *h, *w]),
@@ -74,7 +78,9 @@ fn tensor_shape(v: &serde_json::Value) -> Option<Vec<i64>> {
 fn split_last(entity: &[serde_json::Value], name: &str) -> Option<i64> {
     entity.iter().find_map(|e| {
         let e = e.as_array()?;
-        (e.first()?.as_str()? == name).then(|| e.get(2)?.as_array()?.last()?.as_i64()).flatten()
+        (e.first()?.as_str()? == name)
+            .then(|| e.get(2)?.as_array()?.last()?.as_i64())
+            .flatten()
     })
 }
 
@@ -82,14 +88,20 @@ impl TopHub {
     /// Parses AutoTVM log lines (JSON per line; `#` comments and blank lines skipped).
     /// Lines that are not conv NCHWc records are ignored; malformed JSON is an error.
     pub fn parse(text: &str, source: &str) -> Result<TopHub, String> {
-        let mut hub = TopHub { source: source.to_string(), best: HashMap::new() };
+        let mut hub = TopHub {
+            source: source.to_string(),
+            best: HashMap::new(),
+        };
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("{source}:{}: {e}", i + 1))?;
-            let Some(parsed) = Self::record(&v) else { continue };
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(|e| format!("{source}:{}: {e}", i + 1))?;
+            let Some(parsed) = Self::record(&v) else {
+                continue;
+            };
             let (wkl, cost, ic_bn, oc_bn) = parsed;
             let keep = hub.best.get(&wkl).is_none_or(|&(c, _, _)| cost < c);
             if keep {
@@ -118,14 +130,29 @@ impl TopHub {
         if result.get(1)?.as_i64()? != 0 {
             return None;
         }
-        let costs: Vec<f64> = result.first()?.as_array()?.iter().filter_map(|c| c.as_f64()).collect();
-        let cost = if costs.is_empty() { f64::INFINITY } else { costs.iter().sum::<f64>() / costs.len() as f64 };
+        let costs: Vec<f64> = result
+            .first()?
+            .as_array()?
+            .iter()
+            .filter_map(|c| c.as_f64())
+            .collect();
+        let cost = if costs.is_empty() {
+            f64::INFINITY
+        } else {
+            costs.iter().sum::<f64>() / costs.len() as f64
+        };
         let entity = v.get("config")?.get("entity")?.as_array()?;
-        Some((wkl, cost, split_last(entity, "tile_ic")?, split_last(entity, "tile_oc")?))
+        Some((
+            wkl,
+            cost,
+            split_last(entity, "tile_ic")?,
+            split_last(entity, "tile_oc")?,
+        ))
     }
 
     pub fn load(path: &Path) -> Result<TopHub, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read TopHub log {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read TopHub log {}: {e}", path.display()))?;
         TopHub::parse(&text, &path.display().to_string())
     }
 
@@ -146,8 +173,34 @@ impl TopHub {
 /// SIMD 32-bit lanes for an `-mcpu` (TVM `get_simd_32bit_lanes`): 16 with AVX-512, 8 with
 /// AVX2, 4 otherwise (including no `-mcpu`).
 pub fn lanes_for_mcpu(mcpu: Option<&str>) -> i64 {
-    const AVX512: &[&str] = &["skylake-avx512", "cascadelake", "icelake-client", "icelake-server", "cooperlake", "tigerlake", "sapphirerapids", "rocketlake", "znver4", "knl", "knm", "x86-64-v4"];
-    const AVX2: &[&str] = &["core-avx2", "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "znver1", "znver2", "znver3", "x86-64-v3", "coffeelake", "kabylake"];
+    const AVX512: &[&str] = &[
+        "skylake-avx512",
+        "cascadelake",
+        "icelake-client",
+        "icelake-server",
+        "cooperlake",
+        "tigerlake",
+        "sapphirerapids",
+        "rocketlake",
+        "znver4",
+        "knl",
+        "knm",
+        "x86-64-v4",
+    ];
+    const AVX2: &[&str] = &[
+        "core-avx2",
+        "haswell",
+        "broadwell",
+        "skylake",
+        "alderlake",
+        "raptorlake",
+        "znver1",
+        "znver2",
+        "znver3",
+        "x86-64-v3",
+        "coffeelake",
+        "kabylake",
+    ];
     match mcpu {
         Some(c) if AVX512.contains(&c) => 16,
         Some(c) if AVX2.contains(&c) => 8,
@@ -157,7 +210,10 @@ pub fn lanes_for_mcpu(mcpu: Option<&str>) -> i64 {
 
 /// Largest divisor of `n` that is <= `limit` (at least 1).
 pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
-    (1..=limit.max(1)).rev().find(|&b| n > 0 && n % b == 0).unwrap_or(1)
+    (1..=limit.max(1))
+        .rev()
+        .find(|&b| n > 0 && n % b == 0)
+        .unwrap_or(1)
 }
 
 /// AutoTVM's fallback blocking: (ic_bn, oc_bn).
@@ -189,16 +245,27 @@ mod tests {
     fn parses_tile_ic_and_tile_oc() {
         let hub = TopHub::parse(&format!("# comment\n\n{LINE}\n"), "inline").unwrap();
         assert_eq!(hub.len(), 1);
-        assert_eq!(hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 1, 1)), Some((512, 32)));
-        assert_eq!(hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 2, 1)), None);
+        assert_eq!(
+            hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 1, 1)),
+            Some((512, 32))
+        );
+        assert_eq!(
+            hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 2, 1)),
+            None
+        );
         assert!(TopHub::parse("{not json", "x").is_err());
     }
 
     #[test]
     fn the_faster_record_wins() {
-        let slow = LINE.replace("[1, 512]]", "[2, 256]]").replace("0.0005", "0.9");
+        let slow = LINE
+            .replace("[1, 512]]", "[2, 256]]")
+            .replace("0.0005", "0.9");
         let hub = TopHub::parse(&format!("{slow}\n{LINE}\n"), "inline").unwrap();
-        assert_eq!(hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 1, 1)), Some((512, 32)));
+        assert_eq!(
+            hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 1, 1)),
+            Some((512, 32))
+        );
     }
 
     /// README facts: mobilenet_v2 (no TopHub entry, no -mcpu) blocks by 4; core-avx2 by 8.
@@ -219,13 +286,27 @@ mod tests {
     #[test]
     fn corpus_tophub_has_the_resnet_18_entries() {
         let Some(path) = default_path() else {
-            panic!("TopHub log missing: expected {DEFAULT_TOPHUB} beside the checkout (shared corpus)");
+            panic!(
+                "TopHub log missing: expected {DEFAULT_TOPHUB} beside the checkout (shared corpus)"
+            );
         };
         let hub = TopHub::load(&path).unwrap();
         assert_eq!(hub.len(), 35);
-        assert_eq!(hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 1, 1)), Some((512, 32)));
-        assert_eq!(hub.lookup(&wkl([1, 64, 56, 56], [64, 64, 3, 3], 1, 1)), Some((64, 32)));
-        assert_eq!(hub.lookup(&wkl([1, 3, 224, 224], [64, 3, 7, 7], 2, 3)), Some((3, 32)));
-        assert_eq!(hub.lookup(&wkl([1, 64, 56, 56], [128, 64, 1, 1], 2, 0)), Some((8, 32)));
+        assert_eq!(
+            hub.lookup(&wkl([1, 512, 7, 7], [512, 512, 3, 3], 1, 1)),
+            Some((512, 32))
+        );
+        assert_eq!(
+            hub.lookup(&wkl([1, 64, 56, 56], [64, 64, 3, 3], 1, 1)),
+            Some((64, 32))
+        );
+        assert_eq!(
+            hub.lookup(&wkl([1, 3, 224, 224], [64, 3, 7, 7], 2, 3)),
+            Some((3, 32))
+        );
+        assert_eq!(
+            hub.lookup(&wkl([1, 64, 56, 56], [128, 64, 1, 1], 2, 0)),
+            Some((8, 32))
+        );
     }
 }

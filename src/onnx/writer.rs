@@ -18,32 +18,66 @@ pub struct ModelBuilder {
 }
 
 pub fn attr_int(name: &str, v: i64) -> proto::AttributeProto {
-    proto::AttributeProto { name: name.into(), r#type: proto::attribute_proto::AttributeType::Int as i32, i: v, ..Default::default() }
+    proto::AttributeProto {
+        name: name.into(),
+        r#type: proto::attribute_proto::AttributeType::Int as i32,
+        i: v,
+        ..Default::default()
+    }
 }
 
 pub fn attr_ints(name: &str, v: &[i64]) -> proto::AttributeProto {
-    proto::AttributeProto { name: name.into(), r#type: proto::attribute_proto::AttributeType::Ints as i32, ints: v.to_vec(), ..Default::default() }
+    proto::AttributeProto {
+        name: name.into(),
+        r#type: proto::attribute_proto::AttributeType::Ints as i32,
+        ints: v.to_vec(),
+        ..Default::default()
+    }
 }
 
 pub fn attr_float(name: &str, v: f32) -> proto::AttributeProto {
-    proto::AttributeProto { name: name.into(), r#type: proto::attribute_proto::AttributeType::Float as i32, f: v, ..Default::default() }
+    proto::AttributeProto {
+        name: name.into(),
+        r#type: proto::attribute_proto::AttributeType::Float as i32,
+        f: v,
+        ..Default::default()
+    }
 }
 
 pub fn attr_str(name: &str, v: &str) -> proto::AttributeProto {
-    proto::AttributeProto { name: name.into(), r#type: proto::attribute_proto::AttributeType::String as i32, s: v.as_bytes().to_vec(), ..Default::default() }
+    proto::AttributeProto {
+        name: name.into(),
+        r#type: proto::attribute_proto::AttributeType::String as i32,
+        s: v.as_bytes().to_vec(),
+        ..Default::default()
+    }
 }
 
 pub fn attr_graph(name: &str, g: proto::GraphProto) -> proto::AttributeProto {
-    proto::AttributeProto { name: name.into(), r#type: proto::attribute_proto::AttributeType::Graph as i32, g: Some(g), ..Default::default() }
+    proto::AttributeProto {
+        name: name.into(),
+        r#type: proto::attribute_proto::AttributeType::Graph as i32,
+        g: Some(g),
+        ..Default::default()
+    }
 }
 
 pub fn attr_tensor(name: &str, t: proto::TensorProto) -> proto::AttributeProto {
-    proto::AttributeProto { name: name.into(), r#type: proto::attribute_proto::AttributeType::Tensor as i32, t: Some(t), ..Default::default() }
+    proto::AttributeProto {
+        name: name.into(),
+        r#type: proto::attribute_proto::AttributeType::Tensor as i32,
+        t: Some(t),
+        ..Default::default()
+    }
 }
 
 /// A float scalar tensor with inline data.
 pub fn float_scalar(v: f32) -> proto::TensorProto {
-    proto::TensorProto { data_type: 1, float_data: vec![v], ..Default::default() }
+    proto::TensorProto {
+        data_type: 1,
+        float_data: vec![v],
+        ..Default::default()
+    }
 }
 
 fn value_info(name: &str, dims: &[Dim]) -> proto::ValueInfoProto {
@@ -63,7 +97,12 @@ fn value_info(name: &str, dims: &[Dim]) -> proto::ValueInfoProto {
     proto::ValueInfoProto {
         name: name.into(),
         r#type: Some(proto::TypeProto {
-            value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor { elem_type: 1, shape: Some(shape) })),
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: 1,
+                    shape: Some(shape),
+                },
+            )),
             denotation: String::new(),
         }),
         ..Default::default()
@@ -72,7 +111,13 @@ fn value_info(name: &str, dims: &[Dim]) -> proto::ValueInfoProto {
 
 impl ModelBuilder {
     pub fn new(name: &str, opset: i64) -> ModelBuilder {
-        ModelBuilder { graph: proto::GraphProto { name: name.into(), ..Default::default() }, opset }
+        ModelBuilder {
+            graph: proto::GraphProto {
+                name: name.into(),
+                ..Default::default()
+            },
+            opset,
+        }
     }
 
     pub fn input(&mut self, name: &str, dims: &[i64]) -> &mut Self {
@@ -93,8 +138,14 @@ impl ModelBuilder {
             data_type: 1,
             data_location: proto::tensor_proto::DataLocation::External as i32,
             external_data: vec![
-                proto::StringStringEntryProto { key: "location".into(), value: format!("{}.onnx.data", self.graph.name) },
-                proto::StringStringEntryProto { key: "offset".into(), value: "0".into() },
+                proto::StringStringEntryProto {
+                    key: "location".into(),
+                    value: format!("{}.onnx.data", self.graph.name),
+                },
+                proto::StringStringEntryProto {
+                    key: "offset".into(),
+                    value: "0".into(),
+                },
             ],
             ..Default::default()
         });
@@ -113,7 +164,14 @@ impl ModelBuilder {
         self
     }
 
-    pub fn node(&mut self, op: &str, name: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<proto::AttributeProto>) -> &mut Self {
+    pub fn node(
+        &mut self,
+        op: &str,
+        name: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<proto::AttributeProto>,
+    ) -> &mut Self {
         self.graph.node.push(proto::NodeProto {
             op_type: op.into(),
             name: name.into(),
@@ -126,7 +184,10 @@ impl ModelBuilder {
     }
 
     pub fn output(&mut self, name: &str) -> &mut Self {
-        self.graph.output.push(proto::ValueInfoProto { name: name.into(), ..Default::default() });
+        self.graph.output.push(proto::ValueInfoProto {
+            name: name.into(),
+            ..Default::default()
+        });
         self
     }
 
@@ -139,7 +200,10 @@ impl ModelBuilder {
             ir_version: 7,
             producer_name: "ttdb".into(),
             producer_version: "fixtures".into(),
-            opset_import: vec![proto::OperatorSetIdProto { domain: String::new(), version: self.opset }],
+            opset_import: vec![proto::OperatorSetIdProto {
+                domain: String::new(),
+                version: self.opset,
+            }],
             graph: Some(self.graph.clone()),
             ..Default::default()
         }
@@ -151,7 +215,16 @@ impl ModelBuilder {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn conv_bn(b: &mut ModelBuilder, name: &str, x: &str, cin: i64, cout: i64, k: i64, stride: i64, group: i64) -> String {
+fn conv_bn(
+    b: &mut ModelBuilder,
+    name: &str,
+    x: &str,
+    cin: i64,
+    cout: i64,
+    k: i64,
+    stride: i64,
+    group: i64,
+) -> String {
     let pad = k / 2;
     b.weight(&format!("{name}.weight"), &[cout, cin / group, k, k]);
     for p in ["bn_scale", "bn_bias", "bn_mean", "bn_var"] {
@@ -164,11 +237,25 @@ fn conv_bn(b: &mut ModelBuilder, name: &str, x: &str, cin: i64, cout: i64, k: i6
         &format!("/{name}/Conv"),
         &[x, &wname],
         &[&c],
-        vec![attr_ints("kernel_shape", &[k, k]), attr_ints("pads", &[pad; 4]), attr_ints("strides", &[stride, stride]), attr_int("group", group)],
+        vec![
+            attr_ints("kernel_shape", &[k, k]),
+            attr_ints("pads", &[pad; 4]),
+            attr_ints("strides", &[stride, stride]),
+            attr_int("group", group),
+        ],
     );
     let y = format!("{name}_bn");
-    let ins: Vec<String> = ["bn_scale", "bn_bias", "bn_mean", "bn_var"].iter().map(|p| format!("{name}.{p}")).collect();
-    b.node("BatchNormalization", &format!("/{name}/BatchNormalization"), &[&c, &ins[0], &ins[1], &ins[2], &ins[3]], &[&y], vec![attr_float("epsilon", 1e-5)]);
+    let ins: Vec<String> = ["bn_scale", "bn_bias", "bn_mean", "bn_var"]
+        .iter()
+        .map(|p| format!("{name}.{p}"))
+        .collect();
+    b.node(
+        "BatchNormalization",
+        &format!("/{name}/BatchNormalization"),
+        &[&c, &ins[0], &ins[1], &ins[2], &ins[3]],
+        &[&y],
+        vec![attr_float("epsilon", 1e-5)],
+    );
     y
 }
 
@@ -184,11 +271,35 @@ pub fn fixture_models() -> Vec<(&'static str, Vec<u8>)> {
     let y2 = conv_bn(&mut b, "layer1.conv2", "r1", 16, 16, 3, 1, 1);
     b.node("Add", "/layer1/Add", &[&y2, "input"], &["sum"], vec![]);
     b.node("Relu", "/layer1/relu2", &["sum"], &["r2"], vec![]);
-    b.node("GlobalAveragePool", "/avgpool/GlobalAveragePool", &["r2"], &["gap"], vec![]);
-    b.node("Flatten", "/Flatten", &["gap"], &["flat"], vec![attr_int("axis", 1)]);
+    b.node(
+        "GlobalAveragePool",
+        "/avgpool/GlobalAveragePool",
+        &["r2"],
+        &["gap"],
+        vec![],
+    );
+    b.node(
+        "Flatten",
+        "/Flatten",
+        &["gap"],
+        &["flat"],
+        vec![attr_int("axis", 1)],
+    );
     b.weight("fc.weight", &[10, 16]).weight("fc.bias", &[10]);
-    b.node("Gemm", "/fc/Gemm", &["flat", "fc.weight", "fc.bias"], &["logits"], vec![attr_int("transB", 1)]);
-    b.node("Softmax", "/Softmax", &["logits"], &["prob"], vec![attr_int("axis", -1)]);
+    b.node(
+        "Gemm",
+        "/fc/Gemm",
+        &["flat", "fc.weight", "fc.bias"],
+        &["logits"],
+        vec![attr_int("transB", 1)],
+    );
+    b.node(
+        "Softmax",
+        "/Softmax",
+        &["logits"],
+        &["prob"],
+        vec![attr_int("axis", -1)],
+    );
     b.output("prob");
     out.push(("tiny_resnet.onnx", b.encode()));
 
@@ -197,14 +308,44 @@ pub fn fixture_models() -> Vec<(&'static str, Vec<u8>)> {
     // from a conv stem so that it is already NCHW4c like in the real model.
     let mut b = ModelBuilder::new("tiny_mobilenet", 14);
     b.input("input", &[1, 3, 14, 14]);
-    b.node("Constant", "/Constant", &[], &["zero"], vec![attr_tensor("value", float_scalar(0.0))]);
-    b.node("Constant", "/Constant_1", &[], &["six"], vec![attr_tensor("value", float_scalar(6.0))]);
+    b.node(
+        "Constant",
+        "/Constant",
+        &[],
+        &["zero"],
+        vec![attr_tensor("value", float_scalar(0.0))],
+    );
+    b.node(
+        "Constant",
+        "/Constant_1",
+        &[],
+        &["six"],
+        vec![attr_tensor("value", float_scalar(6.0))],
+    );
     let stem = conv_bn(&mut b, "stem", "input", 3, 16, 3, 1, 1);
-    b.node("Clip", "/stem/Clip", &[&stem, "zero", "six"], &["x"], vec![]);
+    b.node(
+        "Clip",
+        "/stem/Clip",
+        &[&stem, "zero", "six"],
+        &["x"],
+        vec![],
+    );
     let e = conv_bn(&mut b, "conv.0", "x", 16, 96, 1, 1, 1);
-    b.node("Clip", "/conv.0/Clip", &[&e, "zero", "six"], &["e6"], vec![]);
+    b.node(
+        "Clip",
+        "/conv.0/Clip",
+        &[&e, "zero", "six"],
+        &["e6"],
+        vec![],
+    );
     let d = conv_bn(&mut b, "conv.1", "e6", 96, 96, 3, 1, 96);
-    b.node("Clip", "/conv.1/Clip", &[&d, "zero", "six"], &["d6"], vec![]);
+    b.node(
+        "Clip",
+        "/conv.1/Clip",
+        &[&d, "zero", "six"],
+        &["d6"],
+        vec![],
+    );
     let p = conv_bn(&mut b, "conv.2", "d6", 96, 16, 1, 1, 1);
     b.node("Add", "/Add", &["x", &p], &["out"], vec![]);
     b.output("out");
@@ -212,9 +353,23 @@ pub fn fixture_models() -> Vec<(&'static str, Vec<u8>)> {
 
     // Symbolic batch and spatial dims: needs --input-shape.
     let mut b = ModelBuilder::new("symbolic_input", 13);
-    b.input_dims("image", &[Dim::Param("N"), Dim::Fixed(3), Dim::Param("H"), Dim::Param("W")]);
+    b.input_dims(
+        "image",
+        &[
+            Dim::Param("N"),
+            Dim::Fixed(3),
+            Dim::Param("H"),
+            Dim::Param("W"),
+        ],
+    );
     b.weight("w", &[8, 3, 3, 3]);
-    b.node("Conv", "conv", &["image", "w"], &["y"], vec![attr_ints("pads", &[1; 4])]);
+    b.node(
+        "Conv",
+        "conv",
+        &["image", "w"],
+        &["y"],
+        vec![attr_ints("pads", &[1; 4])],
+    );
     b.node("Relu", "relu", &["y"], &["z"], vec![]);
     b.output("z");
     out.push(("symbolic_input.onnx", b.encode()));
@@ -230,8 +385,23 @@ pub fn fixture_models() -> Vec<(&'static str, Vec<u8>)> {
     let mut b = ModelBuilder::new("control_flow", 15);
     b.input("x", &[1, 4, 8, 8]);
     b.int64s("flag", &[1]);
-    b.node("Cast", "cast", &["flag"], &["cond"], vec![attr_int("to", 9)]);
-    b.node("If", "branch", &["cond"], &["y"], vec![attr_graph("then_branch", then_b.graph()), attr_graph("else_branch", else_b.graph())]);
+    b.node(
+        "Cast",
+        "cast",
+        &["flag"],
+        &["cond"],
+        vec![attr_int("to", 9)],
+    );
+    b.node(
+        "If",
+        "branch",
+        &["cond"],
+        &["y"],
+        vec![
+            attr_graph("then_branch", then_b.graph()),
+            attr_graph("else_branch", else_b.graph()),
+        ],
+    );
     b.output("y");
     out.push(("control_flow.onnx", b.encode()));
     out

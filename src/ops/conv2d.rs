@@ -21,20 +21,45 @@ pub fn conv2d_nhwc(
     rank(&data.shape, 4, "conv2d_nhwc data")?;
     rank(&kernel.shape, 4, "conv2d_nhwc kernel")?;
     let (n, h, wd, ci) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
-    let (kh, kw, kci, co) = (kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3]);
-    check(kci == ci, || format!("conv2d_nhwc: kernel in-channels {kci} != data channels {ci}"))?;
+    let (kh, kw, kci, co) = (
+        kernel.shape[0],
+        kernel.shape[1],
+        kernel.shape[2],
+        kernel.shape[3],
+    );
+    check(kci == ci, || {
+        format!("conv2d_nhwc: kernel in-channels {kci} != data channels {ci}")
+    })?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
     check(oh > 0 && ow > 0, || "conv2d_nhwc: empty output".into())?;
-    let (pad_name, conv_name) =
-        if era <= Era::V08 { ("PaddedInput", "Conv2dOutput") } else { ("pad_temp", "conv2d_nhwc") };
+    let (pad_name, conv_name) = if era <= Era::V08 {
+        ("PaddedInput", "Conv2dOutput")
+    } else {
+        ("pad_temp", "conv2d_nhwc")
+    };
     let [pt, pl, pb, pr] = w.padding;
-    let padded = pad(b, data, &[0, pt, pl, 0], &[0, pb, pr, 0], Expr::f32(0.0), pad_name, PadFlavor::Python)?;
-    let attrs = ComputeAttrs { layout_free_placeholders: vec![kernel.id], ..Default::default() };
+    let padded = pad(
+        b,
+        data,
+        &[0, pt, pl, 0],
+        &[0, pb, pr, 0],
+        Expr::f32(0.0),
+        pad_name,
+        PadFlavor::Python,
+    )?;
+    let attrs = ComputeAttrs {
+        layout_free_placeholders: vec![kernel.id],
+        ..Default::default()
+    };
     Ok(b.reduce(
         conv_name,
         "conv2d_nhwc",
         named_axes(&["nn", "yy", "xx", "ff"], &[n, oh, ow, co]),
-        vec![IterVar::new("ry", kh), IterVar::new("rx", kw), IterVar::new("rc", ci)],
+        vec![
+            IterVar::new("ry", kh),
+            IterVar::new("rx", kw),
+            IterVar::new("rc", ci),
+        ],
         Combiner::Sum,
         attrs,
         |v, r| {
@@ -62,26 +87,49 @@ pub fn conv2d_nchw(
     rank(&data.shape, 4, "conv2d_nchw data")?;
     rank(&kernel.shape, 4, "conv2d_nchw kernel")?;
     let (n, c, h, wd) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
-    let (o, kc, kh, kw) = (kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3]);
+    let (o, kc, kh, kw) = (
+        kernel.shape[0],
+        kernel.shape[1],
+        kernel.shape[2],
+        kernel.shape[3],
+    );
     check(groups >= 1 && c % groups == 0 && o % groups == 0, || {
         format!("conv2d_nchw: groups {groups} must divide {c} and {o}")
     })?;
-    check(kc * groups == c, || format!("conv2d_nchw: kernel in-channels {kc} x groups {groups} != {c}"))?;
+    check(kc * groups == c, || {
+        format!("conv2d_nchw: kernel in-channels {kc} x groups {groups} != {c}")
+    })?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
     check(oh > 0 && ow > 0, || "conv2d_nchw: empty output".into())?;
     let [pt, pl, pb, pr] = w.padding;
-    let padded = pad(b, data, &[0, 0, pt, pl], &[0, 0, pb, pr], Expr::f32(0.0), "pad_temp", PadFlavor::Python)?;
+    let padded = pad(
+        b,
+        data,
+        &[0, 0, pt, pl],
+        &[0, 0, pb, pr],
+        Expr::f32(0.0),
+        "pad_temp",
+        PadFlavor::Python,
+    )?;
     let name = match (era <= Era::V08, groups == 1) {
         (true, _) => "compute",
         (false, true) => "conv2d_nchw",
         (false, false) => "group_conv2d_nchw",
     };
-    let tag = if groups == 1 { "conv2d_nchw" } else { "group_conv2d_nchw" };
+    let tag = if groups == 1 {
+        "conv2d_nchw"
+    } else {
+        "group_conv2d_nchw"
+    };
     Ok(b.reduce(
         name,
         tag,
         named_axes(&["nn", "ff", "yy", "xx"], &[n, o, oh, ow]),
-        vec![IterVar::new("rc", kc), IterVar::new("ry", kh), IterVar::new("rx", kw)],
+        vec![
+            IterVar::new("rc", kc),
+            IterVar::new("ry", kh),
+            IterVar::new("rx", kw),
+        ],
         Combiner::Sum,
         ComputeAttrs::default(),
         |v, r| {

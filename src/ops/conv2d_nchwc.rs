@@ -17,14 +17,32 @@ pub fn conv2d_nchwc(
 ) -> Result<Tensor, BuildError> {
     rank(&data.shape, 5, "conv2d_NCHWc data")?;
     rank(&kernel.shape, 6, "conv2d_NCHWc kernel")?;
-    let (n, ic_chunk, h, wd, ic_bn) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3], data.shape[4]);
-    let (oc_chunk, ic_chunk_group, kh, kw, k_ic_bn, oc_bn) =
-        (kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3], kernel.shape[4], kernel.shape[5]);
+    let (n, ic_chunk, h, wd, ic_bn) = (
+        data.shape[0],
+        data.shape[1],
+        data.shape[2],
+        data.shape[3],
+        data.shape[4],
+    );
+    let (oc_chunk, ic_chunk_group, kh, kw, k_ic_bn, oc_bn) = (
+        kernel.shape[0],
+        kernel.shape[1],
+        kernel.shape[2],
+        kernel.shape[3],
+        kernel.shape[4],
+        kernel.shape[5],
+    );
     let in_channel = ic_chunk * ic_bn;
-    check(k_ic_bn == ic_bn, || format!("conv2d_NCHWc: kernel ic block {k_ic_bn} != data block {ic_bn}"))?;
-    check(in_channel % (ic_chunk_group * k_ic_bn) == 0, || "conv2d_NCHWc: channels do not divide into groups".into())?;
+    check(k_ic_bn == ic_bn, || {
+        format!("conv2d_NCHWc: kernel ic block {k_ic_bn} != data block {ic_bn}")
+    })?;
+    check(in_channel % (ic_chunk_group * k_ic_bn) == 0, || {
+        "conv2d_NCHWc: channels do not divide into groups".into()
+    })?;
     let groups = in_channel / (ic_chunk_group * k_ic_bn);
-    check(groups == 1 || era >= Era::V010, || format!("grouped conv2d_NCHWc does not exist in TVM {era}"))?;
+    check(groups == 1 || era >= Era::V010, || {
+        format!("grouped conv2d_NCHWc does not exist in TVM {era}")
+    })?;
     check(oc_chunk % groups == 0 && ic_chunk % groups == 0, || {
         "conv2d_NCHWc: groups must divide the channel chunks".into()
     })?;
@@ -32,7 +50,15 @@ pub fn conv2d_nchwc(
     check(oh > 0 && ow > 0, || "conv2d_NCHWc: empty output".into())?;
     let [pt, pl, pb, pr] = w.padding;
     let src = if pt + pb != 0 || pl + pr != 0 {
-        pad(b, data, &[0, 0, pt, pl, 0], &[0, 0, pb, pr, 0], Expr::f32(0.0), "data_pad", PadFlavor::Python)?
+        pad(
+            b,
+            data,
+            &[0, 0, pt, pl, 0],
+            &[0, 0, pb, pr, 0],
+            Expr::f32(0.0),
+            "data_pad",
+            PadFlavor::Python,
+        )?
     } else {
         data.clone()
     };
@@ -41,10 +67,20 @@ pub fn conv2d_nchwc(
         "conv2d_NCHWc",
         "conv2d_NCHWc",
         named_axes(
-            &["n", if groups == 1 { "oc_chunk" } else { "occ" }, "oh", "ow", "oc_block"],
+            &[
+                "n",
+                if groups == 1 { "oc_chunk" } else { "occ" },
+                "oh",
+                "ow",
+                "oc_block",
+            ],
             &[n, oc_chunk, oh, ow, oc_bn],
         ),
-        vec![IterVar::new("ic", ic_extent), IterVar::new("kh", kh), IterVar::new("kw", kw)],
+        vec![
+            IterVar::new("ic", ic_extent),
+            IterVar::new("kh", kh),
+            IterVar::new("kw", kw),
+        ],
         Combiner::Sum,
         ComputeAttrs::default(),
         |v, r| {
@@ -53,7 +89,8 @@ pub fn conv2d_nchwc(
             let data_chunk = if groups == 1 {
                 chunk.clone()
             } else {
-                Expr::floordiv(v[1].clone(), oc_chunk / groups) * (ic_chunk / groups) + chunk.clone()
+                Expr::floordiv(v[1].clone(), oc_chunk / groups) * (ic_chunk / groups)
+                    + chunk.clone()
             };
             src.at(vec![
                 v[0].clone(),
@@ -61,7 +98,14 @@ pub fn conv2d_nchwc(
                 window_index(v[2].clone(), w.stride[0], rkh.clone(), w.dilation[0]),
                 window_index(v[3].clone(), w.stride[1], rkw.clone(), w.dilation[1]),
                 Expr::floormod(ic.clone(), ic_bn),
-            ]) * kernel.at(vec![v[1].clone(), chunk, rkh, rkw, Expr::floormod(ic, ic_bn), v[4].clone()])
+            ]) * kernel.at(vec![
+                v[1].clone(),
+                chunk,
+                rkh,
+                rkw,
+                Expr::floormod(ic, ic_bn),
+                v[4].clone(),
+            ])
         },
     ))
 }

@@ -9,18 +9,28 @@ use super::util::{check, named_axes, rank};
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
 /// data [M,K], weight [N,K] -> [M,N].
-pub fn dense(b: &mut DagBuilder, era: Era, data: &Tensor, weight: &Tensor) -> Result<Tensor, BuildError> {
+pub fn dense(
+    b: &mut DagBuilder,
+    era: Era,
+    data: &Tensor,
+    weight: &Tensor,
+) -> Result<Tensor, BuildError> {
     rank(&data.shape, 2, "dense data")?;
     rank(&weight.shape, 2, "dense weight")?;
     let (m, k) = (data.shape[0], data.shape[1]);
     let (n, wk) = (weight.shape[0], weight.shape[1]);
-    check(k == wk, || format!("dense: reduction dims differ ({k} vs {wk})"))?;
+    check(k == wk, || {
+        format!("dense: reduction dims differ ({k} vs {wk})")
+    })?;
     let (name, axis_names) = match era {
         Era::V07 => ("T_dense", ["i", "j"]),
         Era::V015 => ("T_matmul_NT", ["i0", "i1"]),
         _ => ("T_matmul_NT", ["i", "j"]),
     };
-    let attrs = ComputeAttrs { layout_free_placeholders: vec![weight.id], ..Default::default() };
+    let attrs = ComputeAttrs {
+        layout_free_placeholders: vec![weight.id],
+        ..Default::default()
+    };
     Ok(b.reduce(
         name,
         "dense",
@@ -28,23 +38,40 @@ pub fn dense(b: &mut DagBuilder, era: Era, data: &Tensor, weight: &Tensor) -> Re
         vec![IterVar::new("k", k)],
         Combiner::Sum,
         attrs,
-        |v, r| data.at(vec![v[0].clone(), r[0].clone()]) * weight.at(vec![v[1].clone(), r[0].clone()]),
+        |v, r| {
+            data.at(vec![v[0].clone(), r[0].clone()]) * weight.at(vec![v[1].clone(), r[0].clone()])
+        },
     ))
 }
 
 /// x [XB,M,K], y [YB,N,K] -> [max(XB,YB),M,N]; a batch dim of 1 broadcasts (index 0).
-pub fn batch_matmul(b: &mut DagBuilder, era: Era, x: &Tensor, y: &Tensor) -> Result<Tensor, BuildError> {
+pub fn batch_matmul(
+    b: &mut DagBuilder,
+    era: Era,
+    x: &Tensor,
+    y: &Tensor,
+) -> Result<Tensor, BuildError> {
     rank(&x.shape, 3, "batch_matmul x")?;
     rank(&y.shape, 3, "batch_matmul y")?;
     let (xb, m, k) = (x.shape[0], x.shape[1], x.shape[2]);
     let (yb, n, yk) = (y.shape[0], y.shape[1], y.shape[2]);
-    check(k == yk, || format!("batch_matmul: reduction dims differ ({k} vs {yk})"))?;
-    check(xb == yb || xb == 1 || yb == 1, || format!("batch_matmul: batch dims {xb} and {yb} do not broadcast"))?;
+    check(k == yk, || {
+        format!("batch_matmul: reduction dims differ ({k} vs {yk})")
+    })?;
+    check(xb == yb || xb == 1 || yb == 1, || {
+        format!("batch_matmul: batch dims {xb} and {yb} do not broadcast")
+    })?;
     let batch = xb.max(yb);
     let (name, attrs) = if era == Era::V07 {
         ("compute", ComputeAttrs::default())
     } else {
-        ("T_batch_matmul_NT", ComputeAttrs { layout_free_placeholders: vec![y.id], ..Default::default() })
+        (
+            "T_batch_matmul_NT",
+            ComputeAttrs {
+                layout_free_placeholders: vec![y.id],
+                ..Default::default()
+            },
+        )
     };
     Ok(b.reduce(
         name,

@@ -16,12 +16,29 @@ pub fn depthwise_conv2d_nhwc(
     rank(&data.shape, 4, "depthwise_conv2d_nhwc data")?;
     rank(&kernel.shape, 4, "depthwise_conv2d_nhwc kernel")?;
     let (n, h, wd, c) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
-    let (kh, kw, kc, m) = (kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3]);
-    check(kc == c, || format!("depthwise_conv2d_nhwc: kernel channels {kc} != {c}"))?;
+    let (kh, kw, kc, m) = (
+        kernel.shape[0],
+        kernel.shape[1],
+        kernel.shape[2],
+        kernel.shape[3],
+    );
+    check(kc == c, || {
+        format!("depthwise_conv2d_nhwc: kernel channels {kc} != {c}")
+    })?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
-    check(oh > 0 && ow > 0, || "depthwise_conv2d_nhwc: empty output".into())?;
+    check(oh > 0 && ow > 0, || {
+        "depthwise_conv2d_nhwc: empty output".into()
+    })?;
     let [pt, pl, pb, pr] = w.padding;
-    let padded = pad(b, data, &[0, pt, pl, 0], &[0, pb, pr, 0], Expr::f32(0.0), "PaddedInput", PadFlavor::Python)?;
+    let padded = pad(
+        b,
+        data,
+        &[0, pt, pl, 0],
+        &[0, pb, pr, 0],
+        Expr::f32(0.0),
+        "PaddedInput",
+        PadFlavor::Python,
+    )?;
     Ok(b.reduce(
         "DepthwiseConv2d",
         "depthwise_conv2d_nhwc",
@@ -51,24 +68,53 @@ pub fn depthwise_conv2d_nchwc(
 ) -> Result<Tensor, BuildError> {
     rank(&data.shape, 5, "depthwise_conv2d_NCHWc data")?;
     rank(&kernel.shape, 6, "depthwise_conv2d_NCHWc kernel")?;
-    let (n, ic_chunk, h, wd, ic_bn) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3], data.shape[4]);
-    let (oc_chunk, cm_chunk, kh, kw, cm_block, oc_bn) =
-        (kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3], kernel.shape[4], kernel.shape[5]);
+    let (n, ic_chunk, h, wd, ic_bn) = (
+        data.shape[0],
+        data.shape[1],
+        data.shape[2],
+        data.shape[3],
+        data.shape[4],
+    );
+    let (oc_chunk, cm_chunk, kh, kw, cm_block, oc_bn) = (
+        kernel.shape[0],
+        kernel.shape[1],
+        kernel.shape[2],
+        kernel.shape[3],
+        kernel.shape[4],
+        kernel.shape[5],
+    );
     let multiplier = cm_chunk * cm_block;
-    check(multiplier == 1, || "depthwise_conv2d_NCHWc: only channel multiplier 1 exists in TOPI".into())?;
-    check(oc_chunk * oc_bn == ic_chunk * ic_bn, || "depthwise_conv2d_NCHWc: in/out channels differ".into())?;
+    check(multiplier == 1, || {
+        "depthwise_conv2d_NCHWc: only channel multiplier 1 exists in TOPI".into()
+    })?;
+    check(oc_chunk * oc_bn == ic_chunk * ic_bn, || {
+        "depthwise_conv2d_NCHWc: in/out channels differ".into()
+    })?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
-    check(oh > 0 && ow > 0, || "depthwise_conv2d_NCHWc: empty output".into())?;
+    check(oh > 0 && ow > 0, || {
+        "depthwise_conv2d_NCHWc: empty output".into()
+    })?;
     let [pt, pl, pb, pr] = w.padding;
     let src = if w.is_padded() {
-        pad(b, data, &[0, 0, pt, pl, 0], &[0, 0, pb, pr, 0], Expr::f32(0.0), "PaddedInput", PadFlavor::Python)?
+        pad(
+            b,
+            data,
+            &[0, 0, pt, pl, 0],
+            &[0, 0, pb, pr, 0],
+            Expr::f32(0.0),
+            "PaddedInput",
+            PadFlavor::Python,
+        )?
     } else {
         data.clone()
     };
     Ok(b.reduce(
         "DepthwiseConv2d",
         "depthwise_conv2d_NCHWc",
-        named_axes(&["b", "oco", "oh", "ow", "oci"], &[n, oc_chunk, oh, ow, oc_bn]),
+        named_axes(
+            &["b", "oco", "oh", "ow", "oci"],
+            &[n, oc_chunk, oh, ow, oc_bn],
+        ),
         vec![IterVar::new("kh", kh), IterVar::new("kw", kw)],
         Combiner::Sum,
         ComputeAttrs::default(),
@@ -81,7 +127,14 @@ pub fn depthwise_conv2d_nchwc(
                 window_index(v[2].clone(), w.stride[0], rkh.clone(), w.dilation[0]),
                 window_index(v[3].clone(), w.stride[1], rkw.clone(), w.dilation[1]),
                 Expr::floormod(channel, ic_bn),
-            ]) * kernel.at(vec![v[1].clone(), Expr::int(0), rkh, rkw, Expr::int(0), v[4].clone()])
+            ]) * kernel.at(vec![
+                v[1].clone(),
+                Expr::int(0),
+                rkh,
+                rkw,
+                Expr::int(0),
+                v[4].clone(),
+            ])
         },
     ))
 }

@@ -11,8 +11,16 @@ pub fn broadcast_shape(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -31,7 +39,13 @@ fn broadcast_index(shape: &[i64], out: &[i64], vars: &[Expr]) -> Vec<Expr> {
     shape
         .iter()
         .enumerate()
-        .map(|(i, &d)| if d == 1 && out[off + i] != 1 { Expr::int(0) } else { vars[off + i].clone() })
+        .map(|(i, &d)| {
+            if d == 1 && out[off + i] != 1 {
+                Expr::int(0)
+            } else {
+                vars[off + i].clone()
+            }
+        })
         .collect()
 }
 
@@ -43,8 +57,12 @@ pub fn broadcast_binary(
     y: &Tensor,
     name: &str,
 ) -> Result<Tensor, BuildError> {
-    let out = broadcast_shape(&x.shape, &y.shape)
-        .ok_or_else(|| BuildError(format!("{name}: shapes {:?} and {:?} do not broadcast", x.shape, y.shape)))?;
+    let out = broadcast_shape(&x.shape, &y.shape).ok_or_else(|| {
+        BuildError(format!(
+            "{name}: shapes {:?} and {:?} do not broadcast",
+            x.shape, y.shape
+        ))
+    })?;
     Ok(b.elementwise(name, "broadcast", axes("ax", &out), |v| {
         let l = x.at(broadcast_index(&x.shape, &out, v));
         let r = y.at(broadcast_index(&y.shape, &out, v));
@@ -53,16 +71,29 @@ pub fn broadcast_binary(
 }
 
 /// `topi::expand_dims(x, axis, num_newaxis)`.
-pub fn expand_dims(b: &mut DagBuilder, x: &Tensor, axis: usize, num_newaxis: usize) -> Result<Tensor, BuildError> {
-    check(axis <= x.ndim(), || format!("expand_dims axis {axis} out of range"))?;
+pub fn expand_dims(
+    b: &mut DagBuilder,
+    x: &Tensor,
+    axis: usize,
+    num_newaxis: usize,
+) -> Result<Tensor, BuildError> {
+    check(axis <= x.ndim(), || {
+        format!("expand_dims axis {axis} out of range")
+    })?;
     let mut shape = x.shape.clone();
     for _ in 0..num_newaxis {
         shape.insert(axis, 1);
     }
-    Ok(b.elementwise("T_expand_dims", "broadcast", axes("ax", &shape), |v| {
-        let idx: Vec<Expr> = v[..axis].iter().chain(&v[axis + num_newaxis..]).cloned().collect();
-        x.at(idx)
-    }))
+    Ok(
+        b.elementwise("T_expand_dims", "broadcast", axes("ax", &shape), |v| {
+            let idx: Vec<Expr> = v[..axis]
+                .iter()
+                .chain(&v[axis + num_newaxis..])
+                .cloned()
+                .collect();
+            x.at(idx)
+        }),
+    )
 }
 
 pub fn relu(b: &mut DagBuilder, x: &Tensor) -> Tensor {
@@ -73,12 +104,17 @@ pub fn relu(b: &mut DagBuilder, x: &Tensor) -> Tensor {
 
 pub fn clip(b: &mut DagBuilder, x: &Tensor, lo: f64, hi: f64) -> Tensor {
     b.elementwise("compute", "elemwise", axes("i", &x.shape), |v| {
-        Expr::max(Expr::min(x.at(v.to_vec()), Expr::constant(hi, x.dtype)), Expr::constant(lo, x.dtype))
+        Expr::max(
+            Expr::min(x.at(v.to_vec()), Expr::constant(hi, x.dtype)),
+            Expr::constant(lo, x.dtype),
+        )
     })
 }
 
 pub fn tanh(b: &mut DagBuilder, x: &Tensor) -> Tensor {
-    b.elementwise("T_tanh", "elemwise", axes("ax", &x.shape), |v| Expr::call(Intrinsic::Tanh, vec![x.at(v.to_vec())]))
+    b.elementwise("T_tanh", "elemwise", axes("ax", &x.shape), |v| {
+        Expr::call(Intrinsic::Tanh, vec![x.at(v.to_vec())])
+    })
 }
 
 #[cfg(test)]
@@ -87,11 +123,22 @@ mod tests {
 
     #[test]
     fn broadcasting_rules() {
-        assert_eq!(broadcast_shape(&[1, 56, 56, 64], &[1, 1, 1, 64]), Some(vec![1, 56, 56, 64]));
+        assert_eq!(
+            broadcast_shape(&[1, 56, 56, 64], &[1, 1, 1, 64]),
+            Some(vec![1, 56, 56, 64])
+        );
         assert_eq!(broadcast_shape(&[1, 768], &[768]), Some(vec![1, 768]));
         assert_eq!(broadcast_shape(&[2, 3], &[4, 3]), None);
         let v: Vec<Expr> = (0..4).map(|i| Expr::var(format!("ax{i}"))).collect();
         let idx = broadcast_index(&[1, 1, 1, 64], &[1, 56, 56, 64], &v);
-        assert_eq!(idx, vec![Expr::var("ax0"), Expr::int(0), Expr::int(0), Expr::var("ax3")]);
+        assert_eq!(
+            idx,
+            vec![
+                Expr::var("ax0"),
+                Expr::int(0),
+                Expr::int(0),
+                Expr::var("ax3")
+            ]
+        );
     }
 }

@@ -27,7 +27,14 @@ pub enum Era {
 }
 
 impl Era {
-    pub const ALL: [Era; 6] = [Era::V07, Era::V08, Era::V09, Era::V010Early, Era::V010, Era::V015];
+    pub const ALL: [Era; 6] = [
+        Era::V07,
+        Era::V08,
+        Era::V09,
+        Era::V010Early,
+        Era::V010,
+        Era::V015,
+    ];
 
     /// Name of the `index`-th relay parameter: `placeholder` before v0.10, else `p<index>`.
     pub fn placeholder_name(self, index: usize) -> String {

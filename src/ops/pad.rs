@@ -24,8 +24,12 @@ pub fn pad(
     flavor: PadFlavor,
 ) -> Result<Tensor, BuildError> {
     let n = data.ndim();
-    check(before.len() == n && after.len() == n, || format!("pad widths must have rank {n}"))?;
-    let out_shape: Vec<i64> = (0..n).map(|i| data.shape[i] + before[i] + after[i]).collect();
+    check(before.len() == n && after.len() == n, || {
+        format!("pad widths must have rank {n}")
+    })?;
+    let out_shape: Vec<i64> = (0..n)
+        .map(|i| data.shape[i] + before[i] + after[i])
+        .collect();
     let prefix = match flavor {
         PadFlavor::Python => "i",
         PadFlavor::Cpp => "ax",

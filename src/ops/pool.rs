@@ -83,19 +83,44 @@ struct PoolNames {
 
 fn names(era: Era) -> PoolNames {
     match era {
-        Era::V07 => PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["dh", "dw"] },
-        Era::V08 | Era::V09 | Era::V010Early => {
-            PoolNames { max: "tensor", sum: "tensor", avg: "tensor", rv: ["rv0", "rv1"] }
-        }
-        Era::V010 | Era::V015 => PoolNames { max: "pool_max", sum: "pool_sum", avg: "pool_avg", rv: ["rv0", "rv1"] },
+        Era::V07 => PoolNames {
+            max: "tensor",
+            sum: "tensor",
+            avg: "tensor",
+            rv: ["dh", "dw"],
+        },
+        Era::V08 | Era::V09 | Era::V010Early => PoolNames {
+            max: "tensor",
+            sum: "tensor",
+            avg: "tensor",
+            rv: ["rv0", "rv1"],
+        },
+        Era::V010 | Era::V015 => PoolNames {
+            max: "pool_max",
+            sum: "pool_sum",
+            avg: "pool_avg",
+            rv: ["rv0", "rv1"],
+        },
     }
 }
 
-pub fn pool2d(b: &mut DagBuilder, era: Era, data: &Tensor, a: &PoolAttrs) -> Result<Tensor, BuildError> {
+pub fn pool2d(
+    b: &mut DagBuilder,
+    era: Era,
+    data: &Tensor,
+    a: &PoolAttrs,
+) -> Result<Tensor, BuildError> {
     check(data.ndim() == a.layout.rank(), || {
-        format!("pool: {:?} data must be {}-D, got {:?}", a.layout, a.layout.rank(), data.shape)
+        format!(
+            "pool: {:?} data must be {}-D, got {:?}",
+            a.layout,
+            a.layout.rank(),
+            data.shape
+        )
     })?;
-    check(era != Era::V07 || a.dilation == [1, 1], || "pool dilation did not exist in TVM v0.7".into())?;
+    check(era != Era::V07 || a.dilation == [1, 1], || {
+        "pool dilation did not exist in TVM v0.7".into()
+    })?;
     let (hx, wx) = a.layout.hw_axes();
     let [out_h, out_w] = a.out_hw([data.shape[hx], data.shape[wx]]);
     check(out_h > 0 && out_w > 0, || "pool: empty output".into())?;
@@ -116,11 +141,22 @@ pub fn pool2d(b: &mut DagBuilder, era: Era, data: &Tensor, a: &PoolAttrs) -> Res
         before[wx] = pads[1];
         after[hx] = pads[2];
         after[wx] = pads[3];
-        pad(b, data, &before, &after, pad_value, "pad_temp", PadFlavor::Cpp)?
+        pad(
+            b,
+            data,
+            &before,
+            &after,
+            pad_value,
+            "pad_temp",
+            PadFlavor::Cpp,
+        )?
     } else {
         data.clone()
     };
-    let reduce_axes = vec![IterVar::new(nm.rv[0], a.kernel[0]), IterVar::new(nm.rv[1], a.kernel[1])];
+    let reduce_axes = vec![
+        IterVar::new(nm.rv[0], a.kernel[0]),
+        IterVar::new(nm.rv[1], a.kernel[1]),
+    ];
     let window = |v: &[Expr], r: &[Expr]| {
         let mut idx = v.to_vec();
         idx[hx] = v[hx].clone() * a.stride[0] + r[0].clone() * a.dilation[0];
@@ -182,14 +218,19 @@ pub fn pool2d(b: &mut DagBuilder, era: Era, data: &Tensor, a: &PoolAttrs) -> Res
             for i in 0..2 {
                 let start = out_vars[i].clone() * a.stride[i] - a.padding[i];
                 let end = start.clone() + (a.kernel[i] - 1) * a.dilation[i];
-                let jumps = Expr::max(Expr::div(Expr::int(a.dilation[i] - 1) - start.clone(), a.dilation[i]), 0);
+                let jumps = Expr::max(
+                    Expr::div(Expr::int(a.dilation[i] - 1) - start.clone(), a.dilation[i]),
+                    0,
+                );
                 let end = Expr::min(end, hw[i] - 1);
                 num = num * (Expr::div(end - (start + jumps * a.dilation[i]), a.dilation[i]) + 1);
             }
             Expr::max(num, 1)
         }
     };
-    Ok(b.elementwise(nm.avg, "elemwise", ax, |v| Expr::div(sum.at(v.to_vec()), divisor)))
+    Ok(b.elementwise(nm.avg, "elemwise", ax, |v| {
+        Expr::div(sum.at(v.to_vec()), divisor)
+    }))
 }
 
 /// Adaptive pooling to `out_hw` (global pooling is `out_hw = [1, 1]`). Window bounds depend
@@ -202,10 +243,14 @@ pub fn adaptive_pool2d(
     kind: PoolKind,
     layout: PoolLayout,
 ) -> Result<Tensor, BuildError> {
-    check(data.ndim() == layout.rank(), || format!("adaptive pool: {layout:?} data must be {}-D", layout.rank()))?;
+    check(data.ndim() == layout.rank(), || {
+        format!("adaptive pool: {layout:?} data must be {}-D", layout.rank())
+    })?;
     let (hx, wx) = layout.hw_axes();
     let in_hw = [data.shape[hx], data.shape[wx]];
-    check(out_hw[0] > 0 && out_hw[1] > 0, || "adaptive pool: empty output".into())?;
+    check(out_hw[0] > 0 && out_hw[1] > 0, || {
+        "adaptive pool: empty output".into()
+    })?;
     let mut out_shape = data.shape.clone();
     out_shape[hx] = out_hw[0];
     out_shape[wx] = out_hw[1];
@@ -234,12 +279,27 @@ pub fn adaptive_pool2d(
     };
     match kind {
         PoolKind::Max => {
-            let name = if modern { "adaptive_pool_max" } else { "tensor" };
-            Ok(b.reduce(name, "adaptive_pool_max", ax, reduce_axes, Combiner::Max, ComputeAttrs::default(), load))
+            let name = if modern {
+                "adaptive_pool_max"
+            } else {
+                "tensor"
+            };
+            Ok(b.reduce(
+                name,
+                "adaptive_pool_max",
+                ax,
+                reduce_axes,
+                Combiner::Max,
+                ComputeAttrs::default(),
+                load,
+            ))
         }
         PoolKind::Avg { .. } => {
-            let (sum_name, avg_name) =
-                if modern { ("adaptive_pool_sum", "adaptive_pool_avg") } else { ("tensor", "tensor") };
+            let (sum_name, avg_name) = if modern {
+                ("adaptive_pool_sum", "adaptive_pool_avg")
+            } else {
+                ("tensor", "tensor")
+            };
             let sum = b.reduce(
                 sum_name,
                 "adaptive_pool_sum",

@@ -27,13 +27,16 @@ pub fn conv2d_nhwc(
                     let mut acc = 0.0f64;
                     for ry in 0..kh {
                         for rx in 0..kw {
-                            let iy = (y * stride[0] + ry * dilation[0]) as isize - padding[0] as isize;
-                            let ix = (x * stride[1] + rx * dilation[1]) as isize - padding[1] as isize;
+                            let iy =
+                                (y * stride[0] + ry * dilation[0]) as isize - padding[0] as isize;
+                            let ix =
+                                (x * stride[1] + rx * dilation[1]) as isize - padding[1] as isize;
                             if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                 continue;
                             }
                             for c in 0..ci {
-                                let d = data[((b * h + iy as usize) * w + ix as usize) * ci + c] as f64;
+                                let d =
+                                    data[((b * h + iy as usize) * w + ix as usize) * ci + c] as f64;
                                 let k = kernel[((ry * kw + rx) * ci + c) * co + f] as f64;
                                 acc += d * k;
                             }
@@ -77,10 +80,14 @@ pub fn conv2d_nchwc(
                                     if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                         continue;
                                     }
-                                    let d =
-                                        data[(((b * icc + cc) * h + iy as usize) * w + ix as usize) * ib + cb] as f64;
-                                    let k =
-                                        kernel[((((oc * kicc + cc) * kh + ry) * kw + rx) * kib + cb) * ob + obi] as f64;
+                                    let d = data[(((b * icc + cc) * h + iy as usize) * w
+                                        + ix as usize)
+                                        * ib
+                                        + cb] as f64;
+                                    let k = kernel[((((oc * kicc + cc) * kh + ry) * kw + rx) * kib
+                                        + cb)
+                                        * ob
+                                        + obi] as f64;
                                     acc += d * k;
                                 }
                             }
@@ -99,7 +106,9 @@ pub fn dense(data: &[f32], m: usize, k: usize, weight: &[f32], n: usize) -> Vec<
     let mut out = vec![0.0; m * n];
     for i in 0..m {
         for j in 0..n {
-            out[i * n + j] = (0..k).map(|t| data[i * k + t] as f64 * weight[j * k + t] as f64).sum();
+            out[i * n + j] = (0..k)
+                .map(|t| data[i * k + t] as f64 * weight[j * k + t] as f64)
+                .sum();
         }
     }
     out
@@ -128,7 +137,11 @@ mod tests {
 
     fn close(a: &[f64], b: &[f64]) {
         assert_eq!(a.len(), b.len());
-        let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
         assert!(worst < 1e-9, "max abs diff {worst}");
     }
 
@@ -141,7 +154,9 @@ mod tests {
         for (stride, pad, dil) in [(1, 1, 1), (2, 1, 1), (2, 0, 1), (1, 2, 2)] {
             let w = Window2d::new(stride, [pad; 4], dil);
             let spec = WorkloadSpec::new(Anchor::Conv2dNhwc(w), vec![]);
-            let dag = spec.build(Era::V010, &[vec![2, 7, 6, 3], vec![3, 3, 3, 4]]).unwrap();
+            let dag = spec
+                .build(Era::V010, &[vec![2, 7, 6, 3], vec![3, 3, 3, 4]])
+                .unwrap();
             let ins = random_inputs(&dag, 7);
             let got = evaluate(&dag, &ins).unwrap();
             let (want, shape) = conv2d_nhwc(
@@ -153,7 +168,10 @@ mod tests {
                 [pad as usize; 4],
                 [dil as usize; 2],
             );
-            assert_eq!(got[0].shape, shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
+            assert_eq!(
+                got[0].shape,
+                shape.iter().map(|&d| d as i64).collect::<Vec<_>>()
+            );
             close(&got[0].data, &want);
         }
     }
@@ -161,8 +179,11 @@ mod tests {
     #[test]
     fn conv2d_nchwc_dag_matches_direct_loops() {
         for (stride, pad) in [(1, 0), (1, 1), (2, 1)] {
-            let spec = WorkloadSpec::new(Anchor::Conv2dNchwc(Window2d::simple(stride, pad)), vec![]);
-            let dag = spec.build(Era::V015, &[vec![1, 2, 6, 5, 4], vec![3, 2, 3, 3, 4, 2]]).unwrap();
+            let spec =
+                WorkloadSpec::new(Anchor::Conv2dNchwc(Window2d::simple(stride, pad)), vec![]);
+            let dag = spec
+                .build(Era::V015, &[vec![1, 2, 6, 5, 4], vec![3, 2, 3, 3, 4, 2]])
+                .unwrap();
             assert_eq!(dag.stages.iter().any(|s| s.name == "data_pad"), pad > 0);
             let ins = random_inputs(&dag, 11);
             let got = evaluate(&dag, &ins).unwrap();
@@ -180,13 +201,27 @@ mod tests {
 
     #[test]
     fn dense_bias_relu_dag_matches_direct_loops() {
-        let spec = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
+        let spec = WorkloadSpec::new(
+            Anchor::Dense,
+            vec![
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Relu,
+            ],
+        );
         for era in [Era::V07, Era::V015] {
-            let dag = spec.build(era, &[vec![3, 10], vec![5, 10], vec![1, 5]]).unwrap();
+            let dag = spec
+                .build(era, &[vec![3, 10], vec![5, 10], vec![1, 5]])
+                .unwrap();
             let ins = random_inputs(&dag, 3);
             let got = evaluate(&dag, &ins).unwrap();
             let mm = dense(&f32s(&ins[0]), 3, 10, &f32s(&ins[1]), 5);
-            let want: Vec<f64> = mm.iter().enumerate().map(|(i, v)| (v + ins[2].data[i % 5]).max(0.0)).collect();
+            let want: Vec<f64> = mm
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v + ins[2].data[i % 5]).max(0.0))
+                .collect();
             close(&got[0].data, &want);
         }
     }

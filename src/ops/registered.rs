@@ -9,15 +9,22 @@ use super::conv2d::conv2d_nchw;
 use super::epilogue::broadcast_binary;
 use super::era::Era;
 use super::util::{axes, check, named_axes, rank, Window2d};
-use crate::ir::{BinOp, BuildError, Combiner, ComputeAttrs, DType, Dag, DagBuilder, Expr, IterVar, Tensor};
+use crate::ir::{
+    BinOp, BuildError, Combiner, ComputeAttrs, DType, Dag, DagBuilder, Expr, IterVar, Tensor,
+};
 
 pub fn matmul_add(n: i64, l: i64, m: i64, dtype: DType) -> Result<Dag, BuildError> {
-    check(n > 0 && l > 0 && m > 0, || "matmul_add: sizes must be positive".into())?;
+    check(n > 0 && l > 0 && m > 0, || {
+        "matmul_add: sizes must be positive".into()
+    })?;
     let mut b = DagBuilder::new();
     let a = b.placeholder("A", &[n, l], dtype);
     let bt = b.placeholder("B", &[l, m], dtype);
     let c = b.placeholder("C", &[n, m], dtype);
-    let attrs = ComputeAttrs { layout_free_placeholders: vec![bt.id], ..Default::default() };
+    let attrs = ComputeAttrs {
+        layout_free_placeholders: vec![bt.id],
+        ..Default::default()
+    };
     let mm = b.reduce(
         "matmul",
         "",
@@ -27,7 +34,9 @@ pub fn matmul_add(n: i64, l: i64, m: i64, dtype: DType) -> Result<Dag, BuildErro
         attrs,
         |v, r| a.at(vec![v[0].clone(), r[0].clone()]) * bt.at(vec![r[0].clone(), v[1].clone()]),
     );
-    let out = b.elementwise("out", "", named_axes(&["i", "j"], &[n, m]), |v| mm.at(v.to_vec()) + c.at(v.to_vec()));
+    let out = b.elementwise("out", "", named_axes(&["i", "j"], &[n, m]), |v| {
+        mm.at(v.to_vec()) + c.at(v.to_vec())
+    });
     Ok(b.finish(&[&out]))
 }
 
@@ -57,7 +66,11 @@ pub fn conv2d_layer(
     let data = b.placeholder("data", &[n, ci, h, w], DType::F32);
     let kernel = b.placeholder("kernel", &[co, ci, kh, kw], DType::F32);
     let bias = b.placeholder("bias", &[1, co, 1, 1], DType::F32);
-    let window = Window2d { stride, padding: [padding[0], padding[1], padding[0], padding[1]], dilation: [1, 1] };
+    let window = Window2d {
+        stride,
+        padding: [padding[0], padding[1], padding[0], padding[1]],
+        dilation: [1, 1],
+    };
     let conv = conv2d_nchw(&mut b, era, &data, &kernel, &window, 1)?;
     let add = broadcast_binary(&mut b, BinOp::Add, &conv, &bias, "T_add")?;
     let out = python_relu(&mut b, &add);
@@ -80,7 +93,9 @@ pub fn sparse_dense(
     rank(w_indptr, 1, "sparse_dense w_indptr")?;
     let (bs_r, bs_c) = (w_data[1], w_data[2]);
     let num_blocks = w_indptr[0] - 1;
-    check(num_blocks * bs_r == n, || format!("sparse_dense: {num_blocks} block rows x {bs_r} != N {n}"))?;
+    check(num_blocks * bs_r == n, || {
+        format!("sparse_dense: {num_blocks} block rows x {bs_r} != N {n}")
+    })?;
     let mut b = DagBuilder::new();
     let x = b.placeholder("placeholder", &[m, k], dtype);
     let wd = b.placeholder("placeholder", w_data, dtype);
@@ -92,12 +107,18 @@ pub fn sparse_dense(
     let nb_j = Expr::var("nb_j");
     let row_start = wp.at(vec![nb_j.clone()]);
     let row_end = wp.at(vec![nb_j + 1]);
-    let attrs = ComputeAttrs { flop: Some(2 * m * num_blocks * bs_r * k), ..Default::default() };
+    let attrs = ComputeAttrs {
+        flop: Some(2 * m * num_blocks * bs_r * k),
+        ..Default::default()
+    };
     let block = b.reduce(
         "compute",
         "sparse_dense_sp_rhs_bsrmm_block",
         named_axes(&["i", "nb_j", "j"], &[m, num_blocks, bs_r]),
-        vec![IterVar::with_extent("elem_idx", row_end - row_start.clone()), IterVar::new("c", bs_c)],
+        vec![
+            IterVar::with_extent("elem_idx", row_end - row_start.clone()),
+            IterVar::new("c", bs_c),
+        ],
         Combiner::Sum,
         attrs,
         |v, r| {
@@ -107,11 +128,21 @@ pub fn sparse_dense(
                 * relu_x.at(vec![v[0].clone(), Expr::int(bs_c) * block_j + r[1].clone()])
         },
     );
-    let out = b.elementwise("compute", "sparse_dense_sp_rhs_bsrmm", named_axes(&["m", "n"], &[m, n]), |v| {
-        block.at(vec![v[0].clone(), Expr::floordiv(v[1].clone(), bs_r), Expr::floormod(v[1].clone(), bs_r)])
+    let out = b.elementwise(
+        "compute",
+        "sparse_dense_sp_rhs_bsrmm",
+        named_axes(&["m", "n"], &[m, n]),
+        |v| {
+            block.at(vec![
+                v[0].clone(),
+                Expr::floordiv(v[1].clone(), bs_r),
+                Expr::floormod(v[1].clone(), bs_r),
+            ])
+        },
+    );
+    let add = b.elementwise("BiasAdd", "", named_axes(&["i", "j"], &[m, n]), |v| {
+        out.at(v.to_vec()) + bias.at(v.to_vec())
     });
-    let add =
-        b.elementwise("BiasAdd", "", named_axes(&["i", "j"], &[m, n]), |v| out.at(v.to_vec()) + bias.at(v.to_vec()));
     let relu = python_relu(&mut b, &add);
     Ok(b.finish(&[&relu]))
 }

@@ -83,11 +83,21 @@ pub enum EpilogueOp {
 
 impl EpilogueOp {
     pub fn takes_operand(self) -> bool {
-        matches!(self, EpilogueOp::Add { .. } | EpilogueOp::Multiply { .. } | EpilogueOp::ExpandAdd)
+        matches!(
+            self,
+            EpilogueOp::Add { .. } | EpilogueOp::Multiply { .. } | EpilogueOp::ExpandAdd
+        )
     }
 
     fn operand_first(self) -> bool {
-        matches!(self, EpilogueOp::Add { operand_first: true } | EpilogueOp::Multiply { operand_first: true })
+        matches!(
+            self,
+            EpilogueOp::Add {
+                operand_first: true
+            } | EpilogueOp::Multiply {
+                operand_first: true
+            }
+        )
     }
 
     /// Name in a signature's op class; operand order is not part of the identity.
@@ -105,7 +115,10 @@ impl EpilogueOp {
 impl Anchor {
     pub fn num_inputs(&self) -> usize {
         match self {
-            Anchor::Pool(_) | Anchor::AdaptivePool { .. } | Anchor::Softmax { .. } | Anchor::Mean { .. } => 1,
+            Anchor::Pool(_)
+            | Anchor::AdaptivePool { .. }
+            | Anchor::Softmax { .. }
+            | Anchor::Mean { .. } => 1,
             _ => 2,
         }
     }
@@ -126,7 +139,10 @@ impl Anchor {
                 PoolKind::Max => "pool_max".into(),
                 PoolKind::Avg { .. } => "pool_avg".into(),
             },
-            Anchor::AdaptivePool { kind: PoolKind::Max, .. } => "adaptive_pool_max".into(),
+            Anchor::AdaptivePool {
+                kind: PoolKind::Max,
+                ..
+            } => "adaptive_pool_max".into(),
             Anchor::AdaptivePool { .. } => "adaptive_pool_avg".into(),
             Anchor::Softmax { .. } => "softmax".into(),
             Anchor::Mean { .. } => "mean".into(),
@@ -149,16 +165,20 @@ impl Anchor {
     /// Data layout in TVM notation, from the data shape.
     pub fn layout(&self, data: &[i64]) -> String {
         match self {
-            Anchor::Conv2dNhwc(_) | Anchor::DepthwiseNhwc(_) | Anchor::WinogradNhwc { .. } => "NHWC".into(),
+            Anchor::Conv2dNhwc(_) | Anchor::DepthwiseNhwc(_) | Anchor::WinogradNhwc { .. } => {
+                "NHWC".into()
+            }
             Anchor::Conv2dNchw { .. } => "NCHW".into(),
             Anchor::Conv2dNchwc(_) | Anchor::DepthwiseNchwc(_) => format!("NCHW{}c", data[4]),
             Anchor::Dense => "NC".into(),
             Anchor::BatchMatmul => "BNK".into(),
-            Anchor::Pool(PoolAttrs { layout, .. }) | Anchor::AdaptivePool { layout, .. } => match layout {
-                PoolLayout::Nhwc => "NHWC".into(),
-                PoolLayout::Nchw => "NCHW".into(),
-                PoolLayout::Nchwc => format!("NCHW{}c", data[4]),
-            },
+            Anchor::Pool(PoolAttrs { layout, .. }) | Anchor::AdaptivePool { layout, .. } => {
+                match layout {
+                    PoolLayout::Nhwc => "NHWC".into(),
+                    PoolLayout::Nchw => "NCHW".into(),
+                    PoolLayout::Nchwc => format!("NCHW{}c", data[4]),
+                }
+            }
             Anchor::Softmax { .. } | Anchor::Mean { .. } | Anchor::Variance { .. } => String::new(),
         }
     }
@@ -173,9 +193,13 @@ impl Anchor {
             m.insert("kernel".into(), json!(kernel));
         };
         match self {
-            Anchor::Conv2dNhwc(w) | Anchor::DepthwiseNhwc(w) => window(w, [inputs[1][0], inputs[1][1]]),
+            Anchor::Conv2dNhwc(w) | Anchor::DepthwiseNhwc(w) => {
+                window(w, [inputs[1][0], inputs[1][1]])
+            }
             Anchor::Conv2dNchw { window: w, .. } => window(w, [inputs[1][2], inputs[1][3]]),
-            Anchor::Conv2dNchwc(w) | Anchor::DepthwiseNchwc(w) => window(w, [inputs[1][2], inputs[1][3]]),
+            Anchor::Conv2dNchwc(w) | Anchor::DepthwiseNchwc(w) => {
+                window(w, [inputs[1][2], inputs[1][3]])
+            }
             Anchor::WinogradNhwc { padding } => {
                 window(&Window2d::new(1, *padding, 1), [3, 3]);
                 m.insert("tile_size".into(), json!(inputs[1][0] - 2));
@@ -200,7 +224,11 @@ impl Anchor {
                 m.insert("axis".into(), json!(axes));
                 m.insert("keepdims".into(), json!(keepdims));
             }
-            Anchor::Variance { axes, keepdims, unbiased } => {
+            Anchor::Variance {
+                axes,
+                keepdims,
+                unbiased,
+            } => {
                 m.insert("axis".into(), json!(axes));
                 m.insert("keepdims".into(), json!(keepdims));
                 m.insert("unbiased".into(), json!(unbiased));
@@ -210,9 +238,14 @@ impl Anchor {
         if let Anchor::Conv2dNchw { groups, .. } = self {
             m.insert("groups".into(), json!(groups));
         }
-        if matches!(self, Anchor::Conv2dNhwc(_) | Anchor::Conv2dNchwc(_) | Anchor::WinogradNhwc { .. }) {
+        if matches!(
+            self,
+            Anchor::Conv2dNhwc(_) | Anchor::Conv2dNchwc(_) | Anchor::WinogradNhwc { .. }
+        ) {
             let groups = match self {
-                Anchor::Conv2dNchwc(_) => inputs[0][1] * inputs[0][4] / (inputs[1][1] * inputs[1][4]),
+                Anchor::Conv2dNchwc(_) => {
+                    inputs[0][1] * inputs[0][4] / (inputs[1][1] * inputs[1][4])
+                }
                 _ => 1,
             };
             m.insert("groups".into(), json!(groups));
@@ -223,20 +256,30 @@ impl Anchor {
     fn build(&self, b: &mut DagBuilder, era: Era, ins: &[Tensor]) -> Result<Tensor, BuildError> {
         match self {
             Anchor::Conv2dNhwc(w) => conv2d_nhwc(b, era, &ins[0], &ins[1], w),
-            Anchor::Conv2dNchw { window, groups } => conv2d_nchw(b, era, &ins[0], &ins[1], window, *groups),
+            Anchor::Conv2dNchw { window, groups } => {
+                conv2d_nchw(b, era, &ins[0], &ins[1], window, *groups)
+            }
             Anchor::Conv2dNchwc(w) => conv2d_nchwc(b, era, &ins[0], &ins[1], w),
             Anchor::DepthwiseNhwc(w) => depthwise_conv2d_nhwc(b, era, &ins[0], &ins[1], w),
             Anchor::DepthwiseNchwc(w) => depthwise_conv2d_nchwc(b, era, &ins[0], &ins[1], w),
-            Anchor::WinogradNhwc { padding } => conv2d_winograd_nhwc(b, era, &ins[0], &ins[1], *padding),
+            Anchor::WinogradNhwc { padding } => {
+                conv2d_winograd_nhwc(b, era, &ins[0], &ins[1], *padding)
+            }
             Anchor::Dense => dense(b, era, &ins[0], &ins[1]),
             Anchor::BatchMatmul => batch_matmul(b, era, &ins[0], &ins[1]),
             Anchor::Pool(p) => pool2d(b, era, &ins[0], p),
-            Anchor::AdaptivePool { kind, layout, out_hw } => adaptive_pool2d(b, era, &ins[0], *out_hw, *kind, *layout),
+            Anchor::AdaptivePool {
+                kind,
+                layout,
+                out_hw,
+            } => adaptive_pool2d(b, era, &ins[0], *out_hw, *kind, *layout),
             Anchor::Softmax { axis } => softmax(b, era, &ins[0], *axis),
             Anchor::Mean { axes, keepdims } => mean(b, era, &ins[0], axes, *keepdims),
-            Anchor::Variance { axes, keepdims, unbiased } => {
-                variance(b, era, &ins[0], &ins[1], axes, *keepdims, *unbiased)
-            }
+            Anchor::Variance {
+                axes,
+                keepdims,
+                unbiased,
+            } => variance(b, era, &ins[0], &ins[1], axes, *keepdims, *unbiased),
         }
     }
 }
@@ -251,7 +294,11 @@ pub struct WorkloadSpec {
 
 impl WorkloadSpec {
     pub fn new(anchor: Anchor, epilogue: Vec<EpilogueOp>) -> WorkloadSpec {
-        WorkloadSpec { anchor, epilogue, dtype: DType::F32 }
+        WorkloadSpec {
+            anchor,
+            epilogue,
+            dtype: DType::F32,
+        }
     }
 
     pub fn num_inputs(&self) -> usize {
@@ -291,15 +338,21 @@ impl WorkloadSpec {
     /// Builds the DAG with canonical-order input shapes.
     pub fn build(&self, era: Era, inputs: &[Vec<i64>]) -> Result<Dag, BuildError> {
         check(inputs.len() == self.num_inputs(), || {
-            format!("{} needs {} inputs, got {}", self.op_class(), self.num_inputs(), inputs.len())
+            format!(
+                "{} needs {} inputs, got {}",
+                self.op_class(),
+                self.num_inputs(),
+                inputs.len()
+            )
         })?;
         check(self.anchor.exists_in(era, inputs), || {
             format!("{} does not exist in TVM {era}", self.anchor.class_name())
         })?;
         let mut b = DagBuilder::new();
         let k = self.anchor.num_inputs();
-        let anchor_ins: Vec<Tensor> =
-            (0..k).map(|i| b.placeholder(era.placeholder_name(i), &inputs[i], self.dtype)).collect();
+        let anchor_ins: Vec<Tensor> = (0..k)
+            .map(|i| b.placeholder(era.placeholder_name(i), &inputs[i], self.dtype))
+            .collect();
         let mut prev = self.anchor.build(&mut b, era, &anchor_ins)?;
         let mut next = k;
         for op in &self.epilogue {
@@ -326,7 +379,9 @@ impl WorkloadSpec {
                     }
                 }
                 (EpilogueOp::ExpandAdd, Some(p)) => {
-                    check(p.ndim() < prev.ndim(), || "expand_dims bias must have a lower rank".into())?;
+                    check(p.ndim() < prev.ndim(), || {
+                        "expand_dims bias must have a lower rank".into()
+                    })?;
                     let e = expand_dims(&mut b, &p, 0, prev.ndim() - p.ndim())?;
                     broadcast_binary(&mut b, BinOp::Add, &prev, &e, "T_add")?
                 }
@@ -340,7 +395,11 @@ impl WorkloadSpec {
     }
 
     /// Builds from input shapes in key order.
-    pub fn build_from_key_order(&self, era: Era, key_inputs: &[Vec<i64>]) -> Result<Dag, BuildError> {
+    pub fn build_from_key_order(
+        &self,
+        era: Era,
+        key_inputs: &[Vec<i64>],
+    ) -> Result<Dag, BuildError> {
         self.build(era, &self.canonical_inputs(key_inputs)?)
     }
 
@@ -348,7 +407,12 @@ impl WorkloadSpec {
     pub fn canonical_inputs(&self, key_inputs: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, BuildError> {
         let order = self.key_order();
         check(key_inputs.len() == order.len(), || {
-            format!("{} needs {} inputs, key has {}", self.op_class(), order.len(), key_inputs.len())
+            format!(
+                "{} needs {} inputs, key has {}",
+                self.op_class(),
+                order.len(),
+                key_inputs.len()
+            )
         })?;
         let mut canonical = vec![Vec::new(); order.len()];
         for (pos, &c) in order.iter().enumerate() {
@@ -370,13 +434,38 @@ mod tests {
     /// Real key hashes (tvm_gallery resnet-50, ~Dec 2020 and Aug 2023 logs).
     #[test]
     fn conv_bias_relu_hashes_match_real_keys() {
-        let spec = WorkloadSpec::new(nhwc_conv(2, 0), vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
-        let ins = vec![vec![1, 14, 14, 1024], vec![1, 1, 1024, 512], vec![1, 1, 1, 512]];
+        let spec = WorkloadSpec::new(
+            nhwc_conv(2, 0),
+            vec![
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Relu,
+            ],
+        );
+        let ins = vec![
+            vec![1, 14, 14, 1024],
+            vec![1, 1, 1024, 512],
+            vec![1, 1, 1, 512],
+        ];
         let dag = spec.build(Era::V07, &ins).unwrap();
         assert_eq!(dag_hash(&dag), "de7d1695278cf52778b038e6573d7626");
         assert_eq!(dag.io_shapes().last().unwrap(), &vec![1, 7, 7, 512]);
-        let spec = WorkloadSpec::new(nhwc_conv(2, 1), vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
-        let dag = spec.build(Era::V010, &[vec![1, 56, 56, 64], vec![3, 3, 64, 128], vec![1, 1, 1, 128]]).unwrap();
+        let spec = WorkloadSpec::new(
+            nhwc_conv(2, 1),
+            vec![
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Relu,
+            ],
+        );
+        let dag = spec
+            .build(
+                Era::V010,
+                &[vec![1, 56, 56, 64], vec![3, 3, 64, 128], vec![1, 1, 1, 128]],
+            )
+            .unwrap();
         assert_eq!(dag_hash(&dag), "07f9fcad27bdd3233f86fe35a5185d33");
     }
 
@@ -384,14 +473,30 @@ mod tests {
     fn residual_first_operand_leads_the_key_order() {
         let spec = WorkloadSpec::new(
             nhwc_conv(1, 0),
-            vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Add { operand_first: true }],
+            vec![
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Add {
+                    operand_first: true,
+                },
+            ],
         );
         assert_eq!(spec.key_order(), vec![3, 0, 1, 2]);
-        let canonical = vec![vec![1, 14, 14, 384], vec![1, 1, 384, 64], vec![1, 1, 1, 64], vec![1, 14, 14, 64]];
+        let canonical = vec![
+            vec![1, 14, 14, 384],
+            vec![1, 1, 384, 64],
+            vec![1, 1, 1, 64],
+            vec![1, 14, 14, 64],
+        ];
         let dag = spec.build(Era::V010, &canonical).unwrap();
         assert_eq!(dag.stages[0].name, "p3");
         assert_eq!(dag_hash(&dag), "b04f9e9adb8b039f3e5b3b278b8cb818");
-        let key_order: Vec<Vec<i64>> = spec.key_order().iter().map(|&c| canonical[c].clone()).collect();
+        let key_order: Vec<Vec<i64>> = spec
+            .key_order()
+            .iter()
+            .map(|&c| canonical[c].clone())
+            .collect();
         assert_eq!(dag.placeholder_shapes(), key_order);
         assert_eq!(spec.canonical_inputs(&key_order).unwrap(), canonical);
     }
@@ -400,9 +505,23 @@ mod tests {
     fn winograd_hash_matches_real_key() {
         let spec = WorkloadSpec::new(
             Anchor::WinogradNhwc { padding: [1; 4] },
-            vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+            vec![
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Relu,
+            ],
         );
-        let dag = spec.build(Era::V010, &[vec![1, 14, 14, 256], vec![6, 6, 256, 256], vec![1, 1, 1, 256]]).unwrap();
+        let dag = spec
+            .build(
+                Era::V010,
+                &[
+                    vec![1, 14, 14, 256],
+                    vec![6, 6, 256, 256],
+                    vec![1, 1, 1, 256],
+                ],
+            )
+            .unwrap();
         assert_eq!(dag_hash(&dag), "38552500208b25b4035682b0e93cbce3");
     }
 }

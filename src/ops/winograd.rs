@@ -34,7 +34,10 @@ impl Q {
     fn new(n: i128, d: i128) -> Q {
         let g = gcd(n, d).max(1);
         let s = if d < 0 { -1 } else { 1 };
-        Q { n: s * n / g, d: s * d / g }
+        Q {
+            n: s * n / g,
+            d: s * d / g,
+        }
     }
     fn int(n: i128) -> Q {
         Q { n, d: 1 }
@@ -52,7 +55,10 @@ impl Q {
         Q::new(self.n * o.d, self.d * o.n)
     }
     fn neg(self) -> Q {
-        Q { n: -self.n, d: self.d }
+        Q {
+            n: -self.n,
+            d: self.d,
+        }
     }
     fn pow(self, e: usize) -> Q {
         (0..e).fold(Q::int(1), |acc, _| acc.mul(self))
@@ -70,13 +76,17 @@ type Mat = Vec<Vec<Q>>;
 fn matmul(x: &Mat, y: &Mat) -> Mat {
     (0..x.len())
         .map(|i| {
-            (0..y[0].len()).map(|j| (0..y.len()).fold(Q::int(0), |acc, k| acc.add(x[i][k].mul(y[k][j])))).collect()
+            (0..y[0].len())
+                .map(|j| (0..y.len()).fold(Q::int(0), |acc, k| acc.add(x[i][k].mul(y[k][j]))))
+                .collect()
         })
         .collect()
 }
 
 fn transpose(x: &Mat) -> Mat {
-    (0..x[0].len()).map(|j| (0..x.len()).map(|i| x[i][j]).collect()).collect()
+    (0..x[0].len())
+        .map(|j| (0..x.len()).map(|i| x[i][j]).collect())
+        .collect()
 }
 
 fn inverse(m: &Mat) -> Mat {
@@ -84,10 +94,17 @@ fn inverse(m: &Mat) -> Mat {
     let mut a: Mat = m
         .iter()
         .enumerate()
-        .map(|(i, r)| r.iter().copied().chain((0..n).map(|j| Q::int((i == j) as i128))).collect())
+        .map(|(i, r)| {
+            r.iter()
+                .copied()
+                .chain((0..n).map(|j| Q::int((i == j) as i128)))
+                .collect()
+        })
         .collect();
     for c in 0..n {
-        let p = (c..n).find(|&r| !a[r][c].is_zero()).expect("Cook-Toom F matrix is invertible");
+        let p = (c..n)
+            .find(|&r| !a[r][c].is_zero())
+            .expect("Cook-Toom F matrix is invertible");
         a.swap(c, p);
         let pv = a[c][c];
         a[c] = a[c].iter().map(|x| x.div(pv)).collect();
@@ -95,7 +112,11 @@ fn inverse(m: &Mat) -> Mat {
             if r != c && !a[r][c].is_zero() {
                 let f = a[r][c];
                 let pivot_row = a[c].clone();
-                a[r] = a[r].iter().zip(&pivot_row).map(|(x, y)| x.sub(f.mul(*y))).collect();
+                a[r] = a[r]
+                    .iter()
+                    .zip(&pivot_row)
+                    .map(|(x, y)| x.sub(f.mul(*y)))
+                    .collect();
             }
         }
     }
@@ -111,7 +132,15 @@ fn interpolation_points(tile_size: usize) -> Option<Vec<Q>> {
         3 => vec![Q::int(0), Q::int(-1), Q::int(1), h],
         4 => vec![Q::int(0), Q::int(-1), Q::int(1), h, Q::int(-2)],
         5 => vec![Q::int(0), Q::int(-1), Q::int(1), h, Q::int(-2), h.neg()],
-        6 => vec![Q::int(0), Q::int(-1), Q::int(1), h, h.neg(), Q::int(2), Q::int(-2)],
+        6 => vec![
+            Q::int(0),
+            Q::int(-1),
+            Q::int(1),
+            h,
+            h.neg(),
+            Q::int(2),
+            Q::int(-2),
+        ],
         _ => return None,
     };
     Some(pts)
@@ -119,7 +148,9 @@ fn interpolation_points(tile_size: usize) -> Option<Vec<Q>> {
 
 /// Product over k != i (k < count) of (a_i - a_k).
 fn lagrange_denominator(a: &[Q], i: usize, count: usize) -> Q {
-    (0..count).filter(|&k| k != i).fold(Q::int(1), |acc, k| acc.mul(a[i].sub(a[k])))
+    (0..count)
+        .filter(|&k| k != i)
+        .fold(Q::int(1), |acc, k| acc.mul(a[i].sub(a[k])))
 }
 
 /// Cook-Toom A (alpha x m), B (alpha x alpha) and G (alpha x r) matrices, as TOPI's
@@ -137,8 +168,14 @@ fn cook_toom(tile_size: usize, kernel_size: usize) -> Option<(Mat, Mat, Mat)> {
         f[0] = f[0].iter().map(|x| x.neg()).collect();
     }
     // A: rows a_i^j (j < m), plus [0 .. 0 1]
-    let mut am: Mat = (0..n - 1).map(|i| (0..tile_size).map(|j| a[i].pow(j)).collect()).collect();
-    am.push((0..tile_size).map(|j| Q::int((j == tile_size - 1) as i128)).collect());
+    let mut am: Mat = (0..n - 1)
+        .map(|i| (0..tile_size).map(|j| a[i].pow(j)).collect())
+        .collect();
+    am.push(
+        (0..tile_size)
+            .map(|j| Q::int((j == tile_size - 1) as i128))
+            .collect(),
+    );
     // B: rows of the Lagrange basis coefficients, times [I | -a_i^(n-1)], plus e_{n-1}; then * F^T
     let mut coef: Mat = vec![vec![Q::int(0); n - 1]; n - 1];
     for (i, coef_row) in coef.iter_mut().enumerate() {
@@ -158,14 +195,30 @@ fn cook_toom(tile_size: usize, kernel_size: usize) -> Option<(Mat, Mat, Mat)> {
         }
     }
     let t: Mat = (0..n - 1)
-        .map(|i| (0..n).map(|j| if j == n - 1 { a[i].pow(n - 1).neg() } else { Q::int((i == j) as i128) }).collect())
+        .map(|i| {
+            (0..n)
+                .map(|j| {
+                    if j == n - 1 {
+                        a[i].pow(n - 1).neg()
+                    } else {
+                        Q::int((i == j) as i128)
+                    }
+                })
+                .collect()
+        })
         .collect();
     let mut bm = matmul(&transpose(&coef), &t);
     bm.push((0..n).map(|j| Q::int((j == n - 1) as i128)).collect());
     let bm = matmul(&bm, &transpose(&f));
     // G = (A_r^T F^-1)^T, A_r the Vandermonde rows for the kernel size
-    let mut ar: Mat = (0..n - 1).map(|i| (0..kernel_size).map(|j| a[i].pow(j)).collect()).collect();
-    ar.push((0..kernel_size).map(|j| Q::int((j == kernel_size - 1) as i128)).collect());
+    let mut ar: Mat = (0..n - 1)
+        .map(|i| (0..kernel_size).map(|j| a[i].pow(j)).collect())
+        .collect();
+    ar.push(
+        (0..kernel_size)
+            .map(|j| Q::int((j == kernel_size - 1) as i128))
+            .collect(),
+    );
     let g = transpose(&matmul(&transpose(&ar), &inverse(&f)));
     Some((am, bm, g))
 }
@@ -187,7 +240,10 @@ fn const_matrix(b: &mut DagBuilder, m: &Mat, name: &str) -> Tensor {
             now = Expr::select(cond, Expr::f32(v.to_f64() as f32 as f64), now);
         }
     }
-    let attrs = ComputeAttrs { const_matrix: true, ..Default::default() };
+    let attrs = ComputeAttrs {
+        const_matrix: true,
+        ..Default::default()
+    };
     b.compute(name, "", ax, vec![], crate::ir::Body::Expr(now), attrs)
 }
 
@@ -202,10 +258,17 @@ pub fn conv2d_winograd_nhwc(
     rank(&data.shape, 4, "winograd data")?;
     rank(&kernel_pack.shape, 4, "winograd kernel_pack")?;
     let (n, h, w, ci) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
-    let (alpha, alpha2, co, kci) =
-        (kernel_pack.shape[0], kernel_pack.shape[1], kernel_pack.shape[2], kernel_pack.shape[3]);
+    let (alpha, alpha2, co, kci) = (
+        kernel_pack.shape[0],
+        kernel_pack.shape[1],
+        kernel_pack.shape[2],
+        kernel_pack.shape[3],
+    );
     check(alpha == alpha2 && kci == ci, || {
-        format!("winograd kernel_pack {:?} does not fit data {:?}", kernel_pack.shape, data.shape)
+        format!(
+            "winograd kernel_pack {:?} does not fit data {:?}",
+            kernel_pack.shape, data.shape
+        )
     })?;
     let r = 3i64;
     let m = alpha - r + 1;
@@ -251,8 +314,12 @@ pub fn conv2d_winograd_nhwc(
         Combiner::Sum,
         simplify(&["eps", "nu", "r_a", "r_b"]),
         |v, rv| {
-            input_tile.at(vec![rv[0].clone(), rv[1].clone(), v[2].clone(), v[3].clone()])
-                * bt.at(vec![rv[0].clone(), v[0].clone()])
+            input_tile.at(vec![
+                rv[0].clone(),
+                rv[1].clone(),
+                v[2].clone(),
+                v[3].clone(),
+            ]) * bt.at(vec![rv[0].clone(), v[0].clone()])
                 * bt.at(vec![rv[1].clone(), v[1].clone()])
         },
     );
@@ -262,10 +329,22 @@ pub fn conv2d_winograd_nhwc(
         named_axes(&["eps", "nu", "p", "co"], &[alpha, alpha, p, co]),
         vec![IterVar::new("ci", ci)],
         Combiner::Sum,
-        ComputeAttrs { layout_free_placeholders: vec![kernel_pack.id], ..Default::default() },
+        ComputeAttrs {
+            layout_free_placeholders: vec![kernel_pack.id],
+            ..Default::default()
+        },
         |v, rv| {
-            data_pack.at(vec![v[0].clone(), v[1].clone(), v[2].clone(), rv[0].clone()])
-                * kernel_pack.at(vec![v[0].clone(), v[1].clone(), v[3].clone(), rv[0].clone()])
+            data_pack.at(vec![
+                v[0].clone(),
+                v[1].clone(),
+                v[2].clone(),
+                rv[0].clone(),
+            ]) * kernel_pack.at(vec![
+                v[0].clone(),
+                v[1].clone(),
+                v[3].clone(),
+                rv[0].clone(),
+            ])
         },
     );
     let at = const_matrix(b, &a_mat, "A");
@@ -277,31 +356,50 @@ pub fn conv2d_winograd_nhwc(
         Combiner::Sum,
         simplify(&["vh", "vw", "r_a", "r_b"]),
         |v, rv| {
-            bgemm.at(vec![rv[0].clone(), rv[1].clone(), v[2].clone(), v[3].clone()])
-                * at.at(vec![rv[0].clone(), v[0].clone()])
+            bgemm.at(vec![
+                rv[0].clone(),
+                rv[1].clone(),
+                v[2].clone(),
+                v[3].clone(),
+            ]) * at.at(vec![rv[0].clone(), v[0].clone()])
                 * at.at(vec![rv[1].clone(), v[1].clone()])
         },
     );
-    Ok(b.elementwise("conv2d_winograd", "", named_axes(&["n", "h", "w", "co"], &[n, oh, ow, co]), |v| {
-        let (nv, hv, wv, cov) = (v[0].clone(), v[1].clone(), v[2].clone(), v[3].clone());
-        inverse.at(vec![
-            Expr::floormod(hv.clone(), m),
-            Expr::floormod(wv.clone(), m),
-            nv * nh * nw + Expr::floordiv(hv, m) * nw + Expr::floordiv(wv, m),
-            cov,
-        ])
-    }))
+    Ok(b.elementwise(
+        "conv2d_winograd",
+        "",
+        named_axes(&["n", "h", "w", "co"], &[n, oh, ow, co]),
+        |v| {
+            let (nv, hv, wv, cov) = (v[0].clone(), v[1].clone(), v[2].clone(), v[3].clone());
+            inverse.at(vec![
+                Expr::floormod(hv.clone(), m),
+                Expr::floormod(wv.clone(), m),
+                nv * nh * nw + Expr::floordiv(hv, m) * nw + Expr::floordiv(wv, m),
+                cov,
+            ])
+        },
+    ))
 }
 
 /// The offline weight transform relay applies before calling the pre-computed winograd
 /// kernel: `kernel_pack[eps, nu, co, ci] = sum_{kh,kw} G[eps,kh] G[nu,kw] w[kh,kw,ci,co]`
 /// for an HWIO 3x3 kernel. Used to check the winograd DAG against a direct convolution.
-pub fn winograd_kernel_transform(kernel_hwio: &TensorData, tile_size: i64) -> Result<TensorData, BuildError> {
+pub fn winograd_kernel_transform(
+    kernel_hwio: &TensorData,
+    tile_size: i64,
+) -> Result<TensorData, BuildError> {
     rank(&kernel_hwio.shape, 4, "winograd raw kernel")?;
-    let (kh, kw, ci, co) = (kernel_hwio.shape[0], kernel_hwio.shape[1], kernel_hwio.shape[2], kernel_hwio.shape[3]);
-    check(kh == 3 && kw == 3, || "winograd kernel transform needs a 3x3 kernel".into())?;
-    let (_, _, g) =
-        cook_toom(tile_size as usize, 3).ok_or_else(|| BuildError(format!("tile size {tile_size} unsupported")))?;
+    let (kh, kw, ci, co) = (
+        kernel_hwio.shape[0],
+        kernel_hwio.shape[1],
+        kernel_hwio.shape[2],
+        kernel_hwio.shape[3],
+    );
+    check(kh == 3 && kw == 3, || {
+        "winograd kernel transform needs a 3x3 kernel".into()
+    })?;
+    let (_, _, g) = cook_toom(tile_size as usize, 3)
+        .ok_or_else(|| BuildError(format!("tile size {tile_size} unsupported")))?;
     let alpha = tile_size + 2;
     let mut out = TensorData::zeros(&[alpha, alpha, co, ci]);
     for e in 0..alpha {
@@ -312,7 +410,9 @@ pub fn winograd_kernel_transform(kernel_hwio: &TensorData, tile_size: i64) -> Re
                     for y in 0..3 {
                         for x in 0..3 {
                             let w = kernel_hwio.data[(((y * kw + x) * ci + c) * co + o) as usize];
-                            s += g[e as usize][y as usize].to_f64() * g[u as usize][x as usize].to_f64() * w;
+                            s += g[e as usize][y as usize].to_f64()
+                                * g[u as usize][x as usize].to_f64()
+                                * w;
                         }
                     }
                     out.data[(((e * alpha + u) * co + o) * ci + c) as usize] = s;
@@ -333,10 +433,16 @@ mod tests {
         for m in [2usize, 4] {
             let (a, bm, g) = cook_toom(m, 3).unwrap();
             let n = m + 2;
-            let d: Vec<Q> = (0..n).map(|i| Q::new((i as i128 * 7 + 3) % 11 - 5, 1)).collect();
+            let d: Vec<Q> = (0..n)
+                .map(|i| Q::new((i as i128 * 7 + 3) % 11 - 5, 1))
+                .collect();
             let k = [Q::int(2), Q::int(-1), Q::new(4, 3)];
-            let u: Vec<Q> = (0..n).map(|e| (0..3).fold(Q::int(0), |s, t| s.add(g[e][t].mul(k[t])))).collect();
-            let v: Vec<Q> = (0..n).map(|e| (0..n).fold(Q::int(0), |s, t| s.add(bm[t][e].mul(d[t])))).collect();
+            let u: Vec<Q> = (0..n)
+                .map(|e| (0..3).fold(Q::int(0), |s, t| s.add(g[e][t].mul(k[t]))))
+                .collect();
+            let v: Vec<Q> = (0..n)
+                .map(|e| (0..n).fold(Q::int(0), |s, t| s.add(bm[t][e].mul(d[t]))))
+                .collect();
             for o in 0..m {
                 let y = (0..n).fold(Q::int(0), |s, e| s.add(a[e][o].mul(u[e].mul(v[e]))));
                 let direct = (0..3).fold(Q::int(0), |s, t| s.add(d[o + t].mul(k[t])));

@@ -31,14 +31,24 @@ fn one_input_anchors(x: &[i64], out: &[i64]) -> Vec<Anchor> {
     };
     for &layout in layouts {
         let (hx, wx) = layout.hw_axes();
-        let same_other = out.len() == x.len() && (0..x.len()).all(|i| i == hx || i == wx || x[i] == out[i]);
+        let same_other =
+            out.len() == x.len() && (0..x.len()).all(|i| i == hx || i == wx || x[i] == out[i]);
         if !same_other {
             continue;
         }
         let (in_hw, out_hw) = ([x[hx], x[wx]], [out[hx], out[wx]]);
         if out_hw[0] <= in_hw[0] && out_hw[1] <= in_hw[1] {
-            for kind in [PoolKind::Avg { count_include_pad: true }, PoolKind::Max] {
-                v.push(Anchor::AdaptivePool { kind, layout, out_hw });
+            for kind in [
+                PoolKind::Avg {
+                    count_include_pad: true,
+                },
+                PoolKind::Max,
+            ] {
+                v.push(Anchor::AdaptivePool {
+                    kind,
+                    layout,
+                    out_hw,
+                });
             }
         }
         for (kernel, stride, padding) in pool_windows(in_hw, out_hw, false) {
@@ -46,7 +56,13 @@ fn one_input_anchors(x: &[i64], out: &[i64]) -> Vec<Anchor> {
         }
         for (kernel, stride, padding) in pool_windows(in_hw, out_hw, true) {
             for count_include_pad in [true, false] {
-                v.push(pool(PoolKind::Avg { count_include_pad }, kernel, stride, padding, layout));
+                v.push(pool(
+                    PoolKind::Avg { count_include_pad },
+                    kernel,
+                    stride,
+                    padding,
+                    layout,
+                ));
             }
         }
     }
@@ -60,7 +76,13 @@ fn one_input_anchors(x: &[i64], out: &[i64]) -> Vec<Anchor> {
     v
 }
 
-fn pool(kind: PoolKind, kernel: [i64; 2], stride: i64, padding: [i64; 4], layout: PoolLayout) -> Anchor {
+fn pool(
+    kind: PoolKind,
+    kernel: [i64; 2],
+    stride: i64,
+    padding: [i64; 4],
+    layout: PoolLayout,
+) -> Anchor {
     Anchor::Pool(PoolAttrs {
         kind,
         kernel,
@@ -85,7 +107,9 @@ fn reduced_axes(x: &[i64], out: &[i64]) -> Option<(Vec<usize>, bool)> {
         // dropped dims: the subset of axes whose removal leaves `out`, trailing axes first
         let n = x.len();
         let drop = n - out.len();
-        let mut masks: Vec<u32> = (0u32..(1 << n)).filter(|m| m.count_ones() as usize == drop).collect();
+        let mut masks: Vec<u32> = (0u32..(1 << n))
+            .filter(|m| m.count_ones() as usize == drop)
+            .collect();
         masks.sort_by_key(|m| std::cmp::Reverse(*m));
         for m in masks {
             let kept: Vec<i64> = (0..n).filter(|i| m & (1 << i) == 0).map(|i| x[i]).collect();
@@ -114,16 +138,26 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
                         })
                         .collect();
                     if let (Some(h), Some(w)) = (pads[0], pads[1]) {
-                        v.push(Anchor::WinogradNhwc { padding: [h.0, w.0, h.1, w.1] });
+                        v.push(Anchor::WinogradNhwc {
+                            padding: [h.0, w.0, h.1, w.1],
+                        });
                     }
                 }
                 // conv2d NHWC, kernel HWIO [KH,KW,CI,CO]
                 if b[2] == a[3] && b[3] == out[3] {
-                    v.extend(conv_windows(in_hw, [b[0], b[1]], out_hw).into_iter().map(Anchor::Conv2dNhwc));
+                    v.extend(
+                        conv_windows(in_hw, [b[0], b[1]], out_hw)
+                            .into_iter()
+                            .map(Anchor::Conv2dNhwc),
+                    );
                 }
                 // depthwise NHWC, kernel [KH,KW,C,M]
                 if b[2] == a[3] && a[3] * b[3] == out[3] {
-                    v.extend(conv_windows(in_hw, [b[0], b[1]], out_hw).into_iter().map(Anchor::DepthwiseNhwc));
+                    v.extend(
+                        conv_windows(in_hw, [b[0], b[1]], out_hw)
+                            .into_iter()
+                            .map(Anchor::DepthwiseNhwc),
+                    );
                 }
             }
             // NCHW data [N,C,H,W], kernel OIHW [O, C/g, KH, KW]
@@ -147,7 +181,9 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
             }
         }
         (2, 2, 2) if a[1] == b[1] && out == [a[0], b[0]] => v.push(Anchor::Dense),
-        (3, 3, 3) if a[2] == b[2] && out[1] == a[1] && out[2] == b[1] && out[0] == a[0].max(b[0]) => {
+        (3, 3, 3)
+            if a[2] == b[2] && out[1] == a[1] && out[2] == b[1] && out[0] == a[0].max(b[0]) =>
+        {
             v.push(Anchor::BatchMatmul)
         }
         _ => {}
@@ -155,9 +191,15 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
     // variance(x, mean): mean keeps reduced dims as 1
     if a.len() == b.len() {
         if let Some((axes, true)) = reduced_axes(a, b) {
-            if let Some((_, keepdims)) = reduced_axes(a, out).or_else(|| (out == b).then(|| (axes.clone(), true))) {
+            if let Some((_, keepdims)) =
+                reduced_axes(a, out).or_else(|| (out == b).then(|| (axes.clone(), true)))
+            {
                 for unbiased in [false, true] {
-                    v.push(Anchor::Variance { axes: axes.clone(), keepdims, unbiased });
+                    v.push(Anchor::Variance {
+                        axes: axes.clone(),
+                        keepdims,
+                        unbiased,
+                    });
                 }
             }
         }
@@ -168,25 +210,42 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
 /// Epilogue op kinds that fit an operand of shape `operand` against output `out`, for an
 /// operand-after (`first == false`) or operand-first position.
 fn operand_ops(operand: &[i64], out: &[i64], first: bool) -> Vec<EpilogueOp> {
-    let Some(shape) = broadcast_shape(operand, out) else { return vec![] };
+    let Some(shape) = broadcast_shape(operand, out) else {
+        return vec![];
+    };
     if shape != out {
         return vec![];
     }
     if first {
-        return vec![EpilogueOp::Add { operand_first: true }, EpilogueOp::Multiply { operand_first: true }];
+        return vec![
+            EpilogueOp::Add {
+                operand_first: true,
+            },
+            EpilogueOp::Multiply {
+                operand_first: true,
+            },
+        ];
     }
     let mut v = Vec::new();
     if operand.len() < out.len() {
         v.push(EpilogueOp::ExpandAdd);
     }
-    v.push(EpilogueOp::Add { operand_first: false });
-    v.push(EpilogueOp::Multiply { operand_first: false });
+    v.push(EpilogueOp::Add {
+        operand_first: false,
+    });
+    v.push(EpilogueOp::Multiply {
+        operand_first: false,
+    });
     v
 }
 
 /// Activations tried at the end of a chain.
-const ACTIVATIONS: [Option<EpilogueOp>; 4] =
-    [None, Some(EpilogueOp::Relu), Some(EpilogueOp::Clip { lo: 0.0, hi: 6.0 }), Some(EpilogueOp::Tanh)];
+const ACTIVATIONS: [Option<EpilogueOp>; 4] = [
+    None,
+    Some(EpilogueOp::Relu),
+    Some(EpilogueOp::Clip { lo: 0.0, hi: 6.0 }),
+    Some(EpilogueOp::Tanh),
+];
 
 /// All candidates for key-order input shapes `ins` and output `out`, most likely first:
 /// two-input anchors before one-input ones, operand-after before operand-first, and for
@@ -203,16 +262,26 @@ pub fn candidates(ins: &[Vec<i64>], out: &[i64]) -> Vec<Candidate> {
             let firsts: Vec<bool> = (0..m).map(|j| mask & (1 << j) != 0).collect();
             // key order of canonical indices for these flags (see WorkloadSpec::key_order)
             let skeleton = WorkloadSpec::new(
-                if k == 2 { Anchor::Dense } else { Anchor::Softmax { axis: 0 } },
-                firsts.iter().map(|&f| EpilogueOp::Add { operand_first: f }).collect(),
+                if k == 2 {
+                    Anchor::Dense
+                } else {
+                    Anchor::Softmax { axis: 0 }
+                },
+                firsts
+                    .iter()
+                    .map(|&f| EpilogueOp::Add { operand_first: f })
+                    .collect(),
             );
-            let Ok(canonical) = skeleton.canonical_inputs(ins) else { continue };
+            let Ok(canonical) = skeleton.canonical_inputs(ins) else {
+                continue;
+            };
             let anchor_list = anchors(&canonical[..k], out);
             if anchor_list.is_empty() {
                 continue;
             }
-            let per_operand: Vec<Vec<EpilogueOp>> =
-                (0..m).map(|j| operand_ops(&canonical[k + j], out, firsts[j])).collect();
+            let per_operand: Vec<Vec<EpilogueOp>> = (0..m)
+                .map(|j| operand_ops(&canonical[k + j], out, firsts[j]))
+                .collect();
             if per_operand.iter().any(Vec::is_empty) {
                 continue;
             }
@@ -258,14 +327,22 @@ mod tests {
         let c = candidates(&ins, &[1, 56, 56, 64]);
         let want = WorkloadSpec::new(
             Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
-            vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+            vec![
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Relu,
+            ],
         );
         assert!(c.iter().any(|x| x.spec == want), "{} candidates", c.len());
     }
 
     #[test]
     fn reduced_axes_keepdims_and_dropped() {
-        assert_eq!(reduced_axes(&[1, 14, 768], &[1, 14, 1]), Some((vec![2], true)));
+        assert_eq!(
+            reduced_axes(&[1, 14, 768], &[1, 14, 1]),
+            Some((vec![2], true))
+        );
         assert_eq!(reduced_axes(&[2, 3, 4], &[2, 3]), Some((vec![2], false)));
         assert_eq!(reduced_axes(&[2, 3], &[2, 3]), None);
     }

@@ -75,9 +75,14 @@ pub enum RecognizeError {
 impl fmt::Display for RecognizeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RecognizeError::NoShapes(h) => write!(f, "hash-only workload key {h}: no shapes to recognize a DAG from"),
+            RecognizeError::NoShapes(h) => write!(
+                f,
+                "hash-only workload key {h}: no shapes to recognize a DAG from"
+            ),
             RecognizeError::NoCandidate(m) => write!(f, "no op family fits the key shapes: {m}"),
-            RecognizeError::UnknownRegistered(n) => write!(f, "unknown registered workload function `{n}`"),
+            RecognizeError::UnknownRegistered(n) => {
+                write!(f, "unknown registered workload function `{n}`")
+            }
             RecognizeError::BadArguments(m) => write!(f, "bad registered workload arguments: {m}"),
         }
     }
@@ -85,7 +90,8 @@ impl fmt::Display for RecognizeError {
 impl std::error::Error for RecognizeError {}
 
 fn cache() -> &'static Mutex<HashMap<String, Result<Recognized, RecognizeError>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Result<Recognized, RecognizeError>>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<HashMap<String, Result<Recognized, RecognizeError>>>> =
+        OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -95,17 +101,25 @@ pub fn recognize(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
         return r.clone();
     }
     let r = recognize_uncached(key);
-    cache().lock().expect("recognize cache").insert(key.raw.clone(), r.clone());
+    cache()
+        .lock()
+        .expect("recognize cache")
+        .insert(key.raw.clone(), r.clone());
     r
 }
 
 /// Only the signature and how it was recognized (cached like [`recognize`], without cloning
 /// the DAG: the importer needs nothing else).
-pub fn recognize_signature(key: &WorkloadKey) -> Result<(WorkloadSignature, &'static str), RecognizeError> {
+pub fn recognize_signature(
+    key: &WorkloadKey,
+) -> Result<(WorkloadSignature, &'static str), RecognizeError> {
     {
         let cache = cache().lock().expect("recognize cache");
         if let Some(r) = cache.get(&key.raw) {
-            return r.as_ref().map(|r| (r.signature.clone(), r.recognized_by.as_str())).map_err(Clone::clone);
+            return r
+                .as_ref()
+                .map(|r| (r.signature.clone(), r.recognized_by.as_str()))
+                .map_err(Clone::clone);
         }
     }
     recognize(key).map(|r| (r.signature, r.recognized_by.as_str()))
@@ -146,7 +160,10 @@ fn eras_for(form: KeyForm) -> Vec<Era> {
 pub fn shape_hypotheses(key: &WorkloadKey) -> Vec<Vec<Vec<i64>>> {
     match key.form {
         KeyForm::Nested => key.nested_shapes().into_iter().collect(),
-        KeyForm::Flat => (2..=6).filter_map(|r| key.shapes_with_rank(r)).filter(|s| s.len() >= 2).collect(),
+        KeyForm::Flat => (2..=6)
+            .filter_map(|r| key.shapes_with_rank(r))
+            .filter(|s| s.len() >= 2)
+            .collect(),
         _ => vec![],
     }
 }
@@ -161,7 +178,11 @@ fn hints() -> &'static Mutex<HashMap<String, (String, Era)>> {
 
 fn recognize_relay(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
     let mut eras = eras_for(key.form);
-    let hint = hints().lock().expect("recognize hints").get(&key.head).cloned();
+    let hint = hints()
+        .lock()
+        .expect("recognize hints")
+        .get(&key.head)
+        .cloned();
     if let Some((_, era)) = &hint {
         eras.retain(|e| e != era);
         eras.insert(0, *era);
@@ -179,13 +200,18 @@ fn recognize_relay(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
         // era-major: a whole pass over the candidates per era, most plausible era first
         for &era in &eras {
             for c in &cands {
-                let Ok(dag) = c.spec.build(era, &c.canonical) else { continue };
+                let Ok(dag) = c.spec.build(era, &c.canonical) else {
+                    continue;
+                };
                 if dag.io_shapes() != *shapes {
                     continue;
                 }
                 tried += 1;
                 if dag_hash(&dag) == key.head {
-                    hints().lock().expect("recognize hints").insert(key.head.clone(), (c.spec.op_class(), era));
+                    hints()
+                        .lock()
+                        .expect("recognize hints")
+                        .insert(key.head.clone(), (c.spec.op_class(), era));
                     let signature = signature::spec_signature(&c.spec, &c.canonical, out);
                     return Ok(Recognized {
                         dag,
@@ -221,14 +247,24 @@ fn recognize_relay(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
                 candidates_tried: tried,
             })
         }
-        None => Err(RecognizeError::NoCandidate(format!("{} with shapes {:?}", key.head, hypotheses))),
+        None => Err(RecognizeError::NoCandidate(format!(
+            "{} with shapes {:?}",
+            key.head, hypotheses
+        ))),
     }
 }
 
 /// The plainest reading of an epilogue: operands added after the anchor, no activation.
 fn is_plain(spec: &WorkloadSpec) -> bool {
     !matches!(spec.anchor, Anchor::Variance { unbiased: true, .. })
-        && spec.epilogue.iter().all(|op| matches!(op, EpilogueOp::Add { operand_first: false } | EpilogueOp::ExpandAdd))
+        && spec.epilogue.iter().all(|op| {
+            matches!(
+                op,
+                EpilogueOp::Add {
+                    operand_first: false
+                } | EpilogueOp::ExpandAdd
+            )
+        })
 }
 
 #[cfg(test)]
@@ -241,14 +277,16 @@ mod tests {
         let raw = if form_flat {
             let flat: Vec<i64> = shapes.iter().flatten().copied().collect();
             serde_json::to_string(
-                &(std::iter::once(serde_json::json!(dag_hash(dag))).chain(flat.iter().map(|v| serde_json::json!(v))))
-                    .collect::<Vec<_>>(),
+                &(std::iter::once(serde_json::json!(dag_hash(dag)))
+                    .chain(flat.iter().map(|v| serde_json::json!(v))))
+                .collect::<Vec<_>>(),
             )
             .unwrap()
         } else {
             serde_json::to_string(
-                &(std::iter::once(serde_json::json!(dag_hash(dag))).chain(shapes.iter().map(|s| serde_json::json!(s))))
-                    .collect::<Vec<_>>(),
+                &(std::iter::once(serde_json::json!(dag_hash(dag)))
+                    .chain(shapes.iter().map(|s| serde_json::json!(s))))
+                .collect::<Vec<_>>(),
             )
             .unwrap()
         };
@@ -259,12 +297,36 @@ mod tests {
     /// >= 0.10 (nested key, `p0` names, residual-first argument order) gets one signature.
     #[test]
     fn signature_is_identical_across_eras_and_operand_order() {
-        let canonical = vec![vec![1, 14, 14, 256], vec![1, 1, 256, 1024], vec![1, 1, 1, 1024], vec![1, 14, 14, 1024]];
+        let canonical = vec![
+            vec![1, 14, 14, 256],
+            vec![1, 1, 256, 1024],
+            vec![1, 1, 1, 1024],
+            vec![1, 14, 14, 1024],
+        ];
         let anchor = Anchor::Conv2dNhwc(Window2d::simple(1, 0));
-        let bias = EpilogueOp::Add { operand_first: false };
-        let old =
-            WorkloadSpec::new(anchor.clone(), vec![bias, EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu]);
-        let new = WorkloadSpec::new(anchor, vec![bias, EpilogueOp::Add { operand_first: true }, EpilogueOp::Relu]);
+        let bias = EpilogueOp::Add {
+            operand_first: false,
+        };
+        let old = WorkloadSpec::new(
+            anchor.clone(),
+            vec![
+                bias,
+                EpilogueOp::Add {
+                    operand_first: false,
+                },
+                EpilogueOp::Relu,
+            ],
+        );
+        let new = WorkloadSpec::new(
+            anchor,
+            vec![
+                bias,
+                EpilogueOp::Add {
+                    operand_first: true,
+                },
+                EpilogueOp::Relu,
+            ],
+        );
         let old_dag = old.build(Era::V07, &canonical).unwrap();
         let new_dag = new.build(Era::V010, &canonical).unwrap();
         assert_ne!(dag_hash(&old_dag), dag_hash(&new_dag));
@@ -288,11 +350,16 @@ mod tests {
         .unwrap();
         let r = recognize_uncached(&key).unwrap();
         match &r.recognized_by {
-            RecognizedBy::Structural { reason } => assert!(reason.contains("no candidate"), "{reason}"),
+            RecognizedBy::Structural { reason } => {
+                assert!(reason.contains("no candidate"), "{reason}")
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(r.signature.op_class, "conv2d_nhwc+add");
-        assert_eq!(r.signature.attrs["padding"], serde_json::json!([1, 1, 1, 1]));
+        assert_eq!(
+            r.signature.attrs["padding"],
+            serde_json::json!([1, 1, 1, 1])
+        );
     }
 
     /// A 1-D bias through expand_dims (BERT, TVM 0.8) and a `[1, N]` broadcast bias (TVM
@@ -300,13 +367,28 @@ mod tests {
     #[test]
     fn bias_rank_does_not_change_the_signature() {
         let old = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::ExpandAdd]);
-        let new = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::Add { operand_first: false }]);
-        let a = old.build(Era::V08, &[vec![1, 64], vec![32, 64], vec![32]]).unwrap();
-        let b = new.build(Era::V015, &[vec![1, 64], vec![32, 64], vec![1, 32]]).unwrap();
+        let new = WorkloadSpec::new(
+            Anchor::Dense,
+            vec![EpilogueOp::Add {
+                operand_first: false,
+            }],
+        );
+        let a = old
+            .build(Era::V08, &[vec![1, 64], vec![32, 64], vec![32]])
+            .unwrap();
+        let b = new
+            .build(Era::V015, &[vec![1, 64], vec![32, 64], vec![1, 32]])
+            .unwrap();
         let ra = recognize_uncached(&key_for(&a, false)).unwrap();
         let rb = recognize_uncached(&key_for(&b, false)).unwrap();
-        assert_eq!((ra.recognized_by.as_str(), rb.recognized_by.as_str()), ("md5", "md5"));
-        assert_eq!(ra.spec.as_ref().unwrap().epilogue, vec![EpilogueOp::ExpandAdd]);
+        assert_eq!(
+            (ra.recognized_by.as_str(), rb.recognized_by.as_str()),
+            ("md5", "md5")
+        );
+        assert_eq!(
+            ra.spec.as_ref().unwrap().epilogue,
+            vec![EpilogueOp::ExpandAdd]
+        );
         assert_eq!(ra.signature.sha256_hex(), rb.signature.sha256_hex());
         assert_eq!(ra.signature.inputs[2], vec![1, 32]);
     }
@@ -325,6 +407,9 @@ mod tests {
         let names: Vec<&str> = r.dag.stages.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["A", "B", "matmul", "C", "out"]);
         let key = WorkloadKey::parse(r#"["nope", 1]"#).unwrap();
-        assert!(matches!(recognize(&key), Err(RecognizeError::UnknownRegistered(_))));
+        assert!(matches!(
+            recognize(&key),
+            Err(RecognizeError::UnknownRegistered(_))
+        ));
     }
 }

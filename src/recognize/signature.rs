@@ -10,7 +10,11 @@ use crate::signature::WorkloadSignature;
 use serde_json::json;
 use std::collections::BTreeMap;
 
-pub fn spec_signature(spec: &WorkloadSpec, canonical: &[Vec<i64>], output: &[i64]) -> WorkloadSignature {
+pub fn spec_signature(
+    spec: &WorkloadSpec,
+    canonical: &[Vec<i64>],
+    output: &[i64],
+) -> WorkloadSignature {
     let mut attrs = spec.anchor.attrs(canonical);
     for op in &spec.epilogue {
         if let EpilogueOp::Clip { lo, hi } = op {

@@ -13,7 +13,13 @@ type DimChoice = (i64, (i64, i64));
 const MAX_STRIDE: i64 = 8;
 
 /// Padding (before, after) of one dimension, with at least one non-zero side.
-pub fn solve_padding(input: i64, kernel: i64, stride: i64, dilation: i64, out: i64) -> Option<(i64, i64)> {
+pub fn solve_padding(
+    input: i64,
+    kernel: i64,
+    stride: i64,
+    dilation: i64,
+    out: i64,
+) -> Option<(i64, i64)> {
     let dk = (kernel - 1) * dilation + 1;
     (1..=dk)
         .map(|p| (p, p))
@@ -39,9 +45,14 @@ pub fn conv_windows(in_hw: [i64; 2], k_hw: [i64; 2], out_hw: [i64; 2]) -> Vec<Wi
             if stride > 1 && stride > in_hw[0].max(in_hw[1]) {
                 break;
             }
-            let unpadded = (0..2).all(|i| fits_unpadded(in_hw[i], k_hw[i], stride, dilation, out_hw[i]));
+            let unpadded =
+                (0..2).all(|i| fits_unpadded(in_hw[i], k_hw[i], stride, dilation, out_hw[i]));
             if unpadded {
-                out.push(Window2d { stride: [stride, stride], padding: [0; 4], dilation: [dilation, dilation] });
+                out.push(Window2d {
+                    stride: [stride, stride],
+                    padding: [0; 4],
+                    dilation: [dilation, dilation],
+                });
             }
             if let Some(w) = padded_window(in_hw, k_hw, out_hw, stride, dilation) {
                 out.push(w);
@@ -53,7 +64,13 @@ pub fn conv_windows(in_hw: [i64; 2], k_hw: [i64; 2], out_hw: [i64; 2]) -> Vec<Wi
 
 /// The padded window for one stride/dilation: each dim padded if it can be, else
 /// unpadded if that fits; None if neither dim is padded or a dim cannot be mapped.
-fn padded_window(in_hw: [i64; 2], k_hw: [i64; 2], out_hw: [i64; 2], stride: i64, dilation: i64) -> Option<Window2d> {
+fn padded_window(
+    in_hw: [i64; 2],
+    k_hw: [i64; 2],
+    out_hw: [i64; 2],
+    stride: i64,
+    dilation: i64,
+) -> Option<Window2d> {
     let mut pads = [(0, 0); 2];
     let mut any = false;
     for i in 0..2 {
@@ -76,8 +93,16 @@ fn padded_window(in_hw: [i64; 2], k_hw: [i64; 2], out_hw: [i64; 2], stride: i64,
 /// the size (resnet's 3x3/s2 pool wins over googlenet's ceil-mode 3x3/s2 ambiguity: one key
 /// can stand for both). Average pools show their kernel; `all_kernels` enumerates more.
 /// Returns (kernel, stride, padding (t, l, b, r)).
-pub fn pool_windows(in_hw: [i64; 2], out_hw: [i64; 2], all_kernels: bool) -> Vec<([i64; 2], i64, [i64; 4])> {
-    let kernels: Vec<i64> = if all_kernels { vec![3, 2, 1, 4, 5, 6, 7] } else { vec![3, 2, 1] };
+pub fn pool_windows(
+    in_hw: [i64; 2],
+    out_hw: [i64; 2],
+    all_kernels: bool,
+) -> Vec<([i64; 2], i64, [i64; 4])> {
+    let kernels: Vec<i64> = if all_kernels {
+        vec![3, 2, 1, 4, 5, 6, 7]
+    } else {
+        vec![3, 2, 1]
+    };
     let mut out = Vec::new();
     for stride in 1..=MAX_STRIDE.min(in_hw[0].max(in_hw[1]).max(1)) {
         for padded in [false, true] {
@@ -90,7 +115,8 @@ pub fn pool_windows(in_hw: [i64; 2], out_hw: [i64; 2], all_kernels: bool) -> Vec
                             if padded {
                                 solve_padding(in_hw[i], k, stride, 1, out_hw[i]).map(|p| (k, p))
                             } else {
-                                fits_unpadded(in_hw[i], k, stride, 1, out_hw[i]).then_some((k, (0, 0)))
+                                fits_unpadded(in_hw[i], k, stride, 1, out_hw[i])
+                                    .then_some((k, (0, 0)))
                             }
                         })
                         .collect()
@@ -98,7 +124,10 @@ pub fn pool_windows(in_hw: [i64; 2], out_hw: [i64; 2], all_kernels: bool) -> Vec
                 .collect();
             let choices: Vec<(DimChoice, DimChoice)> = if all_kernels {
                 // square kernels, every size
-                per_dim[0].iter().filter_map(|&h| per_dim[1].iter().find(|w| w.0 == h.0).map(|&w| (h, w))).collect()
+                per_dim[0]
+                    .iter()
+                    .filter_map(|&h| per_dim[1].iter().find(|w| w.0 == h.0).map(|&w| (h, w)))
+                    .collect()
             } else {
                 match (per_dim[0].first(), per_dim[1].first()) {
                     (Some(&h), Some(&w)) => vec![(h, w)],

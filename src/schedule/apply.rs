@@ -22,7 +22,10 @@ impl Step {
 
 /// Can this step create nested parallel loops? Those get the whole-state check after they run.
 fn may_nest_parallel(step: &Step) -> bool {
-    matches!(step, Step::Annotation(_) | Step::ComputeAt(_) | Step::Reorder(_))
+    matches!(
+        step,
+        Step::Annotation(_) | Step::ComputeAt(_) | Step::Reorder(_)
+    )
 }
 
 impl State {
@@ -50,7 +53,11 @@ impl State {
                 self.transform_steps.push(step.clone());
                 Ok(())
             }
-            Err(reason) => Err(ReplayError { step_index, step: step.to_string(), reason }),
+            Err(reason) => Err(ReplayError {
+                step_index,
+                step: step.to_string(),
+                reason,
+            }),
         }
     }
 
@@ -100,7 +107,10 @@ impl std::error::Error for ReplayFailure {}
 pub fn replay(inits: &[StageInit], steps: &[Step]) -> Result<State, ReplayFailure> {
     let mut state = State::new(inits).map_err(ReplayFailure::Init)?;
     // The state is dropped on error: no backups needed.
-    steps.iter().try_for_each(|s| state.apply_or_spoil(s)).map_err(ReplayFailure::Step)?;
+    steps
+        .iter()
+        .try_for_each(|s| state.apply_or_spoil(s))
+        .map_err(ReplayFailure::Step)?;
     state.verify_split_extents().map_err(ReplayFailure::Step)?;
     Ok(state)
 }

@@ -31,12 +31,17 @@ impl AttachMap {
 
     /// Stages attached at loop `iter` of `stage`, in attach order.
     pub fn attached_at(&self, stage: usize, iter: usize) -> &[usize] {
-        self.iter_to_attached_stages.get(&(stage, iter)).map_or(&[], Vec::as_slice)
+        self.iter_to_attached_stages
+            .get(&(stage, iter))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Is any stage attached to some loop of `stage`?
     pub fn has_attached_stages(&self, stage: usize) -> bool {
-        self.iter_to_attached_stages.range((stage, 0)..=(stage, usize::MAX)).next().is_some()
+        self.iter_to_attached_stages
+            .range((stage, 0)..=(stage, usize::MAX))
+            .next()
+            .is_some()
     }
 
     /// All `(attached stage, attach point)` pairs, by attached stage id.
@@ -45,18 +50,27 @@ impl AttachMap {
     }
 
     /// All `((stage, iter), attached stages)` pairs.
-    pub fn attached_loops(&self) -> impl std::iter::Iterator<Item = ((usize, usize), &[usize])> + '_ {
-        self.iter_to_attached_stages.iter().map(|(k, v)| (*k, v.as_slice()))
+    pub fn attached_loops(
+        &self,
+    ) -> impl std::iter::Iterator<Item = ((usize, usize), &[usize])> + '_ {
+        self.iter_to_attached_stages
+            .iter()
+            .map(|(k, v)| (*k, v.as_slice()))
     }
 
     pub(crate) fn set_compute_at(&mut self, stage: usize, point: AttachPoint) {
         self.delete_stage(stage);
         self.stage_to_attach_iter.insert(stage, point);
-        self.iter_to_attached_stages.entry((point.stage, point.iter)).or_default().push(stage);
+        self.iter_to_attached_stages
+            .entry((point.stage, point.iter))
+            .or_default()
+            .push(stage);
     }
 
     pub(crate) fn delete_stage(&mut self, stage: usize) {
-        let Some(old) = self.stage_to_attach_iter.remove(&stage) else { return };
+        let Some(old) = self.stage_to_attach_iter.remove(&stage) else {
+            return;
+        };
         let key = (old.stage, old.iter);
         if let Some(list) = self.iter_to_attached_stages.get_mut(&key) {
             list.retain(|&s| s != stage);
@@ -70,7 +84,9 @@ impl AttachMap {
     pub(crate) fn update_iters(&mut self, stage: usize, from: &[usize], to: &[usize]) {
         let mut moved = Vec::new();
         for (&f, &t) in from.iter().zip(to) {
-            let Some(list) = self.iter_to_attached_stages.remove(&(stage, f)) else { continue };
+            let Some(list) = self.iter_to_attached_stages.remove(&(stage, f)) else {
+                continue;
+            };
             for s in &list {
                 if let Some(p) = self.stage_to_attach_iter.get_mut(s) {
                     p.iter = t;
@@ -99,7 +115,15 @@ impl AttachMap {
         let shift = |s: usize| if s >= start { s + offset } else { s };
         self.stage_to_attach_iter = std::mem::take(&mut self.stage_to_attach_iter)
             .into_iter()
-            .map(|(s, p)| (shift(s), AttachPoint { stage: shift(p.stage), ..p }))
+            .map(|(s, p)| {
+                (
+                    shift(s),
+                    AttachPoint {
+                        stage: shift(p.stage),
+                        ..p
+                    },
+                )
+            })
             .collect();
         self.iter_to_attached_stages = std::mem::take(&mut self.iter_to_attached_stages)
             .into_iter()
@@ -113,7 +137,11 @@ mod tests {
     use super::*;
 
     fn point(stage: usize, iter: usize) -> AttachPoint {
-        AttachPoint { stage, iter, ident: IterIdent(iter as u64) }
+        AttachPoint {
+            stage,
+            iter,
+            ident: IterIdent(iter as u64),
+        }
     }
 
     #[test]

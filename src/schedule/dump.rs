@@ -81,18 +81,33 @@ pub fn stage_inits_from_dump(text: &str) -> Result<Vec<StageInit>, String> {
             return Err(bad("stage ids must count from 0"));
         }
         let name = name.to_string();
-        if let Some(shape) = rest.strip_prefix("placeholder [").and_then(|r| r.strip_suffix(']')) {
-            let dims = shape.split(',').map(|d| d.parse::<i64>().map_err(|_| bad("bad dimension")));
+        if let Some(shape) = rest
+            .strip_prefix("placeholder [")
+            .and_then(|r| r.strip_suffix(']'))
+        {
+            let dims = shape
+                .split(',')
+                .map(|d| d.parse::<i64>().map_err(|_| bad("bad dimension")));
             let shape = dims.collect::<Result<_, _>>()?;
-            out.push(StageInit { name, placeholder_shape: Some(shape), iters: Vec::new(), inputs: None });
+            out.push(StageInit {
+                name,
+                placeholder_shape: Some(shape),
+                iters: Vec::new(),
+                inputs: None,
+            });
             continue;
         }
-        let Some(iters) = rest.strip_prefix("root unroll=0 : ").or(rest.strip_prefix("root unroll=0 :")) else {
+        let Some(iters) = rest
+            .strip_prefix("root unroll=0 : ")
+            .or(rest.strip_prefix("root unroll=0 :"))
+        else {
             return Err(bad("expected a placeholder or a root stage"));
         };
         let mut axes = Vec::new();
         for word in iters.split_whitespace() {
-            let (axis, ext_kind) = word.rsplit_once('=').ok_or_else(|| bad("iterator without '='"))?;
+            let (axis, ext_kind) = word
+                .rsplit_once('=')
+                .ok_or_else(|| bad("iterator without '='"))?;
             let (ext, kind) = match ext_kind.split_once(':') {
                 Some((e, "S")) => (e, IterKind::Spatial),
                 Some((e, "R")) => (e, IterKind::Reduction),
@@ -102,9 +117,18 @@ pub fn stage_inits_from_dump(text: &str) -> Result<Vec<StageInit>, String> {
                 "?" => None,
                 e => Some(e.parse::<i64>().map_err(|_| bad("bad extent"))?),
             };
-            axes.push(AxisInit { name: axis.to_string(), extent, kind });
+            axes.push(AxisInit {
+                name: axis.to_string(),
+                extent,
+                kind,
+            });
         }
-        out.push(StageInit { name, placeholder_shape: None, iters: axes, inputs: None });
+        out.push(StageInit {
+            name,
+            placeholder_shape: None,
+            iters: axes,
+            inputs: None,
+        });
     }
     Ok(out)
 }

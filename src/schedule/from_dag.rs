@@ -16,13 +16,24 @@ pub fn stage_inits_from_dag(dag: &Dag) -> Vec<StageInit> {
                 inputs: Some(Vec::new()),
             },
             Operation::Compute(c) => {
-                let axis = |kind| move |a: &crate::ir::IterVar| AxisInit { name: a.name.clone(), extent: a.const_extent(), kind };
+                let axis = |kind| {
+                    move |a: &crate::ir::IterVar| AxisInit {
+                        name: a.name.clone(),
+                        extent: a.const_extent(),
+                        kind,
+                    }
+                };
                 let mut iters: Vec<AxisInit> = c.axes.iter().map(axis(IterKind::Spatial)).collect();
                 iters.extend(c.reduce_axes.iter().map(axis(IterKind::Reduction)));
                 let mut inputs: Vec<usize> = c.input_tensors().into_iter().map(|t| t.0).collect();
                 inputs.sort_unstable();
                 inputs.dedup();
-                StageInit { name: st.name.clone(), placeholder_shape: None, iters, inputs: Some(inputs) }
+                StageInit {
+                    name: st.name.clone(),
+                    placeholder_shape: None,
+                    iters,
+                    inputs: Some(inputs),
+                }
             }
         })
         .collect()
@@ -55,7 +66,18 @@ mod tests {
 6 T_relu root unroll=0 : ax0=1:S ax1=7:S ax2=7:S ax3=512:S"
         );
         let inputs: Vec<_> = inits.iter().map(|i| i.inputs.clone().unwrap()).collect();
-        assert_eq!(inputs, [vec![], vec![0], vec![], vec![1, 2], vec![], vec![3, 4], vec![5]]);
+        assert_eq!(
+            inputs,
+            [
+                vec![],
+                vec![0],
+                vec![],
+                vec![1, 2],
+                vec![],
+                vec![3, 4],
+                vec![5]
+            ]
+        );
         assert_eq!(st.consumes(6, 1), Some(true));
         assert_eq!(st.consumes(5, 4), Some(true));
         assert_eq!(st.consumes(3, 4), Some(false));

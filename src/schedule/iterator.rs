@@ -57,7 +57,10 @@ impl Iterator {
 
 /// `utils.h::CleanName`: the state name of a TE variable.
 pub fn clean_name(te_name: &str) -> String {
-    te_name.replace(['.', '@'], "_").replace("outer", "o").replace("inner", "i")
+    te_name
+        .replace(['.', '@'], "_")
+        .replace("outer", "o")
+        .replace("inner", "i")
 }
 
 #[cfg(test)]

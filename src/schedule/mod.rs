@@ -45,6 +45,6 @@ pub use error::{InitError, ReplayError, MAX_EXTENT};
 pub use from_dag::stage_inits_from_dag;
 pub use iterator::{clean_name, IterIdent, IterKind, Iterator};
 pub use state::{
-    AxisInit, ComputeAt, OpAxis, OpKind, OpOrigin, SplitExtentMismatch, SplitExtentReport, Stage, StageAttrs,
-    StageInit, StageOp, State,
+    AxisInit, ComputeAt, OpAxis, OpKind, OpOrigin, SplitExtentMismatch, SplitExtentReport, Stage,
+    StageAttrs, StageInit, StageOp, State,
 };

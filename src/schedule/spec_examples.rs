@@ -30,7 +30,10 @@ fn worked_example_matmul_add() {
     );
     assert!(stage_line(&st, 2).starts_with("2 matmul at:4.3 "));
     apply_all(&mut st, &[r#"["FU", 4, [0, 1]]"#]);
-    assert!(stage_line(&st, 2).starts_with("2 matmul at:4.2 "), "FU moves the attach index 3 -> 2");
+    assert!(
+        stage_line(&st, 2).starts_with("2 matmul at:4.2 "),
+        "FU moves the attach index 3 -> 2"
+    );
     apply_all(
         &mut st,
         &[
@@ -44,7 +47,10 @@ fn worked_example_matmul_add() {
         stage_line(&st, 2),
         "2 matmul at:4.2 unroll=8 : i.0=?:S j.0=?:S i.1=?:S j.1=?:S k.0=?:R i.2=?:S j.2=?:S k.1=?:R i.3=?:S j.3=?:S:vectorize"
     );
-    assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0@j.0@=16384:S:parallel i.1=2:S j.1=1:S i.2=4:S j.2=8:S:vectorize");
+    assert_eq!(
+        stage_line(&st, 4),
+        "4 out root unroll=0 : i.0@j.0@=16384:S:parallel i.1=2:S j.1=1:S i.2=4:S j.2=8:S:vectorize"
+    );
     // the attach point is the loop object j.1, wherever it is
     let p = *st.attach_map().attach_point(2).unwrap();
     assert_eq!(st.iter_position(4, p.ident), Some(2));
@@ -63,8 +69,16 @@ fn dense_with_cache_write() {
     );
     let steps = r#"[["CHW", 2, "local"], ["SP", 2, 0, 14, [1, 1, 14], 1], ["SP", 2, 4, 768, [32, 1, 4], 1], ["SP", 2, 8, 3072, [48], 1], ["RE", 2, [0, 4, 1, 5, 8, 2, 6, 9, 3, 7]], ["FSP", 3, 0, 1, 2], ["FSP", 3, 3, 2, 2], ["RE", 3, [0, 3, 1, 4, 2, 5]], ["CA", 2, 3, 3], ["FU", 3, [0, 1, 2, 3]], ["AN", 3, 0, 3], ["PR", 2, 0, "auto_unroll_max_step$16"], ["AN", 2, 9, 2], ["AN", 3, 2, 2]]"#;
     let v: serde_json::Value = serde_json::from_str(steps).unwrap();
-    let list: Vec<String> = v.as_array().unwrap().iter().map(|s| s.to_string()).collect();
-    apply_all(&mut st, &list.iter().map(String::as_str).collect::<Vec<_>>());
+    let list: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    apply_all(
+        &mut st,
+        &list.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     // the oracle's final state for this record (bert log line 7)
     assert_eq!(
         dump_of(&st),
@@ -89,21 +103,51 @@ fn dataflow_through_stage_insertions() {
         st.inputs = Some(inputs);
     }
     let mut st = State::new(&inits).unwrap();
-    let inputs = |st: &State| st.stages().iter().map(|s| s.op.inputs.clone().unwrap()).collect::<Vec<_>>();
+    let inputs = |st: &State| {
+        st.stages()
+            .iter()
+            .map(|s| s.op.inputs.clone().unwrap())
+            .collect::<Vec<_>>()
+    };
     apply_all(&mut st, &[r#"["CHR", 0, "shared", [2]]"#]);
     // A, A.shared, B, C, D: C reads the cache, B still reads A
     assert_eq!(inputs(&st), [vec![], vec![0], vec![0], vec![1], vec![2, 3]]);
-    apply_all(&mut st, &[r#"["SP", 2, 1, 64, [8], 1]"#, r#"["RF", 2, 2, 1]"#]);
+    apply_all(
+        &mut st,
+        &[r#"["SP", 2, 1, 64, [8], 1]"#, r#"["RF", 2, 2, 1]"#],
+    );
     // A, A.shared, B.rf, B.repl, C, D
-    assert_eq!(inputs(&st), [vec![], vec![0], vec![0], vec![2], vec![1], vec![3, 4]]);
+    assert_eq!(
+        inputs(&st),
+        [vec![], vec![0], vec![0], vec![2], vec![1], vec![3, 4]]
+    );
     apply_all(&mut st, &[r#"["CHW", 4, "local"]"#]);
     // A, A.shared, B.rf, B.repl, C.local, C, D
-    assert_eq!(inputs(&st), [vec![], vec![0], vec![0], vec![2], vec![1], vec![4], vec![3, 5]]);
+    assert_eq!(
+        inputs(&st),
+        [
+            vec![],
+            vec![0],
+            vec![0],
+            vec![2],
+            vec![1],
+            vec![4],
+            vec![3, 5]
+        ]
+    );
     assert_eq!(st.consumes(6, 2), Some(true));
     assert_eq!(st.consumes(4, 2), Some(false));
-    assert!(st.apply(&step(r#"["CA", 2, 4, 0]"#)).unwrap_err().reason.contains("does not consume"));
+    assert!(st
+        .apply(&step(r#"["CA", 2, 4, 0]"#))
+        .unwrap_err()
+        .reason
+        .contains("does not consume"));
     assert_eq!(st.has_consumers(6), Some(false));
-    assert!(st.apply(&step(r#"["CI", 6]"#)).unwrap_err().reason.contains("an output"));
+    assert!(st
+        .apply(&step(r#"["CI", 6]"#))
+        .unwrap_err()
+        .reason
+        .contains("an output"));
     apply_all(&mut st, &[r#"["CA", 2, 6, 0]"#, r#"["CA", 4, 5, 0]"#]);
 }
 
@@ -115,12 +159,23 @@ fn replay_runs_a_whole_record_and_checks_split_extents() {
     )
     .unwrap();
     let sp = |extent: i64| step(&format!(r#"["SP", 1, 0, {extent}, [8], 1]"#));
-    assert_eq!(super::replay(&inits, &[sp(64)]).unwrap().split_report().checked, 1);
+    assert_eq!(
+        super::replay(&inits, &[sp(64)])
+            .unwrap()
+            .split_report()
+            .checked,
+        1
+    );
     match super::replay(&inits, &[sp(63)]) {
-        Err(super::ReplayFailure::Step(e)) => assert!(e.reason.contains("had extent 63, replay gives 64"), "{e}"),
+        Err(super::ReplayFailure::Step(e)) => {
+            assert!(e.reason.contains("had extent 63, replay gives 64"), "{e}")
+        }
         other => panic!("{other:?}"),
     }
     let mut huge = inits.clone();
     huge[0].placeholder_shape = Some(vec![1 << 50]);
-    assert!(matches!(super::replay(&huge, &[]), Err(super::ReplayFailure::Init(_))));
+    assert!(matches!(
+        super::replay(&huge, &[]),
+        Err(super::ReplayFailure::Init(_))
+    ));
 }

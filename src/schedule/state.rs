@@ -43,22 +43,34 @@ pub enum OpOrigin {
     /// Op `dag_index` of the initial stage list, unchanged.
     Initial { dag_index: usize },
     /// CHR: a copy of op `source`'s output, read by `readers` instead of the source.
-    CacheRead { source: String, readers: Vec<String> },
+    CacheRead {
+        source: String,
+        readers: Vec<String>,
+    },
     /// CHW: the computation of `original` (same body), stored in this scoped buffer.
     CacheWrite { original: String },
     /// CHW: `original`'s op, now an element-wise copy of the cache op `cache`.
     CacheWriteCopy { cache: String },
     /// RF: the partial reduction of `original` with reduce loop `factored_axis` turned into
     /// a spatial axis at position `factor_axis`.
-    Rfactor { original: String, factored_axis: String, factor_axis: usize },
+    Rfactor {
+        original: String,
+        factored_axis: String,
+        factor_axis: usize,
+    },
     /// RF: the final reduction of `original` over the partial results of `rfactor`.
     RfactorRepl { original: String, rfactor: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpKind {
-    Placeholder { shape: Vec<i64> },
-    Compute { axes: Vec<OpAxis>, reduce_axes: Vec<OpAxis> },
+    Placeholder {
+        shape: Vec<i64>,
+    },
+    Compute {
+        axes: Vec<OpAxis>,
+        reduce_axes: Vec<OpAxis>,
+    },
 }
 
 /// The op of a stage (TE `Operation`, reduced to what the state needs).
@@ -185,35 +197,52 @@ impl State {
         let name = init.name.clone();
         let inputs = init.inputs.clone();
         if let Some(bad) = inputs.iter().flatten().find(|&&i| i >= dag_index) {
-            return Err(InitError(format!("{name} (stage {dag_index}) reads stage {bad}, which does not come before it")));
+            return Err(InitError(format!(
+                "{name} (stage {dag_index}) reads stage {bad}, which does not come before it"
+            )));
         }
         if let Some(shape) = &init.placeholder_shape {
             if !init.iters.is_empty() || inputs.as_ref().is_some_and(|i| !i.is_empty()) {
-                return Err(InitError(format!("placeholder {name} must have no loops and no inputs")));
+                return Err(InitError(format!(
+                    "placeholder {name} must have no loops and no inputs"
+                )));
             }
             for &d in shape {
                 check_extent(d, &format!("a dimension of placeholder {name}"))?;
             }
-            return Ok(StageOp { name, kind: OpKind::Placeholder { shape: shape.clone() }, origin, inputs });
+            return Ok(StageOp {
+                name,
+                kind: OpKind::Placeholder {
+                    shape: shape.clone(),
+                },
+                origin,
+                inputs,
+            });
         }
         let (mut axes, mut reduce_axes) = (Vec::new(), Vec::new());
         for it in &init.iters {
             if let Some(e) = it.extent {
                 check_extent(e, &format!("extent of {name}.{}", it.name))?;
             }
-            let axis = OpAxis { te_name: it.name.clone(), extent: it.extent };
+            let axis = OpAxis {
+                te_name: it.name.clone(),
+                extent: it.extent,
+            };
             match it.kind {
                 IterKind::Spatial if reduce_axes.is_empty() => axes.push(axis),
                 IterKind::Reduction => reduce_axes.push(axis),
-                kind => {
-                    return Err(InitError(format!(
-                        "{name}: axis {} of kind {kind:?}; expected spatial axes, then reduction axes",
-                        it.name
-                    )))
-                }
+                kind => return Err(InitError(format!(
+                    "{name}: axis {} of kind {kind:?}; expected spatial axes, then reduction axes",
+                    it.name
+                ))),
             }
         }
-        Ok(StageOp { name, kind: OpKind::Compute { axes, reduce_axes }, origin, inputs })
+        Ok(StageOp {
+            name,
+            kind: OpKind::Compute { axes, reduce_axes },
+            origin,
+            inputs,
+        })
     }
 
     /// After `offset` stages were inserted at `start`: every stage id `>= start` in the
@@ -275,7 +304,13 @@ impl State {
         for it in &mut iters {
             it.ident = self.fresh_ident();
         }
-        Stage { op, iters, compute_at: ComputeAt::Root, attrs: StageAttrs::default(), transformed: false }
+        Stage {
+            op,
+            iters,
+            compute_at: ComputeAt::Root,
+            attrs: StageAttrs::default(),
+            transformed: false,
+        }
     }
 
     pub fn stages(&self) -> &[Stage] {
@@ -298,7 +333,11 @@ impl State {
 
     /// Position of the loop with identity `ident` in `stage`, if it still exists.
     pub fn iter_position(&self, stage: usize, ident: IterIdent) -> Option<usize> {
-        self.stages.get(stage)?.iters.iter().position(|it| it.ident == ident)
+        self.stages
+            .get(stage)?
+            .iters
+            .iter()
+            .position(|it| it.ident == ident)
     }
 
     // ---- lookups used by the steps: every id is checked, never indexed blindly ----
@@ -318,7 +357,10 @@ impl State {
     pub(crate) fn loop_stage(&self, id: u32) -> StepResult<usize> {
         let s = self.compute_stage(id)?;
         if self.stages[s].compute_at == ComputeAt::Inlined {
-            return Err(format!("stage {s} ({}) is inlined and has no loops", self.stages[s].op.name));
+            return Err(format!(
+                "stage {s} ({}) is inlined and has no loops",
+                self.stages[s].op.name
+            ));
         }
         Ok(s)
     }
@@ -327,7 +369,10 @@ impl State {
     pub(crate) fn compute_stage(&self, id: u32) -> StepResult<usize> {
         let s = self.any_stage(id)?;
         if self.stages[s].op.is_placeholder() {
-            return Err(format!("stage {s} ({}) is a placeholder", self.stages[s].op.name));
+            return Err(format!(
+                "stage {s} ({}) is a placeholder",
+                self.stages[s].op.name
+            ));
         }
         Ok(s)
     }

@@ -6,7 +6,10 @@ use crate::ansor::Annotation;
 fn parallel_count(state: &State, stage: usize, upto: Option<usize>) -> usize {
     let iters = &state.stages[stage].iters;
     let end = upto.map_or(iters.len(), |i| (i + 1).min(iters.len()));
-    iters[..end].iter().filter(|it| it.annotation == Annotation::Parallel).count()
+    iters[..end]
+        .iter()
+        .filter(|it| it.annotation == Annotation::Parallel)
+        .count()
 }
 
 /// TVM's CPU codegen cannot nest parallel loops ("Nested parallel loop is not supported by
@@ -19,7 +22,10 @@ pub(crate) fn check_parallel_nesting(state: &State) -> Result<(), String> {
         }
         let own = parallel_count(state, s, None);
         if own > 1 {
-            return Err(format!("stage {s} ({}) would have {own} nested parallel loops", stage.op.name));
+            return Err(format!(
+                "stage {s} ({}) would have {own} nested parallel loops",
+                stage.op.name
+            ));
         }
         if own == 0 {
             continue;
@@ -30,7 +36,9 @@ pub(crate) fn check_parallel_nesting(state: &State) -> Result<(), String> {
             if state.stages[cur].compute_at != ComputeAt::Iter {
                 break;
             }
-            let Some(p) = state.attach_map.attach_point(cur) else { break };
+            let Some(p) = state.attach_map.attach_point(cur) else {
+                break;
+            };
             if parallel_count(state, p.stage, Some(p.iter)) > 0 {
                 return Err(format!(
                     "stage {s} ({}) has a parallel loop inside a parallel loop of stage {} ({}): nested parallel",
@@ -51,14 +59,24 @@ impl State {
         for (s, stage) in self.stages.iter().enumerate() {
             let entry = self.attach_map.attach_point(s);
             match (stage.compute_at, entry) {
-                (ComputeAt::Iter, None) => return Err(format!("stage {s} is computed at a loop but has no attach entry")),
+                (ComputeAt::Iter, None) => {
+                    return Err(format!(
+                        "stage {s} is computed at a loop but has no attach entry"
+                    ))
+                }
                 (ComputeAt::Root | ComputeAt::Inlined, Some(_)) => {
-                    return Err(format!("stage {s} is not computed at a loop but has an attach entry"))
+                    return Err(format!(
+                        "stage {s} is not computed at a loop but has an attach entry"
+                    ))
                 }
                 _ => {}
             }
-            if stage.op.is_placeholder() && (!stage.iters.is_empty() || stage.compute_at != ComputeAt::Root) {
-                return Err(format!("placeholder stage {s} has loops or a compute location"));
+            if stage.op.is_placeholder()
+                && (!stage.iters.is_empty() || stage.compute_at != ComputeAt::Root)
+            {
+                return Err(format!(
+                    "placeholder stage {s} has loops or a compute location"
+                ));
             }
             for it in &stage.iters {
                 if let Some(e) = it.extent {
@@ -70,14 +88,23 @@ impl State {
         }
         for (s, p) in self.attach_map.entries() {
             if s >= n || p.stage >= n {
-                return Err(format!("attach entry {s} -> {}.{} names a missing stage", p.stage, p.iter));
+                return Err(format!(
+                    "attach entry {s} -> {}.{} names a missing stage",
+                    p.stage, p.iter
+                ));
             }
             if p.stage <= s {
-                return Err(format!("stage {s} is attached to stage {}, which is not after it", p.stage));
+                return Err(format!(
+                    "stage {s} is attached to stage {}, which is not after it",
+                    p.stage
+                ));
             }
             let target = &self.stages[p.stage];
             if target.op.is_placeholder() || target.compute_at == ComputeAt::Inlined {
-                return Err(format!("stage {s} is attached to stage {} which has no loops", p.stage));
+                return Err(format!(
+                    "stage {s} is attached to stage {} which has no loops",
+                    p.stage
+                ));
             }
             if self.iter_position(p.stage, p.ident) != Some(p.iter) {
                 return Err(format!(

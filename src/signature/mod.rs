@@ -83,7 +83,12 @@ mod tests {
             layout: "NHWC".into(),
         };
         let j = s.canonical_json();
-        assert!(j.starts_with(r#"{"attrs":{"padding":[1,1,1,1],"stride":[2,2]},"dtype":"float32","inputs""#), "{j}");
+        assert!(
+            j.starts_with(
+                r#"{"attrs":{"padding":[1,1,1,1],"stride":[2,2]},"dtype":"float32","inputs""#
+            ),
+            "{j}"
+        );
         assert_eq!(s.sha256_hex().len(), 64);
         assert_eq!(s.sha256_hex(), s.clone().sha256_hex());
     }

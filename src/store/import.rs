@@ -64,7 +64,11 @@ struct ParsedRecord<'a> {
 enum Parsed<'a> {
     Skip,
     Record(ParsedRecord<'a>),
-    Bad { line: usize, reason: String, raw: &'a [u8] },
+    Bad {
+        line: usize,
+        reason: String,
+        raw: &'a [u8],
+    },
 }
 
 /// Lines per parse batch: large enough to amortize the channel, small enough to overlap.
@@ -73,13 +77,22 @@ const BATCH: usize = 4096;
 fn parse_one(line: usize, bytes: &[u8]) -> Parsed<'_> {
     match parse_line(bytes) {
         LogLine::Blank | LogLine::Comment => Parsed::Skip,
-        LogLine::Bad { raw, reason } => Parsed::Bad { line, reason: reason.0, raw },
+        LogLine::Bad { raw, reason } => Parsed::Bad {
+            line,
+            reason: reason.0,
+            raw,
+        },
         LogLine::Record { raw, record } => {
             let digest = record_digest(raw);
             let r = *record;
             let valid = r.result.is_valid();
             let target_host = r.task.target_host.unwrap_or_default();
-            let hp = r.task.hardware_params.as_ref().map(|h| serde_json::to_string(h).expect("ints")).unwrap_or_default();
+            let hp = r
+                .task
+                .hardware_params
+                .as_ref()
+                .map(|h| serde_json::to_string(h).expect("ints"))
+                .unwrap_or_default();
             Parsed::Record(ParsedRecord {
                 line,
                 raw,
@@ -117,7 +130,11 @@ impl Ids {
         if let Some(&id) = self.targets.get(&r.target_key) {
             return Ok(id);
         }
-        let hp = r.hardware_params.as_ref().map(|h| serde_json::to_string(h).unwrap()).unwrap_or_default();
+        let hp = r
+            .hardware_params
+            .as_ref()
+            .map(|h| serde_json::to_string(h).unwrap())
+            .unwrap_or_default();
         let k = (r.target.clone(), r.target_host.clone(), hp);
         let existing: Option<i64> = tx
             .query_row(
@@ -147,13 +164,17 @@ impl Ids {
         if let Some(&id) = self.workloads.get(&r.key) {
             return Ok(id);
         }
-        let existing: Option<i64> =
-            tx.query_row("SELECT id FROM workloads WHERE key = ?1", [&r.key], |row| row.get(0)).optional()?;
+        let existing: Option<i64> = tx
+            .query_row("SELECT id FROM workloads WHERE key = ?1", [&r.key], |row| {
+                row.get(0)
+            })
+            .optional()?;
         let id = match existing {
             Some(id) => id,
             None => {
                 // The record parser already validated the key.
-                let key = WorkloadKey::parse(&r.key).map_err(|e| StoreError::Other(e.to_string()))?;
+                let key =
+                    WorkloadKey::parse(&r.key).map_err(|e| StoreError::Other(e.to_string()))?;
                 let (sig, by) = match &r.signature {
                     Some(s) => (s.0.clone(), s.1),
                     None => signature::signature_for(&key),
@@ -183,8 +204,15 @@ impl Ids {
 
 /// Imports one Ansor log file in a single transaction. `progress(bytes_done)` is called
 /// as batches are inserted.
-pub fn import_file(store: &mut Store, path: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<FileReport> {
-    let buf = std::fs::read(path).map_err(|error| StoreError::Io { path: path.to_path_buf(), error })?;
+pub fn import_file(
+    store: &mut Store,
+    path: &Path,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<FileReport> {
+    let buf = std::fs::read(path).map_err(|error| StoreError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
     import_bytes(store, path, &buf, "ansor_log", progress)
 }
 
@@ -197,7 +225,9 @@ pub fn import_bytes(
     kind: &str,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<FileReport> {
-    let tx = store.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let tx = store
+        .conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let report = import_in(&tx, path, buf, kind, progress)?;
     tx.commit()?;
     Ok(report)
@@ -213,9 +243,16 @@ pub fn import_in(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<FileReport> {
     let sha256 = hex(&Sha256::digest(buf));
-    let mut report = FileReport { path: path.to_path_buf(), sha256: sha256.clone(), ..Default::default() };
-    let existing: Option<i64> =
-        tx.query_row("SELECT id FROM sources WHERE sha256 = ?1", [&sha256], |r| r.get(0)).optional()?;
+    let mut report = FileReport {
+        path: path.to_path_buf(),
+        sha256: sha256.clone(),
+        ..Default::default()
+    };
+    let existing: Option<i64> = tx
+        .query_row("SELECT id FROM sources WHERE sha256 = ?1", [&sha256], |r| {
+            r.get(0)
+        })
+        .optional()?;
     report.already_imported = existing.is_some();
     let source_id = match existing {
         Some(id) => id,
@@ -231,7 +268,10 @@ pub fn import_in(
 
     let all_lines: Vec<(usize, &[u8])> = lines(buf).collect();
     report.lines = all_lines.len();
-    let mut ids = Ids { targets: HashMap::new(), workloads: HashMap::new() };
+    let mut ids = Ids {
+        targets: HashMap::new(),
+        workloads: HashMap::new(),
+    };
     let mut touched = std::collections::BTreeSet::new();
     let result: Result<()> = std::thread::scope(|scope| {
         let (send, recv) = std::sync::mpsc::sync_channel::<(u64, Vec<Parsed>)>(2);
@@ -239,17 +279,22 @@ pub fn import_in(
         scope.spawn(move || {
             let mut seen = std::collections::HashSet::new();
             for batch in batches.chunks(BATCH) {
-                let mut parsed: Vec<Parsed> = batch.par_iter().map(|&(n, b)| parse_one(n, b)).collect();
+                let mut parsed: Vec<Parsed> =
+                    batch.par_iter().map(|&(n, b)| parse_one(n, b)).collect();
                 // Recognize each new key here, so the insert thread only inserts.
                 for p in &mut parsed {
                     if let Parsed::Record(r) = p {
                         if !seen.contains(&r.key) {
                             seen.insert(r.key.clone());
-                            r.signature = WorkloadKey::parse(&r.key).ok().map(|k| Box::new(signature::signature_for(&k)));
+                            r.signature = WorkloadKey::parse(&r.key)
+                                .ok()
+                                .map(|k| Box::new(signature::signature_for(&k)));
                         }
                     }
                 }
-                let end = batch.last().map_or(0, |&(_, b)| b.as_ptr() as u64 + b.len() as u64);
+                let end = batch
+                    .last()
+                    .map_or(0, |&(_, b)| b.as_ptr() as u64 + b.len() as u64);
                 if send.send((end, parsed)).is_err() {
                     return; // the inserter failed; stop parsing
                 }
@@ -313,12 +358,21 @@ pub fn import_in(
 /// Expands files and directories (recursively, sorted) into the files to import.
 pub fn collect_files(paths: &[PathBuf]) -> std::result::Result<Vec<PathBuf>, StoreError> {
     fn walk(p: &Path, out: &mut Vec<PathBuf>) -> std::result::Result<(), StoreError> {
-        let meta = std::fs::metadata(p).map_err(|error| StoreError::Io { path: p.to_path_buf(), error })?;
+        let meta = std::fs::metadata(p).map_err(|error| StoreError::Io {
+            path: p.to_path_buf(),
+            error,
+        })?;
         if meta.is_dir() {
             let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|error| StoreError::Io { path: p.to_path_buf(), error })?
+                .map_err(|error| StoreError::Io {
+                    path: p.to_path_buf(),
+                    error,
+                })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|e| !e.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+                .filter(|e| {
+                    !e.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
                 .collect();
             entries.sort();
             for e in entries {

@@ -12,18 +12,32 @@ use sha2::{Digest, Sha256};
 /// The Ansor target string ttdb writes for this host, and its hardware_params
 /// (`num_cores, vector_unit_bytes, cache_line_bytes, 0...` as TVM's CPU default).
 pub fn host_target(host: &HostFingerprint) -> (String, Vec<i64>) {
-    (format!("llvm -keys=cpu -mcpu={}", host.llvm_cpu), vec![host.cores as i64, 64, 64, 0, 0, 0, 0, 0])
+    (
+        format!("llvm -keys=cpu -mcpu={}", host.llvm_cpu),
+        vec![host.cores as i64, 64, 64, 0, 0, 0, 0, 0],
+    )
 }
 
 fn host_fingerprint_hash(host: &HostFingerprint) -> String {
-    let text = serde_json::json!([host.cpu_model, host.isa_flags, host.llvm_cpu, host.cores, host.ttdb_version]);
+    let text = serde_json::json!([
+        host.cpu_model,
+        host.isa_flags,
+        host.llvm_cpu,
+        host.cores,
+        host.ttdb_version
+    ]);
     hex(&Sha256::digest(text.to_string().as_bytes()))
 }
 
 /// The id of `host` in the `hosts` table, inserting it on first use.
 pub fn host_id(tx: &Transaction, host: &HostFingerprint) -> Result<i64> {
     let fp = host_fingerprint_hash(host);
-    if let Some(id) = tx.query_row("SELECT id FROM hosts WHERE fingerprint = ?1", [&fp], |r| r.get(0)).optional()? {
+    if let Some(id) = tx
+        .query_row("SELECT id FROM hosts WHERE fingerprint = ?1", [&fp], |r| {
+            r.get(0)
+        })
+        .optional()?
+    {
         return Ok(id);
     }
     tx.execute(
@@ -102,13 +116,18 @@ pub fn store_measurements(
     let lines: Vec<String> = items.iter().map(|m| m.record(host).to_line()).collect();
     let mut buf = lines.join("\n");
     buf.push('\n');
-    let tx = store.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let tx = store
+        .conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let host_id = host_id(&tx, host)?;
     let when = now_rfc3339();
     let path = std::path::PathBuf::from(format!("ttdb:{kind}@{when}"));
     let report = import_in(&tx, &path, buf.as_bytes(), "ttdb_measure", &|_| {})?;
     if !report.rejected.is_empty() {
-        return Err(StoreError::Other(format!("ttdb wrote a record it cannot read back: {:?}", report.rejected[0])));
+        return Err(StoreError::Other(format!(
+            "ttdb wrote a record it cannot read back: {:?}",
+            report.rejected[0]
+        )));
     }
     let mut ids = Vec::with_capacity(items.len());
     {
@@ -162,7 +181,8 @@ mod tests {
 
     fn item(cost: Option<f64>) -> NewMeasurement {
         NewMeasurement {
-            workload_key: r#"["218090bc617f9a36fbabdf253ec28064", [14, 3072], [768, 3072], [14, 768]]"#.into(),
+            workload_key:
+                r#"["218090bc617f9a36fbabdf253ec28064", [14, 3072], [768, 3072], [14, 768]]"#.into(),
             steps: vec![Step::parse(r#"["SP", 2, 0, 14, [1, 1, 14], 1]"#).unwrap()],
             samples: cost.into_iter().collect(),
             error_no: if cost.is_some() { 0 } else { 5 },
@@ -183,7 +203,8 @@ mod tests {
     #[test]
     fn measurements_become_records_of_this_host() {
         let mut s = Store::open_in_memory().unwrap();
-        let ids = store_measurements(&mut s, "verify", &host(), &[item(Some(1e-3)), item(None)]).unwrap();
+        let ids =
+            store_measurements(&mut s, "verify", &host(), &[item(Some(1e-3)), item(None)]).unwrap();
         assert_eq!(ids.len(), 2);
         let (target, cost): (String, Option<f64>) = s
             .conn
@@ -191,13 +212,33 @@ mod tests {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .unwrap();
-        assert_eq!((target.as_str(), cost), ("llvm -keys=cpu -mcpu=znver3", Some(1e-3)));
+        assert_eq!(
+            (target.as_str(), cost),
+            ("llvm -keys=cpu -mcpu=znver3", Some(1e-3))
+        );
         // The failed one is kept, never chosen.
-        let failed: Option<f64> = s.conn.query_row("SELECT mean_cost FROM records WHERE id = ?1", [ids[1]], |r| r.get(0)).unwrap();
+        let failed: Option<f64> = s
+            .conn
+            .query_row(
+                "SELECT mean_cost FROM records WHERE id = ?1",
+                [ids[1]],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(failed, None);
-        let n: i64 = s.conn.query_row("SELECT COUNT(*) FROM measurements WHERE verified = 1", [], |r| r.get(0)).unwrap();
+        let n: i64 = s
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM measurements WHERE verified = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(n, 1);
-        let kind: String = s.conn.query_row("SELECT kind FROM sources", [], |r| r.get(0)).unwrap();
+        let kind: String = s
+            .conn
+            .query_row("SELECT kind FROM sources", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(kind, "ttdb_measure");
     }
 }

@@ -26,9 +26,15 @@ pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 #[derive(Debug)]
 pub enum StoreError {
     Sqlite(rusqlite::Error),
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     /// The database was written by a newer ttdb.
-    TooNew { found: u32, supported: u32 },
+    TooNew {
+        found: u32,
+        supported: u32,
+    },
     Other(String),
 }
 
@@ -66,7 +72,10 @@ impl Store {
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     pub fn open(path: &Path) -> Result<Store> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|error| StoreError::Io { path: dir.to_path_buf(), error })?;
+            std::fs::create_dir_all(dir).map_err(|error| StoreError::Io {
+                path: dir.to_path_buf(),
+                error,
+            })?;
         }
         let conn = Connection::open(path)?;
         Self::configure(conn, path)
@@ -88,19 +97,29 @@ impl Store {
         // page, which otherwise dominates large imports.
         conn.pragma_update(None, "cache_size", -262_144)?;
         conn.pragma_update(None, "mmap_size", 1i64 << 32)?;
-        let mut store = Store { conn, path: path.to_path_buf() };
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
         store.migrate()?;
         store.resign_outdated()?;
         Ok(store)
     }
 
     fn migrate(&mut self) -> Result<()> {
-        let version: u32 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let version: u32 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version > SCHEMA_VERSION {
-            return Err(StoreError::TooNew { found: version, supported: SCHEMA_VERSION });
+            return Err(StoreError::TooNew {
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             // Another process may have migrated while we waited for the write lock.
             let now: u32 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
             if now > i as u32 {
@@ -125,16 +144,26 @@ impl Store {
         if stale.is_empty() {
             return Ok(0);
         }
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         {
             let mut update = tx.prepare(
                 "UPDATE workloads SET signature = ?2, signature_json = ?3, op_class = ?4, recognized_by = ?5,
                  signature_version = ?6 WHERE id = ?1",
             )?;
             for (id, raw) in &stale {
-                let key = crate::ansor::WorkloadKey::parse(raw).map_err(|e| StoreError::Other(e.to_string()))?;
+                let key = crate::ansor::WorkloadKey::parse(raw)
+                    .map_err(|e| StoreError::Other(e.to_string()))?;
                 let (sig, by) = crate::signature::signature_for(&key);
-                update.execute(rusqlite::params![id, sig.sha256_hex(), sig.canonical_json(), sig.op_class, by, current])?;
+                update.execute(rusqlite::params![
+                    id,
+                    sig.sha256_hex(),
+                    sig.canonical_json(),
+                    sig.op_class,
+                    by,
+                    current
+                ])?;
             }
         }
         tx.commit()?;
@@ -146,7 +175,9 @@ impl Store {
     }
 
     pub fn schema_version(&self) -> Result<u32> {
-        Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+        Ok(self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?)
     }
 }
 
@@ -184,7 +215,12 @@ fn rfc3339(secs: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + (m <= 2) as i64;
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
@@ -201,8 +237,15 @@ mod tests {
     fn refuses_a_newer_schema() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x.db");
-        Store::open(&p).unwrap().conn.pragma_update(None, "user_version", 99).unwrap();
-        assert!(matches!(Store::open(&p), Err(StoreError::TooNew { found: 99, .. })));
+        Store::open(&p)
+            .unwrap()
+            .conn
+            .pragma_update(None, "user_version", 99)
+            .unwrap();
+        assert!(matches!(
+            Store::open(&p),
+            Err(StoreError::TooNew { found: 99, .. })
+        ));
     }
 
     #[test]
@@ -221,9 +264,16 @@ mod tests {
         let s = Store::open(&p).unwrap();
         let (class, by, v): (String, String, u32) = s
             .conn
-            .query_row("SELECT op_class, recognized_by, signature_version FROM workloads", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_row(
+                "SELECT op_class, recognized_by, signature_version FROM workloads",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .unwrap();
-        assert_eq!((class.as_str(), by.as_str(), v), ("dense", "md5", crate::signature::SIGNATURE_VERSION));
+        assert_eq!(
+            (class.as_str(), by.as_str(), v),
+            ("dense", "md5", crate::signature::SIGNATURE_VERSION)
+        );
     }
 
     #[test]

@@ -43,7 +43,13 @@ pub fn stats(store: &Store) -> Result<Stats> {
         "SELECT w.op_class, COUNT(DISTINCT w.id), COUNT(r.id) FROM workloads w
          LEFT JOIN records r ON r.workload_id = w.id GROUP BY w.op_class ORDER BY 3 DESC, 1",
     )?;
-    for row in q.query_map([], |r| Ok(ClassCount { op_class: r.get(0)?, workloads: r.get(1)?, records: r.get(2)? }))? {
+    for row in q.query_map([], |r| {
+        Ok(ClassCount {
+            op_class: r.get(0)?,
+            workloads: r.get(1)?,
+            records: r.get(2)?,
+        })
+    })? {
         classes.push(row?);
     }
     let mut targets = Vec::new();
@@ -58,7 +64,11 @@ pub fn stats(store: &Store) -> Result<Stats> {
             Some(n) => format!("{target} ({n} cores)"),
             None => target,
         };
-        Ok(TargetCount { target: label, compat: r.get(2)?, records: r.get(3)? })
+        Ok(TargetCount {
+            target: label,
+            compat: r.get(2)?,
+            records: r.get(3)?,
+        })
     })? {
         targets.push(row?);
     }
@@ -143,7 +153,11 @@ pub fn workloads(store: &Store, class: Option<&str>) -> Result<Vec<WorkloadRow>>
 
 /// The best valid record of a workload on targets of one compat class: a single range scan
 /// of the `records_best` index in cost order, stopping at the first compatible target.
-pub fn best_record(store: &Store, workload_id: i64, compat: &str) -> Result<Option<(i64, String, f64)>> {
+pub fn best_record(
+    store: &Store,
+    workload_id: i64,
+    compat: &str,
+) -> Result<Option<(i64, String, f64)>> {
     Ok(store
         .conn
         .prepare_cached(
@@ -151,7 +165,9 @@ pub fn best_record(store: &Store, workload_id: i64, compat: &str) -> Result<Opti
              WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2
              ORDER BY r.mean_cost LIMIT 1",
         )?
-        .query_row(params![workload_id, compat], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row(params![workload_id, compat], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?)
 }
 
@@ -165,7 +181,11 @@ pub struct ExportFilter {
 }
 
 /// Calls `emit(raw_line)` for every selected record, in import order.
-pub fn export(store: &Store, filter: &ExportFilter, mut emit: impl FnMut(&str) -> std::io::Result<()>) -> Result<usize> {
+pub fn export(
+    store: &Store,
+    filter: &ExportFilter,
+    mut emit: impl FnMut(&str) -> std::io::Result<()>,
+) -> Result<usize> {
     let sig = filter.signature.as_deref().map(|s| format!("{s}%"));
     let sql = if filter.best {
         "SELECT raw FROM (
@@ -183,7 +203,10 @@ pub fn export(store: &Store, filter: &ExportFilter, mut emit: impl FnMut(&str) -
     let mut n = 0;
     while let Some(row) = rows.next()? {
         let raw: String = row.get(0)?;
-        emit(&raw).map_err(|error| super::StoreError::Io { path: "export output".into(), error })?;
+        emit(&raw).map_err(|error| super::StoreError::Io {
+            path: "export output".into(),
+            error,
+        })?;
         n += 1;
     }
     Ok(n)

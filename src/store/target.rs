@@ -22,12 +22,22 @@ impl NormalizedTarget {
             mcpu: None,
             mtriple: None,
             model: None,
-            num_cores: hardware_params.and_then(|h| h.first().copied()).filter(|&n| n > 0),
+            num_cores: hardware_params
+                .and_then(|h| h.first().copied())
+                .filter(|&n| n > 0),
         };
         for w in words {
-            let Some((k, v)) = w.trim_start_matches('-').split_once('=') else { continue };
+            let Some((k, v)) = w.trim_start_matches('-').split_once('=') else {
+                continue;
+            };
             match k {
-                "keys" => t.keys = v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+                "keys" => {
+                    t.keys = v
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }
                 "mcpu" => t.mcpu = Some(v.to_string()),
                 "mtriple" => t.mtriple = Some(v.to_string()),
                 "model" => t.model = Some(v.to_string()),
@@ -74,13 +84,19 @@ mod tests {
 
     #[test]
     fn parses_real_target_strings() {
-        let t = NormalizedTarget::parse("llvm -keys=cpu -mcpu=core-avx2 -mtriple=x86_64-linux-gnu", Some(&[4, 64]));
+        let t = NormalizedTarget::parse(
+            "llvm -keys=cpu -mcpu=core-avx2 -mtriple=x86_64-linux-gnu",
+            Some(&[4, 64]),
+        );
         assert_eq!(t.kind, "llvm");
         assert_eq!(t.keys, vec!["cpu"]);
         assert_eq!(t.mcpu.as_deref(), Some("core-avx2"));
         assert_eq!(t.num_cores, Some(4));
         assert_eq!(t.compat(), "llvm/cpu");
-        let c = NormalizedTarget::parse("cuda -keys=cuda,gpu -arch=sm_86 -max_num_threads=1024", Some(&[-1, 16]));
+        let c = NormalizedTarget::parse(
+            "cuda -keys=cuda,gpu -arch=sm_86 -max_num_threads=1024",
+            Some(&[-1, 16]),
+        );
         assert_eq!(c.compat(), "cuda/cuda,gpu");
         assert_eq!(c.num_cores, None);
         assert_eq!(NormalizedTarget::parse("llvm", None).compat(), "llvm/cpu");

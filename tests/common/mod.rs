@@ -24,7 +24,11 @@ pub fn ansor_files() -> Vec<PathBuf> {
         }
     }
     out.sort();
-    assert!(out.len() >= 20, "expected the corpus's Ansor logs under {}", root.display());
+    assert!(
+        out.len() >= 20,
+        "expected the corpus's Ansor logs under {}",
+        root.display()
+    );
     out
 }
 
@@ -36,5 +40,8 @@ pub fn is_cuda_log(p: &Path) -> bool {
 
 /// Path relative to the corpus root, for readable tables.
 pub fn rel(p: &Path) -> String {
-    p.strip_prefix(corpus_dir().join("ansor")).unwrap_or(p).display().to_string()
+    p.strip_prefix(corpus_dir().join("ansor"))
+        .unwrap_or(p)
+        .display()
+        .to_string()
 }

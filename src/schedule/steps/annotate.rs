@@ -11,10 +11,16 @@ impl ApplyToState for AnnotationStep {
         let it = &state.stages[s].iters[i];
         // TVM ICHECKs this: an annotation is never replaced.
         ensure(it.annotation == Annotation::None, || {
-            format!("iterator {} of stage {s} is already annotated `{}`", it.name, it.annotation.name())
+            format!(
+                "iterator {} of stage {s} is already annotated `{}`",
+                it.name,
+                it.annotation.name()
+            )
         })?;
         // The enum has it, but no record can carry the intrinsic it needs (TVM: LOG(FATAL)).
-        ensure(self.annotation != Annotation::Tensorize, || "tensorize cannot be applied from a record".into())?;
+        ensure(self.annotation != Annotation::Tensorize, || {
+            "tensorize cannot be applied from a record".into()
+        })?;
         let stage = &mut state.stages[s];
         stage.iters[i].annotation = self.annotation;
         stage.transformed = true;
@@ -57,9 +63,12 @@ impl ApplyToState for PragmaStep {
 impl ApplyToState for StorageAlignStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, _) = state.loop_iter(self.stage_id, self.iter_id)?;
-        ensure(self.factor >= 1 && (0..self.factor).contains(&self.offset), || {
-            format!("storage_align needs factor >= 1 and 0 <= offset < factor, got factor {} offset {}", self.factor, self.offset)
-        })?;
+        ensure(
+            self.factor >= 1 && (0..self.factor).contains(&self.offset),
+            || {
+                format!("storage_align needs factor >= 1 and 0 <= offset < factor, got factor {} offset {}", self.factor, self.offset)
+            },
+        )?;
         state.stages[s].attrs.storage_offset = self.offset;
         Ok(())
     }
@@ -78,22 +87,45 @@ mod tests {
         let e = st.apply(&step(r#"["AN", 2, 1, 1]"#)).unwrap_err();
         assert!(e.reason.contains("already annotated `vectorize`"), "{e}");
         assert_eq!(e.step_index, 1);
-        assert!(st.apply(&step(r#"["AN", 2, 0, 11]"#)).unwrap_err().reason.contains("tensorize"));
-        assert!(st.apply(&step(r#"["AN", 2, 3, 3]"#)).unwrap_err().reason.contains("out of range"));
-        assert!(st.apply(&step(r#"["AN", 0, 0, 3]"#)).unwrap_err().reason.contains("placeholder"));
+        assert!(st
+            .apply(&step(r#"["AN", 2, 0, 11]"#))
+            .unwrap_err()
+            .reason
+            .contains("tensorize"));
+        assert!(st
+            .apply(&step(r#"["AN", 2, 3, 3]"#))
+            .unwrap_err()
+            .reason
+            .contains("out of range"));
+        assert!(st
+            .apply(&step(r#"["AN", 0, 0, 3]"#))
+            .unwrap_err()
+            .reason
+            .contains("placeholder"));
     }
 
     #[test]
     fn pragma_sets_auto_unroll_only() {
         let mut st = matmul_state();
-        st.apply(&step(r#"["PR", 2, 0, "auto_unroll_max_step$512"]"#)).unwrap();
+        st.apply(&step(r#"["PR", 2, 0, "auto_unroll_max_step$512"]"#))
+            .unwrap();
         assert_eq!(st.stages()[2].attrs.auto_unroll_max_step, 512);
-        st.apply(&step(r#"["PR", 2, 0, "debug_skip_region"]"#)).unwrap();
-        for bad in ["auto_unroll_max_step$", "auto_unroll_max_step$-4", "auto_unroll_max_step$9999999999", "unroll_explicit"] {
-            let e = st.apply(&step(&format!(r#"["PR", 2, 0, "{bad}"]"#))).unwrap_err();
+        st.apply(&step(r#"["PR", 2, 0, "debug_skip_region"]"#))
+            .unwrap();
+        for bad in [
+            "auto_unroll_max_step$",
+            "auto_unroll_max_step$-4",
+            "auto_unroll_max_step$9999999999",
+            "unroll_explicit",
+        ] {
+            let e = st
+                .apply(&step(&format!(r#"["PR", 2, 0, "{bad}"]"#)))
+                .unwrap_err();
             assert!(e.reason.contains("unsupported pragma"), "{bad}: {e}");
         }
-        assert!(st.apply(&step(r#"["PR", 2, 7, "auto_unroll_max_step$8"]"#)).is_err());
+        assert!(st
+            .apply(&step(r#"["PR", 2, 7, "auto_unroll_max_step$8"]"#))
+            .is_err());
         assert_eq!(st.stages()[2].attrs.auto_unroll_max_step, 512);
     }
 

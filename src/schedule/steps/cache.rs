@@ -6,7 +6,10 @@ use crate::schedule::state::{ComputeAt, OpAxis, OpKind, OpOrigin, StageOp, State
 
 /// A storage scope such as `local`, `shared`, `global`, `shared.dyn`.
 fn check_scope(scope: &str) -> StepResult {
-    let ok = !scope.is_empty() && scope.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+    let ok = !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
     ensure(ok, || format!("invalid storage scope {scope:?}"))
 }
 
@@ -14,34 +17,57 @@ impl ApplyToState for CacheReadStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let s = state.any_stage(self.stage_id)?;
         check_scope(&self.scope)?;
-        ensure(state.stages[s].compute_at != ComputeAt::Inlined, || format!("CHR of stage {s}, which is inlined"))?;
-        ensure(!self.reader_stage_ids.is_empty(), || "CHR needs at least one reader stage".into())?;
+        ensure(state.stages[s].compute_at != ComputeAt::Inlined, || {
+            format!("CHR of stage {s}, which is inlined")
+        })?;
+        ensure(!self.reader_stage_ids.is_empty(), || {
+            "CHR needs at least one reader stage".into()
+        })?;
         let mut readers = Vec::new();
         for (k, &r) in self.reader_stage_ids.iter().enumerate() {
             let r = state.compute_stage(r)?;
             // Readers consume the stage, so they follow it in DAG order.
-            ensure(r > s, || format!("CHR reader stage {r} does not come after stage {s}"))?;
-            ensure(!self.reader_stage_ids[..k].contains(&(r as u32)), || format!("CHR reader stage {r} listed twice"))?;
+            ensure(r > s, || {
+                format!("CHR reader stage {r} does not come after stage {s}")
+            })?;
+            ensure(!self.reader_stage_ids[..k].contains(&(r as u32)), || {
+                format!("CHR reader stage {r} listed twice")
+            })?;
             let reads = state.stages[r].op.inputs.as_ref().map(|i| i.contains(&s));
-            ensure(reads != Some(false), || format!("CHR reader stage {r} does not read stage {s}"))?;
+            ensure(reads != Some(false), || {
+                format!("CHR reader stage {r} does not read stage {s}")
+            })?;
             readers.push(state.stages[r].op.name.clone());
         }
         let source = &state.stages[s].op;
         // TE's cache_read appends ".d" until the name is new (w.shared, w.d.shared, ...).
         let mut base = source.name.clone();
-        while state.stages.iter().any(|st| st.op.name == format!("{base}.{}", self.scope)) {
+        while state
+            .stages
+            .iter()
+            .any(|st| st.op.name == format!("{base}.{}", self.scope))
+        {
             base.push_str(".d");
         }
         let axes = source
             .output_shape()
             .into_iter()
             .enumerate()
-            .map(|(i, extent)| OpAxis { te_name: format!("ax{i}"), extent })
+            .map(|(i, extent)| OpAxis {
+                te_name: format!("ax{i}"),
+                extent,
+            })
             .collect();
         let op = StageOp {
             name: format!("{base}.{}", self.scope),
-            kind: OpKind::Compute { axes, reduce_axes: Vec::new() },
-            origin: OpOrigin::CacheRead { source: source.name.clone(), readers },
+            kind: OpKind::Compute {
+                axes,
+                reduce_axes: Vec::new(),
+            },
+            origin: OpOrigin::CacheRead {
+                source: source.name.clone(),
+                readers,
+            },
             inputs: source.inputs.as_ref().map(|_| vec![s]),
         };
         let stage = state.stage_from_op(op);
@@ -68,27 +94,47 @@ impl ApplyToState for CacheWriteStep {
         let name = stage.op.name.clone();
         // TVM rebuilds both stages from their ops: earlier loop steps would be dropped, and
         // attach entries on or to this stage would be left pointing at loops that changed.
-        ensure(!stage.transformed, || format!("CHW of stage {s} ({name}) after loop transformations of it"))?;
-        ensure(stage.compute_at == ComputeAt::Root, || format!("CHW of stage {s} ({name}), which is not at root"))?;
+        ensure(!stage.transformed, || {
+            format!("CHW of stage {s} ({name}) after loop transformations of it")
+        })?;
+        ensure(stage.compute_at == ComputeAt::Root, || {
+            format!("CHW of stage {s} ({name}), which is not at root")
+        })?;
         ensure(!state.attach_map.has_attached_stages(s), || {
             format!("CHW of stage {s} ({name}), which other stages are attached to")
         })?;
         let cache_name = format!("{name}.{}", self.scope);
-        ensure(!state.stages.iter().any(|st| st.op.name == cache_name), || format!("a stage named {cache_name} exists already"))?;
+        ensure(
+            !state.stages.iter().any(|st| st.op.name == cache_name),
+            || format!("a stage named {cache_name} exists already"),
+        )?;
         // The cache computes the original body on axes renamed `.c`; the original op
         // becomes an element-wise copy with the same axes and no reduction.
         let cache = StageOp {
             name: cache_name.clone(),
             kind: OpKind::Compute {
-                axes: stage.op.axes().iter().map(|a| OpAxis { te_name: format!("{}.c", a.te_name), extent: a.extent }).collect(),
+                axes: stage
+                    .op
+                    .axes()
+                    .iter()
+                    .map(|a| OpAxis {
+                        te_name: format!("{}.c", a.te_name),
+                        extent: a.extent,
+                    })
+                    .collect(),
                 reduce_axes: stage.op.reduce_axes().to_vec(),
             },
-            origin: OpOrigin::CacheWrite { original: name.clone() },
+            origin: OpOrigin::CacheWrite {
+                original: name.clone(),
+            },
             inputs: stage.op.inputs.clone(),
         };
         let copy = StageOp {
             name,
-            kind: OpKind::Compute { axes: stage.op.axes().to_vec(), reduce_axes: Vec::new() },
+            kind: OpKind::Compute {
+                axes: stage.op.axes().to_vec(),
+                reduce_axes: Vec::new(),
+            },
             origin: OpOrigin::CacheWriteCopy { cache: cache_name },
             inputs: stage.op.inputs.as_ref().map(|_| vec![s]),
         };
@@ -130,27 +176,56 @@ mod tests {
 4 Conv2dOutput root unroll=0 : nn=1:S yy=56:S xx=56:S ff=256:S"
         );
         assert_eq!(st.stages()[3].iters[0].te_name, "nn.c");
-        assert_eq!(st.stages()[4].op.origin, OpOrigin::CacheWriteCopy { cache: "Conv2dOutput.local".into() });
+        assert_eq!(
+            st.stages()[4].op.origin,
+            OpOrigin::CacheWriteCopy {
+                cache: "Conv2dOutput.local".into()
+            }
+        );
         // then the tiles of the copy are followed and the cache attached to it
         st.apply(&step(r#"["SP", 4, 3, 256, [16], 1]"#)).unwrap();
         st.apply(&step(r#"["CA", 3, 4, 3]"#)).unwrap();
         assert!(stage_line(&st, 3).starts_with("3 Conv2dOutput.local at:4.3 "));
-        assert!(st.apply(&step(r#"["CHW", 4, "local"]"#)).unwrap_err().reason.contains("after loop transformations"));
+        assert!(st
+            .apply(&step(r#"["CHW", 4, "local"]"#))
+            .unwrap_err()
+            .reason
+            .contains("after loop transformations"));
         st.check_invariants().unwrap();
     }
 
     #[test]
     fn cache_write_refusals() {
         let mut st = matmul_state();
-        assert!(st.apply(&step(r#"["CHW", 1, "local"]"#)).unwrap_err().reason.contains("placeholder"));
-        assert!(st.apply(&step(r#"["CHW", 2, ""]"#)).unwrap_err().reason.contains("scope"));
+        assert!(st
+            .apply(&step(r#"["CHW", 1, "local"]"#))
+            .unwrap_err()
+            .reason
+            .contains("placeholder"));
+        assert!(st
+            .apply(&step(r#"["CHW", 2, ""]"#))
+            .unwrap_err()
+            .reason
+            .contains("scope"));
         st.apply(&step(r#"["CA", 2, 4, 0]"#)).unwrap();
-        assert!(st.apply(&step(r#"["CHW", 2, "local"]"#)).unwrap_err().reason.contains("not at root"));
-        assert!(st.apply(&step(r#"["CHW", 4, "local"]"#)).unwrap_err().reason.contains("attached"));
+        assert!(st
+            .apply(&step(r#"["CHW", 2, "local"]"#))
+            .unwrap_err()
+            .reason
+            .contains("not at root"));
+        assert!(st
+            .apply(&step(r#"["CHW", 4, "local"]"#))
+            .unwrap_err()
+            .reason
+            .contains("attached"));
         st.apply(&step(r#"["CR", 2]"#)).unwrap();
         st.apply(&step(r#"["CHW", 2, "local"]"#)).unwrap();
         // the copy at 3 is fresh again, but a second cache of the same name is refused
-        assert!(st.apply(&step(r#"["CHW", 3, "local"]"#)).unwrap_err().reason.contains("exists already"));
+        assert!(st
+            .apply(&step(r#"["CHW", 3, "local"]"#))
+            .unwrap_err()
+            .reason
+            .contains("exists already"));
     }
 
     /// Spec §2.3 CHR example (`conv2d.json`, cuda): kernel.shared = 3, conv moves 3 -> 4.
@@ -166,9 +241,15 @@ mod tests {
         );
         st.apply(&step(r#"["CA", 1, 3, 6]"#)).unwrap();
         st.apply(&step(r#"["CHR", 2, "shared", [3]]"#)).unwrap();
-        assert_eq!(stage_line(&st, 3), "3 kernel.shared root unroll=0 : ax0=512:S ax1=512:S ax2=3:S ax3=3:S");
+        assert_eq!(
+            stage_line(&st, 3),
+            "3 kernel.shared root unroll=0 : ax0=512:S ax1=512:S ax2=3:S ax3=3:S"
+        );
         assert!(stage_line(&st, 4).starts_with("4 compute root"));
-        assert!(stage_line(&st, 1).starts_with("1 pad_temp at:4.6 "), "attach targets shift too");
+        assert!(
+            stage_line(&st, 1).starts_with("1 pad_temp at:4.6 "),
+            "attach targets shift too"
+        );
         st.apply(&step(r#"["CA", 3, 4, 6]"#)).unwrap();
         // a second cache of the same tensor gets ".d"
         st.apply(&step(r#"["CHR", 2, "shared", [4]]"#)).unwrap();
@@ -176,7 +257,10 @@ mod tests {
         assert!(stage_line(&st, 4).starts_with("4 kernel.shared at:5.6 "));
         // and a cache of a compute stage copies its output shape
         st.apply(&step(r#"["CHR", 5, "local", [7]]"#)).unwrap();
-        assert_eq!(stage_line(&st, 6), "6 compute.local root unroll=0 : ax0=1:S ax1=512:S ax2=7:S ax3=7:S");
+        assert_eq!(
+            stage_line(&st, 6),
+            "6 compute.local root unroll=0 : ax0=1:S ax1=512:S ax2=7:S ax3=7:S"
+        );
         st.check_invariants().unwrap();
         for (s, want) in [
             (r#"["CHR", 2, "shared", []]"#, "at least one reader"),

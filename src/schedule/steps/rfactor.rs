@@ -24,18 +24,31 @@ impl ApplyToState for RfactorStep {
         let stage = &state.stages[s];
         let name = stage.op.name.clone();
         let axis = stage.iters[i].clone();
-        ensure(axis.kind == IterKind::Reduction, || format!("RF iterator {} is not a reduction loop", axis.name))?;
+        ensure(axis.kind == IterKind::Reduction, || {
+            format!("RF iterator {} is not a reduction loop", axis.name)
+        })?;
         ensure(!state.attach_map.has_attached_stages(s), || {
             format!("RF of stage {s} ({name}), which other stages are attached to")
         })?;
         let n_axes = stage.op.axes().len();
         let factor_axis = self.factor_iter_id as usize;
-        ensure(factor_axis <= n_axes, || format!("RF factor_iter_id {factor_axis} is above the {n_axes} spatial axes"))?;
+        ensure(factor_axis <= n_axes, || {
+            format!("RF factor_iter_id {factor_axis} is above the {n_axes} spatial axes")
+        })?;
 
         // The original reduce axes the split loop came from are replaced by the split parts.
-        let touched: Vec<usize> = stage.iters[parts.clone()].iter().flat_map(|p| p.source_axes.iter().copied()).collect();
+        let touched: Vec<usize> = stage.iters[parts.clone()]
+            .iter()
+            .flat_map(|p| p.source_axes.iter().copied())
+            .collect();
         let mut rf_axes = stage.op.axes().to_vec();
-        rf_axes.insert(factor_axis, OpAxis { te_name: axis.te_name.clone(), extent: axis.extent });
+        rf_axes.insert(
+            factor_axis,
+            OpAxis {
+                te_name: axis.te_name.clone(),
+                extent: axis.extent,
+            },
+        );
         let mut rf_reduce: Vec<OpAxis> = (stage.op.reduce_axes().iter().enumerate())
             .filter(|(k, _)| !touched.contains(&(n_axes + k)))
             .map(|(_, a)| a.clone())
@@ -44,26 +57,45 @@ impl ApplyToState for RfactorStep {
             stage.iters[parts]
                 .iter()
                 .filter(|p| p.ident != axis.ident)
-                .map(|p| OpAxis { te_name: p.te_name.clone(), extent: p.extent }),
+                .map(|p| OpAxis {
+                    te_name: p.te_name.clone(),
+                    extent: p.extent,
+                }),
         );
         let rf_name = format!("{name}.rf");
         let rf = StageOp {
             name: rf_name.clone(),
-            kind: OpKind::Compute { axes: rf_axes, reduce_axes: rf_reduce },
-            origin: OpOrigin::Rfactor { original: name.clone(), factored_axis: axis.te_name.clone(), factor_axis },
+            kind: OpKind::Compute {
+                axes: rf_axes,
+                reduce_axes: rf_reduce,
+            },
+            origin: OpOrigin::Rfactor {
+                original: name.clone(),
+                factored_axis: axis.te_name.clone(),
+                factor_axis,
+            },
             inputs: stage.op.inputs.clone(),
         };
         // The final reduction: axes ax0.. with the original extents, reducing over the factored loop.
         let repl_axes = (stage.op.axes().iter().enumerate())
-            .map(|(k, a)| OpAxis { te_name: format!("ax{k}"), extent: a.extent })
+            .map(|(k, a)| OpAxis {
+                te_name: format!("ax{k}"),
+                extent: a.extent,
+            })
             .collect();
         let repl = StageOp {
             name: format!("{name}.repl"),
             kind: OpKind::Compute {
                 axes: repl_axes,
-                reduce_axes: vec![OpAxis { te_name: format!("{}.v", axis.te_name), extent: axis.extent }],
+                reduce_axes: vec![OpAxis {
+                    te_name: format!("{}.v", axis.te_name),
+                    extent: axis.extent,
+                }],
             },
-            origin: OpOrigin::RfactorRepl { original: name, rfactor: rf_name },
+            origin: OpOrigin::RfactorRepl {
+                original: name,
+                rfactor: rf_name,
+            },
             inputs: stage.op.inputs.as_ref().map(|_| vec![s]),
         };
         let compute_at = stage.compute_at;
@@ -103,8 +135,14 @@ mod tests {
         st.apply(&step(r#"["SP", 3, 1, 1000, [50], 1]"#)).unwrap();
         st.apply(&step(r#"["RF", 3, 2, 1]"#)).unwrap();
         st.apply(&step(r#"["RE", 3, [0, 2, 1]]"#)).unwrap();
-        assert_eq!(stage_line(&st, 3), "3 T_softmax_expsum.rf root unroll=0 : i0=1:S k_o=20:R k_i=50:S");
-        assert_eq!(stage_line(&st, 4), "4 T_softmax_expsum.repl root unroll=0 : ax0=1:S k_i_v=50:R");
+        assert_eq!(
+            stage_line(&st, 3),
+            "3 T_softmax_expsum.rf root unroll=0 : i0=1:S k_o=20:R k_i=50:S"
+        );
+        assert_eq!(
+            stage_line(&st, 4),
+            "4 T_softmax_expsum.repl root unroll=0 : ax0=1:S k_i_v=50:R"
+        );
         assert!(stage_line(&st, 5).starts_with("5 T_softmax_norm "));
         st.check_invariants().unwrap();
     }
@@ -133,12 +171,32 @@ mod tests {
     #[test]
     fn rfactor_refusals() {
         let mut st = softmax();
-        assert!(st.apply(&step(r#"["RF", 3, 1, 1]"#)).unwrap_err().reason.contains("right after an SP"));
+        assert!(st
+            .apply(&step(r#"["RF", 3, 1, 1]"#))
+            .unwrap_err()
+            .reason
+            .contains("right after an SP"));
         st.apply(&step(r#"["SP", 3, 1, 1000, [50], 1]"#)).unwrap();
-        assert!(st.apply(&step(r#"["RF", 1, 1, 1]"#)).unwrap_err().reason.contains("right after an SP of stage 1"));
-        assert!(st.apply(&step(r#"["RF", 3, 0, 1]"#)).unwrap_err().reason.contains("not one of the loops"));
-        assert!(st.apply(&step(r#"["RF", 3, 2, 2]"#)).unwrap_err().reason.contains("above the 1 spatial axes"));
+        assert!(st
+            .apply(&step(r#"["RF", 1, 1, 1]"#))
+            .unwrap_err()
+            .reason
+            .contains("right after an SP of stage 1"));
+        assert!(st
+            .apply(&step(r#"["RF", 3, 0, 1]"#))
+            .unwrap_err()
+            .reason
+            .contains("not one of the loops"));
+        assert!(st
+            .apply(&step(r#"["RF", 3, 2, 2]"#))
+            .unwrap_err()
+            .reason
+            .contains("above the 1 spatial axes"));
         st.apply(&step(r#"["SP", 2, 1, 1000, [50], 1]"#)).unwrap();
-        assert!(st.apply(&step(r#"["RF", 2, 1, 0]"#)).unwrap_err().reason.contains("not a reduction loop"));
+        assert!(st
+            .apply(&step(r#"["RF", 2, 1, 0]"#))
+            .unwrap_err()
+            .reason
+            .contains("not a reduction loop"));
     }
 }

@@ -34,7 +34,9 @@ fn part_te_names(te: &str, n: usize, inner_to_outer: bool) -> Vec<String> {
 /// the innermost (`inner_to_outer`, factors) or the outermost (nparts). All undefined when
 /// the split loop's extent is.
 fn part_extents(extent: Option<i64>, lengths: &[i64], inner_to_outer: bool) -> Vec<Option<i64>> {
-    let Some(mut rest) = extent else { return vec![None; lengths.len() + 1] };
+    let Some(mut rest) = extent else {
+        return vec![None; lengths.len() + 1];
+    };
     if inner_to_outer {
         let mut out = vec![None; lengths.len() + 1];
         for (k, &l) in lengths.iter().enumerate().rev() {
@@ -57,9 +59,17 @@ fn part_extents(extent: Option<i64>, lengths: &[i64], inner_to_outer: bool) -> V
 /// Split loop `i` of stage `s` into `lengths.len() + 1` loops named `name.0 .. name.n`.
 /// Loops after it, and stages attached to them or to it, move by n (an attach on the split
 /// loop goes to the innermost part, as TE's `LegalizeInvalidAttach` does).
-pub(crate) fn apply_split(state: &mut State, s: usize, i: usize, lengths: &[i64], inner_to_outer: bool) -> StepResult {
+pub(crate) fn apply_split(
+    state: &mut State,
+    s: usize,
+    i: usize,
+    lengths: &[i64],
+    inner_to_outer: bool,
+) -> StepResult {
     for &l in lengths {
-        ensure((1..=MAX_EXTENT).contains(&l), || format!("split length {l} must be in 1..=2^40"))?;
+        ensure((1..=MAX_EXTENT).contains(&l), || {
+            format!("split length {l} must be in 1..=2^40")
+        })?;
     }
     let product = capped_product(lengths.iter().copied(), "product of the split lengths")?;
     let old = state.stages[s].iters[i].clone();
@@ -67,7 +77,10 @@ pub(crate) fn apply_split(state: &mut State, s: usize, i: usize, lengths: &[i64]
         // Ansor only emits factors whose product divides the extent; a product of twice the
         // extent or more leaves a whole level of empty iterations: a corrupt record.
         ensure(i128::from(product) < 2 * i128::from(e), || {
-            format!("product of the split lengths {product} is far above the extent {e} of {}", old.name)
+            format!(
+                "product of the split lengths {product} is far above the extent {e} of {}",
+                old.name
+            )
         })?;
     }
     let n = lengths.len();
@@ -128,10 +141,15 @@ impl ApplyToState for SplitStep {
 fn source_split(state: &State, src: u32, who: &str) -> StepResult<SplitStep> {
     let here = state.transform_steps.len();
     let src = src as usize;
-    ensure(src < here, || format!("{who} source step {src} is not an earlier step (this is step {here})"))?;
+    ensure(src < here, || {
+        format!("{who} source step {src} is not an earlier step (this is step {here})")
+    })?;
     match &state.transform_steps[src] {
         Step::Split(sp) => Ok(sp.clone()),
-        other => Err(format!("{who} source step {src} is {}, not SP", other.tag())),
+        other => Err(format!(
+            "{who} source step {src} is {}, not SP",
+            other.tag()
+        )),
     }
 }
 
@@ -141,12 +159,19 @@ impl ApplyToState for FollowSplitStep {
         let src = source_split(state, self.src_step_id, "FSP")?;
         let max = src.lengths.len() as i64 + 1;
         ensure((1..=max).contains(&self.n_split), || {
-            format!("FSP n_split {} must be in 1..={max} for a source with {} lengths", self.n_split, src.lengths.len())
+            format!(
+                "FSP n_split {} must be in 1..={max} for a source with {} lengths",
+                self.n_split,
+                src.lengths.len()
+            )
         })?;
         // The first n_split-1 lengths, then the product of the rest as one level.
         let keep = (self.n_split - 1) as usize;
         let mut lengths = src.lengths[..keep].to_vec();
-        lengths.push(capped_product(src.lengths[keep..].iter().copied(), "FSP merged length")?);
+        lengths.push(capped_product(
+            src.lengths[keep..].iter().copied(),
+            "FSP merged length",
+        )?);
         apply_split(state, s, i, &lengths, true)
     }
 }
@@ -157,9 +182,15 @@ impl ApplyToState for FollowFusedSplitStep {
         let mut factors = Vec::with_capacity(self.src_step_ids.len());
         for &src in &self.src_step_ids {
             let sp = source_split(state, src, "FFSP")?;
-            let level = usize::try_from(self.level).ok().filter(|&l| l < sp.lengths.len());
+            let level = usize::try_from(self.level)
+                .ok()
+                .filter(|&l| l < sp.lengths.len());
             let level = level.ok_or_else(|| {
-                format!("FFSP level {} is out of range for source step {src} ({} lengths)", self.level, sp.lengths.len())
+                format!(
+                    "FFSP level {} is out of range for source step {src} ({} lengths)",
+                    self.level,
+                    sp.lengths.len()
+                )
             })?;
             factors.push(sp.lengths[level]);
         }
@@ -171,37 +202,63 @@ impl ApplyToState for FollowFusedSplitStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::test_util::{matmul_state, step, stage_line};
+    use crate::schedule::test_util::{matmul_state, stage_line, step};
 
     #[test]
     fn te_names_of_split_parts() {
         assert_eq!(part_te_names("k", 1, true), ["k.outer", "k.inner"]);
-        assert_eq!(part_te_names("k", 2, true), ["k.outer.outer", "k.outer.inner", "k.inner"]);
-        assert_eq!(part_te_names("k", 2, false), ["k.outer", "k.inner.outer", "k.inner.inner"]);
+        assert_eq!(
+            part_te_names("k", 2, true),
+            ["k.outer.outer", "k.outer.inner", "k.inner"]
+        );
+        assert_eq!(
+            part_te_names("k", 2, false),
+            ["k.outer", "k.inner.outer", "k.inner.inner"]
+        );
         assert_eq!(part_te_names("k", 0, true), ["k"]);
     }
 
     #[test]
     fn split_extents_innermost_first() {
-        assert_eq!(part_extents(Some(1024), &[2, 1, 4], true), [Some(128), Some(2), Some(1), Some(4)]);
+        assert_eq!(
+            part_extents(Some(1024), &[2, 1, 4], true),
+            [Some(128), Some(2), Some(1), Some(4)]
+        );
         // not divisible: ceil at every level
-        assert_eq!(part_extents(Some(7), &[2, 3], true), [Some(2), Some(2), Some(3)]);
-        assert_eq!(part_extents(Some(7), &[2, 3], false), [Some(2), Some(3), Some(2)]);
+        assert_eq!(
+            part_extents(Some(7), &[2, 3], true),
+            [Some(2), Some(2), Some(3)]
+        );
+        assert_eq!(
+            part_extents(Some(7), &[2, 3], false),
+            [Some(2), Some(3), Some(2)]
+        );
         assert_eq!(part_extents(None, &[2], true), [None, None]);
     }
 
     #[test]
     fn split_names_extents_and_check() {
         let mut st = matmul_state();
-        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 1, 4], 1]"#)).unwrap();
-        assert_eq!(stage_line(&st, 2), "2 matmul root unroll=0 : i.0=128:S i.1=2:S i.2=1:S i.3=4:S j=1024:S k=1024:R");
+        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 1, 4], 1]"#))
+            .unwrap();
+        assert_eq!(
+            stage_line(&st, 2),
+            "2 matmul root unroll=0 : i.0=128:S i.1=2:S i.2=1:S i.3=4:S j=1024:S k=1024:R"
+        );
         st.apply(&step(r#"["SP", 2, 5, 1000, [8], 0]"#)).unwrap();
-        assert_eq!(stage_line(&st, 2), "2 matmul root unroll=0 : i.0=128:S i.1=2:S i.2=1:S i.3=4:S j=1024:S k.0=8:R k.1=128:R");
+        assert_eq!(
+            stage_line(&st, 2),
+            "2 matmul root unroll=0 : i.0=128:S i.1=2:S i.2=1:S i.3=4:S j=1024:S k.0=8:R k.1=128:R"
+        );
         assert_eq!(st.split_report().checked, 2);
         assert_eq!(st.split_report().mismatches.len(), 1);
         let e = st.verify_split_extents().unwrap_err();
         assert_eq!(e.step_index, 1);
-        assert!(e.reason.contains("had extent 1000, replay gives 1024 for k"), "{e}");
+        assert!(
+            e.reason
+                .contains("had extent 1000, replay gives 1024 for k"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -211,7 +268,10 @@ mod tests {
             (r#"["SP", 2, 0, 1024, [0], 1]"#, "must be in 1..=2^40"),
             (r#"["SP", 2, 0, 1024, [-4], 1]"#, "must be in 1..=2^40"),
             (r#"["SP", 2, 0, 1024, [2048], 1]"#, "far above the extent"),
-            (r#"["SP", 2, 0, 1024, [2147483647, 2147483647, 2147483647], 1]"#, "exceeds the extent cap"),
+            (
+                r#"["SP", 2, 0, 1024, [2147483647, 2147483647, 2147483647], 1]"#,
+                "exceeds the extent cap",
+            ),
             (r#"["SP", 2, 3, 1024, [2], 1]"#, "out of range"),
         ] {
             let e = st.apply(&step(s)).unwrap_err();
@@ -225,10 +285,14 @@ mod tests {
     #[test]
     fn follow_split_lengths() {
         let mut st = matmul_state();
-        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 1, 4], 1]"#)).unwrap();
+        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 1, 4], 1]"#))
+            .unwrap();
         // n_split 2 -> [l0, l1*l2]
         st.apply(&step(r#"["FSP", 4, 0, 0, 2]"#)).unwrap();
-        assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=128:S i.1=2:S i.2=4:S j=1024:S");
+        assert_eq!(
+            stage_line(&st, 4),
+            "4 out root unroll=0 : i.0=128:S i.1=2:S i.2=4:S j=1024:S"
+        );
         // n_split 4 = all lengths + [1]
         st.apply(&step(r#"["FSP", 4, 3, 0, 4]"#)).unwrap();
         assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=128:S i.1=2:S i.2=4:S j.0=128:S j.1=2:S j.2=1:S j.3=4:S j.4=1:S");
@@ -246,13 +310,29 @@ mod tests {
     #[test]
     fn follow_fused_split() {
         let mut st = matmul_state();
-        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 4, 4], 1]"#)).unwrap();
-        st.apply(&step(r#"["SP", 2, 4, 1024, [1, 8, 2], 1]"#)).unwrap();
+        st.apply(&step(r#"["SP", 2, 0, 1024, [2, 4, 4], 1]"#))
+            .unwrap();
+        st.apply(&step(r#"["SP", 2, 4, 1024, [1, 8, 2], 1]"#))
+            .unwrap();
         st.apply(&step(r#"["FFSP", 4, 0, [0, 1], 1, 1]"#)).unwrap();
-        assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=32:S i.1=32:S j=1024:S");
+        assert_eq!(
+            stage_line(&st, 4),
+            "4 out root unroll=0 : i.0=32:S i.1=32:S j=1024:S"
+        );
         st.apply(&step(r#"["FFSP", 4, 2, [0, 1], 0, 0]"#)).unwrap();
-        assert_eq!(stage_line(&st, 4), "4 out root unroll=0 : i.0=32:S i.1=32:S j.0=2:S j.1=512:S");
-        assert!(st.apply(&step(r#"["FFSP", 4, 0, [0], 3, 1]"#)).unwrap_err().reason.contains("level 3"));
-        assert!(st.apply(&step(r#"["FFSP", 4, 0, [2], 0, 1]"#)).unwrap_err().reason.contains("not SP"));
+        assert_eq!(
+            stage_line(&st, 4),
+            "4 out root unroll=0 : i.0=32:S i.1=32:S j.0=2:S j.1=512:S"
+        );
+        assert!(st
+            .apply(&step(r#"["FFSP", 4, 0, [0], 3, 1]"#))
+            .unwrap_err()
+            .reason
+            .contains("level 3"));
+        assert!(st
+            .apply(&step(r#"["FFSP", 4, 0, [2], 0, 1]"#))
+            .unwrap_err()
+            .reason
+            .contains("not SP"));
     }
 }
