@@ -8,20 +8,22 @@
 //! * the layout derivation at the records' real shapes (every record);
 //! * a few real-shape JIT runs through `evaluate_steps` (packing outside the timed region).
 mod common;
+#[path = "common/shrink.rs"]
+mod shrink;
+use shrink::{partial_tiles, same_structure, shrink};
 
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use ttdb::ansor::log::{lines, parse_line, LogLine};
-use ttdb::ansor::{KeyForm, Step, WorkloadKey};
+use ttdb::ansor::{Step, WorkloadKey};
 use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
-use ttdb::ir::{DType, Dag};
+use ttdb::ir::Dag;
 use ttdb::lower::check::interpret_with_layout;
 use ttdb::lower::{
     lower_detailed, packed_layout, retarget_steps, LowerOptions, WeightLayout, WeightLayoutMode,
 };
-use ttdb::ops::{registered, Anchor, Era, WorkloadSpec};
 use ttdb::recognize::recognize;
-use ttdb::schedule::{replay, stage_inits_from_dag, State};
+use ttdb::schedule::{replay, stage_inits_from_dag};
 
 const TOLERANCE: f64 = 1e-4;
 const STEP_BUDGET: u64 = 400_000_000;
@@ -67,191 +69,6 @@ fn corpus_records() -> Vec<Rec> {
         }
     }
     recs
-}
-
-// ---- re-targeting to small shapes (the rules of tests/lower_corpus.rs, layout-free anchors) ----
-
-fn cap(v: i64, c: i64) -> i64 {
-    v.min(c).max(1)
-}
-
-fn window_input(orig: i64, out: i64, k: i64, stride: i64, dilation: i64, pad: i64) -> i64 {
-    let dk = (k - 1) * dilation + 1;
-    ((out - 1) * stride + dk - pad).clamp(1, orig)
-}
-
-fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, String> {
-    const OUT: i64 = 5;
-    Ok(match anchor {
-        Anchor::Conv2dNhwc(w) => {
-            let (d, k) = (&ins[0], &ins[1]);
-            let [pt, pl, pb, pr] = w.padding;
-            let [oh, ow] = w.out_hw([d[1], d[2]], [k[0], k[1]]);
-            let h = window_input(
-                d[1],
-                cap(oh, OUT),
-                k[0],
-                w.stride[0],
-                w.dilation[0],
-                pt + pb,
-            );
-            let wd = window_input(
-                d[2],
-                cap(ow, OUT),
-                k[1],
-                w.stride[1],
-                w.dilation[1],
-                pl + pr,
-            );
-            let (ci, co) = (cap(d[3], 16), cap(k[3], 32));
-            vec![vec![1, h, wd, ci], vec![k[0], k[1], ci, co]]
-        }
-        Anchor::WinogradNhwc { .. } => {
-            let (d, k) = (&ins[0], &ins[1]);
-            let (ci, co) = (cap(d[3], 8), cap(k[2], 16));
-            vec![
-                vec![1, cap(d[1], 6), cap(d[2], 6), ci],
-                vec![k[0], k[1], co, ci],
-            ]
-        }
-        Anchor::Dense => {
-            let (d, w) = (&ins[0], &ins[1]);
-            let kk = cap(d[1], 64);
-            vec![vec![cap(d[0], 16), kk], vec![cap(w[0], 32), kk]]
-        }
-        Anchor::BatchMatmul => {
-            let (a, b) = (&ins[0], &ins[1]);
-            let kk = cap(a[2], 32);
-            vec![
-                vec![cap(a[0], 2), cap(a[1], 16), kk],
-                vec![cap(b[0], 2), cap(b[1], 16), kk],
-            ]
-        }
-        other => return Err(format!("no layout-free weight in {other:?}")),
-    })
-}
-
-fn anchor_out(spec: &WorkloadSpec, era: Era, ins: &[Vec<i64>]) -> Result<Vec<i64>, String> {
-    let k = spec.anchor.num_inputs();
-    let dag = WorkloadSpec {
-        anchor: spec.anchor.clone(),
-        epilogue: vec![],
-        dtype: spec.dtype,
-    }
-    .build(era, &ins[..k])
-    .map_err(|e| e.to_string())?;
-    Ok(dag.stage(dag.output()).shape())
-}
-
-fn shrink(
-    key: &WorkloadKey,
-    dag: &Dag,
-    spec: Option<&WorkloadSpec>,
-    era: Option<Era>,
-) -> Result<Dag, String> {
-    if key.form == KeyForm::Registered {
-        let ints: Vec<i64> = key.args.iter().filter_map(|a| a.as_int()).collect();
-        return match key.head.as_str() {
-            "matmul_add" => registered::matmul_add(
-                cap(ints[0], 32),
-                cap(ints[1], 24),
-                cap(ints[2], 40),
-                DType::F32,
-            )
-            .map_err(|e| e.to_string()),
-            other => Err(format!("no shrink rule for {other}")),
-        };
-    }
-    let (spec, era) = match (spec, era) {
-        (Some(s), Some(e)) => (s, e),
-        _ => return Err("recognized without a workload spec".into()),
-    };
-    let canonical = spec
-        .canonical_inputs(&dag.placeholder_shapes())
-        .map_err(|e| e.to_string())?;
-    let k = spec.anchor.num_inputs();
-    let mut new = shrink_anchor(&spec.anchor, &canonical[..k])?;
-    let (old_out, new_out) = (
-        anchor_out(spec, era, &canonical)?,
-        anchor_out(spec, era, &new)?,
-    );
-    let mut next = k;
-    for op in &spec.epilogue {
-        if !op.takes_operand() {
-            continue;
-        }
-        let operand = &canonical[next];
-        next += 1;
-        let off = old_out
-            .len()
-            .checked_sub(operand.len())
-            .ok_or("operand of higher rank")?;
-        let s = operand
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| {
-                if d == 1 && old_out[off + i] != 1 {
-                    1
-                } else {
-                    new_out[off + i]
-                }
-            })
-            .collect();
-        new.push(s);
-    }
-    spec.build(era, &new).map_err(|e| e.to_string())
-}
-
-/// Split lengths clamped (innermost first) to what is left of each extent, divisibility not
-/// required: partial tiles, so packed layouts with padded tiles.
-fn partial_tiles(inits: &[ttdb::schedule::StageInit], steps: &[Step]) -> Result<State, String> {
-    use ttdb::ansor::step::SplitStep;
-    let mut st = State::new(inits).map_err(|e| e.to_string())?;
-    for step in steps {
-        let new = match step {
-            Step::Split(sp) => {
-                let ext = st
-                    .stages()
-                    .get(sp.stage_id as usize)
-                    .and_then(|s| s.iters.get(sp.iter_id as usize))
-                    .and_then(|it| it.extent);
-                match ext {
-                    Some(e) => {
-                        let mut rest = e;
-                        let mut l = sp.lengths.clone();
-                        let order: Vec<usize> = if sp.inner_to_outer {
-                            (0..l.len()).rev().collect()
-                        } else {
-                            (0..l.len()).collect()
-                        };
-                        for k in order {
-                            l[k] = l[k].clamp(1, rest.max(1));
-                            rest = (rest + l[k] - 1) / l[k];
-                        }
-                        Step::Split(SplitStep {
-                            extent: e,
-                            lengths: l,
-                            ..sp.clone()
-                        })
-                    }
-                    None => step.clone(),
-                }
-            }
-            other => other.clone(),
-        };
-        st.apply(&new).map_err(|e| e.to_string())?;
-    }
-    Ok(st)
-}
-
-fn same_structure(a: &Dag, b: &Dag) -> bool {
-    let (x, y) = (a.initial_stages(), b.initial_stages());
-    x.len() == y.len()
-        && x.iter().zip(&y).all(|(p, q)| {
-            p.name == q.name
-                && p.iters.len() == q.iters.len()
-                && p.is_placeholder == q.is_placeholder
-        })
 }
 
 /// Distinct (key, steps) records whose DAG has layout-free weights, with the real DAG and a
