@@ -6,6 +6,9 @@
 //! the same classes and perturbed at every number and list; hand-written schedules that
 //! attach into odd places, split far past extents and use huge shapes; and random step
 //! sequences on several small DAGs.
+#[path = "common/mutate.rs"]
+mod mutate;
+use mutate::step_mutants;
 use serde_json::Value;
 use ttdb::ansor::step::*;
 use ttdb::ansor::{Annotation, Step};
@@ -206,22 +209,6 @@ fn real_records_retargeted_lower_correctly() {
 /// correctly, or be refused cleanly.
 #[test]
 fn perturbed_records_lower_safely() {
-    fn numbers(v: &Value, path: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
-        match v {
-            Value::Number(_) => out.push(path.clone()),
-            Value::Array(items) => {
-                for (i, x) in items.iter().enumerate() {
-                    path.push(i);
-                    numbers(x, path, out);
-                    path.pop();
-                }
-            }
-            _ => {}
-        }
-    }
-    fn at<'a>(v: &'a mut Value, path: &[usize]) -> &'a mut Value {
-        path.iter().fold(v, |v, &i| &mut v[i])
-    }
     let (mut replayed, mut correct, mut refused, mut budget) = (0, 0, 0, 0);
     for (what, dag, json) in real() {
         let inits = stage_inits_from_dag(&dag);
@@ -235,35 +222,7 @@ fn perturbed_records_lower_safely() {
                 .join(",")
         ))
         .unwrap();
-        let mut paths = Vec::new();
-        numbers(&base, &mut Vec::new(), &mut paths);
-        let mut mutants = Vec::new();
-        for p in &paths {
-            let v = at(&mut base.clone(), p).as_i64().unwrap();
-            for new in [v - 1, v + 1, 0, 2, i32::MAX as i64] {
-                let mut m = base.clone();
-                *at(&mut m, p) = Value::from(new);
-                mutants.push(m);
-            }
-        }
-        for (k, step) in base.as_array().unwrap().iter().enumerate() {
-            for (i, arg) in step.as_array().unwrap().iter().enumerate() {
-                if let Some(list) = arg.as_array() {
-                    let mut shorter = base.clone();
-                    let mut l = list.clone();
-                    l.pop();
-                    shorter[k][i] = Value::from(l);
-                    let mut longer = base.clone();
-                    let mut l = list.clone();
-                    l.push(Value::from(list.len()));
-                    longer[k][i] = Value::from(l);
-                    mutants.extend([shorter, longer]);
-                }
-            }
-            let mut dropped = base.clone();
-            dropped.as_array_mut().unwrap().remove(k);
-            mutants.push(dropped);
-        }
+        let mutants = step_mutants(&base);
         for (n, m) in mutants.iter().enumerate() {
             let Ok(parsed) = m
                 .as_array()

@@ -1,6 +1,9 @@
 //! Hostile records: every malformed step must end replay with a clean `ReplayError` naming
 //! the step and the reason, never a panic, and must leave the state as it was.
 use proptest::prelude::*;
+#[path = "common/mutate.rs"]
+mod mutate;
+use mutate::step_mutants;
 use serde_json::Value;
 use ttdb::ansor::step::*;
 use ttdb::ansor::{Annotation, Step};
@@ -622,54 +625,10 @@ fn bad_initial_stages_are_refused() {
 /// lengthened, at every position: replay must end cleanly, either way.
 #[test]
 fn perturbed_real_records_never_panic() {
-    fn numbers(v: &Value, path: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
-        match v {
-            Value::Number(_) => out.push(path.clone()),
-            Value::Array(items) => {
-                for (i, x) in items.iter().enumerate() {
-                    path.push(i);
-                    numbers(x, path, out);
-                    path.pop();
-                }
-            }
-            _ => {}
-        }
-    }
-    fn at<'a>(v: &'a mut Value, path: &[usize]) -> &'a mut Value {
-        path.iter().fold(v, |v, &i| &mut v[i])
-    }
     let (mut variants, mut refused) = (0, 0);
     for (init, json) in REAL {
         let base: Value = serde_json::from_str(json).unwrap();
-        let mut paths = Vec::new();
-        numbers(&base, &mut Vec::new(), &mut paths);
-        let mut mutants = Vec::new();
-        for p in &paths {
-            let v = at(&mut base.clone(), p).as_i64().unwrap();
-            for new in [v - 1, v + 1, 0, 2, i32::MAX as i64] {
-                let mut m = base.clone();
-                *at(&mut m, p) = Value::from(new);
-                mutants.push(m);
-            }
-        }
-        for (k, step) in base.as_array().unwrap().iter().enumerate() {
-            for (i, arg) in step.as_array().unwrap().iter().enumerate() {
-                if let Some(list) = arg.as_array() {
-                    let mut shorter = base.clone();
-                    let mut l = list.clone();
-                    l.pop();
-                    shorter[k][i] = Value::from(l);
-                    let mut longer = base.clone();
-                    let mut l = list.clone();
-                    l.push(Value::from(list.len()));
-                    longer[k][i] = Value::from(l);
-                    mutants.extend([shorter, longer]);
-                }
-            }
-            let mut dropped = base.clone();
-            dropped.as_array_mut().unwrap().remove(k);
-            mutants.push(dropped);
-        }
+        let mutants = step_mutants(&base);
         for m in mutants {
             // the record parser refuses some mutants (negative ids, bad flags): fine
             let Ok(parsed) = m
