@@ -63,45 +63,7 @@ fn f32b(name: &str, shape: &[i64], role: BufferRole) -> Buffer {
 
 #[test]
 fn scalar_matmul() {
-    let n = 7;
-    let body = Stmt::loop_(
-        "i",
-        n,
-        ForKind::Serial,
-        Stmt::loop_(
-            "j",
-            n,
-            ForKind::Serial,
-            Stmt::seq(vec![
-                Stmt::store("C", vec![v("i"), v("j")], Expr::f32(0.0)),
-                Stmt::loop_(
-                    "k",
-                    n,
-                    ForKind::Serial,
-                    Stmt::store(
-                        "C",
-                        vec![v("i"), v("j")],
-                        Expr::add(
-                            Expr::load("C", vec![v("i"), v("j")]),
-                            Expr::mul(
-                                Expr::load("A", vec![v("i"), v("k")]),
-                                Expr::load("B", vec![v("k"), v("j")]),
-                            ),
-                        ),
-                    ),
-                ),
-            ]),
-        ),
-    );
-    let k = Kernel::new(
-        "mm",
-        vec![
-            f32b("A", &[n, n], BufferRole::Input),
-            f32b("B", &[n, n], BufferRole::Input),
-            f32b("C", &[n, n], BufferRole::Output),
-        ],
-        body,
-    );
+    let k = crate::measure::gemm::textbook_gemm_kernel("mm", 7, 7, 7, ForKind::Serial);
     check(&k, 1);
 }
 

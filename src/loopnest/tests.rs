@@ -18,44 +18,7 @@ fn i(x: i64) -> Expr {
 
 /// C[i, j] = sum_k A[i, k] * B[k, j], with an explicit init.
 fn matmul(n: i64) -> Kernel {
-    let body = Stmt::loop_(
-        "i",
-        n,
-        ForKind::Serial,
-        Stmt::loop_(
-            "j",
-            n,
-            ForKind::Serial,
-            Stmt::seq(vec![
-                Stmt::store("C", vec![v("i"), v("j")], Expr::f32(0.0)),
-                Stmt::loop_(
-                    "k",
-                    n,
-                    ForKind::Serial,
-                    Stmt::store(
-                        "C",
-                        vec![v("i"), v("j")],
-                        Expr::add(
-                            Expr::load("C", vec![v("i"), v("j")]),
-                            Expr::mul(
-                                Expr::load("A", vec![v("i"), v("k")]),
-                                Expr::load("B", vec![v("k"), v("j")]),
-                            ),
-                        ),
-                    ),
-                ),
-            ]),
-        ),
-    );
-    Kernel::new(
-        "matmul",
-        vec![
-            f32buf("A", &[n, n], BufferRole::Input),
-            f32buf("B", &[n, n], BufferRole::Input),
-            f32buf("C", &[n, n], BufferRole::Output),
-        ],
-        body,
-    )
+    crate::measure::gemm::textbook_gemm_kernel("matmul", n, n, n, ForKind::Serial)
 }
 
 #[test]

@@ -253,11 +253,17 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
 
 /// Textbook kernel (parallel rows, vectorized columns, serial reduction) for comparison.
 pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
+    textbook_gemm_kernel(&format!("gemm_naive_{m}x{n}x{k}"), m, n, k, ForKind::Parallel)
+}
+
+/// `C[i, j] = sum_k A[i, k] * B[k, j]` as three plain loops with an explicit init; `rows`
+/// is the kind of the `i` loop. Also the smallest real kernel the IR tests run.
+pub fn textbook_gemm_kernel(name: &str, m: i64, n: i64, k: i64, rows: ForKind) -> Kernel {
     let v = Expr::var;
     let body = Stmt::loop_(
         "i",
         m,
-        ForKind::Parallel,
+        rows,
         Stmt::loop_(
             "j",
             n,
@@ -265,7 +271,7 @@ pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
             Stmt::seq(vec![
                 Stmt::store("C", vec![v("i"), v("j")], Expr::f32(0.0)),
                 Stmt::loop_(
-                    "kk",
+                    "k",
                     k,
                     ForKind::Serial,
                     Stmt::store(
@@ -274,8 +280,8 @@ pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
                         Expr::add(
                             Expr::load("C", vec![v("i"), v("j")]),
                             Expr::mul(
-                                Expr::load("A", vec![v("i"), v("kk")]),
-                                Expr::load("B", vec![v("kk"), v("j")]),
+                                Expr::load("A", vec![v("i"), v("k")]),
+                                Expr::load("B", vec![v("k"), v("j")]),
                             ),
                         ),
                     ),
@@ -284,7 +290,7 @@ pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
         ),
     );
     Kernel::new(
-        &format!("gemm_naive_{m}x{n}x{k}"),
+        name,
         vec![
             Buffer::new("A", DType::F32, &[m, k], BufferRole::Input),
             Buffer::new("B", DType::F32, &[k, n], BufferRole::Input),
