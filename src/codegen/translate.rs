@@ -160,6 +160,33 @@ impl<'c, 'a> Tr<'c, 'a> {
     }
 
     /// Run `f` in a new cache region (values it caches are forgotten afterwards).
+    /// `if c { then_ } else { else_ }`, each arm emitted by `emit` in its own scope;
+    /// `tag` tells the blocks of the scalar and vector emitters apart in the IR.
+    pub(crate) fn branch(
+        &mut self,
+        c: Value<'c>,
+        then_: &Stmt,
+        else_: Option<&Stmt>,
+        tag: &str,
+        emit: fn(&mut Self, &Stmt) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let f = self.fx.func;
+        let tb = self.cx.append_block(f, &format!("{tag}then"));
+        let eb = self.cx.append_block(f, &format!("{tag}else"));
+        let join = self.cx.append_block(f, &format!("{tag}endif"));
+        self.b.cond_br(c, tb, eb);
+        self.b.position_at_end(tb);
+        self.scoped(|t| emit(t, then_))?;
+        self.b.br(join);
+        self.b.position_at_end(eb);
+        if let Some(e) = else_ {
+            self.scoped(|t| emit(t, e))?;
+        }
+        self.b.br(join);
+        self.b.position_at_end(join);
+        Ok(())
+    }
+
     pub(crate) fn scoped<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         self.cache.push(Default::default());
         let r = f(self);
@@ -250,21 +277,7 @@ impl<'c, 'a> Tr<'c, 'a> {
             }
             Stmt::IfThenElse { cond, then_, else_ } => {
                 let c = self.expr(cond)?;
-                let f = self.fx.func;
-                let tb = self.cx.append_block(f, "then");
-                let eb = self.cx.append_block(f, "else");
-                let join = self.cx.append_block(f, "endif");
-                self.b.cond_br(c, tb, eb);
-                self.b.position_at_end(tb);
-                self.scoped(|t| t.stmt(then_))?;
-                self.b.br(join);
-                self.b.position_at_end(eb);
-                if let Some(e) = else_ {
-                    self.scoped(|t| t.stmt(e))?;
-                }
-                self.b.br(join);
-                self.b.position_at_end(join);
-                Ok(())
+                self.branch(c, then_, else_.as_deref(), "", Self::stmt)
             }
             Stmt::Allocate { buffer, body } => {
                 let ptr = self.allocate(buffer);

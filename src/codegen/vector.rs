@@ -192,21 +192,7 @@ impl<'c> Tr<'c, '_> {
             Stmt::Attr { body, .. } => self.vstmt(body),
             Stmt::IfThenElse { cond, then_, else_ } => {
                 let c = self.expr(cond)?; // uniform by legality
-                let f = self.fx.func;
-                let tb = self.cx.append_block(f, "vthen");
-                let eb = self.cx.append_block(f, "velse");
-                let join = self.cx.append_block(f, "vendif");
-                self.b.cond_br(c, tb, eb);
-                self.b.position_at_end(tb);
-                self.scoped(|t| t.vstmt(then_))?;
-                self.b.br(join);
-                self.b.position_at_end(eb);
-                if let Some(e) = else_ {
-                    self.scoped(|t| t.vstmt(e))?;
-                }
-                self.b.br(join);
-                self.b.position_at_end(join);
-                Ok(())
+                self.branch(c, then_, else_.as_deref(), "v", Self::vstmt)
             }
             Stmt::Store { buf, index, value } => {
                 let v = self.vexpr(value)?;
