@@ -236,6 +236,24 @@ fn bad_records_are_named() {
             SAMPLE.replacen(r#""r": [["#, r#""r": [1, ["#, 1),
             "result has 5 elements",
         ),
+        (
+            SAMPLE.replacen(", 0.496995, 1635720565]", ", 0.496995]", 1),
+            "result has 3 elements",
+        ),
+        // elements are read before they are counted: short lists still name their count
+        (
+            SAMPLE.replacen(r#"", "llvm -keys=cpu -link-params=0", [4, 64, 64, 0, 0, 0, 0, 0], "", 2, []]"#, r#""]"#, 1),
+            "task has 1 elements",
+        ),
+        (
+            SAMPLE.replacen(r#"{"i": [["[\"218090bc617f9a36fbabdf253ec28064\", [14, 3072], [768, 3072], [14, 768]]", "llvm -keys=cpu -link-params=0", [4, 64, 64, 0, 0, 0, 0, 0], "", 2, []]"#, r#"{"i": [[]"#, 1),
+            "task has 0 elements",
+        ),
+        // a count in range: the element's own error
+        (
+            SAMPLE.replacen(r#""", 2, []]"#, r#""", 3, []]"#, 1),
+            "layout_rewrite_option 3 is not 0, 1 or 2",
+        ),
         (SAMPLE[..SAMPLE.len() - 10].to_string(), "bad JSON"),
         (
             SAMPLE.replacen(r#"["SP", 2, 0, 14"#, r#"["SP", 2, 0, 99999999999"#, 1),

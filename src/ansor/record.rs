@@ -175,11 +175,11 @@ fn list<'a>(
     Ok(())
 }
 
-/// Counts the elements of the list at the scanner without consuming it (for arity
+/// Counts the elements of the list at byte `start` of `line` (for arity
 /// messages on the small fixed-size lists: task and result).
-fn arity(sc: &Scanner<'_>, line: &str) -> usize {
+fn arity(start: usize, line: &str) -> usize {
     let mut probe = Scanner::new(line);
-    probe.pos = sc.pos;
+    probe.pos = start;
     let mut n = 0;
     if probe.expect(b'[').is_ok() {
         let mut first = true;
@@ -207,14 +207,49 @@ fn validate_key(key: &str) -> Result<(), RecordError> {
     Ok(())
 }
 
-fn parse_task(sc: &mut Scanner<'_>, line: &str) -> Result<Task, RecordError> {
-    want(sc, Kind::Array, "task")?;
-    let n = arity(sc, line);
-    if !(2..=6).contains(&n) {
-        return bad(format!(
-            "task has {n} elements; expected 2 (v0.2), 3 (v0.3), 4 (v0.4), 5 (v0.5) or 6 (v0.6)"
-        ));
+/// Parses a fixed-size list with `read`; on failure, a wrong element count (counted only
+/// then, so valid lines are scanned once) is reported in place of the element's error.
+fn with_arity<'a, T>(
+    sc: &mut Scanner<'a>,
+    line: &str,
+    what: &str,
+    allowed: std::ops::RangeInclusive<usize>,
+    expected: &str,
+    read: impl FnOnce(&mut Scanner<'a>) -> Result<T, RecordError>,
+) -> Result<T, RecordError> {
+    want(sc, Kind::Array, what)?;
+    let start = sc.pos;
+    read(sc).map_err(|e| {
+        let n = arity(start, line);
+        if allowed.contains(&n) {
+            e
+        } else {
+            RecordError(format!("{what} has {n} elements; expected {expected}"))
+        }
+    })
+}
+
+/// Whether another element follows in the list being read (consuming its comma).
+fn more(sc: &mut Scanner<'_>) -> Result<bool, RecordError> {
+    if sc.peek() == Some(b']') {
+        return Ok(false);
     }
+    sc.expect(b',').map_err(syntax)?;
+    Ok(true)
+}
+
+fn parse_task(sc: &mut Scanner<'_>, line: &str) -> Result<Task, RecordError> {
+    with_arity(
+        sc,
+        line,
+        "task",
+        2..=6,
+        "2 (v0.2), 3 (v0.3), 4 (v0.4), 5 (v0.5) or 6 (v0.6)",
+        parse_task_elements,
+    )
+}
+
+fn parse_task_elements(sc: &mut Scanner<'_>) -> Result<Task, RecordError> {
     sc.expect(b'[').map_err(syntax)?;
     let workload_key = string(sc, "workload key")?;
     validate_key(&workload_key)?;
@@ -227,8 +262,7 @@ fn parse_task(sc: &mut Scanner<'_>, line: &str) -> Result<Task, RecordError> {
         layout_rewrite_option: None,
         task_input_names: None,
     };
-    if n >= 3 {
-        sc.expect(b',').map_err(syntax)?;
+    if more(sc)? {
         let mut hp = Vec::new();
         list(sc, "hardware_params", |sc| {
             hp.push(int(sc, "hardware_params entry")?);
@@ -242,20 +276,17 @@ fn parse_task(sc: &mut Scanner<'_>, line: &str) -> Result<Task, RecordError> {
         }
         task.hardware_params = Some(hp);
     }
-    if n >= 4 {
-        sc.expect(b',').map_err(syntax)?;
+    if more(sc)? {
         task.target_host = Some(string(sc, "target_host")?);
     }
-    if n >= 5 {
-        sc.expect(b',').map_err(syntax)?;
+    if more(sc)? {
         let o = int(sc, "layout_rewrite_option")?;
         if !(0..=2).contains(&o) {
             return bad(format!("layout_rewrite_option {o} is not 0, 1 or 2"));
         }
         task.layout_rewrite_option = Some(o);
     }
-    if n >= 6 {
-        sc.expect(b',').map_err(syntax)?;
+    if more(sc)? {
         let mut names = Vec::new();
         list(sc, "task_input_names", |sc| {
             names.push(string(sc, "task input name")?);
@@ -285,7 +316,7 @@ fn parse_state(sc: &mut Scanner<'_>) -> Result<Vec<Step>, RecordError> {
         return bad("state has 1 element; expected [stages, steps]");
     }
     sc.expect(b',').map_err(syntax)?;
-    let mut steps = Vec::new();
+    let mut steps = Vec::with_capacity(32); // real records hold ~10-60 steps
     list(sc, "steps", |sc| {
         let i = steps.len();
         steps.push(Step::read(sc).map_err(|e| RecordError(format!("step {i}: {e}")))?);
@@ -299,15 +330,19 @@ fn parse_state(sc: &mut Scanner<'_>) -> Result<Vec<Step>, RecordError> {
 }
 
 fn parse_result(sc: &mut Scanner<'_>, line: &str) -> Result<MeasureResult, RecordError> {
-    want(sc, Kind::Array, "result")?;
-    let n = arity(sc, line);
-    if n != 4 {
-        return bad(format!(
-            "result has {n} elements; expected [costs, error_no, all_cost, timestamp]"
-        ));
-    }
+    with_arity(
+        sc,
+        line,
+        "result",
+        4..=4,
+        "[costs, error_no, all_cost, timestamp]",
+        parse_result_elements,
+    )
+}
+
+fn parse_result_elements(sc: &mut Scanner<'_>) -> Result<MeasureResult, RecordError> {
     sc.expect(b'[').map_err(syntax)?;
-    let mut costs = Vec::new();
+    let mut costs = Vec::with_capacity(10); // Ansor's default repeat count
     list(sc, "costs", |sc| {
         costs.push(float(sc, "cost")?);
         Ok(())

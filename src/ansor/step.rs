@@ -137,7 +137,7 @@ impl<'s, 'a> ArgReader<'s, 'a> {
             ));
         }
         self.sc.expect(b'[').map_err(syntax)?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(4); // split lengths and id lists are short
         let mut first = true;
         while self.sc.next_item(&mut first).map_err(syntax)? {
             out.push(self.int_value(field)?);
