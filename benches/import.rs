@@ -65,7 +65,11 @@ fn main() {
     }
     let mut rates = Vec::new();
     let mut overhead = 0.0;
-    let runs: usize = std::env::var("TTDB_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3).max(1);
+    let runs: usize = std::env::var("TTDB_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     for run in 0..runs {
         let db = dir.path().join(format!("bench{run}.db"));
         let mut store = Store::open(&db).unwrap();

@@ -277,7 +277,8 @@ fn vector_access_patterns() {
         ),
     );
     let c = check(&k, 1);
-    assert_eq!(c.stats.vector_loops, 1);
+    // the 4-row loop is tiny, so it is emitted unrolled: one vector body per row
+    assert_eq!(c.stats.vector_loops, 4);
     assert_eq!(c.stats.scalarized_loops, 0);
 }
 

@@ -324,10 +324,28 @@ impl<'c, 'a> Tr<'c, 'a> {
 
     /// Serial loop `for var in [min, min + extent)`.
     fn serial(&mut self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> Result<(), String> {
+        // Tiny constant loops are emitted unrolled, as LLVM's full unrolling would (TVM
+        // relies on it; ttdb runs LLVM without its costly unroll passes). This leaves the
+        // loop around them innermost, where LLVM's loop vectorizer can take it.
+        if let (Some(m), Some(e)) = (min.as_int(), extent.as_int()) {
+            if (e.max(0) as u64).saturating_mul(unrolled_size(body)) <= FULL_UNROLL_SIZE {
+                for i in m..m + e {
+                    self.vars
+                        .push((var.to_string(), self.cx.i64().const_int(i)));
+                    let r = self.scoped(|t| t.stmt(body));
+                    self.vars.pop();
+                    r?;
+                }
+                return Ok(());
+            }
+        }
         let lo = self.expr(min)?;
         let ext = self.expr(extent)?;
         let hi = self.b.add(lo, ext);
-        let check = has_non_vector_loop(body) || extent.as_int().is_none_or(|e| e > 1 << 16);
+        // A loop whose whole run is short needs no abort check: the loop around it checks
+        // often enough. Checks (atomic loads, early exits) inside a loop would stop LLVM
+        // from vectorizing or unrolling it, as it would the loops TVM hands it.
+        let check = loop_steps(extent, body) > ABORT_CHECK_STEPS;
         self.counted_loop(var, lo, hi, check, |t| t.stmt(body))
     }
 
@@ -628,21 +646,118 @@ impl<'c, 'a> Tr<'c, 'a> {
     }
 }
 
-/// True if `s` contains a loop other than a (to-be-vectorized) `Vectorized` loop: abort checks
-/// go into loops whose body does real looping work, so innermost loops stay check-free.
-fn has_non_vector_loop(s: &Stmt) -> bool {
+/// Work between abort checks, in statements plus loop iterations: a few microseconds.
+const ABORT_CHECK_STEPS: u64 = 1 << 16;
+
+/// Statements plus loop iterations one execution of `s` runs at most (saturating; a loop
+/// whose extent is not a constant counts as unbounded).
+fn steps_bound(s: &Stmt) -> u64 {
     match s {
+        Stmt::For { extent, body, .. } => loop_steps(extent, body),
+        Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => steps_bound(body),
+        Stmt::Seq(v) => v
+            .iter()
+            .fold(0u64, |acc, s| acc.saturating_add(steps_bound(s))),
+        Stmt::IfThenElse { then_, else_, .. } => {
+            1 + steps_bound(then_).max(else_.as_ref().map_or(0, |e| steps_bound(e)))
+        }
+        Stmt::Store { .. } | Stmt::Evaluate(_) => 1,
+    }
+}
+
+/// Serial loops whose unrolled body holds at most this many statements are emitted
+/// unrolled (about LLVM's full-unroll threshold of 300 instructions at O3).
+const FULL_UNROLL_SIZE: u64 = 32;
+
+/// Statements emitted for `s` once its serial loops are unrolled: a vectorized loop emits
+/// its body once (as vector code); parallel loops and allocations are never unrolled.
+fn unrolled_size(s: &Stmt) -> u64 {
+    match s {
+        Stmt::For {
+            kind: ForKind::Serial | ForKind::Unrolled,
+            extent,
+            body,
+            ..
+        } => match extent.as_int() {
+            Some(e) => (e.max(0) as u64).saturating_mul(unrolled_size(body)),
+            None => u64::MAX,
+        },
         Stmt::For {
             kind: ForKind::Vectorized,
             body,
             ..
-        } => has_non_vector_loop(body),
-        Stmt::For { .. } => true,
-        Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => has_non_vector_loop(body),
-        Stmt::Seq(v) => v.iter().any(has_non_vector_loop),
-        Stmt::IfThenElse { then_, else_, .. } => {
-            has_non_vector_loop(then_) || else_.as_ref().is_some_and(|e| has_non_vector_loop(e))
-        }
-        Stmt::Store { .. } | Stmt::Evaluate(_) => false,
+        } => unrolled_size(body),
+        Stmt::For { .. } | Stmt::Allocate { .. } => u64::MAX,
+        Stmt::Attr { body, .. } => unrolled_size(body),
+        Stmt::Seq(v) => v
+            .iter()
+            .fold(0u64, |acc, s| acc.saturating_add(unrolled_size(s))),
+        Stmt::IfThenElse { then_, else_, .. } => 1u64
+            .saturating_add(unrolled_size(then_))
+            .saturating_add(else_.as_ref().map_or(0, |e| unrolled_size(e))),
+        Stmt::Store { .. } | Stmt::Evaluate(_) => 1,
+    }
+}
+
+/// [`steps_bound`] of a loop with this extent and body.
+fn loop_steps(extent: &Expr, body: &Stmt) -> u64 {
+    match extent.as_int() {
+        Some(e) => (e.max(0) as u64).saturating_mul(steps_bound(body).saturating_add(1)),
+        None => u64::MAX,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> Stmt {
+        Stmt::store("O", vec![Expr::var("i")], Expr::f32(0.0))
+    }
+
+    #[test]
+    fn unrolled_size_counts_vector_bodies_once_and_refuses_parallel_loops() {
+        let inner = Stmt::loop_("v", 8, ForKind::Vectorized, store());
+        let tile = Stmt::loop_(
+            "a",
+            4,
+            ForKind::Serial,
+            Stmt::loop_("b", 2, ForKind::Serial, inner),
+        );
+        assert_eq!(unrolled_size(&tile), 8);
+        let par = Stmt::loop_("p", 2, ForKind::Parallel, store());
+        assert_eq!(
+            unrolled_size(&Stmt::loop_("a", 2, ForKind::Serial, par)),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn abort_checks_go_only_where_a_loop_runs_long() {
+        // 7 x 32 x 2 x 2 stores: short, so no check inside (LLVM may vectorize it)
+        let tile = Stmt::loop_(
+            "ow",
+            7,
+            ForKind::Serial,
+            Stmt::loop_(
+                "oc",
+                32,
+                ForKind::Serial,
+                Stmt::loop_(
+                    "ic",
+                    2,
+                    ForKind::Serial,
+                    Stmt::loop_("oh", 2, ForKind::Serial, store()),
+                ),
+            ),
+        );
+        let Stmt::For { extent, body, .. } = &tile else {
+            unreachable!()
+        };
+        assert!(loop_steps(extent, body) <= ABORT_CHECK_STEPS);
+        // 512 of those: long, so its iterations check
+        assert!(loop_steps(&Expr::int(512), &tile) > ABORT_CHECK_STEPS);
+        // a loop whose trip count is not a constant always checks
+        assert_eq!(loop_steps(&Expr::var("n"), &store()), u64::MAX);
     }
 }

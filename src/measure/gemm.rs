@@ -253,7 +253,13 @@ pub fn gemm_kernel(m: i64, n: i64, k: i64, s: &GemmSchedule) -> Kernel {
 
 /// Textbook kernel (parallel rows, vectorized columns, serial reduction) for comparison.
 pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
-    textbook_gemm_kernel(&format!("gemm_naive_{m}x{n}x{k}"), m, n, k, ForKind::Parallel)
+    textbook_gemm_kernel(
+        &format!("gemm_naive_{m}x{n}x{k}"),
+        m,
+        n,
+        k,
+        ForKind::Parallel,
+    )
 }
 
 /// `C[i, j] = sum_k A[i, k] * B[k, j]` as three plain loops with an explicit init; `rows`

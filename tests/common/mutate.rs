@@ -27,7 +27,9 @@ pub fn step_mutants(steps: &Value) -> Vec<Value> {
     number_paths(steps, &mut Vec::new(), &mut paths);
     let mut mutants = Vec::new();
     for p in &paths {
-        let v = at(&mut steps.clone(), p).as_i64().expect("step numbers are integers");
+        let v = at(&mut steps.clone(), p)
+            .as_i64()
+            .expect("step numbers are integers");
         for new in [v - 1, v + 1, 0, 2, i32::MAX as i64] {
             let mut m = steps.clone();
             *at(&mut m, p) = Value::from(new);
