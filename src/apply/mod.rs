@@ -144,12 +144,17 @@ pub fn apply(
 ) -> ApplyReport {
     let start = Instant::now();
     // Spend the budget where it matters: biggest kernels (FLOPs x multiplicity) first.
+    // (Each weight builds the kernel's DAG: computed once per kernel, not per comparison.)
+    let weights: Vec<f64> = m
+        .matches
+        .iter()
+        .map(|km| {
+            let k = &m.list.kernels[km.kernel];
+            kernel_flops(k) * k.multiplicity() as f64
+        })
+        .collect();
     let mut order: Vec<usize> = (0..m.matches.len()).collect();
-    let weight = |i: usize| {
-        let k = &m.list.kernels[m.matches[i].kernel];
-        kernel_flops(k) * k.multiplicity() as f64
-    };
-    order.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)));
+    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]));
     let mut results: Vec<Option<KernelResult>> = vec![None; m.matches.len()];
     let mut exhausted = false;
     for (n, &i) in order.iter().enumerate() {
@@ -256,7 +261,8 @@ fn apply_kernel(
             "naive default schedule".into(),
         ),
     ));
-    let mut best: Option<(f64, usize)> = None;
+    // (median ms, candidate index, GFLOP/s) of the fastest verified candidate.
+    let mut best: Option<(f64, usize, Option<f64>)> = None;
     if over_budget {
         r.note = Some("search budget exhausted: default schedule kept".into());
     } else if km.candidates.is_empty() {
@@ -292,8 +298,8 @@ fn apply_kernel(
             compile_ms: e.total_compile_time().as_secs_f64() * 1e3,
         });
         if let Some(t) = t {
-            if best.is_none_or(|(b, _)| t < b) {
-                best = Some((t, r.trials.len() - 1));
+            if best.is_none_or(|(b, _, _)| t < b) {
+                best = Some((t, r.trials.len() - 1, e.gflops(c.dag.flop_ct())));
             }
         }
         r.to_store.push((
@@ -309,22 +315,17 @@ fn apply_kernel(
     }
     // The default is a candidate too: a transferred schedule must beat it to be chosen.
     match (best, r.untuned_ms) {
-        (Some((t, i)), u) if u.is_none_or(|u| t < u) => {
+        (Some((t, i, gflops)), u) if u.is_none_or(|u| t < u) => {
             let c = &candidates[i];
             r.tuned_ms = Some(t);
             r.chosen = c.source.label();
             r.chosen_tier = Some(c.tier);
             r.verified = true;
-            let flops = c.dag.flop_ct();
-            r.gflops = (flops > 0.0).then(|| flops / (t / 1e3) / 1e9);
+            r.gflops = gflops;
         }
         _ => {
             r.tuned_ms = r.untuned_ms;
-            let flops = default_dag.flop_ct();
-            r.gflops = r
-                .untuned_ms
-                .filter(|_| flops > 0.0)
-                .map(|t| flops / (t / 1e3) / 1e9);
+            r.gflops = default.gflops(default_dag.flop_ct());
         }
     }
     if let (Some(u), Some(t)) = (r.untuned_ms, r.tuned_ms) {

@@ -279,10 +279,7 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
         row.rel_error = tuned.rel_error;
         row.compile_ms = tuned.total_compile_time().as_secs_f64() * 1e3;
         row.tuned_ms = tuned.median().map(|s| s * 1e3);
-        row.gflops = tuned
-            .median()
-            .filter(|_| flops > 0.0)
-            .map(|s| flops / s / 1e9);
+        row.gflops = tuned.gflops(flops);
         row.percent_of_peak = row.gflops.map(|g| 100.0 * g / peak);
         stored.push(tuned.to_measurement(
             key.clone(),

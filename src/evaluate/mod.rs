@@ -202,6 +202,13 @@ impl Evaluation {
         }
     }
 
+    /// GFLOP/s of a verified, timed kernel doing `flops` per run (None when `flops` is 0).
+    pub fn gflops(&self, flops: f64) -> Option<f64> {
+        self.median()
+            .filter(|_| flops > 0.0)
+            .map(|s| flops / s / 1e9)
+    }
+
     /// Lowering + codegen + JIT.
     pub fn total_compile_time(&self) -> Duration {
         self.lower_time + self.compile_time
@@ -237,10 +244,7 @@ impl Evaluation {
             median_s: m.map(|m| m.median),
             min_s: m.map(|m| m.min),
             max_s: m.map(|m| m.max),
-            gflops: self
-                .median()
-                .filter(|_| flops > 0.0)
-                .map(|s| flops / s / 1e9),
+            gflops: self.gflops(flops),
             compile_ms: Some(self.total_compile_time().as_secs_f64() * 1e3),
             wall_s: self.total_compile_time().as_secs_f64()
                 + m.map_or(0.0, |m| m.samples.iter().sum::<f64>() * m.number as f64),
