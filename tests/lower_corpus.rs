@@ -1,4 +1,5 @@
-//! Every real CPU record of the corpus, re-targeted to a smaller workload of the same class
+//! Every real CPU record of the curated corpus logs (and a deterministic sample of the full
+//! tuning histories, `common::sample_full_histories`), re-targeted to a smaller workload of the same class
 //! (transfer-tuning's move: the same steps on a new workload), lowered, run in the checked
 //! interpreter and compared with the DAG's reference evaluator.
 //!
@@ -141,7 +142,7 @@ fn corpus_records_retargeted_lower_and_match_the_reference() {
 }
 
 /// The same schedules with partial tiles (guards), on a deterministic sample: every record
-/// of the small files, every 8th of the 5,056-record alexnet log.
+/// of the small files, every 8th of the 5,056-record alexnet log (and the full-history sample).
 #[test]
 fn corpus_records_with_partial_tiles_lower_and_match_the_reference() {
     check_corpus(Mode::Partial);
@@ -182,6 +183,14 @@ fn check_corpus(mode: Mode) {
         let steps: Vec<String> = r.steps.iter().map(|s| s.to_string()).collect();
         unique.entry((r.key.clone(), steps.join(","))).or_insert(i);
     }
+    // The full tuning histories: a deterministic sample of their distinct records.
+    let kept: std::collections::HashSet<usize> =
+        common::sample_full_histories(unique.values().copied().collect(), |&i| {
+            recs[i].file.clone()
+        })
+        .into_iter()
+        .collect();
+    unique.retain(|_, i| kept.contains(i));
     if mode == Mode::Partial {
         let big = |i: usize| {
             recs[i]
@@ -194,12 +203,13 @@ fn check_corpus(mode: Mode) {
             n += 1;
             !big(i) || n % 8 == 0
         });
-        println!("partial-tile mode: {} CPU records, {} distinct (key, steps) checked (sample: every 8th distinct record of the full alexnet log, all others)", recs.len(), unique.len());
+        println!("partial-tile mode: {} CPU records, {} distinct (key, steps) checked (sample: every 8th distinct record of the full alexnet log, every {}th of the full tuning histories, all others)", recs.len(), unique.len(), common::FULL_HISTORY_STRIDE);
     } else {
         println!(
-            "{} CPU records, {} distinct (key, steps); all distinct ones are checked (no sampling)",
+            "{} CPU records, {} distinct (key, steps) checked: all of the curated logs, every {}th of the full tuning histories",
             recs.len(),
-            unique.len()
+            unique.len(),
+            common::FULL_HISTORY_STRIDE
         );
     }
 
@@ -448,8 +458,8 @@ fn check_corpus(mode: Mode) {
     }
 }
 
-/// Every distinct record lowered at its real shapes (no execution): proofs, cost guard and
-/// lowering time at full size.
+/// Every distinct record of the curated logs and a sample of the full histories, lowered at
+/// its real shapes (no execution): proofs, cost guard and lowering time at full size.
 #[test]
 fn corpus_records_lower_at_real_shapes() {
     let t0 = Instant::now();
@@ -469,6 +479,10 @@ fn corpus_records_lower_at_real_shapes() {
             }
         }
     }
+    let unique =
+        common::sample_full_histories(unique.into_iter().collect(), |(_, (file, _, _))| {
+            file.clone()
+        });
     let results: Vec<(String, Result<f64, String>)> = unique
         .par_iter()
         .map(|((key, _), (file, ln, steps))| {

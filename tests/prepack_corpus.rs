@@ -1,7 +1,7 @@
 //! Ansor's layout rewrite option 2 (pre-packed weights) on the real corpus records whose DAGs
 //! have layout-free weights (conv2d NHWC, winograd bgemm, dense, batch_matmul, matmul_add):
 //! * the layout derived for the de7d1695 record of spec §1 (resnet-50 conv 1x1 stride 2);
-//! * every distinct record re-targeted to a small workload of its class (as
+//! * every distinct record (a sample of the full tuning histories) re-targeted to a small workload of its class (as
 //!   `tests/lower_corpus.rs` does), lowered with `WeightLayoutMode::PrePacked`, run in the
 //!   checked interpreter on packed inputs and compared with the reference of the original DAG
 //!   on the original inputs; with exact tiles and with partial tiles (padded packed layouts);
@@ -109,11 +109,9 @@ fn layout_free_corpus() -> Corpus {
             unique.entry((r.key.clone(), steps.join(","))).or_insert(i);
         }
     }
-    Corpus {
-        recs,
-        todo: unique.into_values().collect(),
-        dags,
-    }
+    let todo =
+        common::sample_full_histories(unique.into_values().collect(), |&i| recs[i].file.clone());
+    Corpus { recs, todo, dags }
 }
 
 /// The spec's worked example: resnet-50 conv2d 1x1 stride 2 (+bias+relu), `de7d1695`.

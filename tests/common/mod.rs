@@ -32,6 +32,39 @@ pub fn ansor_files() -> Vec<PathBuf> {
     out
 }
 
+/// The folder of full tuning histories (73k records in measurement order, failed trials
+/// included): the material for search experiments. Tests that do heavy work per record
+/// (lowering, interpreting) check a deterministic sample of it: see [`sample_full_histories`].
+pub const FULL_HISTORY_DIR: &str = "tvm_ansor_bench_full_nchwc";
+
+/// A log of the full tuning histories.
+pub fn is_full_history(p: &Path) -> bool {
+    p.parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|d| d == FULL_HISTORY_DIR)
+}
+
+/// One distinct record in this many of the full histories is checked by the heavy tests:
+/// about 1,000 of their ~60,000 distinct records, spread over every task and over the whole
+/// of each search, on top of every record of the curated logs.
+pub const FULL_HISTORY_STRIDE: usize = 64;
+
+/// Keeps every record of the curated logs and every [`FULL_HISTORY_STRIDE`]-th (in the
+/// iteration order of `items`) of the full histories; `file_of` names an item's log file.
+pub fn sample_full_histories<T>(items: Vec<T>, file_of: impl Fn(&T) -> String) -> Vec<T> {
+    let mut n = 0usize;
+    items
+        .into_iter()
+        .filter(|t| {
+            if !is_full_history(Path::new(&file_of(t))) {
+                return true;
+            }
+            n += 1;
+            (n - 1) % FULL_HISTORY_STRIDE == 0
+        })
+        .collect()
+}
+
 /// CUDA logs: real records, but not for this CPU.
 pub fn is_cuda_log(p: &Path) -> bool {
     let name = p.file_name().unwrap().to_string_lossy();
