@@ -23,6 +23,7 @@ use crate::ir::{dag_hash, Dag};
 use crate::ops::{Anchor, EpilogueOp, Era, WorkloadSpec};
 use crate::signature::WorkloadSignature;
 use candidates::{candidates, Candidate};
+pub use signature::signature_for;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};

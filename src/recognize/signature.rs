@@ -7,7 +7,7 @@
 use crate::ir::DType;
 use crate::ops::{EpilogueOp, WorkloadSpec};
 use crate::signature::WorkloadSignature;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 pub fn spec_signature(
@@ -62,5 +62,28 @@ pub fn registered_signature(
         output,
         dtype: dtype.to_string(),
         layout: layout.into(),
+    }
+}
+
+/// The signature of a workload key and which producer made it: `md5`, `registered`,
+/// `structural` (see `crate::recognize`), or `unknown` when no DAG fits (the signature then
+/// carries the key's hash and the reason, so distinct unknown keys stay distinct).
+pub fn signature_for(key: &crate::ansor::WorkloadKey) -> (WorkloadSignature, &'static str) {
+    match super::recognize_signature(key) {
+        Ok(found) => found,
+        Err(e) => {
+            let mut attrs = BTreeMap::new();
+            attrs.insert("key".to_string(), Value::from(key.raw.as_str()));
+            attrs.insert("reason".to_string(), Value::from(e.to_string()));
+            let sig = WorkloadSignature {
+                op_class: "unknown".into(),
+                attrs,
+                inputs: key.nested_shapes().unwrap_or_default(),
+                output: vec![],
+                dtype: String::new(),
+                layout: String::new(),
+            };
+            (sig, "unknown")
+        }
     }
 }

@@ -5,8 +5,9 @@
 //! arguments in the workload key (residual-first adds) do not enter it. It is a sha256 over
 //! the canonical JSON of [`WorkloadSignature`] (sorted object keys, no whitespace).
 //!
-//! DAG recognition (`crate::recognize`) produces it: by md5 match of ttdb's own PrintDAG text,
-//! by registered-function name, or structurally from the key's shapes as a fallback. The
+//! DAG recognition (`crate::recognize::signature_for`) produces it: by md5 match of ttdb's own
+//! PrintDAG text, by registered-function name, or structurally from the key's shapes as a
+//! fallback. This module is a leaf: it knows the type and its hash, not who computes it. The
 //! database stores the signature with its `SIGNATURE_VERSION` and `recognized_by`, so a better
 //! producer recomputes `workloads.signature` in place without a schema change
 //! (`store::resign_outdated`).
@@ -91,28 +92,5 @@ mod tests {
         );
         assert_eq!(s.sha256_hex().len(), 64);
         assert_eq!(s.sha256_hex(), s.clone().sha256_hex());
-    }
-}
-
-/// The signature of a workload key and which producer made it: `md5`, `registered`,
-/// `structural` (see `crate::recognize`), or `unknown` when no DAG fits (the signature then
-/// carries the key's hash and the reason, so distinct unknown keys stay distinct).
-pub fn signature_for(key: &crate::ansor::WorkloadKey) -> (WorkloadSignature, &'static str) {
-    match crate::recognize::recognize_signature(key) {
-        Ok(found) => found,
-        Err(e) => {
-            let mut attrs = BTreeMap::new();
-            attrs.insert("key".to_string(), Value::from(key.raw.as_str()));
-            attrs.insert("reason".to_string(), Value::from(e.to_string()));
-            let sig = WorkloadSignature {
-                op_class: "unknown".into(),
-                attrs,
-                inputs: key.nested_shapes().unwrap_or_default(),
-                output: vec![],
-                dtype: String::new(),
-                layout: String::new(),
-            };
-            (sig, "unknown")
-        }
     }
 }

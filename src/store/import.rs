@@ -146,7 +146,7 @@ impl Interner {
                 // inserter reports it.
                 let signature = WorkloadKey::parse(&fields.key)
                     .ok()
-                    .map(|k| signature::signature_for(&k));
+                    .map(|k| crate::recognize::signature_for(&k));
                 self.keys.insert(fields.key.clone(), n);
                 first.workload = Some((fields.key, signature));
                 n
@@ -251,7 +251,7 @@ impl Ids {
                     WorkloadKey::parse(key_text).map_err(|e| StoreError::Other(e.to_string()))?;
                 let (sig, by) = match signature {
                     Some((sig, by)) => (sig.clone(), *by),
-                    None => signature::signature_for(&key),
+                    None => crate::recognize::signature_for(&key),
                 };
                 tx.execute(
                     "INSERT INTO workloads (key, key_head, key_form, signature, signature_json, op_class, recognized_by, signature_version)

@@ -158,7 +158,7 @@ impl Store {
             for (id, raw) in &stale {
                 let key = crate::ansor::WorkloadKey::parse(raw)
                     .map_err(|e| StoreError::Other(e.to_string()))?;
-                let (sig, by) = crate::signature::signature_for(&key);
+                let (sig, by) = crate::recognize::signature_for(&key);
                 update.execute(rusqlite::params![
                     id,
                     sig.sha256_hex(),
