@@ -231,10 +231,12 @@ impl State {
             match it.kind {
                 IterKind::Spatial if reduce_axes.is_empty() => axes.push(axis),
                 IterKind::Reduction => reduce_axes.push(axis),
-                kind => return Err(InitError(format!(
+                kind => {
+                    return Err(InitError(format!(
                     "{name}: axis {} of kind {kind:?}; expected spatial axes, then reduction axes",
                     it.name
-                ))),
+                )))
+                }
             }
         }
         Ok(StageOp {
