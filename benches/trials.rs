@@ -65,7 +65,7 @@ fn main() {
                 other => other.clone(),
             })
             .collect();
-        let Ok(r) = ttdb::lower::retarget_steps(&inits, &mutated) else {
+        let Ok(r) = ttdb::schedule::retarget_steps(&inits, &mutated) else {
             continue;
         };
         let e = evaluate_steps(&rec.dag, &r.steps, &reference, &opts);

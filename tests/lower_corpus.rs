@@ -5,7 +5,7 @@
 //!
 //! The reduced DAG comes from the same op builder, TVM era and epilogue as the record's,
 //! with spatial sizes and channels shrunk (kernel sizes, strides, padding, dilation and
-//! blocking kept); the steps are adapted with `ttdb::lower::retarget_steps` (split lengths
+//! blocking kept); the steps are adapted with `ttdb::schedule::retarget_steps` (split lengths
 //! clamped to divisors of the new extents, SP `extent` fields recomputed).
 //! Records are deduplicated by (workload key, steps).
 mod common;
@@ -21,8 +21,9 @@ use ttdb::ansor::log::{lines, parse_line, LogLine};
 use ttdb::ansor::{Step, WorkloadKey};
 use ttdb::ir::Dag;
 use ttdb::lower::check::interpret_against_reference;
-use ttdb::lower::{lower_detailed, retarget_steps, LowerOptions};
+use ttdb::lower::{lower_detailed, LowerOptions};
 use ttdb::recognize::recognize;
+use ttdb::schedule::retarget_steps;
 use ttdb::schedule::stage_inits_from_dag;
 
 /// Records ttdb refuses by design: (file, part of the reason).

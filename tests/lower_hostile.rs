@@ -18,10 +18,11 @@ use ttdb::loopnest::check_bounds;
 use ttdb::loopnest::cost::CostLimits;
 use ttdb::loopnest::interp::{run, InterpError, InterpOptions};
 use ttdb::lower::check::{compare_outputs, kernel_args};
-use ttdb::lower::{lower, retarget_steps, LowerError, LowerOptions};
+use ttdb::lower::{lower, LowerError, LowerOptions};
 use ttdb::ops::{
     registered, Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
 };
+use ttdb::schedule::retarget_steps;
 use ttdb::schedule::{stage_inits_from_dag, State};
 
 const BUDGET: u64 = 20_000_000;

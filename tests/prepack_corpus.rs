@@ -19,11 +19,9 @@ use ttdb::ansor::{Step, WorkloadKey};
 use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
 use ttdb::ir::Dag;
 use ttdb::lower::check::interpret_with_layout;
-use ttdb::lower::{
-    lower_detailed, packed_layout, retarget_steps, LowerOptions, WeightLayout, WeightLayoutMode,
-};
+use ttdb::lower::{lower_detailed, packed_layout, LowerOptions, WeightLayout, WeightLayoutMode};
 use ttdb::recognize::recognize;
-use ttdb::schedule::{replay, stage_inits_from_dag};
+use ttdb::schedule::{replay, retarget_steps, stage_inits_from_dag};
 
 const TOLERANCE: f64 = 1e-4;
 const STEP_BUDGET: u64 = 400_000_000;

@@ -21,7 +21,6 @@
 //!   `if (likely(..))` guards;
 //! * `convert`: tensor expressions to loop-nest expressions, canonical index forms;
 //!   `names`: buffers and parameters; [`check`]: interpreter-vs-reference comparison;
-//! * [`retarget`]: a record's steps adapted to another workload of the same class;
 //! * `layout`: Ansor's layout rewrite option 2 ([`WeightLayoutMode::PrePacked`]): the
 //!   layout-free weights packed into the layout the final state derives
 //!   ([`packed_layout`], spec §4.8), every load of them rewritten, [`pack_weight`] packing a
@@ -52,13 +51,11 @@ mod emit;
 mod layout;
 mod names;
 mod op;
-pub mod retarget;
 mod te;
 #[cfg(test)]
 mod tests;
 
 pub use layout::{pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode};
-pub use retarget::{adapt_split_lengths, retarget_steps, Retargeted};
 
 use crate::ansor::Step;
 use crate::ir::{Dag, TensorId};

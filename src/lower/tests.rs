@@ -9,7 +9,7 @@ use crate::loopnest::{kernel_to_string, Attr, ForKind, Stmt};
 use crate::ops::{
     registered, Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
 };
-use crate::schedule::{replay, stage_inits_from_dag};
+use crate::schedule::{replay, retarget_steps, stage_inits_from_dag};
 
 pub(crate) fn steps(json: &str) -> Vec<Step> {
     let v: serde_json::Value = serde_json::from_str(json).unwrap();

@@ -1,6 +1,6 @@
 //! Re-targeting a record's steps to another workload of the same class: split lengths move
 //! to the nearest exact factorization of the new extents
-//! ([`crate::lower::retarget::adapt_split_lengths`]), and stage lists that differ by
+//! ([`crate::schedule::retarget::adapt_split_lengths`]), and stage lists that differ by
 //! inlinable stages are aligned ([`map_stages`]).
 use crate::ansor::Step;
 use crate::schedule::{ReplayFailure, StageInit};
@@ -10,8 +10,8 @@ use crate::schedule::{ReplayFailure, StageInit};
 pub fn retarget(
     inits: &[StageInit],
     steps: &[Step],
-) -> Result<crate::lower::Retargeted, ReplayFailure> {
-    crate::lower::retarget_steps(inits, steps)
+) -> Result<crate::schedule::Retargeted, ReplayFailure> {
+    crate::schedule::retarget_steps(inits, steps)
 }
 
 /// Source-stage to target-stage ids while steps are translated.

@@ -5,6 +5,7 @@
 //! matches, else the fallback (`conv2d_avx_common` / `conv2d_avx_1x1` / depthwise
 //! `_fallback_schedule`): oc_bn = the largest divisor of out_channels <= SIMD lanes, ic_bn = the
 //! largest divisor of in_channels <= oc_bn.
+use crate::schedule::divisors::largest_divisor_at_most;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -206,14 +207,6 @@ pub fn lanes_for_mcpu(mcpu: Option<&str>) -> i64 {
         Some(c) if AVX2.contains(&c) => 8,
         _ => 4,
     }
-}
-
-/// Largest divisor of `n` that is <= `limit` (at least 1).
-pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
-    (1..=limit.max(1))
-        .rev()
-        .find(|&b| n > 0 && n % b == 0)
-        .unwrap_or(1)
 }
 
 /// AutoTVM's fallback blocking: (ic_bn, oc_bn).

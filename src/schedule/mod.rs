@@ -20,16 +20,22 @@
 //! stage), CI of a reduction or an output, nested parallel loops, tensorize, CHW/RF of a
 //! stage others are attached to, and steps on the loops of an inlined stage.
 //!
+//! [`retarget`] adapts a record's steps to another workload of the same class (the split
+//! lengths move to the nearest exact factorization of the new extents): it works on steps and
+//! states only, so it lives here, not in lowering.
+//!
 //! [`State::dump`] prints the state in the text format of the reference simulator
 //! (`shared/tools/ansor_state_sim.py --dump`) for differential testing.
 //!
 //! [`Step::apply_to`]: crate::ansor::Step::apply_to
 mod apply;
 mod attach;
+pub mod divisors;
 mod dump;
 mod error;
 mod from_dag;
 mod iterator;
+pub mod retarget;
 #[cfg(test)]
 mod spec_examples;
 mod state;
@@ -44,6 +50,7 @@ pub use dump::stage_inits_from_dump;
 pub use error::{InitError, ReplayError, MAX_EXTENT};
 pub use from_dag::stage_inits_from_dag;
 pub use iterator::{clean_name, IterIdent, IterKind, Iterator};
+pub use retarget::{adapt_split_lengths, retarget_steps, Retargeted};
 pub use state::{
     AxisInit, ComputeAt, OpAxis, OpKind, OpOrigin, SplitExtentMismatch, SplitExtentReport, Stage,
     StageAttrs, StageInit, StageOp, State,

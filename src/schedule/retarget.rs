@@ -6,9 +6,10 @@
 //! clamped, innermost first (outermost first for nparts splits), to the largest divisor of
 //! what remains of the extent, so the product divides the extent and no guard is needed; the
 //! SP `extent` field is set to the new extent. FSP/FFSP follow the adapted SPs as before.
+use super::divisors::{divisors, largest_divisor_at_most};
+use super::{ReplayFailure, StageInit, State};
 use crate::ansor::step::SplitStep;
 use crate::ansor::Step;
-use crate::schedule::{ReplayFailure, StageInit, State};
 
 /// The adapted steps, the state they give on the new workload, and what changed.
 #[derive(Clone, Debug)]
@@ -17,26 +18,6 @@ pub struct Retargeted {
     pub state: State,
     /// `(step index, old step, new step)` for every step that changed.
     pub changes: Vec<(usize, String, String)>,
-}
-
-/// Largest divisor of `n` (>= 1) that is at most `cap` (>= 1).
-fn largest_divisor_at_most(n: i64, cap: i64) -> i64 {
-    if cap >= n {
-        return n;
-    }
-    let mut best = 1;
-    let mut d = 1i64;
-    while d.saturating_mul(d) <= n {
-        if n % d == 0 {
-            for x in [d, n / d] {
-                if x <= cap && x > best {
-                    best = x;
-                }
-            }
-        }
-        d += 1;
-    }
-    best
 }
 
 /// Split lengths by clamping: each length to the largest divisor of the extent left after
@@ -60,23 +41,6 @@ fn clamp_split_lengths(extent: i64, lengths: &[i64], inner_to_outer: bool) -> Ve
 
 /// Ansor's `max_innermost_split_factor`.
 pub const MAX_INNERMOST: i64 = 64;
-
-fn divisors(n: i64) -> Vec<i64> {
-    let mut small = Vec::new();
-    let mut large = Vec::new();
-    let mut d = 1;
-    while d * d <= n {
-        if n % d == 0 {
-            small.push(d);
-            if d * d != n {
-                large.push(n / d);
-            }
-        }
-        d += 1;
-    }
-    small.extend(large.into_iter().rev());
-    small
-}
 
 /// Split lengths for a loop of `extent`: the lengths, one per split level, whose product
 /// divides `extent` (no guards needed) and which are nearest to `lengths` in log space
@@ -211,7 +175,6 @@ mod tests {
             let l = adapt_split_lengths(e, &[5, 3, 8], true);
             assert_eq!(e % l.iter().product::<i64>(), 0, "{e} {l:?}");
         }
-        assert_eq!(largest_divisor_at_most(1 << 40, 3), 2);
         // Huge extents fall back to clamping instead of searching.
         let l = adapt_split_lengths(1 << 40, &[3, 5, 7], true);
         assert_eq!((1i64 << 40) % l.iter().product::<i64>(), 0);
