@@ -13,7 +13,7 @@ use ttdb::codegen::{compile, CodegenOptions, CompiledKernel};
 use ttdb::loopnest::{BufferData, DType};
 use ttdb::measure::gemm::{gemm_flops, gemm_kernel, GemmSchedule};
 use ttdb::measure::peak::measure_fma;
-use ttdb::measure::{compare, measure, HostFingerprint, MeasureOptions, Measurement};
+use ttdb::measure::{compare, detect_host, measure, MeasureOptions, Measurement};
 
 fn numpy_gflops(n: i64, threads: usize) -> Option<f64> {
     let script = format!(
@@ -128,7 +128,7 @@ fn sweep(n: i64, lanes: i64, threads: usize) {
 }
 
 fn main() {
-    let host = HostFingerprint::detect();
+    let host = detect_host();
     if std::env::var("TTDB_SWEEP").is_ok() {
         sweep(
             env("TTDB_GEMM_N", 1024),

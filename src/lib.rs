@@ -11,6 +11,7 @@ pub mod apply;
 pub mod cli;
 pub mod codegen;
 pub mod evaluate;
+pub mod host;
 pub mod ir;
 pub mod loopnest;
 pub mod lower;

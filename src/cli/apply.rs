@@ -5,7 +5,6 @@ use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::apply::{apply, ApplyOptions, ApplyReport};
 use crate::matcher::MatchOptions;
-use crate::measure::host::HostFingerprint;
 use crate::store::measurement::store_measurements;
 use crate::store::Store;
 use std::io::IsTerminal;
@@ -150,7 +149,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         b.finish_and_clear();
     }
     if !args.dry_run {
-        let host = HostFingerprint::detect();
+        let host = crate::measure::detect_host();
         for kind in ["default", "apply"] {
             let items: Vec<_> = report
                 .kernels

@@ -4,7 +4,6 @@ use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::ansor::{Record, WorkloadKey};
 use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Reference};
-use crate::measure::host::HostFingerprint;
 use crate::measure::peak::measure_peak;
 use crate::measure::runner::MeasureOptions;
 use crate::store::measurement::store_measurements;
@@ -207,7 +206,7 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
         verify_only: args.no_timing,
         ..EvalOptions::default()
     };
-    let host = HostFingerprint::detect();
+    let host = crate::measure::detect_host();
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| indicatif::ProgressBar::new(todo.len() as u64));
@@ -353,7 +352,7 @@ pub fn bench_peak(json: bool) -> CliResult {
         message: e.to_string(),
         code: 1,
     })?;
-    let host = HostFingerprint::detect();
+    let host = crate::measure::detect_host();
     if json {
         println!(
             "{}",

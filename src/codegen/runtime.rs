@@ -48,9 +48,7 @@ pub fn pool(threads: usize) -> Arc<rayon::ThreadPool> {
 }
 
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    crate::host::available_cores()
 }
 
 /// 64-byte aligned, zeroed scratch memory.

@@ -98,7 +98,7 @@ impl Default for MatchOptions {
             compat: "llvm/cpu".into(),
             class_workloads: 8,
             records_per_workload: 3,
-            cores: crate::codegen::runtime::default_threads(),
+            cores: crate::host::available_cores(),
             lanes: 8,
         }
     }

@@ -8,7 +8,7 @@ pub mod peak;
 pub mod runner;
 pub mod verify;
 
-pub use host::HostFingerprint;
+pub use host::{detect_host, HostFingerprint};
 pub use peak::{measure_peak, Peak};
 pub use runner::{measure, MeasureOptions, Measurement};
 pub use verify::{compare, verify_against_interpreter, Mismatch, DEFAULT_RTOL};

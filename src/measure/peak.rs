@@ -1,7 +1,6 @@
 //! Machine fp32 FMA peak, measured with a JIT kernel of independent vector FMA chains (built as
 //! a loop-nest kernel and compiled by our own codegen). The denominator for every "% of peak".
 
-use super::host::HostFingerprint;
 use super::runner::{measure, MeasureOptions};
 use crate::codegen::{compile, CodegenError, CodegenOptions};
 use crate::loopnest::data::BufferData;
@@ -90,7 +89,7 @@ pub fn measure_fma(lanes: i64, threads: usize, opts: &MeasureOptions) -> Result<
 
 /// Peak with 1 thread and with all cores.
 pub fn measure_peak(opts: &MeasureOptions) -> Result<Peak, CodegenError> {
-    let host = HostFingerprint::detect();
+    let host = super::detect_host();
     let lanes = host.f32_lanes();
     let threads = host.cores;
     Ok(Peak {

@@ -4,34 +4,12 @@
 use super::import::import_in;
 use super::{now_rfc3339, Result, Store, StoreError};
 use crate::ansor::{ErrorNo, MeasureResult, Record, Step, Task};
-use crate::measure::host::HostFingerprint;
-use crate::signature::hex;
+use crate::host::HostFingerprint;
 use rusqlite::{params, OptionalExtension, Transaction};
-use sha2::{Digest, Sha256};
-
-/// The Ansor target string ttdb writes for this host, and its hardware_params
-/// (`num_cores, vector_unit_bytes, cache_line_bytes, 0...` as TVM's CPU default).
-pub fn host_target(host: &HostFingerprint) -> (String, Vec<i64>) {
-    (
-        format!("llvm -keys=cpu -mcpu={}", host.llvm_cpu),
-        vec![host.cores as i64, 64, 64, 0, 0, 0, 0, 0],
-    )
-}
-
-fn host_fingerprint_hash(host: &HostFingerprint) -> String {
-    let text = serde_json::json!([
-        host.cpu_model,
-        host.isa_flags,
-        host.llvm_cpu,
-        host.cores,
-        host.ttdb_version
-    ]);
-    hex(&Sha256::digest(text.to_string().as_bytes()))
-}
 
 /// The id of `host` in the `hosts` table, inserting it on first use.
 pub fn host_id(tx: &Transaction, host: &HostFingerprint) -> Result<i64> {
-    let fp = host_fingerprint_hash(host);
+    let fp = host.digest();
     if let Some(id) = tx
         .query_row("SELECT id FROM hosts WHERE fingerprint = ?1", [&fp], |r| {
             r.get(0)
@@ -74,7 +52,7 @@ pub struct NewMeasurement {
 
 impl NewMeasurement {
     fn record(&self, host: &HostFingerprint) -> Record {
-        let (target, hardware_params) = host_target(host);
+        let (target, hardware_params) = host.ansor_target();
         let ok = self.error_no == 0 && !self.samples.is_empty();
         let timestamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
