@@ -46,11 +46,7 @@ impl ImportSummary {
             .flat_map(|f| f.workload_ids.iter().copied())
             .collect();
         self.workloads = ids.len();
-        let mut q = store
-            .conn
-            .prepare_cached("SELECT op_class FROM workloads WHERE id = ?1")?;
-        for id in ids {
-            let class: String = q.query_row([id], |r| r.get(0))?;
+        for class in crate::store::lookup::workload_classes(store, ids)? {
             *self.classes.entry(class).or_default() += 1;
         }
         Ok(())

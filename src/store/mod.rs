@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub mod import;
+pub mod lookup;
 pub mod measurement;
 pub mod query;
 pub mod target;

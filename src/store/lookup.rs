@@ -1,0 +1,167 @@
+//! The queries matching and refinement ask of the database: stored records with their
+//! provenance, the workloads of a class, and what the database holds of a class when
+//! nothing matches. (The ranking itself lives in `crate::matcher`.)
+use super::{Result, Store};
+use crate::signature::WorkloadSignature;
+use rusqlite::params;
+use serde::Serialize;
+
+/// A stored record that may be transferred or refined.
+#[derive(Clone, Debug, Serialize)]
+pub struct SourceRecord {
+    pub record_id: i64,
+    pub workload_id: i64,
+    /// The TVM workload key the record was tuned for.
+    pub key: String,
+    pub signature: String,
+    pub op_class: String,
+    #[serde(skip)]
+    pub raw: String,
+    /// Mean cost (seconds) where it was measured.
+    pub mean_cost: f64,
+    pub target: String,
+    /// Provenance: the file it was imported from and its line.
+    pub source_path: String,
+    pub line: i64,
+    /// Output shape of the source workload (for GFLOP/s normalisation).
+    #[serde(skip)]
+    pub source_flops: Option<f64>,
+}
+
+impl SourceRecord {
+    /// `resnet_50.best.json:12 (workload 3f2a86ddfc01)`.
+    pub fn label(&self) -> String {
+        let file = std::path::Path::new(&self.source_path)
+            .file_name()
+            .map_or_else(
+                || self.source_path.clone(),
+                |f| f.to_string_lossy().into_owned(),
+            );
+        format!(
+            "{file}:{} (workload {})",
+            self.line,
+            &self.signature[..12.min(self.signature.len())]
+        )
+    }
+}
+
+const SELECT_RECORDS: &str = "SELECT r.id, w.id, w.key, w.signature, w.op_class, r.raw, r.mean_cost, t.target, s.path, r.line_no
+     FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
+     JOIN sources s ON s.id = r.source_id";
+
+fn source_of(r: &rusqlite::Row) -> rusqlite::Result<SourceRecord> {
+    Ok(SourceRecord {
+        record_id: r.get(0)?,
+        workload_id: r.get(1)?,
+        key: r.get(2)?,
+        signature: r.get(3)?,
+        op_class: r.get(4)?,
+        raw: r.get(5)?,
+        mean_cost: r.get(6)?,
+        target: r.get(7)?,
+        source_path: r.get(8)?,
+        line: r.get(9)?,
+        source_flops: None,
+    })
+}
+
+/// The ids of the workloads with signature `hash` (one per distinct workload key).
+pub fn workloads_with_signature(store: &Store, hash: &str) -> Result<Vec<i64>> {
+    Ok(store
+        .conn
+        .prepare_cached("SELECT id FROM workloads WHERE signature = ?1")?
+        .query_map([hash], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?)
+}
+
+/// The best `n` valid records of one workload on targets of compat class `compat` (the
+/// `records_best` index in cost order).
+pub fn best_records_of(
+    store: &Store,
+    workload_id: i64,
+    compat: &str,
+    n: usize,
+) -> Result<Vec<SourceRecord>> {
+    let sql = format!(
+        "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2 ORDER BY r.mean_cost LIMIT ?3"
+    );
+    let mut q = store.conn.prepare_cached(&sql)?;
+    let rows = q.query_map(params![workload_id, compat, n as i64], source_of)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The workloads of `op_class` with a valid record on a `compat` target: (id, signature,
+/// its canonical form). Workloads whose stored signature does not parse are skipped.
+pub fn class_workloads(
+    store: &Store,
+    op_class: &str,
+    compat: &str,
+) -> Result<Vec<(i64, String, WorkloadSignature)>> {
+    let mut q = store.conn.prepare_cached(
+        "SELECT w.id, w.signature, w.signature_json FROM workloads w WHERE w.op_class = ?1 AND EXISTS (
+             SELECT 1 FROM records r JOIN targets t ON t.id = r.target_id
+             WHERE r.workload_id = w.id AND r.mean_cost IS NOT NULL AND t.compat = ?2)",
+    )?;
+    let rows = q.query_map(params![op_class, compat], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, signature, json) = row?;
+        if let Ok(sig) = serde_json::from_str::<WorkloadSignature>(&json) {
+            out.push((id, signature, sig));
+        }
+    }
+    Ok(out)
+}
+
+/// Up to three classes with the anchor `anchor` other than `except` (another fused
+/// epilogue), with their workload counts, most workloads first.
+pub fn sibling_classes(store: &Store, anchor: &str, except: &str) -> Result<Vec<(String, i64)>> {
+    let mut q = store.conn.prepare_cached(
+        "SELECT op_class, COUNT(*) FROM workloads WHERE (op_class = ?1 OR op_class LIKE ?1 || '+%') AND op_class != ?2
+         GROUP BY op_class ORDER BY 2 DESC LIMIT 3",
+    )?;
+    let rows = q.query_map(params![anchor, except], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Per target compat class that holds records of `op_class`: (compat, whether any of them
+/// is valid). Index seeks per workload, never a scan of the class's records.
+pub fn class_presence(store: &Store, op_class: &str) -> Result<Vec<(String, bool)>> {
+    let compats: Vec<String> = store
+        .conn
+        .prepare_cached("SELECT DISTINCT compat FROM targets")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut any = store.conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
+                        WHERE w.op_class = ?1 AND t.compat = ?2)",
+    )?;
+    let mut valid = store.conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
+                        WHERE w.op_class = ?1 AND t.compat = ?2 AND r.mean_cost IS NOT NULL)",
+    )?;
+    let mut out = Vec::new();
+    for compat in compats {
+        if any.query_row(params![op_class, compat], |r| r.get::<_, bool>(0))? {
+            let ok = valid.query_row(params![op_class, compat], |r| r.get::<_, bool>(0))?;
+            out.push((compat, ok));
+        }
+    }
+    Ok(out)
+}
+
+/// The op class of each workload id (in order).
+pub fn workload_classes(store: &Store, ids: impl IntoIterator<Item = i64>) -> Result<Vec<String>> {
+    let mut q = store
+        .conn
+        .prepare_cached("SELECT op_class FROM workloads WHERE id = ?1")?;
+    ids.into_iter()
+        .map(|id| Ok(q.query_row([id], |r| r.get(0))?))
+        .collect()
+}
