@@ -81,6 +81,6 @@ proptest! {
     ) {
         let k = kernel(e, outer, inner);
         let c = compile(&k, &CodegenOptions::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        verify_against_interpreter(&c, seed, 1e-4).map_err(TestCaseError::fail)?;
+        verify_against_interpreter(&c, seed).map_err(TestCaseError::fail)?;
     }
 }

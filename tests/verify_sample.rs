@@ -70,7 +70,7 @@ fn real_records_compile_run_and_verify_at_their_real_shapes() {
         if !tuned.verified() {
             failures.push(format!("{file} {class}: {:?}", tuned.failure));
         }
-        assert!(tuned.rel_error.unwrap_or(0.0) <= ttdb::evaluate::RTOL);
+        assert!(tuned.rel_error.unwrap_or(0.0) <= ttdb::loopnest::verify::RTOL);
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }

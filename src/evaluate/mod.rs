@@ -15,6 +15,7 @@ use crate::ansor::Step;
 use crate::codegen::{compile, CodegenError, CodegenOptions, CompiledKernel, RunOptions};
 use crate::ir::eval::{evaluate_points, random_inputs, TensorData};
 use crate::ir::Dag;
+use crate::loopnest::verify::{kernel_output_error, Expected, OutputError, RTOL};
 use crate::loopnest::{BufferData, Kernel};
 use crate::lower::check::kernel_args;
 use crate::lower::{
@@ -22,9 +23,6 @@ use crate::lower::{
 };
 use crate::measure::runner::{measure, MeasureOptions, Measurement};
 use std::time::{Duration, Instant};
-
-/// Relative error accepted between a kernel and the reference (the 1e-4).
-pub const RTOL: f64 = 1e-4;
 
 /// Output points checked per output tensor: all of them up to this size, else a spread
 /// sample of this many (first and last elements included). The reference evaluator is
@@ -79,41 +77,21 @@ impl Reference {
         })
     }
 
-    /// Relative error of the kernel's outputs at the checked points: max |got - want| over
-    /// max |want| (at least 1e-30).
-    pub fn rel_error(&self, kernel: &Kernel, args: &[BufferData]) -> Result<f64, String> {
-        let outs: Vec<&BufferData> = kernel
-            .params
+    /// How far the kernel's outputs are from the reference at the checked points.
+    pub fn output_error(
+        &self,
+        kernel: &Kernel,
+        args: &[BufferData],
+    ) -> Result<OutputError, String> {
+        let expected: Vec<Expected> = self
+            .expected
             .iter()
-            .zip(args)
-            .filter(|(p, _)| p.role == crate::loopnest::BufferRole::Output)
-            .map(|(_, b)| b)
+            .map(|(points, values)| Expected {
+                points: Some(points),
+                values,
+            })
             .collect();
-        if outs.len() != self.expected.len() {
-            return Err(format!(
-                "{} output parameters, {} reference outputs",
-                outs.len(),
-                self.expected.len()
-            ));
-        }
-        let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
-        for (got, (points, want)) in outs.iter().zip(&self.expected) {
-            for (&p, w) in points.iter().zip(want) {
-                if p >= got.len() {
-                    return Err(format!(
-                        "output has {} elements, checked point {p}",
-                        got.len()
-                    ));
-                }
-                let d = (got.get_f64(p) - w).abs();
-                if d.is_nan() {
-                    return Err(format!("NaN at output element {p}"));
-                }
-                max_abs = max_abs.max(d);
-                max_ref = max_ref.max(w.abs());
-            }
-        }
-        Ok(max_abs / max_ref.max(1e-30))
+        kernel_output_error(kernel, args, &expected)
     }
 }
 
@@ -122,7 +100,6 @@ pub struct EvalOptions {
     pub measure: MeasureOptions,
     pub codegen: CodegenOptions,
     pub lower: LowerOptions,
-    pub rtol: f64,
     /// Skip timing (verify only).
     pub verify_only: bool,
     /// Pre-pack the layout-free weights into the layout the schedule derives (Ansor's layout
@@ -139,7 +116,6 @@ impl Default for EvalOptions {
             measure: MeasureOptions::default(),
             codegen: CodegenOptions::default(),
             lower: LowerOptions::default(),
-            rtol: RTOL,
             verify_only: false,
             prepack_weights: true,
         }
@@ -357,7 +333,7 @@ pub fn evaluate_with_layout(
         };
         return Evaluation::failed(code, e.to_string(), lower_time, compile_time);
     }
-    let rel_error = match check(&compiled, &args, reference, opts.rtol) {
+    let rel_error = match check(&compiled, &args, reference) {
         Ok(r) => r,
         Err(f) => return Evaluation::failed(f.error_no, f.message, lower_time, compile_time),
     };
@@ -391,19 +367,16 @@ fn check(
     compiled: &CompiledKernel,
     args: &[BufferData],
     reference: &Reference,
-    rtol: f64,
 ) -> Result<f64, Failure> {
-    let rel = reference
-        .rel_error(&compiled.kernel, args)
-        .map_err(|m| Failure {
-            error_no: 5,
-            message: format!("wrong answer: {m}"),
-        })?;
-    if rel > rtol {
-        return Err(Failure {
-            error_no: 5,
-            message: format!("wrong answer: relative error {rel:.2e} > {rtol:.0e}"),
-        });
+    let wrong = |message: String| Failure {
+        error_no: 5,
+        message: format!("wrong answer: {message}"),
+    };
+    let e = reference
+        .output_error(&compiled.kernel, args)
+        .map_err(wrong)?;
+    if !e.within_tolerance() {
+        return Err(wrong(format!("relative error {:.2e} > {RTOL:.0e}", e.rel)));
     }
-    Ok(rel)
+    Ok(e.rel)
 }

@@ -8,7 +8,7 @@
 //! * [`interp`]: checked reference interpreter;
 //! * [`unroll`]: TIR `UnrollLoop` semantics;
 //! * [`cost`]: static trip-count / memory guard;
-//! * [`data`]: host buffers.
+//! * [`data`]: host buffers; [`verify`]: the one output check (and tolerance) of ttdb.
 //!
 //! # What lowering must produce
 //! A [`Kernel`]: `params` in ABI order (inputs and outputs, roles set), `body` a [`Stmt`] tree:
@@ -37,6 +37,7 @@ pub mod printer;
 pub mod simplify;
 pub mod unroll;
 pub mod validate;
+pub mod verify;
 
 pub use bounds::{check_bounds, UnprovenAccess};
 pub use data::BufferData;

@@ -5,6 +5,7 @@ use super::{param_tensors, WeightLayout};
 use crate::ir::eval::{evaluate, random_inputs, TensorData};
 use crate::ir::Dag;
 use crate::loopnest::interp::{run, InterpOptions};
+use crate::loopnest::verify::{kernel_output_error, Expected};
 use crate::loopnest::{BufferData, BufferRole, Kernel};
 
 /// Outcome of one comparison.
@@ -56,46 +57,16 @@ pub fn kernel_args(kernel: &Kernel, inputs: &[TensorData]) -> Result<Vec<BufferD
         .collect()
 }
 
-/// Compares the kernel's output parameters (after a run) with the reference outputs.
+/// Compares the kernel's output parameters (after a run) with the reference outputs, at
+/// every element: `(max abs error, relative error)` (`crate::loopnest::verify`).
 pub fn compare_outputs(
     kernel: &Kernel,
     args: &[BufferData],
     reference: &[TensorData],
 ) -> Result<(f64, f64), String> {
-    let outs: Vec<&BufferData> = kernel
-        .params
-        .iter()
-        .zip(args)
-        .filter(|(p, _)| p.role == BufferRole::Output)
-        .map(|(_, b)| b)
-        .collect();
-    if outs.len() != reference.len() {
-        return Err(format!(
-            "{} output parameters, {} reference outputs",
-            outs.len(),
-            reference.len()
-        ));
-    }
-    let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
-    for (got, want) in outs.iter().zip(reference) {
-        if got.len() != want.len() {
-            return Err(format!(
-                "output has {} elements, the reference {}",
-                got.len(),
-                want.len()
-            ));
-        }
-        for (i, w) in want.data.iter().enumerate() {
-            let g = got.get_f64(i);
-            let d = (g - w).abs();
-            if d.is_nan() {
-                return Err(format!("NaN at output element {i}"));
-            }
-            max_abs = max_abs.max(d);
-            max_ref = max_ref.max(w.abs());
-        }
-    }
-    Ok((max_abs, max_abs / max_ref.max(1e-30)))
+    let expected: Vec<Expected> = reference.iter().map(|t| Expected::all(&t.data)).collect();
+    let e = kernel_output_error(kernel, args, &expected)?;
+    Ok((e.max_abs, e.rel))
 }
 
 /// Runs `kernel` in the interpreter on the seeded inputs of `dag` and compares with

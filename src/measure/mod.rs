@@ -11,4 +11,4 @@ pub mod verify;
 pub use host::{detect_host, HostFingerprint};
 pub use peak::{measure_peak, Peak};
 pub use runner::{measure, MeasureOptions, Measurement};
-pub use verify::{compare, verify_against_interpreter, Mismatch, DEFAULT_RTOL};
+pub use verify::verify_against_interpreter;

@@ -1,71 +1,15 @@
-//! Output verification: compare buffers within a relative error (default 1e-4).
-
+//! A compiled kernel checked against the checked interpreter running the same loop nest on
+//! the same random inputs (codegen tests and benchmarks), with ttdb's one output check
+//! (`crate::loopnest::verify`).
 use crate::codegen::{CompiledKernel, RunOptions};
 use crate::loopnest::data::BufferData;
 use crate::loopnest::interp::{run as interp, InterpOptions};
 use crate::loopnest::ir::BufferRole;
+use crate::loopnest::verify::{kernel_output_error, Expected, RTOL};
 
-pub const DEFAULT_RTOL: f64 = 1e-4;
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Mismatch {
-    pub index: usize,
-    pub got: f64,
-    pub want: f64,
-    /// Number of mismatching elements.
-    pub count: usize,
-}
-
-impl std::fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} mismatching element(s); first at {}: got {} want {}",
-            self.count, self.index, self.got, self.want
-        )
-    }
-}
-
-/// `|got - want| ≤ rtol · max(|got|, |want|, 1)` element-wise (NaN matches NaN).
-pub fn compare(got: &BufferData, want: &BufferData, rtol: f64) -> Result<(), Mismatch> {
-    if got.len() != want.len() {
-        return Err(Mismatch {
-            index: 0,
-            got: got.len() as f64,
-            want: want.len() as f64,
-            count: 1,
-        });
-    }
-    let mut first: Option<Mismatch> = None;
-    let mut count = 0;
-    for i in 0..got.len() {
-        let (g, w) = (got.get_f64(i), want.get_f64(i));
-        if g.is_nan() && w.is_nan() {
-            continue;
-        }
-        let ok = (g - w).abs() <= rtol * g.abs().max(w.abs()).max(1.0);
-        if !ok {
-            count += 1;
-            first.get_or_insert(Mismatch {
-                index: i,
-                got: g,
-                want: w,
-                count: 0,
-            });
-        }
-    }
-    match first {
-        None => Ok(()),
-        Some(m) => Err(Mismatch { count, ..m }),
-    }
-}
-
-/// Run `compiled` and the interpreter on the same random inputs and compare every output.
-pub fn verify_against_interpreter(
-    compiled: &CompiledKernel,
-    seed: u64,
-    rtol: f64,
-) -> Result<(), String> {
+/// Runs `compiled` and the interpreter on the same seeded inputs; every output must be
+/// within the tolerance of the interpreter's.
+pub fn verify_against_interpreter(compiled: &CompiledKernel, seed: u64) -> Result<(), String> {
     let k = &compiled.kernel;
     let mut a: Vec<BufferData> = k
         .params
@@ -83,10 +27,20 @@ pub fn verify_against_interpreter(
         .run(&mut a, &RunOptions::default())
         .map_err(|e| e.to_string())?;
     interp(k, &mut b, InterpOptions::default()).map_err(|e| e.to_string())?;
-    for (n, p) in k.params.iter().enumerate() {
-        if p.role == BufferRole::Output {
-            compare(&a[n], &b[n], rtol).map_err(|m| format!("buffer `{}`: {m}", p.name))?;
-        }
+    let want: Vec<Vec<f64>> = k
+        .params
+        .iter()
+        .zip(&b)
+        .filter(|(p, _)| p.role == BufferRole::Output)
+        .map(|(_, buf)| (0..buf.len()).map(|i| buf.get_f64(i)).collect())
+        .collect();
+    let expected: Vec<Expected> = want.iter().map(|v| Expected::all(v)).collect();
+    let e = kernel_output_error(k, &a, &expected)?;
+    if !e.within_tolerance() {
+        return Err(format!(
+            "relative error {:.2e} > {RTOL:.0e} (max abs {:.3e})",
+            e.rel, e.max_abs
+        ));
     }
     Ok(())
 }
