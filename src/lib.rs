@@ -7,7 +7,6 @@
 //! -> `measure` -> `onnx`/`matcher` -> `cli`.
 
 pub mod ansor;
-pub mod apply;
 pub mod cli;
 pub mod codegen;
 pub mod evaluate;
@@ -23,6 +22,7 @@ pub mod recognize;
 pub mod schedule;
 pub mod signature;
 pub mod store;
+pub mod tune;
 
 /// ttdb's own version, recorded in provenance and host fingerprints.
 pub fn version() -> &'static str {

@@ -2,7 +2,7 @@
 mod common;
 use std::path::Path;
 use std::time::Duration;
-use ttdb::apply::{apply, ApplyOptions};
+use ttdb::tune::{apply, ApplyOptions};
 use ttdb::matcher::{match_model, MatchOptions, Matcher, ModelMatch, Tier};
 use ttdb::onnx::{self, LayoutMode, Options};
 use ttdb::store::import::import_file;

@@ -3,7 +3,7 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::apply::{apply, ApplyOptions, ApplyReport};
+use crate::tune::{apply, ApplyOptions, ApplyReport};
 use crate::matcher::MatchOptions;
 use crate::store::measurement::store_measurements;
 use crate::store::Store;
