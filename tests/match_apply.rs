@@ -2,11 +2,11 @@
 mod common;
 use std::path::Path;
 use std::time::Duration;
-use ttdb::tune::{apply, ApplyOptions};
 use ttdb::matcher::{match_model, MatchOptions, Matcher, ModelMatch, Tier};
 use ttdb::onnx::{self, LayoutMode, Options};
 use ttdb::store::import::import_file;
 use ttdb::store::Store;
+use ttdb::tune::{apply, ApplyOptions};
 
 fn store_with(logs: &[&str]) -> Store {
     let mut s = Store::open_in_memory().unwrap();

@@ -3,10 +3,10 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::tune::{apply, ApplyOptions, ApplyReport};
 use crate::matcher::MatchOptions;
 use crate::store::measurement::store_measurements;
 use crate::store::Store;
+use crate::tune::{apply, ApplyOptions, ApplyReport};
 use std::io::IsTerminal;
 use std::time::Duration;
 

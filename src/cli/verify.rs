@@ -280,7 +280,8 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
         row.tuned_ms = tuned.median().map(|s| s * 1e3);
         row.gflops = tuned.gflops(flops);
         row.percent_of_peak = row.gflops.map(|g| 100.0 * g / peak);
-        stored.push(tuned.to_measurement(
+        stored.push(crate::tune::record::measurement_of(
+            &tuned,
             key.clone(),
             record.steps.clone(),
             flops,
@@ -293,7 +294,8 @@ pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
             if let (Some(n), Some(t)) = (row.naive_ms, row.tuned_ms) {
                 row.speedup = Some(n / t);
             }
-            stored.push(naive.to_measurement(
+            stored.push(crate::tune::record::measurement_of(
+                &naive,
                 key.clone(),
                 vec![],
                 flops,

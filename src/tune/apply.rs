@@ -115,7 +115,8 @@ fn measurement(
     origin: Option<i64>,
     provenance: String,
 ) -> NewMeasurement {
-    e.to_measurement(
+    super::record::measurement_of(
+        e,
         workload_key_of(dag),
         steps,
         dag.flop_ct(),

@@ -3,7 +3,9 @@
 //! and renders).
 //!
 //! * [`apply`]: transfer-tuning a model (measure the default and the matched candidates of
-//!   every kernel, keep the fastest verified one).
+//!   every kernel, keep the fastest verified one);
+//! * [`record`]: what the database keeps of an evaluation.
 pub mod apply;
+pub mod record;
 
 pub use apply::{apply, ApplyOptions, ApplyReport};
