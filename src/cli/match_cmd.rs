@@ -3,8 +3,7 @@
 use super::kernels::ModelArgs;
 use super::table::{io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::matcher::{match_model, MatchOptions, Matcher, ModelMatch, Tier};
-use crate::onnx;
+use crate::matcher::{MatchOptions, ModelMatch, Tier};
 use crate::store::Store;
 use serde::Serialize;
 
@@ -23,32 +22,20 @@ pub struct MatchArgs {
     pub json: bool,
 }
 
-/// Matches the model in each layout asked for and keeps the best covered one.
+/// Loads the model and matches it in each layout asked for (`crate::matcher::match_layouts`).
 pub fn match_layouts(
     store: &Store,
     model: &ModelArgs,
     opts: MatchOptions,
 ) -> Result<ModelMatch, CliError> {
     let (graph, extract) = model.load()?;
-    let mut best: Option<ModelMatch> = None;
-    let mut matcher = Matcher::new(store, opts);
-    for layout in model.layouts(true)? {
-        let list = onnx::extract(
-            &graph,
-            &onnx::Options {
-                layout,
-                ..extract.clone()
-            },
-        )?;
-        let m = match_model(&mut matcher, list)?;
-        if best.as_ref().is_none_or(|b| m.coverage() > b.coverage()) {
-            best = Some(m);
-        }
-    }
-    best.ok_or_else(|| CliError {
-        message: "no layout to match".into(),
-        code: 2,
-    })
+    Ok(crate::matcher::match_layouts(
+        store,
+        &graph,
+        &extract,
+        &model.layouts(true)?,
+        opts,
+    )?)
 }
 
 #[derive(Serialize)]

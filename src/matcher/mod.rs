@@ -343,3 +343,50 @@ pub fn match_model(
     }
     Ok(ModelMatch { list, matches })
 }
+
+/// Why a model could not be matched.
+#[derive(Debug)]
+pub enum ModelMatchError {
+    /// Kernel extraction failed.
+    Onnx(crate::onnx::OnnxError),
+    Store(crate::store::StoreError),
+    /// No layout was asked for.
+    NoLayout,
+}
+
+impl std::fmt::Display for ModelMatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelMatchError::Onnx(e) => e.fmt(f),
+            ModelMatchError::Store(e) => e.fmt(f),
+            ModelMatchError::NoLayout => f.write_str("no layout to match"),
+        }
+    }
+}
+
+impl std::error::Error for ModelMatchError {}
+
+/// Extracts the kernels of `graph` in each of `layouts` and matches them; keeps the layout
+/// whose kernels the database covers best (the first on a tie).
+pub fn match_layouts(
+    store: &Store,
+    graph: &crate::onnx::Graph,
+    extract: &crate::onnx::Options,
+    layouts: &[crate::onnx::LayoutMode],
+    opts: MatchOptions,
+) -> Result<ModelMatch, ModelMatchError> {
+    let mut best: Option<ModelMatch> = None;
+    let mut matcher = Matcher::new(store, opts);
+    for &layout in layouts {
+        let options = crate::onnx::Options {
+            layout,
+            ..extract.clone()
+        };
+        let list = crate::onnx::extract(graph, &options).map_err(ModelMatchError::Onnx)?;
+        let m = match_model(&mut matcher, list).map_err(ModelMatchError::Store)?;
+        if best.as_ref().is_none_or(|b| m.coverage() > b.coverage()) {
+            best = Some(m);
+        }
+    }
+    best.ok_or(ModelMatchError::NoLayout)
+}
