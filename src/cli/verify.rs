@@ -1,14 +1,11 @@
 //! `ttdb verify`: replays, compiles, verifies and times the best records of the database on
-//! this machine, against the naive default schedule and the machine's FMA peak.
+//! this machine, against the naive default schedule and the machine's FMA peak
+//! (`crate::tune::verify`); this file parses and renders.
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::ansor::{Record, WorkloadKey};
-use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Reference};
 use crate::measure::peak::measure_peak;
 use crate::measure::runner::MeasureOptions;
-use crate::store::measurement::store_measurements;
-use crate::store::Store;
-use serde::Serialize;
+use crate::tune::verify::{verify, VerifyOptions, VerifyReport};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -49,32 +46,6 @@ pub struct VerifyArgs {
     pub no_prepack: bool,
 }
 
-/// One row of the verify table.
-#[derive(Clone, Debug, Serialize)]
-pub struct VerifyRow {
-    pub signature: String,
-    pub op_class: String,
-    pub shapes: String,
-    pub record_id: i64,
-    pub verified: bool,
-    pub error: Option<String>,
-    pub rel_error: Option<f64>,
-    pub compile_ms: f64,
-    pub tuned_ms: Option<f64>,
-    pub naive_ms: Option<f64>,
-    pub gflops: Option<f64>,
-    pub percent_of_peak: Option<f64>,
-    pub speedup: Option<f64>,
-    /// What the record cost where it was tuned (its log's mean cost), for comparison.
-    pub logged_ms: f64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct VerifyReport {
-    pub peak_gflops: f64,
-    pub rows: Vec<VerifyRow>,
-}
-
 pub fn render_verify(r: &VerifyReport) -> String {
     let mut t = Table::new(&[
         "kernel",
@@ -92,7 +63,7 @@ pub fn render_verify(r: &VerifyReport) -> String {
         t.row(vec![
             row.signature[..12.min(row.signature.len())].to_string(),
             row.op_class.clone(),
-            row.shapes.clone(),
+            io_shapes(&row.inputs, &row.output),
             fmt_opt(row.gflops, 1),
             fmt_opt(row.percent_of_peak, 1),
             fmt_opt(row.tuned_ms, 3),
@@ -134,201 +105,38 @@ pub fn render_verify(r: &VerifyReport) -> String {
     out
 }
 
-/// The best valid record per workload key among imported (not ttdb-measured) CPU records.
-fn best_records(
-    store: &Store,
-    args: &VerifyArgs,
-) -> crate::store::Result<Vec<(i64, String, String, String, f64)>> {
-    let sig = args.workload.as_deref().map(|s| format!("{s}%"));
-    let mut q = store.conn.prepare(
-        "SELECT id, raw, signature, op_class, mean_cost FROM (
-             SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost, ROW_NUMBER() OVER (
-                 PARTITION BY r.workload_id ORDER BY r.mean_cost, r.id) AS rank
-             FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
-             JOIN sources s ON s.id = r.source_id
-             WHERE r.mean_cost IS NOT NULL AND t.compat = 'llvm/cpu' AND s.kind != 'ttdb_measure'
-               AND (?1 IS NULL OR w.signature LIKE ?1)
-               AND (?2 IS NULL OR w.op_class = ?2 OR w.op_class LIKE ?2 || '+%'))
-         WHERE rank = 1 ORDER BY signature, id",
-    )?;
-    let rows = q.query_map(rusqlite::params![sig, args.class], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-    })?;
-    let mut out: Vec<_> = rows.collect::<Result<_, _>>()?;
-    if let Some(n) = args.limit {
-        out.truncate(n);
-    }
-    Ok(out)
-}
-
-pub fn run(store: &mut Store, args: &VerifyArgs) -> CliResult {
+pub fn run(store: &mut crate::store::Store, args: &VerifyArgs) -> CliResult {
     if !args.all && args.workload.is_none() && args.class.is_none() {
         return Err(CliError {
             message: "say which workloads: --workload SIG, --class C or --all".into(),
             code: 2,
         });
     }
-    let todo = best_records(store, args)?;
-    if todo.is_empty() {
-        return Err(CliError {
-            message: "no valid CPU record matches".into(),
-            code: 1,
-        });
-    }
-    let mopts = MeasureOptions {
-        timeout: Some(Duration::from_secs_f64(args.timeout)),
-        ..MeasureOptions::default()
+    let opts = VerifyOptions {
+        signature_prefix: args.workload.clone(),
+        class: args.class.clone(),
+        limit: args.limit,
+        timing: !args.no_timing,
+        naive: !args.no_naive,
+        peak: args.peak,
+        timeout: Duration::from_secs_f64(args.timeout),
+        prepack: !args.no_prepack,
+        store: !args.dry_run,
     };
-    let peak = match args.peak {
-        Some(p) => p,
-        None => {
-            measure_peak(&mopts)
-                .map_err(|e| CliError {
-                    message: format!("measuring the peak: {e}"),
-                    code: 1,
-                })?
-                .gflops_all
-        }
-    };
-    let opts = EvalOptions {
-        measure: mopts.clone(),
-        verify_only: args.no_timing,
-        prepack_weights: !args.no_prepack,
-        ..EvalOptions::default()
-    };
-    // The naive schedule is slow by design: fewer repeats are enough for a speedup ratio.
-    let naive_opts = EvalOptions {
-        measure: MeasureOptions {
-            repeat: 3,
-            min_repeat_ms: 50,
-            ..mopts
-        },
-        verify_only: args.no_timing,
-        ..EvalOptions::default()
-    };
-    let host = crate::measure::detect_host();
     let bar = std::io::stderr()
         .is_terminal()
-        .then(|| indicatif::ProgressBar::new(todo.len() as u64));
-    let mut rows = Vec::new();
-    let mut stored = Vec::new();
-    for (record_id, raw, signature, op_class, logged) in todo {
+        .then(|| indicatif::ProgressBar::new(0));
+    let report = verify(store, &opts, &|done, total, class| {
         if let Some(b) = &bar {
-            b.set_message(op_class.clone());
+            b.set_length(total as u64);
+            b.set_position(done as u64);
+            b.set_message(class.to_string());
         }
-        let record = Record::parse(&raw).map_err(|e| CliError {
-            message: format!("record {record_id}: {e}"),
-            code: 1,
-        })?;
-        let key = &record.task.workload_key;
-        let mut row = VerifyRow {
-            signature,
-            op_class,
-            shapes: String::new(),
-            record_id,
-            verified: false,
-            error: None,
-            rel_error: None,
-            compile_ms: 0.0,
-            tuned_ms: None,
-            naive_ms: None,
-            gflops: None,
-            percent_of_peak: None,
-            speedup: None,
-            logged_ms: logged * 1e3,
-        };
-        let recognized = WorkloadKey::parse(key)
-            .map_err(|e| e.to_string())
-            .and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
-        let (dag, signature, registered) = match recognized {
-            Ok(r) => (
-                r.dag,
-                r.signature,
-                r.recognized_by == crate::recognize::RecognizedBy::Registered,
-            ),
-            Err(e) => {
-                row.error = Some(e);
-                rows.push(row);
-                continue;
-            }
-        };
-        row.shapes = io_shapes(&signature.inputs, &signature.output);
-        let reference = match Reference::new(&dag, 7) {
-            Ok(r) => r,
-            Err(e) => {
-                row.error = Some(e);
-                rows.push(row);
-                continue;
-            }
-        };
-        let flops = dag.flop_ct();
-        // Measure as TVM did: weights pre-packed for layout rewrite option 2 (relay tasks;
-        // records before v0.5 carry no option: relay keys meant 2, registered ones 1).
-        let option = record
-            .task
-            .layout_rewrite_option
-            .unwrap_or(if registered { 1 } else { 2 });
-        let opts = EvalOptions {
-            prepack_weights: opts.prepack_weights && option == 2,
-            ..opts.clone()
-        };
-        let tuned = evaluate_steps(&dag, &record.steps, &reference, &opts);
-        row.verified = tuned.verified();
-        row.error = tuned.failure.as_ref().map(|f| f.message.clone());
-        row.rel_error = tuned.rel_error;
-        row.compile_ms = tuned.total_compile_time().as_secs_f64() * 1e3;
-        row.tuned_ms = tuned.median().map(|s| s * 1e3);
-        row.gflops = tuned.gflops(flops);
-        row.percent_of_peak = row.gflops.map(|g| 100.0 * g / peak);
-        stored.push(crate::tune::record::measurement_of(
-            &tuned,
-            key.clone(),
-            record.steps.clone(),
-            flops,
-            Some(record_id),
-            format!("verify of record {record_id}"),
-        ));
-        if !args.no_naive && !args.no_timing {
-            let naive = evaluate_default(&dag, &reference, &naive_opts);
-            row.naive_ms = naive.median().map(|s| s * 1e3);
-            if let (Some(n), Some(t)) = (row.naive_ms, row.tuned_ms) {
-                row.speedup = Some(n / t);
-            }
-            stored.push(crate::tune::record::measurement_of(
-                &naive,
-                key.clone(),
-                vec![],
-                flops,
-                None,
-                "naive default schedule".into(),
-            ));
-        }
-        rows.push(row);
-        if let Some(b) = &bar {
-            b.inc(1);
-        }
-    }
+    });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if !args.dry_run {
-        let tuned: Vec<_> = stored
-            .iter()
-            .filter(|m| m.origin_record_id.is_some())
-            .cloned()
-            .collect();
-        let naive: Vec<_> = stored
-            .iter()
-            .filter(|m| m.origin_record_id.is_none())
-            .cloned()
-            .collect();
-        store_measurements(store, "verify", &host, &tuned)?;
-        store_measurements(store, "default", &host, &naive)?;
-    }
-    let report = VerifyReport {
-        peak_gflops: peak,
-        rows,
-    };
+    let report = report?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -165,3 +165,32 @@ pub fn workload_classes(store: &Store, ids: impl IntoIterator<Item = i64>) -> Re
         .map(|id| Ok(q.query_row([id], |r| r.get(0))?))
         .collect()
 }
+
+/// The best valid imported (not ttdb-measured) CPU record of each workload, optionally only
+/// workloads whose signature starts with `signature_prefix` or of class `class` (or a class
+/// prefix chain like `conv2d_nhwc+add`), in signature order, at most `limit`:
+/// (record id, raw line, signature, op class, logged mean cost in seconds).
+pub fn best_imported_records(
+    store: &Store,
+    signature_prefix: Option<&str>,
+    class: Option<&str>,
+    limit: Option<usize>,
+) -> Result<Vec<(i64, String, String, String, f64)>> {
+    let sig = signature_prefix.map(|s| format!("{s}%"));
+    let mut q = store.conn.prepare(
+        "SELECT id, raw, signature, op_class, mean_cost FROM (
+             SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost, ROW_NUMBER() OVER (
+                 PARTITION BY r.workload_id ORDER BY r.mean_cost, r.id) AS rank
+             FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
+             JOIN sources s ON s.id = r.source_id
+             WHERE r.mean_cost IS NOT NULL AND t.compat = 'llvm/cpu' AND s.kind != 'ttdb_measure'
+               AND (?1 IS NULL OR w.signature LIKE ?1)
+               AND (?2 IS NULL OR w.op_class = ?2 OR w.op_class LIKE ?2 || '+%'))
+         WHERE rank = 1 ORDER BY signature, id LIMIT ?3",
+    )?;
+    let limit = limit.map_or(-1, |n| n as i64);
+    let rows = q.query_map(params![sig, class, limit], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

@@ -4,8 +4,10 @@
 //!
 //! * [`apply`]: transfer-tuning a model (measure the default and the matched candidates of
 //!   every kernel, keep the fastest verified one);
+//! * [`verify`]: re-measuring the best imported records on this machine;
 //! * [`record`]: what the database keeps of an evaluation.
 pub mod apply;
 pub mod record;
+pub mod verify;
 
 pub use apply::{apply, ApplyOptions, ApplyReport};
