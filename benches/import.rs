@@ -79,10 +79,7 @@ fn main() {
         let secs = t.elapsed().as_secs_f64();
         let cpu_us = (cpu_seconds() - cpu) * 1e6 / n as f64;
         assert_eq!((r.inserted, r.rejected.len()), (n, 0));
-        store
-            .conn
-            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
-            .unwrap();
+        store.checkpoint().unwrap();
         let size = std::fs::metadata(&db).unwrap().len();
         overhead = (size as f64 - raw_bytes as f64) / n as f64;
         println!(

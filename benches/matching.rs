@@ -36,10 +36,7 @@ fn main() {
             r.inserted,
             t.elapsed().as_secs_f64()
         );
-        store
-            .conn
-            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
-            .unwrap();
+        store.checkpoint().unwrap();
     }
     let stats = ttdb::store::query::stats(&Store::open(&db).unwrap()).unwrap();
     println!(

@@ -23,7 +23,7 @@ fn import_corpus(store: &mut Store) -> Vec<ttdb::store::FileReport> {
 /// (workload key, target) -> (mean cost, raw line) of the best valid record.
 fn best_records(store: &Store) -> Bests {
     let mut q = store
-        .conn
+        .connection_for_tests()
         .prepare(
             "SELECT w.key, t.target, t.target_host, t.hardware_params, MIN(r.mean_cost), r.raw FROM records r
              JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
@@ -96,7 +96,7 @@ fn corpus_imports_cleanly_idempotently_and_round_trips_through_export() {
         .iter()
         .all(|r| r.already_imported && r.inserted == 0 && r.duplicates == r.records));
     let n: i64 = store
-        .conn
+        .connection_for_tests()
         .query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0))
         .unwrap();
     assert_eq!(
@@ -165,7 +165,7 @@ fn every_cpu_workload_gets_a_class() {
         let mut n_unknown = 0;
         for id in &r.workload_ids {
             let (class, key): (String, String) = store
-                .conn
+                .connection_for_tests()
                 .query_row(
                     "SELECT op_class, key FROM workloads WHERE id = ?1",
                     [id],

@@ -11,7 +11,10 @@ fn corpus_file(rel: &str) -> PathBuf {
 }
 
 fn count(store: &Store, sql: &str) -> i64 {
-    store.conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    store
+        .connection_for_tests()
+        .query_row(sql, [], |r| r.get(0))
+        .unwrap()
 }
 
 #[test]
@@ -58,7 +61,7 @@ fn corrupted_copy_imports_its_good_lines_and_names_each_bad_one() {
     // Nothing is lost: the bad lines are kept verbatim with their reasons.
     assert_eq!(count(&store, "SELECT COUNT(*) FROM rejected_lines"), 5);
     let raw: Vec<u8> = store
-        .conn
+        .connection_for_tests()
         .query_row(
             "SELECT raw FROM rejected_lines WHERE line_no = 5",
             [],
@@ -116,13 +119,7 @@ fn sigkill_mid_import_leaves_the_file_fully_in_or_absent() {
         child.kill().ok(); // SIGKILL
         child.wait().unwrap();
         let store = Store::open(&db).unwrap();
-        assert_eq!(
-            store
-                .conn
-                .query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0))
-                .unwrap(),
-            "ok"
-        );
+        assert_eq!(store.integrity_check().unwrap(), "ok");
         let sources = count(&store, "SELECT COUNT(*) FROM sources");
         let records = count(&store, "SELECT COUNT(*) FROM records");
         assert!(
@@ -188,7 +185,7 @@ fn best_record_is_one_indexed_query_and_skips_failed_measurements() {
     .unwrap();
     assert_eq!(r.failed_measurements, 4487);
     let plan: Vec<String> = store
-        .conn
+        .connection_for_tests()
         .prepare(
             "EXPLAIN QUERY PLAN SELECT r.id, r.raw, r.mean_cost FROM records r JOIN targets t ON t.id = r.target_id
              WHERE r.workload_id = 1 AND r.mean_cost IS NOT NULL AND t.compat = 'llvm/cpu' ORDER BY r.mean_cost LIMIT 1",
@@ -205,7 +202,7 @@ fn best_record_is_one_indexed_query_and_skips_failed_measurements() {
     );
     // For every workload: the chosen record is valid and no valid record is cheaper.
     let ids: Vec<i64> = store
-        .conn
+        .connection_for_tests()
         .prepare("SELECT id FROM workloads")
         .unwrap()
         .query_map([], |r| r.get(0))
@@ -216,7 +213,7 @@ fn best_record_is_one_indexed_query_and_skips_failed_measurements() {
     for w in ids {
         let best = ttdb::store::query::best_record(&store, w, "llvm/cpu").unwrap();
         let min_valid: Option<f64> = store
-            .conn
+            .connection_for_tests()
             .query_row(
                 "SELECT MIN(mean_cost) FROM records WHERE workload_id = ?1 AND error_no = 0",
                 [w],
