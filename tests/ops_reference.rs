@@ -1,7 +1,7 @@
 //! Per-op-family checks on small shapes: each builder's DAG, run by the reference
 //! evaluator, equals a direct loop written here from the op's definition; plus era naming
 //! and FLOP counts.
-use ttdb::ir::eval::{evaluate, random_inputs, TensorData};
+use ttdb::ir::eval::{evaluate, evaluate_points, random_inputs, TensorData};
 use ttdb::ir::{print_dag, DType, Dag};
 use ttdb::ops::registered::{conv2d_layer, matmul_add, sparse_dense};
 use ttdb::ops::winograd::winograd_kernel_transform;
@@ -598,4 +598,32 @@ fn grouped_conv2d_nchwc_equals_grouped_nchw() {
         }
     }
     close(&want, &unpacked);
+}
+
+/// Point evaluation gives exactly the values of the full evaluation.
+#[test]
+fn points_equal_the_full_evaluation() {
+    let spec = WorkloadSpec::new(
+        Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+        vec![
+            EpilogueOp::Add {
+                operand_first: false,
+            },
+            EpilogueOp::Relu,
+        ],
+    );
+    let dag = spec
+        .build(
+            Era::V010,
+            &[vec![1, 6, 6, 4], vec![3, 3, 4, 5], vec![1, 1, 1, 5]],
+        )
+        .unwrap();
+    let inputs = random_inputs(&dag, 3);
+    let full = evaluate(&dag, &inputs).unwrap();
+    let points: Vec<usize> = (0..full[0].len()).step_by(7).collect();
+    let got = evaluate_points(&dag, &inputs, 0, &points).unwrap();
+    for (p, v) in points.iter().zip(got) {
+        assert_eq!(v, full[0].data[*p], "point {p}");
+    }
+    assert!(evaluate_points(&dag, &inputs, 0, &[full[0].len()]).is_err());
 }

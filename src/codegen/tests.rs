@@ -63,7 +63,7 @@ fn f32b(name: &str, shape: &[i64], role: BufferRole) -> Buffer {
 
 #[test]
 fn scalar_matmul() {
-    let k = crate::measure::gemm::textbook_gemm_kernel("mm", 7, 7, 7, ForKind::Serial);
+    let k = crate::loopnest::textbook::textbook_gemm_kernel("mm", 7, 7, 7, ForKind::Serial);
     check(&k, 1);
 }
 

@@ -796,35 +796,6 @@ mod tests {
         assert!(err.0.contains("out of bounds"), "{err}");
     }
 
-    /// Point evaluation gives exactly the values of the full evaluation.
-    #[test]
-    fn points_equal_the_full_evaluation() {
-        use crate::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
-        let spec = WorkloadSpec::new(
-            Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
-            vec![
-                EpilogueOp::Add {
-                    operand_first: false,
-                },
-                EpilogueOp::Relu,
-            ],
-        );
-        let dag = spec
-            .build(
-                Era::V010,
-                &[vec![1, 6, 6, 4], vec![3, 3, 4, 5], vec![1, 1, 1, 5]],
-            )
-            .unwrap();
-        let inputs = random_inputs(&dag, 3);
-        let full = evaluate(&dag, &inputs).unwrap();
-        let points: Vec<usize> = (0..full[0].len()).step_by(7).collect();
-        let got = evaluate_points(&dag, &inputs, 0, &points).unwrap();
-        for (p, v) in points.iter().zip(got) {
-            assert_eq!(v, full[0].data[*p], "point {p}");
-        }
-        assert!(evaluate_points(&dag, &inputs, 0, &[full[0].len()]).is_err());
-    }
-
     #[test]
     fn erf_is_accurate() {
         assert!((erf(0.5) - 0.520_499_877_813_046_5).abs() < 2e-7);

@@ -7,7 +7,7 @@
 //! * [`bounds`]: static proof that every access is in bounds;
 //! * [`interp`]: checked reference interpreter;
 //! * [`unroll`]: TIR `UnrollLoop` semantics;
-//! * [`cost`]: static trip-count / memory guard;
+//! * [`cost`]: static trip-count / memory guard; [`textbook`]: the plain GEMM loop nest;
 //! * [`data`]: host buffers; [`verify`]: the one output check (and tolerance) of ttdb.
 //!
 //! # What lowering must produce
@@ -35,6 +35,7 @@ pub mod interp;
 pub mod ir;
 pub mod printer;
 pub mod simplify;
+pub mod textbook;
 pub mod unroll;
 pub mod validate;
 pub mod verify;

@@ -18,7 +18,7 @@ fn i(x: i64) -> Expr {
 
 /// C[i, j] = sum_k A[i, k] * B[k, j], with an explicit init.
 fn matmul(n: i64) -> Kernel {
-    crate::measure::gemm::textbook_gemm_kernel("matmul", n, n, n, ForKind::Serial)
+    crate::loopnest::textbook::textbook_gemm_kernel("matmul", n, n, n, ForKind::Serial)
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! over (panel, row-split) pairs. Used by the GEMM benchmark as the codegen performance proof.
 
 use crate::loopnest::ir::*;
+use crate::loopnest::textbook::textbook_gemm_kernel;
 
 #[derive(Clone, Copy, Debug)]
 pub struct GemmSchedule {
@@ -259,49 +260,5 @@ pub fn gemm_naive_kernel(m: i64, n: i64, k: i64) -> Kernel {
         n,
         k,
         ForKind::Parallel,
-    )
-}
-
-/// `C[i, j] = sum_k A[i, k] * B[k, j]` as three plain loops with an explicit init; `rows`
-/// is the kind of the `i` loop. Also the smallest real kernel the IR tests run.
-pub fn textbook_gemm_kernel(name: &str, m: i64, n: i64, k: i64, rows: ForKind) -> Kernel {
-    let v = Expr::var;
-    let body = Stmt::loop_(
-        "i",
-        m,
-        rows,
-        Stmt::loop_(
-            "j",
-            n,
-            ForKind::Serial,
-            Stmt::seq(vec![
-                Stmt::store("C", vec![v("i"), v("j")], Expr::f32(0.0)),
-                Stmt::loop_(
-                    "k",
-                    k,
-                    ForKind::Serial,
-                    Stmt::store(
-                        "C",
-                        vec![v("i"), v("j")],
-                        Expr::add(
-                            Expr::load("C", vec![v("i"), v("j")]),
-                            Expr::mul(
-                                Expr::load("A", vec![v("i"), v("k")]),
-                                Expr::load("B", vec![v("k"), v("j")]),
-                            ),
-                        ),
-                    ),
-                ),
-            ]),
-        ),
-    );
-    Kernel::new(
-        name,
-        vec![
-            Buffer::new("A", DType::F32, &[m, k], BufferRole::Input),
-            Buffer::new("B", DType::F32, &[k, n], BufferRole::Input),
-            Buffer::new("C", DType::F32, &[m, n], BufferRole::Output),
-        ],
-        body,
     )
 }
