@@ -1,10 +1,22 @@
 //! ttdb: a database of tuned tensor-kernel schedules, with transfer-tuning.
 //!
-//! The data flows one way through these modules (each depends only on the ones above it):
-//! `ansor` (record format) -> `store` (SQLite) -> `signature` (normalized workload identity)
-//! -> `ir`/`ops`/`recognize` (compute DAGs) -> `schedule` (step replay) -> `lower`
-//! (loop nests, bounds) -> `loopnest` (IR + reference interpreter) -> `codegen` (LLVM)
-//! -> `measure` -> `onnx`/`matcher` -> `cli`.
+//! The data flows one way; each module uses only the modules listed before it
+//! (`tests/layering.rs` checks this on the source):
+//!
+//! 1. `ansor` (record format), `signature` (normalized workload identity), then `host`
+//!    (what a measurement ran on): leaves;
+//! 2. `ir` (tensor expressions, compute DAGs, PrintDAG md5) and `ops` (TOPI-faithful op
+//!    builders): the algorithm;
+//! 3. `schedule` (state-level replay of the steps, re-targeting): the schedule;
+//! 4. `recognize` (workload key -> DAG + signature), `store` (SQLite: import, queries,
+//!    measurements; all SQL lives here);
+//! 5. `loopnest` (loop-nest IR, bounds proof, checked interpreter, the one output check),
+//!    `lower` (state -> loop nest), `codegen` (LLVM ORC JIT), `measure` (runner, peak,
+//!    host detection), `evaluate` (build a schedule in parallel, run it one at a time:
+//!    verify, time);
+//! 6. `onnx` (models -> Relay-like kernels), `matcher` (exact / class / none);
+//! 7. `search` (Droplet coordinate descent), `tune` (orchestration: apply, verify, refine);
+//! 8. `cli` (parses, calls one library function, renders).
 
 pub mod ansor;
 pub mod cli;
