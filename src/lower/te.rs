@@ -10,7 +10,7 @@ use super::op::{self, LAxis, LBody, LKind, LOp};
 use super::LowerError;
 use crate::ansor::{Annotation, Step};
 use crate::ir::{self, Dag, Expr, TensorId};
-use crate::schedule::{ComputeAt, State};
+use crate::schedule::{split_lengths, ComputeAt, State};
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,52 +232,6 @@ pub(crate) struct TSchedule {
     pub stages: Vec<TStage>,
 }
 
-/// Split lengths of an SP/FSP/FFSP step (what `ApplySplitToState` receives).
-fn split_lengths(step: &Step, steps: &[Step]) -> Result<(u32, u32, Vec<i64>, bool), LowerError> {
-    let source = |src: u32| match steps.get(src as usize) {
-        Some(Step::Split(sp)) => Ok(sp.clone()),
-        _ => Err(LowerError::Mismatch(format!(
-            "follow-split source step {src} is not an SP"
-        ))),
-    };
-    let product = |v: &[i64]| {
-        v.iter()
-            .try_fold(1i64, |a, &b| a.checked_mul(b))
-            .ok_or_else(|| LowerError::TooLarge("split lengths".into()))
-    };
-    Ok(match step {
-        Step::Split(s) => (s.stage_id, s.iter_id, s.lengths.clone(), s.inner_to_outer),
-        Step::FollowSplit(s) => {
-            let src = source(s.src_step_id)?;
-            let keep = usize::try_from(s.n_split - 1)
-                .ok()
-                .filter(|&k| k <= src.lengths.len());
-            let keep =
-                keep.ok_or_else(|| LowerError::Mismatch(format!("FSP n_split {}", s.n_split)))?;
-            let mut l = src.lengths[..keep].to_vec();
-            l.push(product(&src.lengths[keep..])?);
-            (s.stage_id, s.iter_id, l, true)
-        }
-        Step::FollowFusedSplit(s) => {
-            let mut f = Vec::new();
-            for &src in &s.src_step_ids {
-                let sp = source(src)?;
-                let l = usize::try_from(s.level)
-                    .ok()
-                    .and_then(|l| sp.lengths.get(l).copied());
-                f.push(l.ok_or_else(|| LowerError::Mismatch(format!("FFSP level {}", s.level)))?);
-            }
-            (
-                s.stage_id,
-                s.iter_id,
-                vec![product(&f)?],
-                s.factor_or_nparts,
-            )
-        }
-        _ => unreachable!("only split steps"),
-    })
-}
-
 impl TSchedule {
     fn stage_mut(&mut self, id: u32) -> Result<&mut TStage, LowerError> {
         let n = self.stages.len();
@@ -354,9 +308,10 @@ impl TSchedule {
                 st.leaves = new;
             }
             Step::Split(_) | Step::FollowSplit(_) | Step::FollowFusedSplit(_) => {
-                let (stage, iter, lengths, inner_to_outer) = split_lengths(step, before)?;
-                self.stage_mut(stage)?
-                    .split(iter, &lengths, inner_to_outer)?;
+                // the state replay's own rule, so both replays split alike
+                let sp = split_lengths(step, before).map_err(LowerError::Mismatch)?;
+                self.stage_mut(sp.stage_id)?
+                    .split(sp.iter_id, &sp.lengths, sp.inner_to_outer)?;
             }
             // storage_align only pads the allocation's row stride: no effect on values.
             Step::StorageAlign(_) => {}

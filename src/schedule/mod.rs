@@ -55,3 +55,4 @@ pub use state::{
     AxisInit, ComputeAt, OpAxis, OpKind, OpOrigin, SplitExtentMismatch, SplitExtentReport, Stage,
     StageAttrs, StageInit, StageOp, State,
 };
+pub(crate) use steps::split_lengths;

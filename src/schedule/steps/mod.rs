@@ -7,3 +7,5 @@ mod fuse;
 mod reorder;
 mod rfactor;
 mod split;
+
+pub(crate) use split::split_lengths;

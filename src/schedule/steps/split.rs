@@ -1,4 +1,5 @@
-//! SP, FSP and FFSP: all three end in `ApplySplitToState` with different lengths.
+//! SP, FSP and FFSP: all three end in `ApplySplitToState` with different lengths, which
+//! [`split_lengths`] derives for both the state replay and lowering's TE-level replay.
 use crate::ansor::step::{FollowFusedSplitStep, FollowSplitStep, SplitStep};
 use crate::ansor::{Annotation, Step};
 use crate::schedule::apply::ApplyToState;
@@ -137,15 +138,54 @@ impl ApplyToState for SplitStep {
     }
 }
 
-/// The SP step `src` of the record so far, which must come before the current step.
-fn source_split(state: &State, src: u32, who: &str) -> StepResult<SplitStep> {
-    let here = state.transform_steps.len();
+/// What a split step splits: stage and loop ids as the record gives them, the lengths
+/// `ApplySplitToState` receives and their direction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SplitLengths {
+    pub stage_id: u32,
+    pub iter_id: u32,
+    pub lengths: Vec<i64>,
+    pub inner_to_outer: bool,
+}
+
+/// The lengths an SP, FSP or FFSP step splits with, given the steps before it: the one rule
+/// shared by the state replay and lowering's TE-level replay (TVM has one helper for both,
+/// too). FSP/FFSP read their source SPs in `earlier`, which must be the record's steps up to
+/// this one. Checks only what the rule itself needs (sources, `n_split`, `level`, products
+/// within the cap); the lengths' range is the split's business.
+pub(crate) fn split_lengths(step: &Step, earlier: &[Step]) -> StepResult<SplitLengths> {
+    match step {
+        Step::Split(s) => Ok(SplitLengths {
+            stage_id: s.stage_id,
+            iter_id: s.iter_id,
+            lengths: s.lengths.clone(),
+            inner_to_outer: s.inner_to_outer,
+        }),
+        Step::FollowSplit(s) => Ok(SplitLengths {
+            stage_id: s.stage_id,
+            iter_id: s.iter_id,
+            lengths: follow_split_lengths(s, earlier)?,
+            inner_to_outer: true,
+        }),
+        Step::FollowFusedSplit(s) => Ok(SplitLengths {
+            stage_id: s.stage_id,
+            iter_id: s.iter_id,
+            lengths: vec![follow_fused_split_length(s, earlier)?],
+            inner_to_outer: s.factor_or_nparts,
+        }),
+        other => Err(format!("{} is not a split step", other.tag())),
+    }
+}
+
+/// The SP step `src` among `earlier` (the steps before the current one).
+fn source_split<'a>(earlier: &'a [Step], src: u32, who: &str) -> StepResult<&'a SplitStep> {
+    let here = earlier.len();
     let src = src as usize;
     ensure(src < here, || {
         format!("{who} source step {src} is not an earlier step (this is step {here})")
     })?;
-    match &state.transform_steps[src] {
-        Step::Split(sp) => Ok(sp.clone()),
+    match &earlier[src] {
+        Step::Split(sp) => Ok(sp),
         other => Err(format!(
             "{who} source step {src} is {}, not SP",
             other.tag()
@@ -153,25 +193,50 @@ fn source_split(state: &State, src: u32, who: &str) -> StepResult<SplitStep> {
     }
 }
 
+/// FSP: the source's first `n_split - 1` lengths, then the product of the rest as one level.
+fn follow_split_lengths(step: &FollowSplitStep, earlier: &[Step]) -> StepResult<Vec<i64>> {
+    let src = source_split(earlier, step.src_step_id, "FSP")?;
+    let max = src.lengths.len() as i64 + 1;
+    ensure((1..=max).contains(&step.n_split), || {
+        format!(
+            "FSP n_split {} must be in 1..={max} for a source with {} lengths",
+            step.n_split,
+            src.lengths.len()
+        )
+    })?;
+    let keep = (step.n_split - 1) as usize;
+    let mut lengths = src.lengths[..keep].to_vec();
+    lengths.push(capped_product(
+        src.lengths[keep..].iter().copied(),
+        "FSP merged length",
+    )?);
+    Ok(lengths)
+}
+
+/// FFSP: the product over the sources of their length at `level`.
+fn follow_fused_split_length(step: &FollowFusedSplitStep, earlier: &[Step]) -> StepResult<i64> {
+    let mut factors = Vec::with_capacity(step.src_step_ids.len());
+    for &src in &step.src_step_ids {
+        let sp = source_split(earlier, src, "FFSP")?;
+        let level = usize::try_from(step.level)
+            .ok()
+            .filter(|&l| l < sp.lengths.len());
+        let level = level.ok_or_else(|| {
+            format!(
+                "FFSP level {} is out of range for source step {src} ({} lengths)",
+                step.level,
+                sp.lengths.len()
+            )
+        })?;
+        factors.push(sp.lengths[level]);
+    }
+    capped_product(factors, "FFSP fused length")
+}
+
 impl ApplyToState for FollowSplitStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
-        let src = source_split(state, self.src_step_id, "FSP")?;
-        let max = src.lengths.len() as i64 + 1;
-        ensure((1..=max).contains(&self.n_split), || {
-            format!(
-                "FSP n_split {} must be in 1..={max} for a source with {} lengths",
-                self.n_split,
-                src.lengths.len()
-            )
-        })?;
-        // The first n_split-1 lengths, then the product of the rest as one level.
-        let keep = (self.n_split - 1) as usize;
-        let mut lengths = src.lengths[..keep].to_vec();
-        lengths.push(capped_product(
-            src.lengths[keep..].iter().copied(),
-            "FSP merged length",
-        )?);
+        let lengths = follow_split_lengths(self, &state.transform_steps)?;
         apply_split(state, s, i, &lengths, true)
     }
 }
@@ -179,22 +244,7 @@ impl ApplyToState for FollowSplitStep {
 impl ApplyToState for FollowFusedSplitStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
-        let mut factors = Vec::with_capacity(self.src_step_ids.len());
-        for &src in &self.src_step_ids {
-            let sp = source_split(state, src, "FFSP")?;
-            let level = usize::try_from(self.level)
-                .ok()
-                .filter(|&l| l < sp.lengths.len());
-            let level = level.ok_or_else(|| {
-                format!(
-                    "FFSP level {} is out of range for source step {src} ({} lengths)",
-                    self.level,
-                    sp.lengths.len()
-                )
-            })?;
-            factors.push(sp.lengths[level]);
-        }
-        let length = capped_product(factors, "FFSP fused length")?;
+        let length = follow_fused_split_length(self, &state.transform_steps)?;
         apply_split(state, s, i, &[length], self.factor_or_nparts)
     }
 }
@@ -304,6 +354,56 @@ mod tests {
         ] {
             let e = st.apply(&step(s)).unwrap_err();
             assert!(e.reason.contains(want), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn one_rule_for_follow_split_lengths() {
+        let earlier = vec![
+            step(r#"["SP", 2, 0, 1024, [2, 1, 4], 1]"#),
+            step(r#"["SP", 2, 4, 1024, [1, 8, 2], 0]"#),
+            step(r#"["RE", 2, [0, 1]]"#),
+        ];
+        let lengths = |s: &str| split_lengths(&step(s), &earlier);
+        let got = lengths(r#"["FSP", 4, 3, 0, 2]"#).unwrap();
+        assert_eq!(
+            got,
+            SplitLengths {
+                stage_id: 4,
+                iter_id: 3,
+                lengths: vec![2, 4],
+                inner_to_outer: true
+            }
+        );
+        assert_eq!(lengths(r#"["FSP", 4, 0, 0, 1]"#).unwrap().lengths, [8]);
+        assert_eq!(
+            lengths(r#"["FSP", 4, 0, 0, 4]"#).unwrap().lengths,
+            [2, 1, 4, 1]
+        );
+        // FFSP: product of the sources' lengths at `level`; the direction is its own flag
+        let got = lengths(r#"["FFSP", 4, 0, [0, 1], 2, 0]"#).unwrap();
+        assert_eq!((got.lengths, got.inner_to_outer), (vec![8], false));
+        // SP: its own lengths
+        let got = lengths(r#"["SP", 4, 1, 5, [3, 3], 0]"#).unwrap();
+        assert_eq!((got.lengths, got.inner_to_outer), (vec![3, 3], false));
+        for (s, want) in [
+            (r#"["FSP", 4, 0, 2, 1]"#, "FSP source step 2 is RE, not SP"),
+            (
+                r#"["FSP", 4, 0, 3, 1]"#,
+                "not an earlier step (this is step 3)",
+            ),
+            (
+                r#"["FFSP", 4, 0, [0, 2], 0, 1]"#,
+                "FFSP source step 2 is RE",
+            ),
+            (
+                r#"["FFSP", 4, 0, [0], -1, 1]"#,
+                "FFSP level -1 is out of range",
+            ),
+            (r#"["CI", 4]"#, "CI is not a split step"),
+        ] {
+            let e = lengths(s).unwrap_err();
+            assert!(e.contains(want), "{s}: {e}");
         }
     }
 
