@@ -622,6 +622,14 @@ fn odd_cases() -> Vec<(&'static str, Dag, &'static str, Result<(), &'static str>
             Ok(()),
         ),
         (
+            // the second rfactor must carry the first one's guard (k 5 by 2) over
+            "rfactor of an rfactor stage, attached",
+            registered::matmul_add(6, 5, 7, DType::F32).unwrap(),
+            r#"[["SP", 4, 0, 0, [1], 1], ["CA", 2, 4, 2], ["SP", 2, 2, 0, [2], 1], ["RF", 2, 3, 1],
+                ["CA", 3, 5, 1], ["FU", 5, [2]], ["CA", 2, 5, 0], ["SP", 2, 3, 0, [5], 0], ["RF", 2, 4, 2]]"#,
+            Ok(()),
+        ),
+        (
             "producer attached where another consumer cannot see it",
             conv3x3_small(),
             r#"[["CA", 3, 6, 2]]"#,

@@ -710,7 +710,8 @@ fn rfactor_ops(
         dom[axis].ok_or_else(|| LowerError::Internal("rfactor axis without a domain".into()))?;
     let mut rf_axes = axes.clone();
     rf_axes.insert(factor_pos, LAxis::new(st.vars[axis].name.clone(), axis_ext));
-    let mut conds: Vec<Expr> = cond.iter().cloned().collect();
+    // the existing condition too: an rfactor of an rf stage meets the first one's predicates
+    let mut conds: Vec<Expr> = cond.iter().map(|c| c.substitute(&vsub)).collect();
     conds.extend(preds.into_iter().map(|p| p.substitute(&vsub)));
     let rf = LOp {
         name: format!("{}.rf", st.op.name),
