@@ -17,8 +17,8 @@ use ttdb::ir::{DType, Dag};
 use ttdb::loopnest::check_bounds;
 use ttdb::loopnest::cost::CostLimits;
 use ttdb::loopnest::interp::{run, InterpError, InterpOptions};
-use ttdb::lower::check::{compare_outputs, kernel_args};
-use ttdb::lower::{lower, LowerError, LowerOptions};
+use ttdb::lower::check::{compare_outputs, interpret_with_layout, kernel_args};
+use ttdb::lower::{lower, lower_steps_detailed, LowerError, LowerOptions, WeightLayoutMode};
 use ttdb::ops::{
     registered, Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
 };
@@ -332,9 +332,14 @@ const REPLAY_HOSTILE: &[(&str, &str, &str)] = &[
         r#"[["SP", 3, 3, 512, [-8], 1]]"#,
     ),
     (
-        "split product far above the extent",
+        "split product above the extent cap",
         "CONV",
-        r#"[["SP", 3, 3, 512, [64, 64], 1]]"#,
+        r#"[["SP", 3, 3, 512, [1048576, 1048576, 2], 1]]"#,
+    ),
+    (
+        "over-long split parts fused past the cap",
+        "CONV",
+        r#"[["SP", 3, 3, 512, [1048576, 1048576], 1], ["FU", 3, [2, 3, 4, 5]]]"#,
     ),
     (
         "split product overflowing",
@@ -532,6 +537,32 @@ fn odd_cases() -> Vec<(&'static str, Dag, &'static str, Result<(), &'static str>
             Ok(()),
         ),
         (
+            "split product 3x the extent, factors and nparts",
+            mm(),
+            r#"[["SP", 2, 0, 7, [3, 7], 1], ["SP", 2, 3, 5, [15], 1], ["SP", 2, 5, 6, [3, 6], 0]]"#,
+            Ok(()),
+        ),
+        (
+            "hostile over-long split: 2^20 x 2^20 on loops of 7 and 5",
+            mm(),
+            r#"[["SP", 2, 0, 7, [1048576, 1048576], 1], ["SP", 2, 3, 5, [1048576, 1048576], 0]]"#,
+            Ok(()),
+        ),
+        (
+            "hostile over-long parts fused, parallel, vectorized, with a producer attached",
+            mm(),
+            r#"[["SP", 4, 0, 7, [1048576, 1048576], 1], ["FU", 4, [0, 1, 2]], ["AN", 4, 0, 3],
+                ["SP", 4, 1, 5, [1048576], 1], ["AN", 4, 2, 2], ["CA", 2, 4, 1]]"#,
+            Ok(()),
+        ),
+        (
+            // rfactor keeps the part's full length (TE does not tighten there): a 2^20 axis
+            "hostile rfactor of an over-long part",
+            mm(),
+            r#"[["SP", 2, 2, 6, [1048576, 1048576], 1], ["RF", 2, 3, 2]]"#,
+            Err("cost"),
+        ),
+        (
             "every split level non-divisible",
             mm(),
             r#"[["SP", 4, 0, 7, [2, 2], 1], ["SP", 4, 3, 5, [2, 2], 0], ["FU", 4, [0, 1, 2]], ["AN", 4, 0, 3]]"#,
@@ -699,6 +730,45 @@ fn huge_workloads_are_refused_by_the_cost_guard() {
         lower(&dag, &st, &opts()).unwrap_err(),
         LowerError::Cost(_)
     ));
+}
+
+/// Fused split parts keep their state extents in a pre-packed weight's layout (TVM's rule),
+/// so an over-long length pads the packed weight: a moderate one lowers and computes the right
+/// values, a hostile one would need terabytes and is refused before anything is allocated.
+#[test]
+fn over_long_splits_in_a_packed_weight_layout() {
+    let dag = dense_small();
+    let packed = |limits: CostLimits| LowerOptions {
+        weight_layout: WeightLayoutMode::PrePacked,
+        limits,
+        ..LowerOptions::default()
+    };
+    // j 16 by [48, 64] (Droplet-style), the outer parts fused: the weight is padded 48x
+    let l = lower_steps_detailed(
+        &dag,
+        &steps(r#"[["SP", 2, 1, 16, [48, 64], 1], ["FU", 2, [1, 2]], ["AN", 2, 2, 2]]"#),
+        &packed(opts().limits),
+    )
+    .unwrap();
+    assert_eq!(l.weight_layout.packed()[0].new_layout(), "1j48j16j24k");
+    let cmp = interpret_with_layout(&dag, &l.kernel, &l.weight_layout, 3, Some(BUDGET)).unwrap();
+    assert!(cmp.rel_err < 1e-4, "{}", cmp.rel_err);
+    // 2^17 x 2^17: 2^34 x 24 floats; under the default limits too
+    let hostile = steps(r#"[["SP", 2, 1, 16, [131072, 131072], 1], ["FU", 2, [1, 2, 3]]]"#);
+    for limits in [opts().limits, CostLimits::default()] {
+        let e = lower_steps_detailed(&dag, &hostile, &packed(limits)).unwrap_err();
+        assert!(
+            matches!(e, LowerError::Cost(ref m) if m.contains("packed weight")),
+            "{e}"
+        );
+    }
+    // the original layout does not depend on the lengths: the same schedule lowers
+    let mut st = State::new(&stage_inits_from_dag(&dag)).unwrap();
+    st.apply_all(&hostile).unwrap();
+    assert_eq!(
+        judge(&dag, &st, "hostile split, original layout"),
+        Verdict::Correct
+    );
 }
 
 // ---- random schedules ------------------------------------------------------------------------

@@ -285,11 +285,18 @@ const CASES: &[(&str, &str, &str, usize, &str)] = &[
         "split length -8",
     ),
     (
-        "split product far above the extent",
+        "split product above the extent cap",
         CONV,
-        r#"[["SP", 3, 3, 512, [64, 64], 1]]"#,
+        r#"[["SP", 3, 3, 512, [1048576, 1048576, 2], 1]]"#,
         0,
-        "4096 is far above the extent 512",
+        "product of the split lengths exceeds the extent cap 2^40",
+    ),
+    (
+        "over-long split parts fused past the cap",
+        CONV,
+        r#"[["SP", 3, 3, 512, [1048576, 1048576], 1], ["FU", 3, [2, 3, 4, 5]]]"#,
+        1,
+        "fused extent exceeds the extent cap",
     ),
     (
         "split product overflowing",
@@ -548,6 +555,45 @@ fn fused_extent_cap() {
     assert!(
         e.reason.contains("fused extent exceeds the extent cap"),
         "{e}"
+    );
+}
+
+/// Split lengths above the extent are TVM's semantics, not an error (Droplet search emits
+/// them): replay accepts them up to the 2^40 cap, parts keep their lengths.
+#[test]
+fn over_long_split_lengths_replay() {
+    for (json, want) in [
+        // formerly refused as "far above the extent"
+        (
+            r#"[["SP", 3, 3, 512, [64, 64], 1]]"#,
+            "ff.0=1:S ff.1=64:S ff.2=64:S",
+        ),
+        // hostile: 2^20 x 2^20 on a loop of 512, exactly the cap
+        (
+            r#"[["SP", 3, 3, 512, [1048576, 1048576], 1]]"#,
+            "ff.0=1:S ff.1=1048576:S ff.2=1048576:S",
+        ),
+        (
+            r#"[["SP", 3, 3, 512, [1048576, 1048576], 0]]"#,
+            "ff.0=1048576:S ff.1=1048576:S ff.2=1:S",
+        ),
+    ] {
+        let (st, err) = replay_checked(CONV, &steps(json));
+        assert!(err.is_none(), "{json}: {err:?}");
+        let line = st.dump().lines().nth(3).unwrap().to_string();
+        assert!(line.contains(want), "{json}: {line}");
+        assert!(st.verify_split_extents().is_ok(), "{json}");
+    }
+    // the parts fuse up to the cap
+    let (st, err) = replay_checked(
+        CONV,
+        &steps(r#"[["SP", 3, 3, 512, [1048576, 1048576], 1], ["FU", 3, [3, 4, 5]]]"#),
+    );
+    assert!(err.is_none(), "{err:?}");
+    assert!(
+        st.dump().contains("ff.0@ff.1@ff.2@=1099511627776:S"),
+        "{}",
+        st.dump()
     );
 }
 

@@ -27,11 +27,13 @@
 //!   weight outside the kernel.
 //!
 //! Safety: the result always passes [`crate::loopnest::validate()`], the static bounds checker
-//! ([`crate::loopnest::check_bounds`]: every access proven in bounds) and the cost guard;
-//! anything else is a [`LowerError`]. Schedules are untrusted input. Where the checker cannot
-//! derive an access's safety from TE's own guards (a guard on `x` protecting `floordiv(x, 8)`),
-//! or where an index depends on data or on a window of non-constant extent, the access gets an
-//! explicit in-bounds guard (a no-op for every in-bounds access).
+//! ([`crate::loopnest::check_bounds`]: every access proven in bounds) and the cost guard
+//! (which also bounds a pre-packed weight's size); anything else is a [`LowerError`].
+//! Schedules are untrusted input. Where the checker cannot derive an access's safety from TE's
+//! own guards (a guard on `x` protecting `floordiv(x, 8)`), or where an index depends on data
+//! or on a window of non-constant extent, the access gets an explicit in-bounds guard (a no-op
+//! for every in-bounds access). Split lengths above their loop's extent are TE's business too:
+//! the inner loop is tightened to the parent's extent, the rest guarded (`bound`).
 //!
 //! Not lowered (clean errors): GPU thread bindings and vthreads, tensorize,
 //! `debug_skip_region`, splits / fuses / rfactor of reduce axes whose extent is not a
@@ -240,6 +242,7 @@ pub fn lower_detailed(
         WeightLayoutMode::Original => WeightLayout::Original,
         WeightLayoutMode::PrePacked => layout::derive(dag, state, &ops, &sch, &bounds)?,
     };
+    check_packed_size(dag, &weight_layout, &opts.limits)?;
     names.reshape_inputs(dag, &sch, &weight_layout)?;
     let names = names;
     // TE's code is safe by construction (accesses sit under its bound checks), but the static
@@ -284,6 +287,31 @@ pub fn lower_detailed(
             .collect();
     }
     unreachable!("two attempts")
+}
+
+/// A packed weight is a copy the run allocates, and its shape comes from the schedule: fused
+/// split parts keep their state extents (TVM's rule), so a split length far above its loop's
+/// extent pads the weight as much. It counts against the temporary-memory limit.
+fn check_packed_size(
+    dag: &Dag,
+    layout: &WeightLayout,
+    limits: &CostLimits,
+) -> Result<(), LowerError> {
+    for p in layout.packed() {
+        let elem = i128::from(dag.stage(p.tensor).dtype.bits().div_ceil(8));
+        let bytes = p
+            .shape()
+            .iter()
+            .fold(elem, |a, &d| a.saturating_mul(i128::from(d.max(0))));
+        if bytes > i128::from(limits.max_temp_bytes) {
+            return Err(LowerError::Cost(format!(
+                "packed weight {} needs {bytes} bytes (limit {})",
+                p.new_layout(),
+                limits.max_temp_bytes
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Replays `steps` on `dag` (SP extents checked) and lowers the result.

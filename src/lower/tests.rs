@@ -212,6 +212,69 @@ fn non_divisible_splits_are_guarded() {
     );
 }
 
+/// Split lengths whose product is 3x the extent (what Droplet search emits), factor and nparts:
+/// TE tightens each inner loop to its parent's extent and guards the rest, as TVM lowers them.
+#[test]
+fn over_long_splits_are_guarded() {
+    let dag = matmul(8, 6, 5);
+    // i 8 by [4, 6] (24: loops 1 x 2 x 6, guarded), j 5 by [15] (one length 3x the extent,
+    // tightened to 5), k 6 by nparts [4, 6] (loops 4 x 2 x 1, guarded); the output follows
+    // with FSP and holds the matmul at its outermost loop
+    let k = lowered_ok(
+        &dag,
+        r#"[["SP", 2, 0, 8, [4, 6], 1], ["SP", 2, 3, 5, [15], 1], ["SP", 2, 5, 6, [4, 6], 0],
+            ["RE", 2, [0, 3, 5, 1, 4, 6, 2, 7]], ["FSP", 4, 0, 0, 1], ["FSP", 4, 2, 1, 1],
+            ["CA", 2, 4, 0]]"#,
+    );
+    assert!(
+        count(&k.body, &|s| matches!(s, Stmt::IfThenElse { .. })) >= 1,
+        "{}",
+        kernel_to_string(&k)
+    );
+    // no loop runs past the extent of the axis it splits
+    let longest = max_for_extent(&k.body);
+    assert!(longest <= 8, "{longest}\n{}", kernel_to_string(&k));
+    // the output by nparts [4, 6] and factors [2, 8], over-long parts fused into a parallel
+    // loop and vectorized; the matmul's k by [18]
+    lowered_ok(
+        &dag,
+        r#"[["SP", 4, 0, 8, [4, 6], 0], ["SP", 4, 3, 5, [2, 8], 1], ["FU", 4, [0, 1]],
+            ["AN", 4, 0, 3], ["AN", 4, 4, 2], ["SP", 2, 2, 6, [18], 1]]"#,
+    );
+}
+
+/// An NHWC conv sketch whose every SP has lengths with a product 3x the extent; FSP follows
+/// them, the conv is computed in the relu's tile.
+#[test]
+fn conv_sketch_with_over_long_splits() {
+    let dag = conv_bias_relu([1, 8, 8, 8], [3, 3, 8, 16], 1, 1);
+    let sketch = CONV_SKETCH
+        .replace(r#"[1, 2, 2]"#, r#"[2, 3, 4]"#)
+        .replace(r#"[2, 1, 2]"#, r#"[4, 2, 3]"#)
+        .replace(r#"[2, 2, 4]"#, r#"[4, 4, 3]"#)
+        .replace(
+            r#"["SP", 3, 20, 8, [4], 1]"#,
+            r#"["SP", 3, 20, 8, [24], 1]"#,
+        );
+    assert_ne!(sketch, CONV_SKETCH);
+    lowered_ok(&dag, &sketch);
+}
+
+fn max_for_extent(s: &Stmt) -> i64 {
+    match s {
+        Stmt::For { extent, body, .. } => extent
+            .as_int()
+            .unwrap_or(i64::MAX)
+            .max(max_for_extent(body)),
+        Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => max_for_extent(body),
+        Stmt::Seq(v) => v.iter().map(max_for_extent).max().unwrap_or(0),
+        Stmt::IfThenElse { then_, else_, .. } => {
+            max_for_extent(then_).max(else_.as_deref().map_or(0, max_for_extent))
+        }
+        _ => 0,
+    }
+}
+
 /// The usual CPU sketch of an NHWC conv (spec §4.1): bias add inlined, SSRSRS tiles, the conv
 /// computed at the relu's fused parallel tile loop, padding inlined, vectorized inner loops.
 const CONV_SKETCH: &str = r#"[["CI", 5], ["SP", 3, 0, 1, [1, 1, 1], 1], ["SP", 3, 4, 8, [1, 2, 2], 1], ["SP", 3, 8, 8, [2, 1, 2], 1],

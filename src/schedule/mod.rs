@@ -14,9 +14,14 @@
 //! refused with a [`ReplayError`] naming both loops, instead of silently retargeting the
 //! stage. (Ansor always reorders before it attaches, so real records never do this.)
 //!
+//! Split lengths need not divide the loop's extent, and their product may exceed it, as in
+//! TVM, which measures such records (tuners such as Droplet search emit them): each part
+//! keeps its length, the remaining part gets the ceil quotient, and lowering guards the
+//! iterations past the extent.
+//!
 //! Beyond TVM's own checks, replay refuses what TE or codegen would reject later or what
-//! no Ansor search produces: split lengths < 1 or with a product of twice the extent or
-//! more, extents above 2^40, CA onto a non-consumer (or, without dataflow, an earlier
+//! no Ansor search produces: split lengths < 1, extents (split lengths and their products
+//! included) above 2^40, CA onto a non-consumer (or, without dataflow, an earlier
 //! stage), CI of a reduction or an output, nested parallel loops, tensorize, CHW/RF of a
 //! stage others are attached to, and steps on the loops of an inlined stage.
 //!
