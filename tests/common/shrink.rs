@@ -288,10 +288,39 @@ pub fn same_structure(a: &Dag, b: &Dag) -> bool {
         })
 }
 
-/// Replays `steps` on `inits` with split lengths clamped (innermost first) to what is left of
-/// each extent, without requiring divisibility.
-pub fn partial_tiles(inits: &[StageInit], steps: &[Step]) -> Result<State, String> {
+/// New lengths for split `sp` of a loop of `extent`, level by level in the order the split
+/// consumes the extent (innermost first for factors, outermost first for nparts):
+/// `pick(level, rest, old)` gets what is left of the extent (ceil quotients so far) and the
+/// old length at that level.
+pub fn fill_levels(
+    extent: i64,
+    sp: &SplitStep,
+    mut pick: impl FnMut(usize, i64, i64) -> i64,
+) -> Vec<i64> {
+    let mut rest = extent;
+    let mut l = sp.lengths.clone();
+    let order: Vec<usize> = if sp.inner_to_outer {
+        (0..l.len()).rev().collect()
+    } else {
+        (0..l.len()).collect()
+    };
+    for k in order {
+        l[k] = pick(k, rest, l[k]);
+        rest = (rest + l[k] - 1) / l[k];
+    }
+    l
+}
+
+/// Replays `steps` on `inits`, every SP whose loop has a known extent rewritten to
+/// `lengths(extent, sp)` and its recorded extent set to the loop's. Returns the state and the
+/// steps as replayed (FSP/FFSP follow the rewritten SPs).
+pub fn replay_with_lengths(
+    inits: &[StageInit],
+    steps: &[Step],
+    mut lengths: impl FnMut(i64, &SplitStep) -> Vec<i64>,
+) -> Result<(State, Vec<Step>), String> {
     let mut st = State::new(inits).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(steps.len());
     for step in steps {
         let new = match step {
             Step::Split(sp) => {
@@ -301,30 +330,27 @@ pub fn partial_tiles(inits: &[StageInit], steps: &[Step]) -> Result<State, Strin
                     .and_then(|s| s.iters.get(sp.iter_id as usize))
                     .and_then(|it| it.extent);
                 match ext {
-                    Some(e) => {
-                        let mut rest = e;
-                        let mut l = sp.lengths.clone();
-                        let order: Vec<usize> = if sp.inner_to_outer {
-                            (0..l.len()).rev().collect()
-                        } else {
-                            (0..l.len()).collect()
-                        };
-                        for k in order {
-                            l[k] = l[k].clamp(1, rest.max(1));
-                            rest = (rest + l[k] - 1) / l[k];
-                        }
-                        Step::Split(SplitStep {
-                            extent: e,
-                            lengths: l,
-                            ..sp.clone()
-                        })
-                    }
+                    Some(e) => Step::Split(SplitStep {
+                        extent: e,
+                        lengths: lengths(e, sp),
+                        ..sp.clone()
+                    }),
                     None => step.clone(),
                 }
             }
             other => other.clone(),
         };
         st.apply(&new).map_err(|e| e.to_string())?;
+        out.push(new);
     }
-    Ok(st)
+    Ok((st, out))
+}
+
+/// Replays `steps` on `inits` with split lengths clamped (innermost first) to what is left of
+/// each extent, without requiring divisibility.
+pub fn partial_tiles(inits: &[StageInit], steps: &[Step]) -> Result<State, String> {
+    replay_with_lengths(inits, steps, |e, sp| {
+        fill_levels(e, sp, |_, rest, old| old.clamp(1, rest.max(1)))
+    })
+    .map(|(st, _)| st)
 }
