@@ -32,8 +32,8 @@ const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
     ("tvm_gallery/sparse_dense.json", "depends on input data"),
 ];
 
-/// Relative error bound (max |kernel - reference| / max |reference|).
-const TOLERANCE: f64 = 1e-4;
+/// ttdb's one output tolerance.
+use ttdb::loopnest::verify::RTOL as TOLERANCE;
 /// Interpreter step budget per kernel (the reduced workloads need far less).
 const STEP_BUDGET: u64 = 400_000_000;
 

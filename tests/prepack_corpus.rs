@@ -23,7 +23,8 @@ use ttdb::lower::{lower_detailed, packed_layout, LowerOptions, WeightLayout, Wei
 use ttdb::recognize::recognize;
 use ttdb::schedule::{replay, retarget_steps, stage_inits_from_dag};
 
-const TOLERANCE: f64 = 1e-4;
+/// ttdb's one output tolerance.
+use ttdb::loopnest::verify::RTOL as TOLERANCE;
 const STEP_BUDGET: u64 = 400_000_000;
 
 fn prepacked() -> LowerOptions {

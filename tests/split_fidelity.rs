@@ -35,11 +35,10 @@ use ttdb::lower::{lower_detailed, LowerOptions, WeightLayout, WeightLayoutMode};
 use ttdb::recognize::recognize;
 use ttdb::schedule::stage_inits_from_dag;
 
-/// Full tuning histories (73k records): not part of the curated sample.
-const FULL_HISTORIES: &str = "tvm_ansor_bench_full_nchwc";
 /// Distinct records sampled (the same ones in both modes).
 const SAMPLE: usize = 256;
-const TOLERANCE: f64 = 1e-4;
+/// ttdb's one output tolerance.
+use ttdb::loopnest::verify::RTOL as TOLERANCE;
 const STEP_BUDGET: u64 = 100_000_000;
 /// Lengths of the kind Droplet search tries, regardless of divisibility.
 const DROPLET: [i64; 8] = [2, 4, 8, 16, 24, 32, 48, 64];
@@ -178,7 +177,7 @@ fn curated_files() -> Vec<std::path::PathBuf> {
     let root = common::corpus_dir().join("ansor");
     let files: Vec<_> = common::ansor_files()
         .into_iter()
-        .filter(|p| !p.starts_with(root.join(FULL_HISTORIES)) && !common::is_cuda_log(p))
+        .filter(|p| !common::is_full_history(p) && !common::is_cuda_log(p))
         .collect();
     assert!(
         files.len() >= 15,
