@@ -32,6 +32,7 @@ pub mod onnx;
 pub mod ops;
 pub mod recognize;
 pub mod schedule;
+pub mod search;
 pub mod signature;
 pub mod store;
 pub mod tune;
