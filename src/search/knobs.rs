@@ -479,7 +479,7 @@ fn remove_step(steps: &mut Vec<Step>, at: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ir::Dag;
     use crate::lower::check::interpret_against_reference;

@@ -1,4 +1,7 @@
 //! Searching schedules on this machine. Today: Droplet search (coordinate descent with a
 //! significance test, [`droplet`]) over the knobs of a step list ([`knobs`]).
+pub mod droplet;
+#[cfg(test)]
+mod droplet_tests;
 pub mod knobs;
 pub mod stats;

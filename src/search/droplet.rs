@@ -1,0 +1,457 @@
+//! Droplet search: refine one schedule on this machine by coordinate descent with a
+//! significance test (Canesche et al., "The Droplet Search Algorithm for Kernel Scheduling",
+//! TACO 2024; "Explore as a Storm, Exploit as a Raindrop", 2024; spec `search.md` §6).
+//!
+//! From the start point of a [`Space`], the neighbours at step size f are the points one knob
+//! away by +-f (coordinates wrap), then points two knobs away; each batch takes the next
+//! unvisited ones, growing f while too few are left. A batch is built in parallel and run one
+//! candidate at a time (verify, then time), after a fresh timing of the incumbent. The
+//! fastest candidate whose mean beats the incumbent's with a Welch t-test p <= alpha becomes
+//! the incumbent, and its neighbours the frontier (f = 1). The search stops after `patience`
+//! batches without such an improvement (1, as in Droplet), at the trial or time budget, when
+//! no unvisited point is left, or when interrupted. A last head-to-head timing keeps the
+//! start unless the result is faster: refining never returns a slower schedule.
+//!
+//! Beyond the artifacts (which move only the last 5 knobs and key visited points
+//! non-injectively): every knob moves, points are the visited set's keys (distinct points
+//! are distinct step lists, see [`Space`]), and Welch's test replaces Student's.
+use super::knobs::{Point, Space};
+use super::stats::{mean, welch};
+use crate::ansor::Step;
+use crate::evaluate::{build_steps, Build, EvalOptions, Evaluation, Reference};
+use crate::ir::Dag;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct DropletOptions {
+    /// Candidates measured at most (the start and the incumbent's re-timings are not trials).
+    pub max_trials: usize,
+    /// Candidates per batch; Droplet's max(cores, 16).
+    pub batch: usize,
+    /// Significance level of the Welch test.
+    pub alpha: f64,
+    /// Batches in a row without a significant improvement before stopping (Droplet: 1).
+    pub patience: usize,
+    /// Wall-clock budget of the whole refinement.
+    pub time_budget: Option<Duration>,
+    /// Per-run timeout ceiling; a batch uses min(this, max(1 s, 50 x the incumbent)).
+    pub max_timeout: Duration,
+    /// Seed of the neighbour order.
+    pub seed: u64,
+}
+
+impl Default for DropletOptions {
+    fn default() -> Self {
+        DropletOptions {
+            max_trials: 100,
+            batch: crate::host::available_cores().max(16),
+            alpha: 0.05,
+            patience: 1,
+            time_budget: None,
+            max_timeout: Duration::from_secs(10),
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// Why the descent stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// `patience` batches in a row without a significant improvement.
+    NoImprovement,
+    /// The trial budget is spent.
+    Trials,
+    /// The time budget is spent.
+    Time,
+    /// Every reachable point was visited.
+    Exhausted,
+    /// Interrupted (SIGINT): what was measured is kept.
+    Interrupted,
+}
+
+impl Stop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stop::NoImprovement => "no significant improvement",
+            Stop::Trials => "trial budget",
+            Stop::Time => "time budget",
+            Stop::Exhausted => "neighbourhood exhausted",
+            Stop::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One measured candidate.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    /// 0-based batch.
+    pub batch: usize,
+    /// What it changes from the start (`SP@3[1] 8->16`).
+    pub change: String,
+    pub steps: Vec<Step>,
+    pub evaluation: Evaluation,
+    /// Became the incumbent.
+    pub accepted: bool,
+}
+
+/// The outcome of one refinement.
+#[derive(Clone, Debug)]
+pub struct Refined {
+    /// The start, timed here.
+    pub start: Evaluation,
+    pub best_steps: Vec<Step>,
+    /// The best schedule's timing (the start's when nothing better was found).
+    pub best: Evaluation,
+    /// Did a candidate replace the start?
+    pub improved: bool,
+    pub trials: Vec<Trial>,
+    pub batches: usize,
+    pub knobs: usize,
+    /// Points whose steps did not replay (never measured).
+    pub invalid_points: usize,
+    pub stop: Stop,
+    pub seconds: f64,
+}
+
+impl Refined {
+    /// Median seconds of the start and of the result.
+    pub fn medians(&self) -> (f64, f64) {
+        let m = |e: &Evaluation| e.measurement.as_ref().map_or(f64::NAN, |m| m.median);
+        (m(&self.start), m(&self.best))
+    }
+}
+
+/// Builds and runs schedules of one workload.
+pub trait Measurer {
+    /// Builds every schedule (in parallel), then runs them one at a time, in order: verify,
+    /// then time with per-run `timeout`. None for a schedule left unrun (interrupted).
+    fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>>;
+}
+
+/// What the caller sees of a running search.
+pub trait Observer {
+    /// After each batch, its trials (to store them as they come).
+    fn batch_done(&mut self, _trials: &[Trial]) {}
+    /// After each batch: trials so far and the incumbent's mean seconds.
+    fn progress(&mut self, _trials: usize, _best_seconds: f64) {}
+    /// Stop at the next opportunity, keeping what was measured.
+    fn interrupted(&self) -> bool {
+        false
+    }
+}
+
+/// An observer that sees nothing.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// The real measurer: ttdb's build and run phases on `dag`, verified against `reference`.
+pub struct KernelMeasurer<'a> {
+    pub dag: &'a Dag,
+    pub reference: &'a Reference,
+    pub eval: EvalOptions,
+    /// Checked between runs.
+    pub interrupted: &'a (dyn Fn() -> bool + Sync),
+}
+
+impl Measurer for KernelMeasurer<'_> {
+    fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
+        let builds: Vec<Build> = schedules
+            .par_iter()
+            .map(|s| build_steps(self.dag, s, &self.eval))
+            .collect();
+        let mut eval = self.eval.clone();
+        eval.measure.timeout = Some(timeout);
+        builds
+            .iter()
+            .map(|b| (!(self.interrupted)()).then(|| b.run(self.reference, &eval)))
+            .collect()
+    }
+}
+
+/// Seconds per run of a verified, timed evaluation: its samples.
+fn samples(e: &Evaluation) -> Option<&[f64]> {
+    e.median()?;
+    e.measurement.as_ref().map(|m| m.samples.as_slice())
+}
+
+/// xorshift64: the neighbour order (deterministic per seed).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+/// The points one knob away from `center` by +-f (shuffled), then as many two knobs away
+/// (random pairs and signs). Coordinates wrap.
+pub fn neighbours(center: &[u16], f: usize, sizes: &[usize], rng_state: &mut u64) -> Vec<Point> {
+    let mut rng = Rng(*rng_state | 1);
+    let step = |p: &mut Point, i: usize, up: bool| {
+        let n = sizes[i];
+        let d = f % n;
+        p[i] = (if up {
+            p[i] as usize + d
+        } else {
+            p[i] as usize + n - d
+        } % n) as u16;
+    };
+    let movable: Vec<usize> = (0..sizes.len()).filter(|&i| sizes[i] > 1).collect();
+    let mut singles = Vec::new();
+    for &i in &movable {
+        for up in [true, false] {
+            let mut p = center.to_vec();
+            step(&mut p, i, up);
+            singles.push(p);
+        }
+    }
+    rng.shuffle(&mut singles);
+    let mut out = singles;
+    if movable.len() >= 2 {
+        for _ in 0..movable.len() {
+            let a = movable[rng.below(movable.len())];
+            let b = movable[rng.below(movable.len())];
+            if a == b {
+                continue;
+            }
+            let mut p = center.to_vec();
+            step(&mut p, a, rng.next() & 1 == 0);
+            step(&mut p, b, rng.next() & 1 == 0);
+            out.push(p);
+        }
+    }
+    *rng_state = rng.0;
+    out
+}
+
+/// The unvisited points around the incumbent, in the order they will be tried.
+struct Frontier {
+    center: Point,
+    pending: VecDeque<Point>,
+    f: usize,
+    max_f: usize,
+    sizes: Vec<usize>,
+    rng: u64,
+}
+
+impl Frontier {
+    fn new(center: Point, sizes: Vec<usize>, seed: u64) -> Frontier {
+        let mut fr = Frontier {
+            max_f: sizes.iter().copied().max().unwrap_or(1),
+            center: center.clone(),
+            pending: VecDeque::new(),
+            f: 1,
+            sizes,
+            rng: seed | 1,
+        };
+        fr.recenter(center);
+        fr
+    }
+
+    fn recenter(&mut self, center: Point) {
+        self.f = 1;
+        self.pending = neighbours(&center, 1, &self.sizes, &mut self.rng).into();
+        self.center = center;
+    }
+
+    /// Up to `n` unvisited points whose steps replay; grows f while the frontier is thin.
+    fn take(
+        &mut self,
+        n: usize,
+        visited: &mut HashSet<Point>,
+        space: &Space,
+        invalid: &mut usize,
+    ) -> Vec<(Point, Vec<Step>)> {
+        let mut out = Vec::new();
+        loop {
+            while let Some(p) = self.pending.pop_front() {
+                if !visited.insert(p.clone()) {
+                    continue;
+                }
+                match space.steps_at(&p) {
+                    Ok(steps) => out.push((p, steps)),
+                    Err(_) => *invalid += 1,
+                }
+                if out.len() == n {
+                    return out;
+                }
+            }
+            if self.f >= self.max_f {
+                return out;
+            }
+            self.f += 1;
+            let more = neighbours(&self.center, self.f, &self.sizes, &mut self.rng);
+            self.pending.extend(more);
+        }
+    }
+}
+
+fn timeout_for(incumbent_s: f64, opts: &DropletOptions) -> Duration {
+    Duration::from_secs_f64((incumbent_s * 50.0).max(1.0)).min(opts.max_timeout)
+}
+
+/// Refines the start point of `space` (see the module docs). Errors when the start schedule
+/// does not replay or does not verify here.
+pub fn refine(
+    space: &Space,
+    measurer: &mut dyn Measurer,
+    opts: &DropletOptions,
+    observer: &mut dyn Observer,
+) -> Result<Refined, String> {
+    let t0 = Instant::now();
+    let start_steps = space.steps_at(&space.start)?;
+    let start = measurer
+        .measure(std::slice::from_ref(&start_steps), opts.max_timeout)
+        .pop()
+        .flatten()
+        .ok_or("interrupted before the start was timed")?;
+    let Some(start_samples) = samples(&start).map(<[f64]>::to_vec) else {
+        let why = start
+            .failure
+            .as_ref()
+            .map_or("not timed".to_string(), |f| f.message.clone());
+        return Err(format!("the start schedule does not verify here: {why}"));
+    };
+    let mut inc = (
+        space.start.clone(),
+        start_steps.clone(),
+        start.clone(),
+        start_samples,
+    );
+    let mut visited: HashSet<Point> = HashSet::from([space.start.clone()]);
+    let mut frontier = Frontier::new(space.start.clone(), space.sizes(), opts.seed);
+    let (mut trials, mut invalid, mut batches, mut idle) = (Vec::new(), 0, 0, 0);
+    let stop = loop {
+        if observer.interrupted() {
+            break Stop::Interrupted;
+        }
+        if trials.len() >= opts.max_trials {
+            break Stop::Trials;
+        }
+        if opts.time_budget.is_some_and(|b| t0.elapsed() >= b) {
+            break Stop::Time;
+        }
+        let want = opts.batch.max(1).min(opts.max_trials - trials.len());
+        let batch = frontier.take(want, &mut visited, space, &mut invalid);
+        if batch.is_empty() {
+            break Stop::Exhausted;
+        }
+        // The incumbent is timed again first: both sides of each test see the same machine.
+        let mut schedules = vec![inc.1.clone()];
+        schedules.extend(batch.iter().map(|(_, s)| s.clone()));
+        let mut runs = measurer.measure(&schedules, timeout_for(mean(&inc.3), opts));
+        if let Some(fresh) = runs[0].as_ref().and_then(samples) {
+            inc.3 = fresh.to_vec();
+        }
+        let base = mean(&inc.3);
+        let mut winner: Option<(usize, f64)> = None;
+        let mut done = Vec::new();
+        for (k, ((point, steps), run)) in batch.into_iter().zip(runs.drain(1..)).enumerate() {
+            let Some(evaluation) = run else { continue };
+            if let Some(s) = samples(&evaluation) {
+                let m = mean(s);
+                let significant = welch(s, &inc.3).is_some_and(|w| w.p <= opts.alpha);
+                if m < base && significant && winner.is_none_or(|(_, w)| m < w) {
+                    winner = Some((k, m));
+                }
+            }
+            let change = space.describe(&point);
+            done.push((
+                k,
+                point,
+                Trial {
+                    batch: batches,
+                    change,
+                    steps,
+                    evaluation,
+                    accepted: false,
+                },
+            ));
+        }
+        let cut_short = done.len() < schedules.len() - 1;
+        if let Some((k, _)) = winner {
+            let (_, point, trial) = done
+                .iter_mut()
+                .find(|(j, ..)| *j == k)
+                .expect("winner measured");
+            trial.accepted = true;
+            let s = samples(&trial.evaluation).expect("winner timed").to_vec();
+            inc = (
+                point.clone(),
+                trial.steps.clone(),
+                trial.evaluation.clone(),
+                s,
+            );
+            frontier.recenter(point.clone());
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+        let new: Vec<Trial> = done.into_iter().map(|(_, _, t)| t).collect();
+        observer.batch_done(&new);
+        trials.extend(new);
+        batches += 1;
+        observer.progress(trials.len(), mean(&inc.3));
+        if cut_short {
+            break Stop::Interrupted;
+        }
+        if idle >= opts.patience.max(1) {
+            break Stop::NoImprovement;
+        }
+    };
+    let improved = inc.0 != space.start;
+    let (best_steps, best, improved) = if improved {
+        final_check(measurer, &start_steps, &start, inc.1, inc.2, opts)
+    } else {
+        (start_steps, start.clone(), false)
+    };
+    Ok(Refined {
+        start,
+        best_steps,
+        best,
+        improved,
+        trials,
+        batches,
+        knobs: space.knobs.len(),
+        invalid_points: invalid,
+        stop,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The result against the start, timed back to back: the start stays unless the result is
+/// faster now too (the incumbent chain compared each step with a fresh timing, not with the
+/// start's).
+fn final_check(
+    measurer: &mut dyn Measurer,
+    start_steps: &[Step],
+    start: &Evaluation,
+    best_steps: Vec<Step>,
+    best: Evaluation,
+    opts: &DropletOptions,
+) -> (Vec<Step>, Evaluation, bool) {
+    let pair = [start_steps.to_vec(), best_steps.clone()];
+    let runs = measurer.measure(&pair, opts.max_timeout);
+    match (
+        runs[0].as_ref().and_then(samples),
+        runs[1].as_ref().and_then(samples),
+    ) {
+        (Some(a), Some(b)) if mean(b) >= mean(a) => (start_steps.to_vec(), start.clone(), false),
+        _ => (best_steps, best, true),
+    }
+}
