@@ -4,8 +4,9 @@ use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::matcher::MatchOptions;
-use crate::store::measurement::store_measurements;
 use crate::store::Store;
+use crate::tune::record::{Discard, StoreSink};
+use crate::tune::refine::RefineOptions;
 use crate::tune::{apply, ApplyOptions, ApplyReport};
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -23,6 +24,10 @@ pub struct ApplyArgs {
     /// Per-run timeout in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// Refine each kernel's chosen transferred schedule on this machine with up to N Droplet
+    /// trials (TT + Droplet; 0: no refinement).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub droplet: usize,
     /// Do not store the measured choices in the database.
     #[arg(long)]
     pub dry_run: bool,
@@ -31,7 +36,8 @@ pub struct ApplyArgs {
 }
 
 pub fn render_apply(r: &ApplyReport) -> String {
-    let mut t = Table::new(&[
+    let droplet = r.transferred_total_ms.is_some();
+    let mut cols = vec![
         "kernel",
         "class",
         "shapes",
@@ -39,12 +45,14 @@ pub fn render_apply(r: &ApplyReport) -> String {
         "tier",
         "source",
         ">untuned ms",
-        ">tuned ms",
-        ">speedup",
-        "verified",
-    ]);
+    ];
+    if droplet {
+        cols.extend([">transferred ms", ">droplet trials"]);
+    }
+    cols.extend([">tuned ms", ">speedup", "verified"]);
+    let mut t = Table::new(&cols);
     for k in &r.kernels {
-        t.row(vec![
+        let mut row = vec![
             k.name.clone(),
             k.class.clone(),
             io_shapes(&k.inputs, &k.output),
@@ -55,6 +63,16 @@ pub fn render_apply(r: &ApplyReport) -> String {
                 None => "default".into(),
             },
             fmt_opt(k.untuned_ms, 3),
+        ];
+        if droplet {
+            row.push(fmt_opt(k.transferred_ms, 3));
+            row.push(
+                k.droplet
+                    .as_ref()
+                    .map_or("-".into(), |d| d.trials.to_string()),
+            );
+        }
+        row.extend([
             fmt_opt(k.tuned_ms, 3),
             k.speedup
                 .map(|s| format!("{s:.1}x"))
@@ -65,6 +83,7 @@ pub fn render_apply(r: &ApplyReport) -> String {
                 "no".into()
             },
         ]);
+        t.row(row);
     }
     let mut out = t.render();
     let tried: usize = r.kernels.iter().map(|k| k.trials.len()).sum();
@@ -94,6 +113,34 @@ pub fn render_apply(r: &ApplyReport) -> String {
         "latency of the tuned kernels (sum of latency x count): untuned {:.3} ms, tuned {:.3} ms, speedup {:.2}x\n",
         r.untuned_total_ms, r.tuned_total_ms, r.speedup
     ));
+    if let Some(tt) = r.transferred_total_ms {
+        out.push_str(&format!(
+            "droplet: {} trials in {:.1} s; transferred schedules {tt:.3} ms -> refined {:.3} ms ({:.2}x)\n",
+            r.droplet_trials,
+            r.droplet_seconds,
+            r.tuned_total_ms,
+            tt / r.tuned_total_ms
+        ));
+        let notes: Vec<String> = r
+            .kernels
+            .iter()
+            .filter_map(|k| {
+                Some(format!(
+                    "  {}: {}",
+                    k.name,
+                    k.droplet.as_ref()?.note.as_ref()?
+                ))
+            })
+            .collect();
+        if !notes.is_empty() {
+            out.push_str("not refined:\n");
+            out.push_str(&notes.join("\n"));
+            out.push('\n');
+        }
+    }
+    if r.interrupted {
+        out.push_str("interrupted: later kernels keep their default schedule; everything measured is stored\n");
+    }
     out.push_str(&format!(
         "search time {:.1} s{}; {} simple kernels (layout transforms, concat, element-wise) not timed\n",
         r.search_seconds,
@@ -129,42 +176,34 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     let timeout = Some(Duration::from_secs_f64(args.timeout));
     opts.eval.measure.timeout = timeout;
     opts.default_eval.measure.timeout = timeout;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new(m.matches.len() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
-    let report = apply(&m, &opts, &|done, _, name| {
-        if let Some(b) = &bar {
-            b.set_position(done as u64);
-            b.set_message(name.to_string());
-        }
-    });
-    if let Some(b) = bar {
-        b.finish_and_clear();
+    if args.droplet > 0 {
+        let mut r = RefineOptions::default();
+        r.droplet.max_trials = args.droplet;
+        r.droplet.max_timeout = Duration::from_secs_f64(args.timeout);
+        opts.droplet = Some(r);
     }
-    if !args.dry_run {
-        let host = crate::measure::detect_host();
-        for kind in ["default", "apply"] {
-            let items: Vec<_> = report
-                .kernels
-                .iter()
-                .flat_map(|k| k.to_store.iter())
-                .filter(|(k, _)| k == kind)
-                .map(|(_, m)| m.clone())
-                .collect();
-            store_measurements(store, kind, &host, &items)?;
+    crate::search::interrupt::install();
+    let report = with_kernel_bar(m.matches.len(), |progress| {
+        if args.dry_run {
+            apply(&m, &opts, progress, &mut Discard)
+        } else {
+            let mut sink = StoreSink {
+                store,
+                host: crate::measure::detect_host(),
+            };
+            apply(&m, &opts, progress, &mut sink)
         }
-    }
+    })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print!("{}", render_apply(&report));
+    }
+    if report.interrupted {
+        return Err(CliError {
+            message: "interrupted".into(),
+            code: 130,
+        });
     }
     if report.kernels.iter().any(|k| !k.verified) {
         return Err(CliError {
@@ -173,4 +212,28 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         });
     }
     Ok(())
+}
+
+/// Runs `work` with a progress bar over `n` kernels on a terminal (nothing otherwise).
+fn with_kernel_bar<T>(n: usize, work: impl FnOnce(&dyn Fn(usize, usize, &str)) -> T) -> T {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(n as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let out = work(&|done, _, name| {
+        if let Some(b) = &bar {
+            b.set_position(done as u64);
+            b.set_message(name.to_string());
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    out
 }

@@ -124,6 +124,19 @@ pub fn render_kernels(list: &KernelList, tuned_only: bool) -> String {
 }
 
 impl ModelArgs {
+    /// `model` read with `layout` and every other option at its default.
+    pub fn for_model(model: PathBuf, layout: &str) -> ModelArgs {
+        ModelArgs {
+            model,
+            layout: layout.into(),
+            input_shape: vec![],
+            mcpu: None,
+            lanes: None,
+            tophub: None,
+            no_tophub: false,
+        }
+    }
+
     /// Loads the graph and the extraction options for `layout` (one of nchwc, nhwc, nchw).
     pub fn load(&self) -> Result<(onnx::Graph, Options), CliError> {
         let overrides = self

@@ -8,6 +8,7 @@ mod export;
 mod import;
 mod kernels;
 mod match_cmd;
+mod refine;
 mod stats;
 mod table;
 mod verify;
@@ -16,6 +17,7 @@ mod workloads;
 pub use apply::render_apply;
 pub use import::{render_import_summary, ImportSummary};
 pub use match_cmd::{render_explain, render_match};
+pub use refine::render_refine;
 pub use stats::render_stats;
 pub use workloads::render_workloads;
 
@@ -68,6 +70,10 @@ pub enum Command {
     /// Transfer-tune a model: measure the untuned default and the top-k matched schedules of
     /// every kernel, keep the fastest verified one, store the choices.
     Apply(apply::ApplyArgs),
+    /// Refine stored schedules on this machine with Droplet search (coordinate descent with
+    /// a significance test), starting from each workload's best schedule timed here; every
+    /// trial is stored.
+    Refine(refine::RefineArgs),
     /// Measure this machine's fp32 FMA peak (the denominator of every "% of peak").
     BenchPeak {
         #[arg(long)]
@@ -129,6 +135,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Verify(args) => verify::run(&mut open_store(&cli.db)?, &args),
         Command::Match(args) => match_cmd::run(&open_store(&cli.db)?, &args),
         Command::Apply(args) => apply::run(&mut open_store(&cli.db)?, &args),
+        Command::Refine(args) => refine::run(&mut open_store(&cli.db)?, &args),
         Command::BenchPeak { json } => verify::bench_peak(json),
     }
 }

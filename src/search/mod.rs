@@ -3,5 +3,6 @@
 pub mod droplet;
 #[cfg(test)]
 mod droplet_tests;
+pub mod interrupt;
 pub mod knobs;
 pub mod stats;

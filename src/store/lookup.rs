@@ -194,3 +194,68 @@ pub fn best_imported_records(
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
+
+/// A workload with a valid CPU record: what `ttdb refine` may work on.
+#[derive(Clone, Debug)]
+pub struct RefinableWorkload {
+    pub id: i64,
+    pub key: String,
+    pub signature: String,
+    pub op_class: String,
+}
+
+/// Workloads with a valid record on a `compat` target, optionally only those whose signature
+/// starts with `signature_prefix` or of class `class` (or a class prefix chain), in
+/// signature order, at most `limit`.
+pub fn refinable_workloads(
+    store: &Store,
+    compat: &str,
+    signature_prefix: Option<&str>,
+    class: Option<&str>,
+    limit: Option<usize>,
+) -> Result<Vec<RefinableWorkload>> {
+    let sig = signature_prefix.map(|s| format!("{s}%"));
+    let mut q = store.conn.prepare(
+        "SELECT w.id, w.key, w.signature, w.op_class FROM workloads w
+         WHERE (?2 IS NULL OR w.signature LIKE ?2)
+           AND (?3 IS NULL OR w.op_class = ?3 OR w.op_class LIKE ?3 || '+%')
+           AND EXISTS (SELECT 1 FROM records r JOIN targets t ON t.id = r.target_id
+                       WHERE r.workload_id = w.id AND r.mean_cost IS NOT NULL AND t.compat = ?1)
+         ORDER BY w.signature, w.id LIMIT ?4",
+    )?;
+    let limit = limit.map_or(-1, |n| n as i64);
+    let rows = q.query_map(params![compat, sig, class, limit], |r| {
+        Ok(RefinableWorkload {
+            id: r.get(0)?,
+            key: r.get(1)?,
+            signature: r.get(2)?,
+            op_class: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Where a refinement may start: the best `n` valid records of the workload imported from
+/// logs, and the best `n` that ttdb itself measured (earlier refinements, verifications),
+/// each set in cost order.
+pub fn refine_starts(
+    store: &Store,
+    workload_id: i64,
+    compat: &str,
+    n: usize,
+) -> Result<Vec<SourceRecord>> {
+    let mut out = Vec::new();
+    for measured_here in [false, true] {
+        let sql = format!(
+            "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2
+               AND (s.kind = 'ttdb_measure') = ?4 ORDER BY r.mean_cost LIMIT ?3"
+        );
+        let mut q = store.conn.prepare_cached(&sql)?;
+        let rows = q.query_map(
+            params![workload_id, compat, n as i64, measured_here],
+            source_of,
+        )?;
+        out.extend(rows.collect::<rusqlite::Result<Vec<_>>>()?);
+    }
+    Ok(out)
+}

@@ -2,13 +2,20 @@
 //! measured, then the top-k matched candidates (exact first, then class by static estimate)
 //! are replayed, compiled, verified and timed — the measure-all strategy of transfer-tuning,
 //! bounded by k and a time budget — and the fastest verified one wins. The default is always
-//! a candidate, so a kernel is never reported slower than untuned.
+//! a candidate, so a kernel is never reported slower than untuned. With `droplet`, the chosen
+//! transferred schedule is then refined on this machine (TT + Droplet, `super::refine`).
+//! Every measurement goes to the sink as it is taken; Ctrl-C stops after the current run.
+use super::record::Sink;
+use super::refine::{refine_schedule, RefineOptions};
 use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
 use crate::ir::{dag_hash, Dag};
 use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
 use crate::measure::runner::MeasureOptions;
 use crate::onnx::Kernel;
+use crate::search::droplet::Stop;
+use crate::search::interrupt;
 use crate::store::measurement::NewMeasurement;
+use crate::store::StoreError;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -22,6 +29,8 @@ pub struct ApplyOptions {
     pub eval: EvalOptions,
     /// The naive default is slow by design: fewer repeats suffice for its time.
     pub default_eval: EvalOptions,
+    /// Refine each kernel's chosen transferred schedule with Droplet search (None: no).
+    pub droplet: Option<RefineOptions>,
 }
 
 impl Default for ApplyOptions {
@@ -40,6 +49,7 @@ impl Default for ApplyOptions {
             budget: Duration::from_secs(600),
             eval,
             default_eval,
+            droplet: None,
         }
     }
 }
@@ -75,8 +85,25 @@ pub struct KernelResult {
     pub trials: Vec<Trial>,
     /// Why no candidate was measured, if so.
     pub note: Option<String>,
-    #[serde(skip)]
-    pub to_store: Vec<(String, NewMeasurement)>,
+    /// The chosen schedule's median before Droplet refined it (with `droplet`).
+    pub transferred_ms: Option<f64>,
+    pub droplet: Option<DropletSummary>,
+}
+
+/// What Droplet did to one kernel's chosen schedule.
+#[derive(Clone, Debug, Serialize)]
+pub struct DropletSummary {
+    pub trials: usize,
+    pub failed_trials: usize,
+    pub batches: usize,
+    pub knobs: usize,
+    pub stop: Option<Stop>,
+    /// The transferred schedule timed again at the start, and the result.
+    pub start_ms: Option<f64>,
+    pub refined_ms: Option<f64>,
+    pub seconds: f64,
+    /// Why it did not run or failed, if so.
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,8 +113,16 @@ pub struct ApplyReport {
     pub kernels: Vec<KernelResult>,
     /// Σ latency × multiplicity over the tuned kernels, default schedules.
     pub untuned_total_ms: f64,
-    /// The same with the chosen schedules.
+    /// The same with the chosen schedules (after Droplet, with `droplet`).
     pub tuned_total_ms: f64,
+    /// The chosen transferred schedules before Droplet (with `droplet`).
+    pub transferred_total_ms: Option<f64>,
+    /// Seconds spent in Droplet (included in `search_seconds`).
+    pub droplet_seconds: f64,
+    /// Droplet trials in all.
+    pub droplet_trials: usize,
+    /// Stopped by Ctrl-C: kernels after it keep their default schedule.
+    pub interrupted: bool,
     pub speedup: f64,
     pub search_seconds: f64,
     pub budget_exhausted: bool,
@@ -137,12 +172,14 @@ fn provenance(c: &Candidate) -> String {
 }
 
 /// Measures the default and the top-k candidates of every tuned kernel of `m`, within the
-/// budget. `progress(done, total, kernel)` is called per kernel.
+/// budget, then refines the chosen ones (with `droplet`); every measurement goes to `sink` as
+/// it is taken. `progress(done, total, kernel)` is called per kernel.
 pub fn apply(
     m: &ModelMatch,
     opts: &ApplyOptions,
     progress: &dyn Fn(usize, usize, &str),
-) -> ApplyReport {
+    sink: &mut dyn Sink,
+) -> Result<ApplyReport, StoreError> {
     let start = Instant::now();
     // Spend the budget where it matters: biggest kernels (FLOPs x multiplicity) first.
     // (Each weight builds the kernel's DAG: computed once per kernel, not per comparison.)
@@ -164,7 +201,8 @@ pub fn apply(
         progress(n, order.len(), &k.name);
         let over = start.elapsed() >= opts.budget;
         exhausted |= over;
-        results[i] = Some(apply_kernel(k, km, opts, over));
+        let stop = over || interrupt::requested();
+        results[i] = Some(apply_kernel(k, km, opts, stop, sink)?);
     }
     let kernels: Vec<KernelResult> = results.into_iter().flatten().collect();
     let total = |f: &dyn Fn(&KernelResult) -> Option<f64>| {
@@ -175,7 +213,15 @@ pub fn apply(
     };
     let untuned = total(&|r| r.untuned_ms);
     let tuned = total(&|r| r.tuned_ms.or(r.untuned_ms));
-    ApplyReport {
+    let refined: Vec<&DropletSummary> = kernels.iter().filter_map(|k| k.droplet.as_ref()).collect();
+    Ok(ApplyReport {
+        transferred_total_ms: opts
+            .droplet
+            .is_some()
+            .then(|| total(&|r| r.transferred_ms.or(r.tuned_ms).or(r.untuned_ms))),
+        droplet_seconds: refined.iter().map(|d| d.seconds).sum(),
+        droplet_trials: refined.iter().map(|d| d.trials).sum(),
+        interrupted: interrupt::requested(),
         model: m.list.model.clone(),
         layout: m.list.layout.clone(),
         untimed_kernels: m.list.kernels.iter().filter(|k| !k.is_tuned()).count(),
@@ -189,7 +235,7 @@ pub fn apply(
         },
         search_seconds: start.elapsed().as_secs_f64(),
         budget_exhausted: exhausted,
-    }
+    })
 }
 
 /// Reference values per distinct DAG text: candidates of one era and operand order share
@@ -211,8 +257,9 @@ fn apply_kernel(
     k: &Kernel,
     km: &crate::matcher::KernelMatch,
     opts: &ApplyOptions,
-    over_budget: bool,
-) -> KernelResult {
+    stop: bool,
+    sink: &mut dyn Sink,
+) -> Result<KernelResult, StoreError> {
     let mut r = KernelResult {
         name: k.name.clone(),
         class: k.class.clone(),
@@ -229,17 +276,18 @@ fn apply_kernel(
         gflops: None,
         trials: vec![],
         note: None,
-        to_store: vec![],
+        transferred_ms: None,
+        droplet: None,
     };
     let Some(spec) = &k.spec else {
         r.note = Some("no workload spec".into());
-        return r;
+        return Ok(r);
     };
     let default_dag = match spec.build(crate::ops::Era::V010, &k.inputs) {
         Ok(d) => d,
         Err(e) => {
             r.note = Some(format!("cannot build the kernel: {e}"));
-            return r;
+            return Ok(r);
         }
     };
     let mut references = References::default();
@@ -247,33 +295,36 @@ fn apply_kernel(
         Ok(reference) => evaluate_default(&default_dag, reference, &opts.default_eval),
         Err(e) => {
             r.note = Some(e);
-            return r;
+            return Ok(r);
         }
     };
     r.untuned_ms = ms(&default);
     r.verified = default.verified();
-    r.to_store.push((
-        "default".into(),
-        measurement(
-            &default,
-            &default_dag,
-            vec![],
-            None,
-            "naive default schedule".into(),
-        ),
-    ));
+    let naive = measurement(
+        &default,
+        &default_dag,
+        vec![],
+        None,
+        "naive default schedule".into(),
+    );
+    sink.keep("default", &[naive])?;
     // (median ms, candidate index, GFLOP/s) of the fastest verified candidate.
     let mut best: Option<(f64, usize, Option<f64>)> = None;
-    if over_budget {
-        r.note = Some("search budget exhausted: default schedule kept".into());
+    if stop {
+        r.note = Some(if interrupt::requested() {
+            "interrupted: default schedule kept".into()
+        } else {
+            "search budget exhausted: default schedule kept".into()
+        });
     } else if km.candidates.is_empty() {
         r.note = Some("no candidate (tier none)".into());
     }
-    let candidates = if over_budget {
+    let candidates = if stop {
         &[][..]
     } else {
         &km.candidates[..km.candidates.len().min(opts.top_k)]
     };
+    let mut measured = Vec::new();
     for c in candidates {
         let e = match references.get(&c.dag) {
             Ok(reference) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
@@ -303,17 +354,15 @@ fn apply_kernel(
                 best = Some((t, r.trials.len() - 1, e.gflops(c.dag.flop_ct())));
             }
         }
-        r.to_store.push((
-            "apply".into(),
-            measurement(
-                &e,
-                &c.dag,
-                c.steps.clone(),
-                Some(c.source.record_id),
-                provenance(c),
-            ),
+        measured.push(measurement(
+            &e,
+            &c.dag,
+            c.steps.clone(),
+            Some(c.source.record_id),
+            provenance(c),
         ));
     }
+    sink.keep("apply", &measured)?;
     // The default is a candidate too: a transferred schedule must beat it to be chosen.
     match (best, r.untuned_ms) {
         (Some((t, i, gflops)), u) if u.is_none_or(|u| t < u) => {
@@ -323,14 +372,97 @@ fn apply_kernel(
             r.chosen_tier = Some(c.tier);
             r.verified = true;
             r.gflops = gflops;
+            if let Some(dopts) = &opts.droplet {
+                let reference = references.get(&c.dag).expect("measured above");
+                refine_chosen(&mut r, c, reference, dopts, sink);
+            }
         }
         _ => {
             r.tuned_ms = r.untuned_ms;
             r.gflops = default.gflops(default_dag.flop_ct());
+            if opts.droplet.is_some() {
+                r.droplet = Some(DropletSummary::skipped(
+                    "no transferred schedule beat the default (the naive default has no knobs)",
+                ));
+            }
         }
     }
     if let (Some(u), Some(t)) = (r.untuned_ms, r.tuned_ms) {
         r.speedup = Some(u / t);
     }
-    r
+    Ok(r)
+}
+
+impl DropletSummary {
+    fn skipped(why: &str) -> DropletSummary {
+        DropletSummary {
+            trials: 0,
+            failed_trials: 0,
+            batches: 0,
+            knobs: 0,
+            stop: None,
+            start_ms: None,
+            refined_ms: None,
+            seconds: 0.0,
+            note: Some(why.into()),
+        }
+    }
+}
+
+/// TT + Droplet: refines the chosen candidate `c` on this machine; the kernel's time becomes
+/// the refined schedule's when it is faster.
+fn refine_chosen(
+    r: &mut KernelResult,
+    c: &Candidate,
+    reference: &Reference,
+    opts: &RefineOptions,
+    sink: &mut dyn Sink,
+) {
+    if interrupt::requested() {
+        r.droplet = Some(DropletSummary::skipped("interrupted"));
+        return;
+    }
+    let t0 = Instant::now();
+    let what = provenance(c);
+    let key = workload_key_of(&c.dag);
+    let refined = refine_schedule(
+        &c.dag,
+        &c.steps,
+        reference,
+        &key,
+        Some(c.source.record_id),
+        &what,
+        opts,
+        sink,
+        &mut |_, _| {},
+    );
+    r.droplet = Some(match refined {
+        Ok(x) => {
+            // Before and after as Droplet timed them (the same measurement conditions).
+            let (start_ms, refined_ms) = (ms(&x.start), ms(&x.best));
+            if let (Some(a), Some(b)) = (start_ms, refined_ms) {
+                r.transferred_ms = Some(a);
+                r.tuned_ms = Some(b);
+                r.gflops = x.best.gflops(c.dag.flop_ct());
+            }
+            if x.improved {
+                r.chosen = format!("{} + droplet", r.chosen);
+            }
+            DropletSummary {
+                trials: x.trials.len(),
+                failed_trials: x.trials.iter().filter(|t| !t.evaluation.verified()).count(),
+                batches: x.batches,
+                knobs: x.knobs,
+                stop: Some(x.stop),
+                start_ms,
+                refined_ms,
+                seconds: t0.elapsed().as_secs_f64(),
+                note: None,
+            }
+        }
+        Err(e) => DropletSummary {
+            seconds: t0.elapsed().as_secs_f64(),
+            ..DropletSummary::skipped(&e)
+        },
+    });
 }

@@ -2,7 +2,9 @@
 //! measured workload on this host's target) plus its measurement row.
 use crate::ansor::Step;
 use crate::evaluate::Evaluation;
-use crate::store::measurement::NewMeasurement;
+use crate::host::HostFingerprint;
+use crate::store::measurement::{store_measurements, NewMeasurement};
+use crate::store::{Store, StoreError};
 
 /// The record and measurement row of `e`: the schedule `steps` on the workload
 /// `workload_key` (doing `flops` per run), with where it came from.
@@ -40,5 +42,32 @@ pub fn measurement_of(
             + m.map_or(0.0, |m| m.samples.iter().sum::<f64>() * m.number as f64),
         origin_record_id,
         provenance,
+    }
+}
+
+/// Where measurements go as they are taken (so an interrupted run keeps them).
+pub trait Sink {
+    /// Keeps `items`, taken by a run of kind `kind` (verify, apply, default, droplet).
+    fn keep(&mut self, kind: &str, items: &[NewMeasurement]) -> Result<(), StoreError>;
+}
+
+/// Stores measurements in the database, one transaction per call, as this host's records.
+pub struct StoreSink<'a> {
+    pub store: &'a mut Store,
+    pub host: HostFingerprint,
+}
+
+impl Sink for StoreSink<'_> {
+    fn keep(&mut self, kind: &str, items: &[NewMeasurement]) -> Result<(), StoreError> {
+        store_measurements(self.store, kind, &self.host, items).map(|_| ())
+    }
+}
+
+/// Keeps nothing (dry runs).
+pub struct Discard;
+
+impl Sink for Discard {
+    fn keep(&mut self, _: &str, _: &[NewMeasurement]) -> Result<(), StoreError> {
+        Ok(())
     }
 }

@@ -1,0 +1,427 @@
+//! `ttdb refine`: Droplet search (`crate::search::droplet`) on this machine, for workloads
+//! of the database. Each starts from its best schedule as re-measured here (the best
+//! imported records by logged cost and the best ttdb measured, all timed again), not from a
+//! logged cost taken on another machine. Every trial is stored as it is measured: a record
+//! with the workload's TVM key on this host's target, provenance "droplet", so `ttdb export`
+//! writes lines TVM reads and an interrupted run loses nothing.
+use super::record::{measurement_of, Sink};
+use crate::ansor::{Record, Step, WorkloadKey};
+use crate::evaluate::{EvalOptions, Evaluation, Reference};
+use crate::ir::Dag;
+use crate::measure::runner::MeasureOptions;
+use crate::schedule::stage_inits_from_dag;
+use crate::search::droplet::{
+    refine, DropletOptions, KernelMeasurer, Measurer, Observer, Refined, Stop, Trial,
+};
+use crate::search::interrupt;
+use crate::search::knobs::Space;
+use crate::store::lookup::{self, RefinableWorkload, SourceRecord};
+use crate::store::{Store, StoreError};
+use serde::Serialize;
+use std::time::Instant;
+
+/// How to refine.
+#[derive(Clone, Debug)]
+pub struct RefineOptions {
+    /// Droplet's budgets and test.
+    pub droplet: DropletOptions,
+    /// Timings per candidate (each at least `min_repeat_ms`): the samples of the t-test.
+    pub samples: usize,
+    pub min_repeat_ms: u64,
+    /// Records re-measured per source (imported, ttdb's own) to find the start.
+    pub starts: usize,
+    /// Pre-pack layout-free weights as TVM measured relay tasks.
+    pub prepack: bool,
+}
+
+impl Default for RefineOptions {
+    fn default() -> Self {
+        RefineOptions {
+            droplet: DropletOptions::default(),
+            samples: 5,
+            min_repeat_ms: 25,
+            starts: 5,
+            prepack: true,
+        }
+    }
+}
+
+impl RefineOptions {
+    /// Evaluation options for candidates: `samples` timings of >= `min_repeat_ms` each.
+    pub fn eval(&self) -> EvalOptions {
+        EvalOptions {
+            measure: MeasureOptions {
+                warmup: 1,
+                repeat: self.samples.max(3),
+                min_repeat_ms: self.min_repeat_ms,
+                timeout: Some(self.droplet.max_timeout),
+                ..MeasureOptions::default()
+            },
+            prepack_weights: self.prepack,
+            ..EvalOptions::default()
+        }
+    }
+}
+
+/// Stores a search's trials as they come, reports progress, and stops on Ctrl-C or when
+/// storing fails.
+struct Keeper<'a> {
+    sink: &'a mut dyn Sink,
+    key: &'a str,
+    flops: f64,
+    origin: Option<i64>,
+    what: &'a str,
+    stored: usize,
+    error: Option<StoreError>,
+    progress: &'a mut dyn FnMut(usize, f64),
+}
+
+impl Observer for Keeper<'_> {
+    fn batch_done(&mut self, trials: &[Trial]) {
+        let items: Vec<_> = trials
+            .iter()
+            .map(|t| {
+                self.stored += 1;
+                measurement_of(
+                    &t.evaluation,
+                    self.key.to_string(),
+                    t.steps.clone(),
+                    self.flops,
+                    self.origin,
+                    format!(
+                        "droplet trial {} ({}) of {}",
+                        self.stored, t.change, self.what
+                    ),
+                )
+            })
+            .collect();
+        if self.error.is_none() {
+            if let Err(e) = self.sink.keep("droplet", &items) {
+                self.error = Some(e);
+            }
+        }
+    }
+    fn progress(&mut self, trials: usize, best: f64) {
+        (self.progress)(trials, best);
+    }
+    fn interrupted(&self) -> bool {
+        interrupt::requested() || self.error.is_some()
+    }
+}
+
+/// Droplet on `steps` for `dag` (the workload of TVM key `key`), storing every trial through
+/// `sink`. `what` names the start in the trials' provenance; `progress(trials, best seconds)`
+/// follows the search.
+#[allow(clippy::too_many_arguments)]
+pub fn refine_schedule(
+    dag: &Dag,
+    steps: &[Step],
+    reference: &Reference,
+    key: &str,
+    origin: Option<i64>,
+    what: &str,
+    opts: &RefineOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<Refined, String> {
+    let lanes = crate::measure::detect_host().f32_lanes() as i64;
+    let space = Space::new(&stage_inits_from_dag(dag), steps, lanes)?;
+    let interrupted = || interrupt::requested();
+    let mut measurer = KernelMeasurer {
+        dag,
+        reference,
+        eval: opts.eval(),
+        interrupted: &interrupted,
+    };
+    let mut keeper = Keeper {
+        sink,
+        key,
+        flops: dag.flop_ct(),
+        origin,
+        what,
+        stored: 0,
+        error: None,
+        progress,
+    };
+    let refined = refine(&space, &mut measurer, &opts.droplet, &mut keeper)?;
+    match keeper.error {
+        Some(e) => Err(format!("storing the trials: {e}")),
+        None => Ok(refined),
+    }
+}
+
+/// One workload to refine and the records it may start from.
+#[derive(Clone, Debug)]
+pub struct RefineJob {
+    pub workload: RefinableWorkload,
+    pub starts: Vec<SourceRecord>,
+}
+
+/// Which workloads `plan` selects.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Only workloads whose signature starts with this hex prefix.
+    pub signature_prefix: Option<String>,
+    /// Only this op class (or class prefix chain).
+    pub class: Option<String>,
+    /// At most this many workloads (in signature order).
+    pub limit: Option<usize>,
+}
+
+/// The selected CPU workloads with their candidate start records.
+pub fn plan(
+    store: &Store,
+    selection: &Selection,
+    opts: &RefineOptions,
+) -> Result<Vec<RefineJob>, StoreError> {
+    let compat = "llvm/cpu";
+    lookup::refinable_workloads(
+        store,
+        compat,
+        selection.signature_prefix.as_deref(),
+        selection.class.as_deref(),
+        selection.limit,
+    )?
+    .into_iter()
+    .map(|w| {
+        let starts = lookup::refine_starts(store, w.id, compat, opts.starts)?;
+        Ok(RefineJob {
+            workload: w,
+            starts,
+        })
+    })
+    .collect()
+}
+
+/// The outcome for one workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct RefinedKernel {
+    pub signature: String,
+    pub op_class: String,
+    pub inputs: Vec<Vec<i64>>,
+    pub output: Vec<i64>,
+    /// The record the refinement started from (fastest here of the candidates).
+    pub start_record: Option<i64>,
+    pub start_source: Option<String>,
+    /// Its cost where it was logged.
+    pub logged_ms: Option<f64>,
+    /// Its median here, and the refined schedule's.
+    pub start_ms: Option<f64>,
+    pub refined_ms: Option<f64>,
+    pub speedup: Option<f64>,
+    pub gflops: Option<f64>,
+    /// Start candidates timed, trials measured (failed ones included), batches, knobs.
+    pub candidates_timed: usize,
+    pub trials: usize,
+    pub failed_trials: usize,
+    pub batches: usize,
+    pub knobs: usize,
+    pub stop: Option<Stop>,
+    pub seconds: f64,
+    /// Why the workload was not refined, if so.
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RefineReport {
+    pub host: String,
+    pub kernels: Vec<RefinedKernel>,
+    pub trials: usize,
+    pub seconds: f64,
+    pub interrupted: bool,
+}
+
+/// What a refinement run tells its caller.
+pub trait RefineProgress {
+    /// Workload `index` of `total` starts.
+    fn kernel(&mut self, _index: usize, _total: usize, _label: &str) {}
+    /// Trials so far in this workload, the start's and the incumbent's median seconds.
+    fn trials(&mut self, _trials: usize, _start_s: f64, _best_s: f64) {}
+    /// The workload is done, `trials` spent of its budget.
+    fn kernel_done(&mut self, _trials: usize) {}
+}
+
+/// Refines every job: start = the fastest verified candidate record timed here, then
+/// Droplet with `opts`. Trials (and the start candidates' timings) go to `sink` as measured.
+pub fn refine_jobs(
+    jobs: &[RefineJob],
+    opts: &RefineOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn RefineProgress,
+) -> Result<RefineReport, StoreError> {
+    let t0 = Instant::now();
+    let host = crate::measure::detect_host();
+    let mut kernels = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        if interrupt::requested() {
+            break;
+        }
+        progress.kernel(i, jobs.len(), &job.workload.op_class);
+        let k = refine_job(job, opts, sink, progress)?;
+        progress.kernel_done(k.trials);
+        kernels.push(k);
+    }
+    Ok(RefineReport {
+        host: format!(
+            "{} ({}, {} cores)",
+            host.cpu_model, host.llvm_cpu, host.cores
+        ),
+        trials: kernels.iter().map(|k| k.trials).sum(),
+        kernels,
+        seconds: t0.elapsed().as_secs_f64(),
+        interrupted: interrupt::requested(),
+    })
+}
+
+fn ms(e: &Evaluation) -> Option<f64> {
+    e.median().map(|s| s * 1e3)
+}
+
+fn refine_job(
+    job: &RefineJob,
+    opts: &RefineOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn RefineProgress,
+) -> Result<RefinedKernel, StoreError> {
+    let t0 = Instant::now();
+    let w = &job.workload;
+    let mut row = RefinedKernel {
+        signature: w.signature.clone(),
+        op_class: w.op_class.clone(),
+        inputs: vec![],
+        output: vec![],
+        start_record: None,
+        start_source: None,
+        logged_ms: None,
+        start_ms: None,
+        refined_ms: None,
+        speedup: None,
+        gflops: None,
+        candidates_timed: 0,
+        trials: 0,
+        failed_trials: 0,
+        batches: 0,
+        knobs: 0,
+        stop: None,
+        seconds: 0.0,
+        note: None,
+    };
+    let recognized = WorkloadKey::parse(&w.key)
+        .map_err(|e| e.to_string())
+        .and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
+    let r = match recognized {
+        Ok(r) => r,
+        Err(e) => {
+            row.note = Some(format!("not recognized: {e}"));
+            return Ok(row);
+        }
+    };
+    row.inputs = r.signature.inputs.clone();
+    row.output = r.signature.output.clone();
+    let reference = match Reference::new(&r.dag, 11) {
+        Ok(x) => x,
+        Err(e) => {
+            row.note = Some(e);
+            return Ok(row);
+        }
+    };
+    // The candidates, one per distinct step list.
+    let mut cands: Vec<(&SourceRecord, Vec<Step>)> = Vec::new();
+    let mut rewrite_option = None;
+    for s in &job.starts {
+        let Ok(rec) = Record::parse(&s.raw) else {
+            continue;
+        };
+        rewrite_option = rewrite_option.or(rec.task.layout_rewrite_option);
+        if !cands.iter().any(|(_, st)| *st == rec.steps) {
+            cands.push((s, rec.steps));
+        }
+    }
+    if cands.is_empty() {
+        row.note = Some("no stored record parses".into());
+        return Ok(row);
+    }
+    // Weights pre-packed as TVM measured relay tasks (layout rewrite option 2; records
+    // before v0.5 carry no option: relay keys meant 2, registered ones 1).
+    let registered = r.recognized_by == crate::recognize::RecognizedBy::Registered;
+    let opts = &RefineOptions {
+        prepack: opts.prepack && rewrite_option.unwrap_or(if registered { 1 } else { 2 }) == 2,
+        ..opts.clone()
+    };
+    let eval = opts.eval();
+    let interrupted = || interrupt::requested();
+    let mut measurer = KernelMeasurer {
+        dag: &r.dag,
+        reference: &reference,
+        eval: eval.clone(),
+        interrupted: &interrupted,
+    };
+    let schedules: Vec<Vec<Step>> = cands.iter().map(|(_, s)| s.clone()).collect();
+    let timed = measurer.measure(&schedules, opts.droplet.max_timeout);
+    row.candidates_timed = timed.iter().flatten().count();
+    let flops = r.dag.flop_ct();
+    let items: Vec<_> = cands
+        .iter()
+        .zip(&timed)
+        .filter_map(|((s, steps), e)| {
+            let e = e.as_ref()?;
+            Some(measurement_of(
+                e,
+                w.key.clone(),
+                steps.clone(),
+                flops,
+                Some(s.record_id),
+                format!("refine start candidate: record {}", s.record_id),
+            ))
+        })
+        .collect();
+    sink.keep("verify", &items)?;
+    let best = cands
+        .iter()
+        .zip(&timed)
+        .filter_map(|((s, steps), e)| Some((*s, steps, e.as_ref()?.median()?)))
+        .min_by(|a, b| a.2.total_cmp(&b.2));
+    let Some((source, steps, start_s)) = best else {
+        let why = timed
+            .iter()
+            .flatten()
+            .find_map(|e| e.failure.as_ref().map(|f| f.message.clone()))
+            .unwrap_or_else(|| "interrupted".into());
+        row.note = Some(format!(
+            "no stored schedule verifies here ({} tried): {why}",
+            cands.len()
+        ));
+        return Ok(row);
+    };
+    row.start_record = Some(source.record_id);
+    row.start_source = Some(source.label());
+    row.logged_ms = Some(source.mean_cost * 1e3);
+    let what = format!("record {} ({})", source.record_id, source.label());
+    let mut on_progress = |trials: usize, best: f64| progress.trials(trials, start_s, best);
+    match refine_schedule(
+        &r.dag,
+        steps,
+        &reference,
+        &w.key,
+        Some(source.record_id),
+        &what,
+        opts,
+        sink,
+        &mut on_progress,
+    ) {
+        Ok(x) => {
+            row.start_ms = ms(&x.start);
+            row.refined_ms = ms(&x.best);
+            row.speedup = row.start_ms.zip(row.refined_ms).map(|(a, b)| a / b);
+            row.gflops = x.best.gflops(flops);
+            row.trials = x.trials.len();
+            row.failed_trials = x.trials.iter().filter(|t| !t.evaluation.verified()).count();
+            row.batches = x.batches;
+            row.knobs = x.knobs;
+            row.stop = Some(x.stop);
+        }
+        Err(e) => row.note = Some(e),
+    }
+    row.seconds = t0.elapsed().as_secs_f64();
+    Ok(row)
+}
