@@ -147,7 +147,7 @@ fn main() {
         let tasks: Vec<Task> = tasks_of(&corpus.join(format!("{net}.json")));
         println!("\n== {net}: {} tasks in the log", tasks.len());
         println!(
-            "{:<14} {:<26} {:>6} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>6} {:>7}  stop",
+            "{:<22} {:<26} {:>6} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>6} {:>7}  stop",
             "task",
             "class",
             "valid",
@@ -191,13 +191,14 @@ fn main() {
             };
             // The first 300 records of the task's history (the valid ones among them).
             let first = task.records.iter().filter(|r| r.0 < 300).count();
-            let hash = &task.key[2..14];
+            let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
+            let hash = format!("{}:{}", &task.key[2..8], out.join("x"));
             let Some((start, _)) = fastest_of_best(&mut m, &task.records, 300, 10) else {
-                println!("{hash:<14} {class:<26} no valid schedule in the first 300 verifies here");
+                println!("{hash:<22} {class:<26} no valid schedule in the first 300 verifies here");
                 continue;
             };
             let Some((b_steps, _)) = fastest_of_best(&mut m, &task.records, usize::MAX, 10) else {
-                println!("{hash:<14} {class:<26} no schedule verifies here");
+                println!("{hash:<22} {class:<26} no schedule verifies here");
                 continue;
             };
             let refined = refine_schedule(
@@ -214,7 +215,7 @@ fn main() {
             let (a_steps, trials_used, stop) = match &refined {
                 Ok(r) => (r.best_steps.clone(), r.trials.len(), r.stop.as_str()),
                 Err(e) => {
-                    println!("{hash:<14} {class:<26} droplet failed: {e}");
+                    println!("{hash:<22} {class:<26} droplet failed: {e}");
                     (start.clone(), 0, "failed")
                 }
             };
@@ -242,7 +243,7 @@ fn main() {
                 a_wins += (a <= b) as usize;
             }
             println!(
-                "{hash:<14} {class:<26} {:>6} {:>5} {f300:>9.3} {a:>9.3} {b:>9.3} {:>6.2} {:>6.2} {:>7.1} {trials_used:>6} {:>7.1}  {stop}",
+                "{hash:<22} {class:<26} {:>6} {:>5} {f300:>9.3} {a:>9.3} {b:>9.3} {:>6.2} {:>6.2} {:>7.1} {trials_used:>6} {:>7.1}  {stop}",
                 task.records.len(),
                 first,
                 b / a,

@@ -130,7 +130,13 @@ fn transfer_tuning_resnet18_gives_a_verified_speedup() {
     opts.default_eval.measure.repeat = 1;
     opts.default_eval.measure.min_repeat_ms = 1;
     opts.default_eval.measure.warmup = 0;
-    let r = apply(&m, &opts, &|_, _, _| {}, &mut ttdb::tune::record::Discard).unwrap();
+    let r = apply(
+        &m,
+        &opts,
+        &|_: usize, _: usize, _: &str| {},
+        &mut ttdb::tune::record::Discard,
+    )
+    .unwrap();
     eprint!("{}", ttdb::cli::render_apply(&r));
     for k in &r.kernels {
         assert!(k.verified, "{}: not verified ({:?})", k.name, k.trials);

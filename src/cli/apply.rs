@@ -5,6 +5,7 @@ use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::matcher::MatchOptions;
 use crate::store::Store;
+use crate::tune::apply::ApplyProgress;
 use crate::tune::record::{Discard, StoreSink};
 use crate::tune::refine::RefineOptions;
 use crate::tune::{apply, ApplyOptions, ApplyReport};
@@ -214,25 +215,50 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     Ok(())
 }
 
+/// A progress bar over the kernels on a terminal: kernel, and Droplet trials with the best
+/// time so far when refining.
+struct KernelBar {
+    bar: Option<indicatif::ProgressBar>,
+    name: std::cell::RefCell<String>,
+}
+
+impl ApplyProgress for KernelBar {
+    fn kernel(&self, done: usize, _total: usize, name: &str) {
+        if let Some(b) = &self.bar {
+            b.set_position(done as u64);
+            b.set_message(name.to_string());
+        }
+        *self.name.borrow_mut() = name.to_string();
+    }
+    fn droplet(&self, trials: usize, best_seconds: f64) {
+        if let Some(b) = &self.bar {
+            b.set_message(format!(
+                "{}: droplet trial {trials}, best {:.3} ms",
+                self.name.borrow(),
+                best_seconds * 1e3
+            ));
+        }
+    }
+}
+
 /// Runs `work` with a progress bar over `n` kernels on a terminal (nothing otherwise).
-fn with_kernel_bar<T>(n: usize, work: impl FnOnce(&dyn Fn(usize, usize, &str)) -> T) -> T {
+fn with_kernel_bar<T>(n: usize, work: impl FnOnce(&dyn ApplyProgress) -> T) -> T {
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = indicatif::ProgressBar::new(n as u64);
         b.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} {msg}",
+                "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} (ETA {eta}) {msg}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b
     });
-    let out = work(&|done, _, name| {
-        if let Some(b) = &bar {
-            b.set_position(done as u64);
-            b.set_message(name.to_string());
-        }
-    });
-    if let Some(b) = bar {
+    let progress = KernelBar {
+        bar,
+        name: Default::default(),
+    };
+    let out = work(&progress);
+    if let Some(b) = progress.bar {
         b.finish_and_clear();
     }
     out

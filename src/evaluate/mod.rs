@@ -214,14 +214,31 @@ impl Build {
     /// The run phase: packs the reference inputs into the kernel's weight layout (once,
     /// untimed), runs once and verifies the outputs, then (unless `verify_only`) times.
     pub fn run(&self, reference: &Reference, opts: &EvalOptions) -> Evaluation {
+        let mut p = match self.prepare(reference, opts) {
+            Ok(p) => p,
+            Err(failed) => return failed,
+        };
+        if opts.verify_only {
+            return p.finish(None);
+        }
+        match p.time(&opts.measure) {
+            Ok(m) => p.finish(Some(m)),
+            Err(e) => p.failed(&e),
+        }
+    }
+
+    /// The run phase up to timing: packs the weights, runs once, verifies. Err: the failed
+    /// evaluation.
+    pub fn prepare(
+        &self,
+        reference: &Reference,
+        opts: &EvalOptions,
+    ) -> Result<Prepared<'_>, Evaluation> {
         let (lower_time, compile_time) = (self.lower_time, self.compile_time);
         let fail = |f: &Failure| {
             Evaluation::failed(f.error_no, f.message.clone(), lower_time, compile_time)
         };
-        let (compiled, layout) = match &self.result {
-            Ok(r) => r,
-            Err(f) => return fail(f),
-        };
+        let (compiled, layout) = self.result.as_ref().map_err(fail)?;
         let t = Instant::now();
         let args = match layout {
             WeightLayout::Original => kernel_args(&compiled.kernel, &reference.inputs),
@@ -232,45 +249,66 @@ impl Build {
         } else {
             t.elapsed()
         };
-        let mut args = match args {
-            Ok(a) => a,
-            Err(e) => return Evaluation::failed(4, e, lower_time, compile_time),
-        };
+        let mut args = args.map_err(|e| Evaluation::failed(4, e, lower_time, compile_time))?;
         let run = RunOptions {
             threads: opts.measure.threads,
             timeout: opts.measure.timeout,
         };
-        if let Err(e) = compiled.run(&mut args, &run) {
-            return Evaluation::failed(run_error_no(&e), e.to_string(), lower_time, compile_time);
-        }
-        let rel_error = match check(compiled, &args, reference) {
-            Ok(r) => r,
-            Err(f) => return fail(&f),
-        };
-        let measurement = if opts.verify_only {
-            None
-        } else {
-            match measure(compiled, &mut args, &opts.measure) {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    return Evaluation::failed(
-                        run_error_no(&e),
-                        e.to_string(),
-                        lower_time,
-                        compile_time,
-                    )
-                }
-            }
-        };
-        Evaluation {
+        compiled.run(&mut args, &run).map_err(|e| {
+            Evaluation::failed(run_error_no(&e), e.to_string(), lower_time, compile_time)
+        })?;
+        let rel_error = check(compiled, &args, reference).map_err(|f| fail(&f))?;
+        Ok(Prepared {
+            compiled,
+            layout,
+            args,
+            rel_error,
+            pack_time,
             lower_time,
             compile_time,
-            rel_error: Some(rel_error),
+        })
+    }
+}
+
+/// A built kernel whose outputs were verified, with its packed arguments, ready to be timed
+/// (as often as wanted: callers can interleave the timings of several kernels).
+pub struct Prepared<'a> {
+    compiled: &'a CompiledKernel,
+    layout: &'a WeightLayout,
+    args: Vec<BufferData>,
+    rel_error: f64,
+    pack_time: Duration,
+    lower_time: Duration,
+    compile_time: Duration,
+}
+
+impl Prepared<'_> {
+    /// Times the kernel with `opts` (warm-up, repeats).
+    pub fn time(&mut self, opts: &MeasureOptions) -> Result<Measurement, RunError> {
+        measure(self.compiled, &mut self.args, opts)
+    }
+
+    /// The evaluation: verified, timed by `measurement` (None: verify only).
+    pub fn finish(self, measurement: Option<Measurement>) -> Evaluation {
+        Evaluation {
+            lower_time: self.lower_time,
+            compile_time: self.compile_time,
+            rel_error: Some(self.rel_error),
             measurement,
             failure: None,
-            weight_layout: layout.clone(),
-            pack_time,
+            weight_layout: self.layout.clone(),
+            pack_time: self.pack_time,
         }
+    }
+
+    /// The evaluation of a kernel that verified but failed while timed.
+    pub fn failed(self, e: &RunError) -> Evaluation {
+        Evaluation::failed(
+            run_error_no(e),
+            e.to_string(),
+            self.lower_time,
+            self.compile_time,
+        )
     }
 }
 

@@ -18,8 +18,10 @@
 use super::knobs::{Point, Space};
 use super::stats::{mean, welch};
 use crate::ansor::Step;
+use crate::codegen::RunError;
 use crate::evaluate::{build_steps, Build, EvalOptions, Evaluation, Reference};
 use crate::ir::Dag;
+use crate::measure::runner::{MeasureOptions, Measurement};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashSet, VecDeque};
@@ -127,8 +129,8 @@ impl Refined {
 
 /// Builds and runs schedules of one workload.
 pub trait Measurer {
-    /// Builds every schedule (in parallel), then runs them one at a time, in order: verify,
-    /// then time with per-run `timeout`. None for a schedule left unrun (interrupted).
+    /// Builds every schedule (in parallel), then runs them one at a time: verify, then time
+    /// with per-run `timeout`. None for a schedule left unrun (interrupted).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>>;
 }
 
@@ -158,6 +160,10 @@ pub struct KernelMeasurer<'a> {
 }
 
 impl Measurer for KernelMeasurer<'_> {
+    /// Builds in parallel; verifies one at a time; then times in rounds, one timing of every
+    /// kernel per round, so that the machine's drift (another process, frequency changes)
+    /// touches every kernel of the batch alike and the t-test's samples stay comparable.
+    /// An interrupt drops the whole batch (nothing half-timed is reported).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
         let builds: Vec<Build> = schedules
             .par_iter()
@@ -165,9 +171,55 @@ impl Measurer for KernelMeasurer<'_> {
             .collect();
         let mut eval = self.eval.clone();
         eval.measure.timeout = Some(timeout);
-        builds
-            .iter()
-            .map(|b| (!(self.interrupted)()).then(|| b.run(self.reference, &eval)))
+        let none = || schedules.iter().map(|_| None).collect();
+        let mut prepared = Vec::with_capacity(builds.len());
+        for b in &builds {
+            if (self.interrupted)() {
+                return none();
+            }
+            prepared.push(b.prepare(self.reference, &eval));
+        }
+        if eval.verify_only {
+            return prepared
+                .into_iter()
+                .map(|p| Some(p.map_or_else(|e| e, |p| p.finish(None))))
+                .collect();
+        }
+        let one = MeasureOptions {
+            repeat: 1,
+            ..eval.measure.clone()
+        };
+        let mut samples = vec![Vec::new(); prepared.len()];
+        let mut number = vec![1; prepared.len()];
+        let mut errors: Vec<Option<RunError>> = vec![None; prepared.len()];
+        for _ in 0..eval.measure.repeat.max(1) {
+            for (i, p) in prepared.iter_mut().enumerate() {
+                let Ok(p) = p else { continue };
+                if errors[i].is_some() {
+                    continue;
+                }
+                if (self.interrupted)() {
+                    return none();
+                }
+                match p.time(&one) {
+                    Ok(m) => {
+                        samples[i].extend(m.samples);
+                        number[i] = m.number;
+                    }
+                    Err(e) => errors[i] = Some(e),
+                }
+            }
+        }
+        prepared
+            .into_iter()
+            .zip(samples.into_iter().zip(number).zip(errors))
+            .map(|(p, ((s, n), e))| {
+                Some(match (p, e) {
+                    (Err(failed), _) => failed,
+                    (Ok(p), Some(e)) => p.failed(&e),
+                    (Ok(p), None) => p.finish(Some(Measurement::from_samples(s, n))),
+                })
+            })
             .collect()
     }
 }

@@ -173,11 +173,11 @@ fn provenance(c: &Candidate) -> String {
 
 /// Measures the default and the top-k candidates of every tuned kernel of `m`, within the
 /// budget, then refines the chosen ones (with `droplet`); every measurement goes to `sink` as
-/// it is taken. `progress(done, total, kernel)` is called per kernel.
+/// it is taken. `progress` hears of every kernel and of every Droplet batch.
 pub fn apply(
     m: &ModelMatch,
     opts: &ApplyOptions,
-    progress: &dyn Fn(usize, usize, &str),
+    progress: &dyn ApplyProgress,
     sink: &mut dyn Sink,
 ) -> Result<ApplyReport, StoreError> {
     let start = Instant::now();
@@ -198,11 +198,11 @@ pub fn apply(
     for (n, &i) in order.iter().enumerate() {
         let km = &m.matches[i];
         let k = &m.list.kernels[km.kernel];
-        progress(n, order.len(), &k.name);
+        progress.kernel(n, order.len(), &k.name);
         let over = start.elapsed() >= opts.budget;
         exhausted |= over;
         let stop = over || interrupt::requested();
-        results[i] = Some(apply_kernel(k, km, opts, stop, sink)?);
+        results[i] = Some(apply_kernel(k, km, opts, stop, sink, progress)?);
     }
     let kernels: Vec<KernelResult> = results.into_iter().flatten().collect();
     let total = |f: &dyn Fn(&KernelResult) -> Option<f64>| {
@@ -238,6 +238,20 @@ pub fn apply(
     })
 }
 
+/// What `apply` tells its caller as it goes.
+pub trait ApplyProgress {
+    /// Kernel `done` of `total` (by weight, biggest first) starts.
+    fn kernel(&self, done: usize, total: usize, name: &str);
+    /// Droplet on the current kernel: trials so far, the incumbent's mean seconds.
+    fn droplet(&self, _trials: usize, _best_seconds: f64) {}
+}
+
+impl<F: Fn(usize, usize, &str)> ApplyProgress for F {
+    fn kernel(&self, done: usize, total: usize, name: &str) {
+        self(done, total, name)
+    }
+}
+
 /// Reference values per distinct DAG text: candidates of one era and operand order share
 /// one (and its inputs), others get their own.
 #[derive(Default)]
@@ -259,6 +273,7 @@ fn apply_kernel(
     opts: &ApplyOptions,
     stop: bool,
     sink: &mut dyn Sink,
+    progress: &dyn ApplyProgress,
 ) -> Result<KernelResult, StoreError> {
     let mut r = KernelResult {
         name: k.name.clone(),
@@ -374,7 +389,7 @@ fn apply_kernel(
             r.gflops = gflops;
             if let Some(dopts) = &opts.droplet {
                 let reference = references.get(&c.dag).expect("measured above");
-                refine_chosen(&mut r, c, reference, dopts, sink);
+                refine_chosen(&mut r, c, reference, dopts, sink, progress);
             }
         }
         _ => {
@@ -417,6 +432,7 @@ fn refine_chosen(
     reference: &Reference,
     opts: &RefineOptions,
     sink: &mut dyn Sink,
+    progress: &dyn ApplyProgress,
 ) {
     if interrupt::requested() {
         r.droplet = Some(DropletSummary::skipped("interrupted"));
@@ -434,7 +450,7 @@ fn refine_chosen(
         &what,
         opts,
         sink,
-        &mut |_, _| {},
+        &mut |trials, best| progress.droplet(trials, best),
     );
     r.droplet = Some(match refined {
         Ok(x) => {

@@ -1,0 +1,177 @@
+//! `ttdb refine` end to end on a real record: every trial is stored as a record of this host
+//! that `export` writes back, the JSON report adds up, refining never gives a slower
+//! schedule, and Ctrl-C stops cleanly with every measured trial stored.
+mod common;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use ttdb::store::Store;
+
+fn ttdb(db: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A database holding the resnet_18 log; refinements target its small 1x1 convs.
+fn database(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let db = dir.path().join("t.db");
+    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let (code, _, err) = ttdb(&db, &["import", log.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    db
+}
+
+fn droplet_measurements(db: &std::path::Path) -> i64 {
+    let s = Store::open(db).unwrap();
+    s.connection_for_tests()
+        .query_row(
+            "SELECT COUNT(*) FROM measurements WHERE kind = 'droplet' AND provenance LIKE 'droplet trial %'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[test]
+fn refine_stores_every_trial_as_a_record_tvm_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir);
+    let (code, out, err) = ttdb(
+        &db,
+        &[
+            "refine",
+            "--class",
+            "conv2d_nchwc+add",
+            "--limit",
+            "1",
+            "--trials-per-kernel",
+            "20",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let k = &v["kernels"][0];
+    let trials = k["trials"].as_u64().unwrap();
+    assert!(trials > 0 && trials <= 20, "{k}");
+    assert!(k["note"].is_null(), "{k}");
+    // Never slower than the start (as Droplet timed them back to back).
+    assert!(
+        k["refined_ms"].as_f64().unwrap() <= k["start_ms"].as_f64().unwrap() * 1.0001,
+        "{k}"
+    );
+    assert_eq!(droplet_measurements(&db), trials as i64);
+    // The trials are Ansor lines of the workload's TVM key on this host's target.
+    let sig = k["signature"].as_str().unwrap();
+    let (code, lines, err) = ttdb(&db, &["export", "--workload", &sig[..12]]);
+    assert_eq!(code, 0, "{err}");
+    let host = lines.lines().filter(|l| l.contains("-mcpu=")).count() as u64;
+    assert!(
+        host >= trials,
+        "{host} lines of this host for {trials} trials"
+    );
+    for l in lines.lines() {
+        ttdb::ansor::Record::parse(l).unwrap();
+    }
+    // The human table says what happened.
+    let (code, out, err) = ttdb(
+        &db,
+        &[
+            "refine",
+            "--class",
+            "conv2d_nchwc+add",
+            "--limit",
+            "1",
+            "--trials-per-kernel",
+            "16",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kernel(s) refined") && out.contains("record "),
+        "{out}"
+    );
+    assert_eq!(
+        droplet_measurements(&db),
+        trials as i64,
+        "--dry-run stored trials"
+    );
+}
+
+#[test]
+fn refine_needs_a_selection_and_sane_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("empty.db");
+    let (code, _, err) = ttdb(&db, &["refine"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--workload SIG, --class C, --model M.onnx or --all"),
+        "{err}"
+    );
+    let (code, _, err) = ttdb(&db, &["refine", "--all", "--samples", "2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--samples must be at least 3"), "{err}");
+    let (code, _, err) = ttdb(&db, &["refine", "--all"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no workload with a valid CPU record"), "{err}");
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_and_keeps_every_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir);
+    let child = Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .arg("--db")
+        .arg(&db)
+        .args([
+            "refine",
+            "--class",
+            "conv2d_nchwc",
+            "--trials-per-kernel",
+            "1000",
+            "--patience",
+            "50",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the first batch is stored.
+    let t0 = Instant::now();
+    while droplet_measurements(&db) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(240),
+            "no trial stored after 240 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["interrupted"], true);
+    let reported = v["trials"].as_u64().unwrap();
+    assert!(reported > 0);
+    assert_eq!(
+        droplet_measurements(&db) as u64,
+        reported,
+        "every reported trial is stored"
+    );
+    assert_eq!(Store::open(&db).unwrap().integrity_check().unwrap(), "ok");
+}
