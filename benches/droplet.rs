@@ -5,7 +5,9 @@
 //! For every conv task of a network:
 //! * **first-300**: the 10 best of the task's first 300 records by logged cost, timed here,
 //!   the fastest kept (what a short Ansor run gives, re-measured on this machine);
-//! * **A**: first-300 refined with at most `TTDB_DROPLET_TRIALS` (100) Droplet trials;
+//! * **A**: first-300 refined with at most `TTDB_DROPLET_TRIALS` (100) Droplet trials (from
+//!   the fastest of each distinct structure among those 10, fastest first, while the budget
+//!   lasts: `ttdb refine`'s own procedure);
 //! * **B**: the 10 best of *all* the task's records by logged cost, timed here, the fastest
 //!   kept (what the full 1000-trials-per-task search gives).
 //!
@@ -23,7 +25,7 @@ use ttdb::evaluate::{EvalOptions, Evaluation, Reference};
 use ttdb::measure::runner::MeasureOptions;
 use ttdb::search::droplet::{KernelMeasurer, Measurer};
 use ttdb::tune::record::Discard;
-use ttdb::tune::refine::{refine_schedule, RefineOptions};
+use ttdb::tune::refine::{refine_schedules, RefineOptions};
 
 struct Task {
     key: String,
@@ -68,14 +70,14 @@ fn ms(e: &Evaluation) -> Option<f64> {
     e.median().map(|s| s * 1e3)
 }
 
-/// The fastest here of the `n` best records by logged cost (of those at history positions
-/// below `within`): (steps, median ms).
-fn fastest_of_best(
+/// The `n` best records by logged cost (of those at history positions below `within`),
+/// timed here: the verified ones, fastest first, with their median ms.
+fn timed_best(
     m: &mut dyn Measurer,
     records: &[(usize, f64, Vec<Step>)],
     within: usize,
     n: usize,
-) -> Option<(Vec<Step>, f64)> {
+) -> Vec<(Vec<Step>, f64)> {
     let mut sorted: Vec<&(usize, f64, Vec<Step>)> =
         records.iter().filter(|r| r.0 < within).collect();
     sorted.sort_by(|a, b| a.1.total_cmp(&b.1));
@@ -89,11 +91,13 @@ fn fastest_of_best(
         }
     }
     let runs = m.measure(&cands, std::time::Duration::from_secs(10));
-    cands
+    let mut out: Vec<(Vec<Step>, f64)> = cands
         .into_iter()
         .zip(runs)
         .filter_map(|(s, e)| Some((s, ms(e.as_ref()?)?)))
-        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .collect();
+    out.sort_by(|a, b| a.1.total_cmp(&b.1));
+    out
 }
 
 fn geomean(v: &[f64]) -> f64 {
@@ -193,17 +197,22 @@ fn main() {
             let first = task.records.iter().filter(|r| r.0 < 300).count();
             let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
             let hash = format!("{}:{}", &task.key[2..8], out.join("x"));
-            let Some((start, _)) = fastest_of_best(&mut m, &task.records, 300, 10) else {
+            let starts = timed_best(&mut m, &task.records, 300, 10);
+            let Some((start, _)) = starts.first().cloned() else {
                 println!("{hash:<22} {class:<26} no valid schedule in the first 300 verifies here");
                 continue;
             };
-            let Some((b_steps, _)) = fastest_of_best(&mut m, &task.records, usize::MAX, 10) else {
+            let Some((b_steps, _)) = timed_best(&mut m, &task.records, usize::MAX, 10)
+                .into_iter()
+                .next()
+            else {
                 println!("{hash:<22} {class:<26} no schedule verifies here");
                 continue;
             };
-            let refined = refine_schedule(
+            let starts: Vec<Vec<Step>> = starts.into_iter().map(|(s, _)| s).collect();
+            let refined = refine_schedules(
                 &rec.dag,
-                &start,
+                &starts,
                 &reference,
                 &task.key,
                 None,
@@ -213,10 +222,14 @@ fn main() {
                 &mut |_, _| {},
             );
             let (a_steps, trials_used, stop) = match &refined {
-                Ok(r) => (r.best_steps.clone(), r.trials.len(), r.stop.as_str()),
+                Ok(r) => (
+                    r.best_steps.clone(),
+                    r.trials.len(),
+                    format!("{} ({} descent(s))", r.stop.as_str(), r.descents),
+                ),
                 Err(e) => {
                     println!("{hash:<22} {class:<26} droplet failed: {e}");
-                    (start.clone(), 0, "failed")
+                    (start.clone(), 0, "failed".to_string())
                 }
             };
             spent += trials_used;

@@ -103,7 +103,8 @@ pub struct Trial {
 /// The outcome of one refinement.
 #[derive(Clone, Debug)]
 pub struct Refined {
-    /// The start, timed here.
+    /// The start's steps and its timing here.
+    pub start_steps: Vec<Step>,
     pub start: Evaluation,
     pub best_steps: Vec<Step>,
     /// The best schedule's timing (the start's when nothing better was found).
@@ -117,6 +118,8 @@ pub struct Refined {
     pub invalid_points: usize,
     pub stop: Stop,
     pub seconds: f64,
+    /// Descents run (one per start, see `super::restarts`).
+    pub descents: usize,
 }
 
 impl Refined {
@@ -470,9 +473,10 @@ pub fn refine(
     let (best_steps, best, improved) = if improved {
         final_check(measurer, &start_steps, &start, inc.1, inc.2, opts)
     } else {
-        (start_steps, start.clone(), false)
+        (start_steps.clone(), start.clone(), false)
     };
     Ok(Refined {
+        start_steps,
         start,
         best_steps,
         best,
@@ -483,6 +487,7 @@ pub fn refine(
         invalid_points: invalid,
         stop,
         seconds: t0.elapsed().as_secs_f64(),
+        descents: 1,
     })
 }
 

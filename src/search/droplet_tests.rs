@@ -305,3 +305,44 @@ fn budgets_bound_the_trials() {
     let r = refine(&sp, &mut m, &opts, &mut Quiet).unwrap();
     assert_eq!((r.stop, r.trials.len()), (Stop::Time, 0));
 }
+
+/// A second start of another structure (the pad not inlined) nearer the optimum: the first
+/// descent stalls (every move of it fails), the budget left goes to the second start, and
+/// the faster schedule wins the side-by-side timing.
+#[test]
+fn restarts_from_another_structure_use_the_budget_left() {
+    use super::restarts::{distinct_structures, refine_from};
+    const FIRST: [i64; 15] = [1, 1, 1, 1, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
+    const OTHER: [i64; 15] = [1, 1, 1, 2, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
+    let (dag, steps) = super::knobs::tests::conv_and_sketch();
+    assert_eq!(split_lengths(&steps), FIRST);
+    let inits = stage_inits_from_dag(&dag);
+    let mut other: Vec<Step> = steps
+        .iter()
+        .filter(|s| s.to_string() != r#"["CI", 1]"#)
+        .cloned()
+        .collect();
+    if let Some(Step::Split(sp)) = other
+        .iter_mut()
+        .find(|s| matches!(s, Step::Split(sp) if sp.extent == 8))
+    {
+        sp.lengths = vec![2, 2, 2];
+    }
+    assert_eq!(split_lengths(&other), OTHER);
+    let starts = vec![steps.clone(), steps.clone(), other.clone()];
+    let spaces: Vec<Space> = starts
+        .iter()
+        .map(|s| Space::new(&inits, s, 8).unwrap())
+        .collect();
+    let spaces = distinct_structures(spaces, &starts, 3);
+    assert_eq!(spaces.len(), 2, "the duplicate structure is dropped");
+    let mut m = Synthetic::new(OTHER.to_vec(), 0.01);
+    m.fault = |l| (l != FIRST && l != OTHER).then_some(2);
+    let r = refine_from(&spaces, &mut m, &DropletOptions::default(), &mut Quiet).unwrap();
+    assert_eq!(r.descents, 2);
+    assert!(r.improved);
+    assert_eq!(r.best_steps, other);
+    assert!(r.trials.len() <= DropletOptions::default().max_trials);
+    let (a, b) = r.medians();
+    assert!(b < a);
+}

@@ -257,6 +257,24 @@ impl Space {
     }
 }
 
+/// What no knob can change: the kinds of steps and the stages they touch, compute
+/// locations, caching and inlining. Two schedules with one structure lie in one knob space
+/// (up to fuse groups); Droplet restarts from another structure rather than reach it.
+pub fn structure(steps: &[Step]) -> String {
+    let parts: Vec<String> = steps
+        .iter()
+        .map(|s| match s {
+            Step::Split(sp) => format!("SP{}/{}", sp.stage_id, sp.lengths.len()),
+            Step::Pragma(pr) => format!("PR{}", pr.stage_id),
+            Step::Fuse(fu) => format!("FU{}", fu.stage_id),
+            Step::Annotation(an) => format!("AN{}:{}", an.stage_id, an.annotation.name()),
+            Step::ComputeAt(ca) => format!("CA{}@{}", ca.stage_id, ca.target_stage_id),
+            other => other.to_string(),
+        })
+        .collect();
+    parts.join(" ")
+}
+
 /// The fuse knob of the annotation at step `q` (the state is the one before step `q`).
 fn fuse_knob(
     inits: &[StageInit],

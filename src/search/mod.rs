@@ -1,8 +1,10 @@
 //! Searching schedules on this machine. Today: Droplet search (coordinate descent with a
-//! significance test, [`droplet`]) over the knobs of a step list ([`knobs`]).
+//! significance test, [`droplet`]) over the knobs of a step list ([`knobs`]), from the
+//! fastest start of each distinct structure ([`restarts`]).
 pub mod droplet;
 #[cfg(test)]
 mod droplet_tests;
 pub mod interrupt;
 pub mod knobs;
+pub mod restarts;
 pub mod stats;

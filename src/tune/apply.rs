@@ -6,7 +6,8 @@
 //! transferred schedule is then refined on this machine (TT + Droplet, `super::refine`).
 //! Every measurement goes to the sink as it is taken; Ctrl-C stops after the current run.
 use super::record::Sink;
-use super::refine::{refine_schedule, RefineOptions};
+use super::refine::{refine_schedules, RefineOptions};
+use crate::ansor::Step;
 use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
 use crate::ir::{dag_hash, Dag};
 use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
@@ -340,6 +341,8 @@ fn apply_kernel(
         &km.candidates[..km.candidates.len().min(opts.top_k)]
     };
     let mut measured = Vec::new();
+    // (median ms, candidate index) of every verified candidate.
+    let mut verified: Vec<(f64, usize)> = Vec::new();
     for c in candidates {
         let e = match references.get(&c.dag) {
             Ok(reference) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
@@ -365,6 +368,7 @@ fn apply_kernel(
             compile_ms: e.total_compile_time().as_secs_f64() * 1e3,
         });
         if let Some(t) = t {
+            verified.push((t, r.trials.len() - 1));
             if best.is_none_or(|(b, _, _)| t < b) {
                 best = Some((t, r.trials.len() - 1, e.gflops(c.dag.flop_ct())));
             }
@@ -389,7 +393,18 @@ fn apply_kernel(
             r.gflops = gflops;
             if let Some(dopts) = &opts.droplet {
                 let reference = references.get(&c.dag).expect("measured above");
-                refine_chosen(&mut r, c, reference, dopts, sink, progress);
+                // The other verified candidates of the same DAG, fastest first.
+                let mut others: Vec<(f64, usize)> = verified
+                    .iter()
+                    .copied()
+                    .filter(|&(_, j)| j != i && dag_hash(&candidates[j].dag) == dag_hash(&c.dag))
+                    .collect();
+                others.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let others: Vec<Vec<Step>> = others
+                    .iter()
+                    .map(|&(_, j)| candidates[j].steps.clone())
+                    .collect();
+                refine_chosen(&mut r, c, &others, reference, dopts, sink, progress);
             }
         }
         _ => {
@@ -424,11 +439,13 @@ impl DropletSummary {
     }
 }
 
-/// TT + Droplet: refines the chosen candidate `c` on this machine; the kernel's time becomes
-/// the refined schedule's when it is faster.
+/// TT + Droplet: refines the chosen candidate `c` on this machine (with the other verified
+/// candidates of its DAG, `others`, fastest first, as further starts); the kernel's time
+/// becomes the refined schedule's.
 fn refine_chosen(
     r: &mut KernelResult,
     c: &Candidate,
+    others: &[Vec<Step>],
     reference: &Reference,
     opts: &RefineOptions,
     sink: &mut dyn Sink,
@@ -441,9 +458,12 @@ fn refine_chosen(
     let t0 = Instant::now();
     let what = provenance(c);
     let key = workload_key_of(&c.dag);
-    let refined = refine_schedule(
+    let starts: Vec<Vec<Step>> = std::iter::once(c.steps.clone())
+        .chain(others.iter().cloned())
+        .collect();
+    let refined = refine_schedules(
         &c.dag,
-        &c.steps,
+        &starts,
         reference,
         &key,
         Some(c.source.record_id),
@@ -478,7 +498,7 @@ fn refine_chosen(
         }
         Err(e) => DropletSummary {
             seconds: t0.elapsed().as_secs_f64(),
-            ..DropletSummary::skipped(&e)
+            ..DropletSummary::skipped(e.as_str())
         },
     });
 }

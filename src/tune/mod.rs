@@ -5,7 +5,7 @@
 //! * [`apply`]: transfer-tuning a model (measure the default and the matched candidates of
 //!   every kernel, keep the fastest verified one);
 //! * [`refine`]: Droplet search on this machine for stored workloads (and, through
-//!   [`refine::refine_schedule`], for the schedules `apply --droplet` chose);
+//!   [`refine::refine_schedules`], for the schedules `apply --droplet` chose);
 //! * [`verify`]: re-measuring the best imported records on this machine;
 //! * [`record`]: what the database keeps of an evaluation.
 pub mod apply;

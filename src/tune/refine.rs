@@ -11,10 +11,11 @@ use crate::ir::Dag;
 use crate::measure::runner::MeasureOptions;
 use crate::schedule::stage_inits_from_dag;
 use crate::search::droplet::{
-    refine, DropletOptions, KernelMeasurer, Measurer, Observer, Refined, Stop, Trial,
+    DropletOptions, KernelMeasurer, Measurer, Observer, Refined, Stop, Trial,
 };
 use crate::search::interrupt;
 use crate::search::knobs::Space;
+use crate::search::restarts::{distinct_structures, refine_from};
 use crate::store::lookup::{self, RefinableWorkload, SourceRecord};
 use crate::store::{Store, StoreError};
 use serde::Serialize;
@@ -28,8 +29,10 @@ pub struct RefineOptions {
     /// Timings per candidate (each at least `min_repeat_ms`): the samples of the t-test.
     pub samples: usize,
     pub min_repeat_ms: u64,
-    /// Records re-measured per source (imported, ttdb's own) to find the start.
+    /// Records re-measured per source (imported, ttdb's own) to find the starts.
     pub starts: usize,
+    /// Descents at most, each from the fastest start of another structure.
+    pub max_starts: usize,
     /// Pre-pack layout-free weights as TVM measured relay tasks.
     pub prepack: bool,
 }
@@ -41,6 +44,7 @@ impl Default for RefineOptions {
             samples: 5,
             min_repeat_ms: 25,
             starts: 5,
+            max_starts: 3,
             prepack: true,
         }
     }
@@ -109,13 +113,14 @@ impl Observer for Keeper<'_> {
     }
 }
 
-/// Droplet on `steps` for `dag` (the workload of TVM key `key`), storing every trial through
-/// `sink`. `what` names the start in the trials' provenance; `progress(trials, best seconds)`
-/// follows the search.
+/// Droplet on `dag` (the workload of TVM key `key`) from `starts` (schedules timed here,
+/// fastest first): from the fastest of each distinct structure while the trial budget lasts
+/// (`crate::search::restarts`). Every trial goes to `sink` as it is measured. `what` names
+/// the start in the trials' provenance; `progress(trials, best seconds)` follows the search.
 #[allow(clippy::too_many_arguments)]
-pub fn refine_schedule(
+pub fn refine_schedules(
     dag: &Dag,
-    steps: &[Step],
+    starts: &[Vec<Step>],
     reference: &Reference,
     key: &str,
     origin: Option<i64>,
@@ -125,7 +130,20 @@ pub fn refine_schedule(
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<Refined, String> {
     let lanes = crate::measure::detect_host().f32_lanes() as i64;
-    let space = Space::new(&stage_inits_from_dag(dag), steps, lanes)?;
+    let inits = stage_inits_from_dag(dag);
+    let mut spaces = Vec::new();
+    let mut kept = Vec::new();
+    for (i, s) in starts.iter().enumerate() {
+        match Space::new(&inits, s, lanes) {
+            Ok(sp) => {
+                spaces.push(sp);
+                kept.push(s.clone());
+            }
+            Err(e) if i == 0 => return Err(e),
+            Err(_) => {}
+        }
+    }
+    let spaces = distinct_structures(spaces, &kept, opts.max_starts);
     let interrupted = || interrupt::requested();
     let mut measurer = KernelMeasurer {
         dag,
@@ -143,7 +161,7 @@ pub fn refine_schedule(
         error: None,
         progress,
     };
-    let refined = refine(&space, &mut measurer, &opts.droplet, &mut keeper)?;
+    let refined = refine_from(&spaces, &mut measurer, &opts.droplet, &mut keeper)?;
     match keeper.error {
         Some(e) => Err(format!("storing the trials: {e}")),
         None => Ok(refined),
@@ -376,12 +394,14 @@ fn refine_job(
         })
         .collect();
     sink.keep("verify", &items)?;
-    let best = cands
+    // The verified candidates, fastest first: the starts.
+    let mut ranked: Vec<(&SourceRecord, &Vec<Step>, f64)> = cands
         .iter()
         .zip(&timed)
         .filter_map(|((s, steps), e)| Some((*s, steps, e.as_ref()?.median()?)))
-        .min_by(|a, b| a.2.total_cmp(&b.2));
-    let Some((source, steps, start_s)) = best else {
+        .collect();
+    ranked.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let Some(&(source, _, start_s)) = ranked.first() else {
         let why = timed
             .iter()
             .flatten()
@@ -397,10 +417,11 @@ fn refine_job(
     row.start_source = Some(source.label());
     row.logged_ms = Some(source.mean_cost * 1e3);
     let what = format!("record {} ({})", source.record_id, source.label());
+    let starts: Vec<Vec<Step>> = ranked.iter().map(|(_, s, _)| (*s).clone()).collect();
     let mut on_progress = |trials: usize, best: f64| progress.trials(trials, start_s, best);
-    match refine_schedule(
+    match refine_schedules(
         &r.dag,
-        steps,
+        &starts,
         &reference,
         &w.key,
         Some(source.record_id),
