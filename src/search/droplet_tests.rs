@@ -311,7 +311,7 @@ fn budgets_bound_the_trials() {
 /// the faster schedule wins the side-by-side timing.
 #[test]
 fn restarts_from_another_structure_use_the_budget_left() {
-    use super::restarts::{distinct_structures, refine_from};
+    use super::restarts::{refine_from, start_order};
     const FIRST: [i64; 15] = [1, 1, 1, 1, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
     const OTHER: [i64; 15] = [1, 1, 1, 2, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
     let (dag, steps) = super::knobs::tests::conv_and_sketch();
@@ -334,8 +334,13 @@ fn restarts_from_another_structure_use_the_budget_left() {
         .iter()
         .map(|s| Space::new(&inits, s, 8).unwrap())
         .collect();
-    let spaces = distinct_structures(spaces, &starts, 3);
-    assert_eq!(spaces.len(), 2, "the duplicate structure is dropped");
+    let spaces = start_order(spaces, &starts, 2);
+    assert_eq!(spaces.len(), 2);
+    assert_eq!(
+        super::knobs::structure(&spaces[1].steps_at(&spaces[1].start).unwrap()),
+        super::knobs::structure(&other),
+        "another structure comes before another start of the first one"
+    );
     let mut m = Synthetic::new(OTHER.to_vec(), 0.01);
     m.fault = |l| (l != FIRST && l != OTHER).then_some(2);
     let r = refine_from(&spaces, &mut m, &DropletOptions::default(), &mut Quiet).unwrap();

@@ -1,9 +1,10 @@
 //! Droplet from several starts. Its knobs move tile sizes, unrolling and fuse groups, never
 //! a compute location or a cache stage: a start of another structure (see
-//! [`super::knobs::structure`]) is another basin. Given the start candidates timed here,
-//! fastest first, [`refine_from`] descends from the fastest of each distinct structure in
-//! turn while the trial budget lasts (a descent that keeps improving may spend it all), then
-//! times the first start and every descent's result side by side and keeps the fastest.
+//! [`super::knobs::structure`]) is another basin, and so, often, is another good start of
+//! the same structure. Given the start candidates timed here, fastest first, [`refine_from`]
+//! descends from the fastest of each distinct structure, then from the next fastest starts,
+//! in turn while the trial budget lasts (a descent that keeps improving may spend it all),
+//! then times the first start and every descent's result side by side and keeps the fastest.
 use super::droplet::{refine, DropletOptions, Measurer, Observer, Refined, Stop, Trial};
 use super::knobs::{structure, Space};
 use super::stats::mean;
@@ -28,20 +29,22 @@ impl Observer for Offset<'_> {
     }
 }
 
-/// The first space of each distinct structure, at most `max` of them, in order.
-pub fn distinct_structures(spaces: Vec<Space>, starts: &[Vec<Step>], max: usize) -> Vec<Space> {
+/// The order descents start from: the first (fastest) space of each distinct structure,
+/// then the other spaces in their order (another basin of the same structure), at most
+/// `max` in all.
+pub fn start_order(spaces: Vec<Space>, starts: &[Vec<Step>], max: usize) -> Vec<Space> {
     let mut seen = Vec::new();
-    spaces
+    let (firsts, rest): (Vec<_>, Vec<_>) = spaces.into_iter().zip(starts).partition(|(_, s)| {
+        let k = structure(s);
+        let new = !seen.contains(&k);
+        if new {
+            seen.push(k);
+        }
+        new
+    });
+    firsts
         .into_iter()
-        .zip(starts)
-        .filter(|(_, s)| {
-            let k = structure(s);
-            let new = !seen.contains(&k);
-            if new {
-                seen.push(k);
-            }
-            new
-        })
+        .chain(rest)
         .map(|(sp, _)| sp)
         .take(max.max(1))
         .collect()

@@ -15,7 +15,7 @@ use crate::search::droplet::{
 };
 use crate::search::interrupt;
 use crate::search::knobs::Space;
-use crate::search::restarts::{distinct_structures, refine_from};
+use crate::search::restarts::{refine_from, start_order};
 use crate::store::lookup::{self, RefinableWorkload, SourceRecord};
 use crate::store::{Store, StoreError};
 use serde::Serialize;
@@ -31,7 +31,7 @@ pub struct RefineOptions {
     pub min_repeat_ms: u64,
     /// Records re-measured per source (imported, ttdb's own) to find the starts.
     pub starts: usize,
-    /// Descents at most, each from the fastest start of another structure.
+    /// Descents at most (`crate::search::restarts::start_order`).
     pub max_starts: usize,
     /// Pre-pack layout-free weights as TVM measured relay tasks.
     pub prepack: bool,
@@ -44,7 +44,7 @@ impl Default for RefineOptions {
             samples: 5,
             min_repeat_ms: 25,
             starts: 5,
-            max_starts: 3,
+            max_starts: 5,
             prepack: true,
         }
     }
@@ -143,7 +143,7 @@ pub fn refine_schedules(
             Err(_) => {}
         }
     }
-    let spaces = distinct_structures(spaces, &kept, opts.max_starts);
+    let spaces = start_order(spaces, &kept, opts.max_starts);
     let interrupted = || interrupt::requested();
     let mut measurer = KernelMeasurer {
         dag,
