@@ -4,7 +4,8 @@
 //! chosen schedule refined by up to `TTDB_TT_DROPLET` (50) Droplet trials (`apply
 //! --droplet`). Reports the kernel sums (latency x count of the tuned kernels), the search
 //! times, and the sum of the transferred schedules as Droplet re-timed them just before
-//! refining (the same measurement conditions as the refined sum).
+//! refining (the same measurement conditions as the refined sum), next to onnxruntime's
+//! latency for the whole model when `pip install onnx onnxruntime` has been done.
 //!
 //! `cargo bench --bench tt_droplet` (env: TTDB_TT_DROPLET, TTDB_TT_MODEL=resnet18).
 use std::path::Path;
@@ -105,6 +106,14 @@ fn main() {
         100.0 * (ttd.tuned_total_ms / before - 1.0),
         ttd.droplet_seconds
     );
+    match onnxruntime_ms(&path, host.cores) {
+        Some(ort) => println!(
+            "onnxruntime, whole model ({} threads): {ort:.3} ms; ttdb's tuned-kernel sum is {:.2}x that (it leaves out layout transforms and element-wise kernels)",
+            host.cores,
+            ttd.tuned_total_ms / ort
+        ),
+        None => println!("onnxruntime unavailable (pip install onnx onnxruntime to compare)"),
+    }
     println!("\nper kernel (TT+Droplet run):");
     println!(
         "{:<22} {:>6} {:>13} {:>11} {:>7} {:>7}  stop",
@@ -129,4 +138,23 @@ fn main() {
                 .to_string()))
         );
     }
+}
+
+/// onnxruntime's median latency for the whole model (`benches/ort_model.py`), if it runs.
+fn onnxruntime_ms(model: &Path, threads: usize) -> Option<f64> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ort_model.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(model)
+        .arg(threads.to_string())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }

@@ -175,3 +175,34 @@ fn ctrl_c_stops_cleanly_and_keeps_every_trial() {
     );
     assert_eq!(Store::open(&db).unwrap().integrity_check().unwrap(), "ok");
 }
+
+/// `refine --model` is TT + Droplet: the chosen transferred schedules are refined.
+#[test]
+fn refine_a_model_refines_its_transferred_schedules() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir);
+    let model =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/tiny_resnet.onnx");
+    let (code, out, err) = ttdb(
+        &db,
+        &[
+            "refine",
+            "--model",
+            model.to_str().unwrap(),
+            "--trials-per-kernel",
+            "16",
+            "--top-k",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["transferred_total_ms"].as_f64().is_some(), "{v}");
+    assert!(v["droplet_trials"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["tuned_total_ms"].as_f64().unwrap() <= v["untuned_total_ms"].as_f64().unwrap());
+    assert_eq!(
+        droplet_measurements(&db),
+        v["droplet_trials"].as_i64().unwrap()
+    );
+}

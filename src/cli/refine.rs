@@ -219,7 +219,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
             &super::apply::ApplyArgs {
                 model: ModelArgs::for_model(model.clone(), "auto"),
                 top_k: args.top_k,
-                budget_seconds: f64::MAX,
+                budget_seconds: 1e9,
                 timeout: args.timeout,
                 droplet: args.trials_per_kernel.max(1),
                 dry_run: args.dry_run,

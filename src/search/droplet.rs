@@ -470,10 +470,10 @@ pub fn refine(
         }
     };
     let improved = inc.0 != space.start;
-    let (best_steps, best, improved) = if improved {
-        final_check(measurer, &start_steps, &start, inc.1, inc.2, opts)
+    let (start, best_steps, best, improved) = if improved {
+        final_check(measurer, &start_steps, start, inc.1, inc.2, opts)
     } else {
-        (start_steps.clone(), start.clone(), false)
+        (start.clone(), start_steps.clone(), start, false)
     };
     Ok(Refined {
         start_steps,
@@ -493,22 +493,32 @@ pub fn refine(
 
 /// The result against the start, timed back to back: the start stays unless the result is
 /// faster now too (the incumbent chain compared each step with a fresh timing, not with the
-/// start's).
+/// start's). Returns (start timing, steps, timing, improved), from this side-by-side timing
+/// when it ran.
 fn final_check(
     measurer: &mut dyn Measurer,
     start_steps: &[Step],
-    start: &Evaluation,
+    start: Evaluation,
     best_steps: Vec<Step>,
     best: Evaluation,
     opts: &DropletOptions,
-) -> (Vec<Step>, Evaluation, bool) {
+) -> (Evaluation, Vec<Step>, Evaluation, bool) {
     let pair = [start_steps.to_vec(), best_steps.clone()];
-    let runs = measurer.measure(&pair, opts.max_timeout);
-    match (
-        runs[0].as_ref().and_then(samples),
-        runs[1].as_ref().and_then(samples),
-    ) {
-        (Some(a), Some(b)) if mean(b) >= mean(a) => (start_steps.to_vec(), start.clone(), false),
-        _ => (best_steps, best, true),
+    let mut runs = measurer.measure(&pair, opts.max_timeout);
+    // Medians, as every report shows them.
+    let median = |r: &Option<Evaluation>| r.as_ref().and_then(|e| e.median());
+    match (median(&runs[0]), median(&runs[1])) {
+        (Some(a), Some(b)) => {
+            let (s, r) = (
+                runs[0].take().expect("timed"),
+                runs[1].take().expect("timed"),
+            );
+            if b >= a {
+                (s.clone(), start_steps.to_vec(), s, false)
+            } else {
+                (s, best_steps, r, true)
+            }
+        }
+        _ => (start, best_steps, best, true),
     }
 }

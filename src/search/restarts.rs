@@ -7,7 +7,6 @@
 //! then times the first start and every descent's result side by side and keeps the fastest.
 use super::droplet::{refine, DropletOptions, Measurer, Observer, Refined, Stop, Trial};
 use super::knobs::{structure, Space};
-use super::stats::mean;
 use crate::ansor::Step;
 use std::time::Instant;
 
@@ -105,14 +104,9 @@ pub fn refine_from(
         }
     }
     let mut timed = measurer.measure(&contenders, opts.max_timeout);
-    let means: Vec<Option<f64>> = timed
-        .iter()
-        .map(|e| {
-            let e = e.as_ref().filter(|e| e.median().is_some())?;
-            e.measurement.as_ref().map(|m| mean(&m.samples))
-        })
-        .collect();
-    let winner = means
+    // Medians: what every report shows, and robust to a stray slow timing.
+    let medians: Vec<Option<f64>> = timed.iter().map(|e| e.as_ref()?.median()).collect();
+    let winner = medians
         .iter()
         .enumerate()
         .filter_map(|(i, m)| m.map(|m| (i, m)))
@@ -126,7 +120,7 @@ pub fn refine_from(
     }
     first.seconds = t0.elapsed().as_secs_f64();
     // Both sides from the one side-by-side timing, when the first start was timed in it.
-    if let (Some((w, _)), Some(_)) = (winner, means[0]) {
+    if let (Some((w, _)), Some(_)) = (winner, medians[0]) {
         first.start = timed[0].take().expect("timed start");
         first.best = if w == 0 {
             first.start.clone()
