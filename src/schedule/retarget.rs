@@ -127,11 +127,7 @@ pub fn retarget_steps(inits: &[StageInit], steps: &[Step]) -> Result<Retargeted,
     for (k, step) in steps.iter().enumerate() {
         let new = match step {
             Step::Split(sp) => {
-                let extent = state
-                    .stages()
-                    .get(sp.stage_id as usize)
-                    .and_then(|s| s.iters.get(sp.iter_id as usize))
-                    .and_then(|it| it.extent);
+                let extent = state.loop_extent(sp.stage_id, sp.iter_id);
                 match extent {
                     Some(e) => Step::Split(SplitStep {
                         extent: e,

@@ -333,6 +333,16 @@ impl State {
         &self.split_report
     }
 
+    /// The extent of loop `iter_id` of stage `stage_id` (ids as a step names them), when the
+    /// loop exists and its extent is known.
+    pub fn loop_extent(&self, stage_id: u32, iter_id: u32) -> Option<i64> {
+        self.stages
+            .get(stage_id as usize)?
+            .iters
+            .get(iter_id as usize)?
+            .extent
+    }
+
     /// Position of the loop with identity `ident` in `stage`, if it still exists.
     pub fn iter_position(&self, stage: usize, ident: IterIdent) -> Option<usize> {
         self.stages

@@ -133,11 +133,7 @@ impl Space {
         for (q, step) in steps.iter().enumerate() {
             match step {
                 Step::Split(sp) => {
-                    let extent = state
-                        .stages()
-                        .get(sp.stage_id as usize)
-                        .and_then(|s| s.iters.get(sp.iter_id as usize))
-                        .and_then(|it| it.extent);
+                    let extent = state.loop_extent(sp.stage_id, sp.iter_id);
                     if let Some(extent) = extent.filter(|&e| e > 1) {
                         for (index, &l) in sp.lengths.iter().enumerate() {
                             let kind = KnobKind::SplitLength {

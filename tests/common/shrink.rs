@@ -324,11 +324,7 @@ pub fn replay_with_lengths(
     for step in steps {
         let new = match step {
             Step::Split(sp) => {
-                let ext = st
-                    .stages()
-                    .get(sp.stage_id as usize)
-                    .and_then(|s| s.iters.get(sp.iter_id as usize))
-                    .and_then(|it| it.extent);
+                let ext = st.loop_extent(sp.stage_id, sp.iter_id);
                 match ext {
                     Some(e) => Step::Split(SplitStep {
                         extent: e,
