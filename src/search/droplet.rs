@@ -15,6 +15,7 @@
 //! Beyond the artifacts (which move only the last 5 knobs and key visited points
 //! non-injectively): every knob moves, points are the visited set's keys (distinct points
 //! are distinct step lists, see [`Space`]), and Welch's test replaces Student's.
+use super::rng::Rng;
 use super::knobs::{Point, Space};
 use super::stats::{mean, welch};
 use crate::ansor::Step;
@@ -231,26 +232,6 @@ impl Measurer for KernelMeasurer<'_> {
 fn samples(e: &Evaluation) -> Option<&[f64]> {
     e.median()?;
     e.measurement.as_ref().map(|m| m.samples.as_slice())
-}
-
-/// xorshift64: the neighbour order (deterministic per seed).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
 }
 
 /// The points one knob away from `center` by +-f (shuffled), then as many two knobs away

@@ -2,9 +2,14 @@
 //! significance test, [`droplet`]) over the knobs of a step list ([`knobs`]), from the
 //! fastest start of each distinct structure ([`restarts`]).
 pub mod droplet;
+pub mod init;
+pub mod mutate;
+pub mod policy;
+pub mod sketch;
 #[cfg(test)]
 mod droplet_tests;
 pub mod interrupt;
 pub mod knobs;
 pub mod restarts;
+pub mod rng;
 pub mod stats;

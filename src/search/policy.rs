@@ -1,0 +1,372 @@
+//! Search of one task from scratch, Ansor-style (TVM `SketchPolicy::Search`): sketches
+//! ([`super::sketch`]), random initial states ([`super::init`]), evolution by mutation
+//! ([`super::mutate`]), measured in rounds.
+//!
+//! Each round: sample a population from random sketches, add the fastest measured states
+//! and the seeds, evolve (mutants of the fittest), then pick a batch eps-greedily (most from
+//! the evolved pool, `eps` of it random samples), dropping every state whose printed loop
+//! nest was measured or picked before (TVM deduplicates by the printed state, not the step
+//! list). The batch is built in parallel and measured one at a time by a
+//! [`Measurer`](super::droplet::Measurer); every candidate is verified before its time counts.
+//!
+//! **Not yet here:** TVM ranks the evolved pool with a learned cost model (XGBoost on
+//! per-store features, pack-sum objective). ttdb has no cost model yet, so fitness is
+//! *measured* throughput: parents are measured states (roulette by throughput) and their
+//! unmeasured mutants are picked in the order they were bred. This spends measurements
+//! where a model would spend predictions, and is what the trials-per-second figure pays for.
+use super::droplet::Measurer;
+use super::init::Sampler;
+use super::mutate::{mutate, pick};
+use super::rng::Rng;
+use super::sketch::{generate_sketches, HardwareParams, Sketch};
+use crate::ansor::Step;
+use crate::evaluate::Evaluation;
+use crate::ir::Dag;
+use crate::lower::{lower_steps, LowerOptions};
+use crate::loopnest::printer::kernel_to_string;
+use crate::schedule::stage_inits_from_dag;
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct SearchOptions {
+    /// Measured trials at most.
+    pub trials: usize,
+    /// Candidates measured per round (TVM: 64).
+    pub batch: usize,
+    /// Random states sampled per round (TVM: 2048, affordable with a cost model; ttdb
+    /// lowers each to deduplicate, so fewer).
+    pub population: usize,
+    /// Mutation generations per round (TVM: 4).
+    pub generations: usize,
+    /// Share of each batch taken from fresh random samples (TVM: 0.05).
+    pub eps_greedy: f64,
+    pub time_budget: Option<Duration>,
+    /// Per-run timeout ceiling.
+    pub max_timeout: Duration,
+    pub seed: u64,
+    /// Rounds in a row without a new candidate before giving up.
+    pub max_empty_rounds: usize,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            trials: 200,
+            batch: 32,
+            population: 128,
+            generations: 4,
+            eps_greedy: 0.05,
+            time_budget: None,
+            max_timeout: Duration::from_secs(10),
+            seed: 0x5eed,
+            max_empty_rounds: 3,
+        }
+    }
+}
+
+/// One measured candidate.
+#[derive(Clone, Debug)]
+pub struct SearchTrial {
+    /// 0-based round.
+    pub round: usize,
+    /// Where it came from: "sample", "seed" or the mutation that bred it.
+    pub origin: String,
+    pub steps: Vec<Step>,
+    pub evaluation: Evaluation,
+}
+
+/// Why the search stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchStop {
+    Trials,
+    Time,
+    /// No new candidate for `max_empty_rounds` rounds: the space is exhausted.
+    Exhausted,
+    Interrupted,
+}
+
+impl SearchStop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchStop::Trials => "trial budget",
+            SearchStop::Time => "time budget",
+            SearchStop::Exhausted => "no new candidates",
+            SearchStop::Interrupted => "interrupted",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Searched {
+    pub trials: Vec<SearchTrial>,
+    /// Index into `trials` of the fastest verified one.
+    pub best: Option<usize>,
+    pub sketches: usize,
+    /// States sampled or bred, and those that did not replay or lower.
+    pub generated: usize,
+    pub invalid: usize,
+    pub duplicates: usize,
+    pub rounds: usize,
+    pub stop: SearchStop,
+    pub seconds: f64,
+}
+
+impl Searched {
+    pub fn best_trial(&self) -> Option<&SearchTrial> {
+        self.best.map(|i| &self.trials[i])
+    }
+}
+
+/// What the caller sees of a running search.
+pub trait SearchObserver {
+    /// After each round, its trials (to store them as they come).
+    fn round_done(&mut self, _trials: &[SearchTrial]) {}
+    /// Trials so far and the best median seconds (NaN before the first verified one).
+    fn progress(&mut self, _trials: usize, _best_seconds: f64) {}
+    fn interrupted(&self) -> bool {
+        false
+    }
+}
+
+pub struct QuietSearch;
+impl SearchObserver for QuietSearch {}
+
+/// The dedup key of a schedule: a hash of its printed loop nest, or `None` when it does
+/// not lower (then it is invalid).
+fn loop_nest_key(dag: &Dag, steps: &[Step]) -> Option<[u8; 32]> {
+    let k = lower_steps(dag, steps, &LowerOptions::default()).ok()?;
+    Some(Sha256::digest(kernel_to_string(&k).as_bytes()).into())
+}
+
+struct Candidate {
+    steps: Vec<Step>,
+    origin: String,
+}
+
+fn median(e: &Evaluation) -> Option<f64> {
+    e.median()
+}
+
+/// Searches `dag` (see the module docs). `seeds` (transferred or imported schedules) join
+/// the first round. Errors when the DAG has no sketch.
+pub fn search_task(
+    dag: &Dag,
+    hw: HardwareParams,
+    seeds: &[Vec<Step>],
+    measurer: &mut dyn Measurer,
+    opts: &SearchOptions,
+    observer: &mut dyn SearchObserver,
+) -> Result<Searched, String> {
+    let t0 = Instant::now();
+    let sketches: Vec<Sketch> = generate_sketches(dag, &hw).map_err(|e| e.to_string())?;
+    let inits = stage_inits_from_dag(dag);
+    let mut sampler = Sampler::new(dag, hw);
+    let mut rng = Rng::new(opts.seed);
+    let lanes = hw.vector_lanes as i64;
+    let mut seen: HashSet<[u8; 32]> = HashSet::new();
+    let mut out = Searched {
+        trials: vec![],
+        best: None,
+        sketches: sketches.len(),
+        generated: 0,
+        invalid: 0,
+        duplicates: 0,
+        rounds: 0,
+        stop: SearchStop::Trials,
+        seconds: 0.0,
+    };
+    let mut empty_rounds = 0;
+    let batch = opts.batch.max(1);
+    loop {
+        if out.trials.len() >= opts.trials {
+            out.stop = SearchStop::Trials;
+            break;
+        }
+        if opts.time_budget.is_some_and(|b| t0.elapsed() >= b) {
+            out.stop = SearchStop::Time;
+            break;
+        }
+        if observer.interrupted() {
+            out.stop = SearchStop::Interrupted;
+            break;
+        }
+        let want = batch.min(opts.trials - out.trials.len());
+        let mut pool: Vec<Candidate> = Vec::new();
+        if out.rounds == 0 {
+            pool.extend(seeds.iter().map(|s| Candidate {
+                steps: s.clone(),
+                origin: "seed".into(),
+            }));
+        }
+        // Evolution from the measured states, fittest first (roulette by throughput).
+        let parents = measured_parents(&out.trials);
+        if !parents.is_empty() {
+            let greedy = want - ((want as f64 * opts.eps_greedy).ceil() as usize).min(want);
+            let mut bred = 0;
+            let mut tries = 0;
+            while bred < greedy * 2 && tries < greedy * 20 * opts.generations.max(1) {
+                tries += 1;
+                let (steps, _) = roulette(&parents, &mut rng);
+                let mut child = steps.clone();
+                let mut how = Vec::new();
+                // 1..=generations mutations in a row: the pool of later generations.
+                for _ in 0..1 + rng.below(opts.generations.max(1)) {
+                    let m = pick(&mut rng);
+                    if let Some(c) = mutate(m, dag, &inits, &child, lanes, &mut rng) {
+                        child = c;
+                        how.push(format!("{m:?}"));
+                    }
+                }
+                if how.is_empty() {
+                    continue;
+                }
+                bred += 1;
+                pool.push(Candidate {
+                    steps: child,
+                    origin: format!("mutation {}", how.join("+")),
+                });
+            }
+        }
+        // Random samples: the eps share, or everything before anything was measured.
+        let n_random = if parents.is_empty() {
+            opts.population.max(want)
+        } else {
+            ((want as f64 * opts.eps_greedy).ceil() as usize).max(1) * 4
+        };
+        for _ in 0..n_random {
+            let sk = &sketches[rng.below(sketches.len())];
+            match sampler.sample(sk, &mut rng) {
+                Ok(st) => pool.push(Candidate {
+                    steps: st.transform_steps().to_vec(),
+                    origin: "sample".into(),
+                }),
+                Err(_) => out.invalid += 1,
+            }
+        }
+        out.generated += pool.len();
+        // Lower in parallel to key; keep the first of each loop nest not seen before.
+        let keys: Vec<Option<[u8; 32]>> = pool
+            .par_iter()
+            .map(|c| {
+                sampler_replays(&inits, &c.steps)
+                    .then(|| loop_nest_key(dag, &c.steps))
+                    .flatten()
+            })
+            .collect();
+        let mut picked: Vec<Candidate> = Vec::new();
+        let mut random_tail: Vec<Candidate> = Vec::new();
+        for (c, k) in pool.into_iter().zip(keys) {
+            let Some(k) = k else {
+                out.invalid += 1;
+                continue;
+            };
+            if !seen.insert(k) {
+                out.duplicates += 1;
+                continue;
+            }
+            if c.origin == "sample" && !parents.is_empty() {
+                random_tail.push(c);
+            } else {
+                picked.push(c);
+            }
+        }
+        // eps-greedy: the bred (and seed) candidates first, then random ones.
+        let n_rand = if parents.is_empty() {
+            0
+        } else {
+            ((want as f64 * opts.eps_greedy).ceil() as usize).min(want)
+        };
+        let mut chosen: Vec<Candidate> = picked.drain(..picked.len().min(want - n_rand.min(want))).collect();
+        chosen.extend(random_tail.drain(..random_tail.len().min(want - chosen.len())));
+        if chosen.len() < want {
+            chosen.extend(picked.drain(..picked.len().min(want - chosen.len())));
+        }
+        // Unpicked keys may come back next round.
+        for c in picked.iter().chain(&random_tail) {
+            if let Some(k) = loop_nest_key(dag, &c.steps) {
+                seen.remove(&k);
+            }
+        }
+        if chosen.is_empty() {
+            empty_rounds += 1;
+            if empty_rounds >= opts.max_empty_rounds {
+                out.stop = SearchStop::Exhausted;
+                break;
+            }
+            continue;
+        }
+        empty_rounds = 0;
+        let best_s = out.best_trial().and_then(|t| median(&t.evaluation));
+        let timeout = Duration::from_secs_f64(best_s.map_or(opts.max_timeout.as_secs_f64(), |b| (b * 50.0).max(1.0)))
+            .min(opts.max_timeout);
+        let schedules: Vec<Vec<Step>> = chosen.iter().map(|c| c.steps.clone()).collect();
+        let evals = measurer.measure(&schedules, timeout);
+        let first = out.trials.len();
+        for (c, e) in chosen.into_iter().zip(evals) {
+            let Some(evaluation) = e else { continue };
+            out.trials.push(SearchTrial {
+                round: out.rounds,
+                origin: c.origin,
+                steps: c.steps,
+                evaluation,
+            });
+            let i = out.trials.len() - 1;
+            if let Some(m) = median(&out.trials[i].evaluation) {
+                let better = out
+                    .best_trial()
+                    .and_then(|b| median(&b.evaluation))
+                    .is_none_or(|b| m < b);
+                if better {
+                    out.best = Some(i);
+                }
+            }
+        }
+        out.rounds += 1;
+        observer.round_done(&out.trials[first..]);
+        let best = out
+            .best_trial()
+            .and_then(|t| median(&t.evaluation))
+            .unwrap_or(f64::NAN);
+        observer.progress(out.trials.len(), best);
+        if out.trials.len() == first {
+            // Interrupted inside the batch: nothing of it was kept.
+            out.stop = SearchStop::Interrupted;
+            break;
+        }
+    }
+    out.seconds = t0.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+fn sampler_replays(inits: &[crate::schedule::StageInit], steps: &[Step]) -> bool {
+    crate::schedule::replay(inits, steps).is_ok()
+}
+
+/// Measured, verified states with their throughput (1 / median), fastest first, at most 64.
+fn measured_parents(trials: &[SearchTrial]) -> Vec<(&Vec<Step>, f64)> {
+    let mut v: Vec<(&Vec<Step>, f64)> = trials
+        .iter()
+        .filter_map(|t| median(&t.evaluation).map(|m| (&t.steps, 1.0 / m.max(1e-12))))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v.truncate(64);
+    v
+}
+
+/// A parent drawn with probability proportional to throughput squared (favouring the
+/// fastest more than TVM's linear wheel, which a noisy measured fitness needs).
+fn roulette<'a>(parents: &[(&'a Vec<Step>, f64)], rng: &mut Rng) -> (&'a Vec<Step>, f64) {
+    let total: f64 = parents.iter().map(|p| p.1 * p.1).sum();
+    let mut x = rng.unit() * total;
+    for p in parents {
+        if x < p.1 * p.1 {
+            return *p;
+        }
+        x -= p.1 * p.1;
+    }
+    parents[0]
+}
