@@ -9,6 +9,7 @@ mod import;
 mod kernels;
 mod match_cmd;
 mod refine;
+mod tune;
 mod stats;
 mod table;
 mod verify;
@@ -74,6 +75,10 @@ pub enum Command {
     /// a significance test), starting from each workload's best schedule timed here; every
     /// trial is stored.
     Refine(refine::RefineArgs),
+    /// Search schedules on this machine (Ansor-style sketches, random initial states,
+    /// evolution; optionally Droplet after), seeded with the stored records; every trial
+    /// is stored.
+    Tune(tune::TuneArgs),
     /// Measure this machine's fp32 FMA peak (the denominator of every "% of peak").
     BenchPeak {
         #[arg(long)]
@@ -136,6 +141,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Match(args) => match_cmd::run(&open_store(&cli.db)?, &args),
         Command::Apply(args) => apply::run(&mut open_store(&cli.db)?, &args),
         Command::Refine(args) => refine::run(&mut open_store(&cli.db)?, &args),
+        Command::Tune(args) => tune::run(&mut open_store(&cli.db)?, &args),
         Command::BenchPeak { json } => verify::bench_peak(json),
     }
 }

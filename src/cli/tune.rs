@@ -1,0 +1,254 @@
+//! `ttdb tune`: Ansor-style search on this machine for stored workloads
+//! (`crate::tune::search`), each seeded with its stored records, then optionally Droplet.
+//! This file parses and renders.
+use super::table::{fmt_opt, io_shapes, Table};
+use super::{CliError, CliResult};
+use crate::store::Store;
+use crate::tune::record::{Discard, Sink, StoreSink};
+use crate::tune::refine::{plan, Selection};
+use crate::tune::search::{tune_jobs, TuneOptions, TuneProgress, TuneReport};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct TuneArgs {
+    /// An ONNX model: not supported yet (the task scheduler over a model's kernels is not
+    /// implemented); the command says so.
+    #[arg(value_name = "MODEL.onnx")]
+    pub model: Option<PathBuf>,
+    /// Only workloads whose signature starts with this hex prefix.
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// Only this op class (or class prefix chain).
+    #[arg(long)]
+    pub class: Option<String>,
+    /// Every workload with a valid CPU record.
+    #[arg(long)]
+    pub all: bool,
+    /// At most this many workloads.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Measured search trials per kernel.
+    #[arg(long, default_value_t = 200)]
+    pub trials: usize,
+    /// Candidates measured per round.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Random states sampled in the first round.
+    #[arg(long, default_value_t = 128)]
+    pub population: usize,
+    /// Wall-clock budget per kernel, in seconds.
+    #[arg(long)]
+    pub time_budget: Option<f64>,
+    /// Droplet trials after the search (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub droplet: usize,
+    /// Stored records per source that seed the search.
+    #[arg(long, default_value_t = 5)]
+    pub seeds: usize,
+    /// Per-run timeout in seconds (at most).
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Seed of the search's random choices.
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+    /// Do not store the trials.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl TuneArgs {
+    fn options(&self) -> TuneOptions {
+        let mut o = TuneOptions::default();
+        o.search.trials = self.trials;
+        o.search.batch = self.batch.max(1);
+        o.search.population = self.population.max(1);
+        o.search.seed = self.seed;
+        o.search.max_timeout = Duration::from_secs_f64(self.timeout.max(0.1));
+        o.search.time_budget = self.time_budget.map(|s| Duration::from_secs_f64(s.max(0.0)));
+        o.droplet_trials = self.droplet;
+        o.refine.starts = self.seeds.max(1);
+        o.refine.droplet.max_timeout = o.search.max_timeout;
+        o
+    }
+}
+
+pub fn render_tune(r: &TuneReport, peak_gflops: Option<f64>) -> String {
+    let mut t = Table::new(&[
+        "workload",
+        "class",
+        "shapes",
+        ">sketches",
+        ">seeds",
+        ">trials",
+        ">failed",
+        ">seed ms",
+        ">searched ms",
+        ">best ms",
+        ">GFLOP/s",
+        ">% peak",
+        "stopped",
+    ]);
+    for k in &r.kernels {
+        t.row(vec![
+            k.signature[..12.min(k.signature.len())].to_string(),
+            k.op_class.clone(),
+            io_shapes(&k.inputs, &k.output),
+            k.sketches.to_string(),
+            k.seeds.to_string(),
+            (k.trials + k.droplet_trials).to_string(),
+            k.failed_trials.to_string(),
+            fmt_opt(k.seed_ms, 3),
+            fmt_opt(k.searched_ms, 3),
+            fmt_opt(k.best_ms, 3),
+            fmt_opt(k.gflops, 1),
+            fmt_opt(k.gflops.zip(peak_gflops).map(|(g, p)| 100.0 * g / p), 1),
+            match (&k.note, k.stop) {
+                (Some(n), _) => n.clone(),
+                (None, Some(s)) => s.as_str().into(),
+                _ => "-".into(),
+            },
+        ]);
+    }
+    let mut out = t.render();
+    let sum: f64 = r.kernels.iter().filter_map(|k| k.best_ms).sum();
+    out.push_str(&format!(
+        "\nhost {}: {} kernel(s), kernel sum {sum:.3} ms; {} trials in {:.1} s\n",
+        r.host,
+        r.kernels.len(),
+        r.trials,
+        r.seconds
+    ));
+    if r.interrupted {
+        out.push_str("interrupted: every trial measured so far is stored\n");
+    }
+    out
+}
+
+struct Bar {
+    bar: Option<indicatif::ProgressBar>,
+    per_kernel: u64,
+    kernel: usize,
+    total: usize,
+    label: String,
+    done_before: u64,
+}
+
+impl TuneProgress for Bar {
+    fn kernel(&mut self, index: usize, total: usize, label: &str) {
+        (self.kernel, self.total, self.label) = (index, total, label.to_string());
+        if let Some(b) = &self.bar {
+            b.set_message(format!("kernel {}/{total} {label}: sampling", index + 1));
+        }
+    }
+    fn trials(&mut self, trials: usize, best_s: f64) {
+        if let Some(b) = &self.bar {
+            b.set_position(self.done_before + (trials as u64).min(self.per_kernel));
+            b.set_message(format!(
+                "kernel {}/{} {}: best {:.3} ms",
+                self.kernel + 1,
+                self.total,
+                self.label,
+                best_s * 1e3
+            ));
+        }
+    }
+    fn kernel_done(&mut self) {
+        self.done_before += self.per_kernel;
+        if let Some(b) = &self.bar {
+            b.set_position(self.done_before);
+        }
+    }
+}
+
+pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
+    if let Some(m) = &args.model {
+        return Err(CliError {
+            message: format!(
+                "tune {}: tuning a whole model is not implemented in this version (no task \
+                 scheduler yet); tune its workloads with `ttdb apply {0}` then `ttdb tune \
+                 --workload SIG`",
+                m.display()
+            ),
+            code: 2,
+        });
+    }
+    if !(args.all || args.workload.is_some() || args.class.is_some()) {
+        return Err(CliError {
+            message: "say which workloads: --workload SIG, --class C or --all".into(),
+            code: 2,
+        });
+    }
+    if args.trials == 0 {
+        return Err(CliError {
+            message: "--trials must be at least 1".into(),
+            code: 2,
+        });
+    }
+    let opts = args.options();
+    let selection = Selection {
+        signature_prefix: args.workload.clone(),
+        class: args.class.clone(),
+        limit: args.limit,
+    };
+    let jobs = plan(store, &selection, &opts.refine)?;
+    if jobs.is_empty() {
+        return Err(CliError {
+            message: "no workload with a valid CPU record matches".into(),
+            code: 1,
+        });
+    }
+    crate::search::interrupt::install();
+    let per_kernel = (opts.search.trials + opts.droplet_trials) as u64;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(per_kernel * jobs.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut progress = Bar {
+        bar,
+        per_kernel,
+        kernel: 0,
+        total: jobs.len(),
+        label: String::new(),
+        done_before: 0,
+    };
+    let mut discard = Discard;
+    let mut keep;
+    let sink: &mut dyn Sink = if args.dry_run {
+        &mut discard
+    } else {
+        keep = StoreSink {
+            store,
+            host: crate::measure::detect_host(),
+        };
+        &mut keep
+    };
+    let report = tune_jobs(&jobs, &opts, sink, &mut progress)?;
+    if let Some(b) = progress.bar.take() {
+        b.finish_and_clear();
+    }
+    let peak = crate::measure::peak::measure_peak(&Default::default())
+        .ok()
+        .map(|p| p.gflops_all);
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", render_tune(&report, peak));
+    }
+    if report.interrupted {
+        return Err(CliError {
+            message: "interrupted".into(),
+            code: 130,
+        });
+    }
+    Ok(())
+}

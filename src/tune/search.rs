@@ -1,0 +1,313 @@
+//! `ttdb tune`: search schedules on this machine for stored workloads
+//! (`crate::search::policy`), then optionally refine the best with Droplet
+//! (`super::refine`). Stored records of the workload (imported or transferred) seed the
+//! first round. Every trial is stored as it is measured: a record under the workload's TVM
+//! key on this host's target, provenance "search", so `ttdb export` writes lines TVM reads
+//! and a second `tune` starts from them (they are seeds too).
+use super::record::{measurement_of, Sink};
+use super::refine::{refine_schedules, RefineJob, RefineOptions};
+use crate::ansor::{Record, Step, WorkloadKey};
+use crate::evaluate::Reference;
+use crate::search::droplet::KernelMeasurer;
+use crate::search::interrupt;
+use crate::search::policy::{search_task, SearchObserver, SearchOptions, SearchStop, SearchTrial};
+use crate::search::sketch::HardwareParams;
+use crate::store::StoreError;
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    pub search: SearchOptions,
+    /// Droplet trials after the search (0: none); its options and the timing options of
+    /// every candidate come from `refine`.
+    pub droplet_trials: usize,
+    pub refine: RefineOptions,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            search: SearchOptions::default(),
+            droplet_trials: 0,
+            refine: RefineOptions {
+                // Ranking a population needs fewer samples than Droplet's t-test.
+                samples: 3,
+                min_repeat_ms: 10,
+                ..RefineOptions::default()
+            },
+        }
+    }
+}
+
+/// The host's parameters for the sketch rules.
+pub fn host_hardware() -> HardwareParams {
+    let host = crate::measure::detect_host();
+    HardwareParams {
+        num_cores: host.cores.max(1),
+        vector_lanes: host.f32_lanes().max(1) as usize,
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TunedKernel {
+    pub signature: String,
+    pub op_class: String,
+    pub inputs: Vec<Vec<i64>>,
+    pub output: Vec<i64>,
+    pub sketches: usize,
+    pub seeds: usize,
+    pub trials: usize,
+    pub failed_trials: usize,
+    /// The fastest seed as timed here, if any verified.
+    pub seed_ms: Option<f64>,
+    /// The search's best, and after Droplet.
+    pub searched_ms: Option<f64>,
+    pub best_ms: Option<f64>,
+    pub gflops: Option<f64>,
+    pub droplet_trials: usize,
+    pub stop: Option<SearchStop>,
+    pub seconds: f64,
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TuneReport {
+    pub host: String,
+    pub kernels: Vec<TunedKernel>,
+    pub trials: usize,
+    pub seconds: f64,
+    pub interrupted: bool,
+}
+
+/// What a tuning run tells its caller.
+pub trait TuneProgress {
+    fn kernel(&mut self, _index: usize, _total: usize, _label: &str) {}
+    /// Trials so far in this kernel and its best median seconds.
+    fn trials(&mut self, _trials: usize, _best_s: f64) {}
+    fn kernel_done(&mut self) {}
+}
+
+/// Stores each round's trials and forwards progress.
+struct Keeper<'a> {
+    sink: &'a mut dyn Sink,
+    key: &'a str,
+    flops: f64,
+    stored: usize,
+    error: Option<StoreError>,
+    progress: &'a mut dyn TuneProgress,
+}
+
+impl SearchObserver for Keeper<'_> {
+    fn round_done(&mut self, trials: &[SearchTrial]) {
+        let items: Vec<_> = trials
+            .iter()
+            .map(|t| {
+                self.stored += 1;
+                measurement_of(
+                    &t.evaluation,
+                    self.key.to_string(),
+                    t.steps.clone(),
+                    self.flops,
+                    None,
+                    format!("search trial {} (round {}, {})", self.stored, t.round, t.origin),
+                )
+            })
+            .collect();
+        if self.error.is_none() {
+            if let Err(e) = self.sink.keep("search", &items) {
+                self.error = Some(e);
+            }
+        }
+    }
+    fn progress(&mut self, trials: usize, best: f64) {
+        self.progress.trials(trials, best);
+    }
+    fn interrupted(&self) -> bool {
+        interrupt::requested() || self.error.is_some()
+    }
+}
+
+/// Tunes every job (see the module docs).
+pub fn tune_jobs(
+    jobs: &[RefineJob],
+    opts: &TuneOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn TuneProgress,
+) -> Result<TuneReport, StoreError> {
+    let t0 = Instant::now();
+    let host = crate::measure::detect_host();
+    let mut kernels = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        if interrupt::requested() {
+            break;
+        }
+        progress.kernel(i, jobs.len(), &job.workload.op_class);
+        let k = tune_job(job, opts, sink, progress)?;
+        progress.kernel_done();
+        kernels.push(k);
+    }
+    Ok(TuneReport {
+        host: format!("{} ({}, {} cores)", host.cpu_model, host.llvm_cpu, host.cores),
+        trials: kernels.iter().map(|k| k.trials + k.droplet_trials).sum(),
+        kernels,
+        seconds: t0.elapsed().as_secs_f64(),
+        interrupted: interrupt::requested(),
+    })
+}
+
+fn tune_job(
+    job: &RefineJob,
+    opts: &TuneOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn TuneProgress,
+) -> Result<TunedKernel, StoreError> {
+    let t0 = Instant::now();
+    let w = &job.workload;
+    let mut row = TunedKernel {
+        signature: w.signature.clone(),
+        op_class: w.op_class.clone(),
+        inputs: vec![],
+        output: vec![],
+        sketches: 0,
+        seeds: 0,
+        trials: 0,
+        failed_trials: 0,
+        seed_ms: None,
+        searched_ms: None,
+        best_ms: None,
+        gflops: None,
+        droplet_trials: 0,
+        stop: None,
+        seconds: 0.0,
+        note: None,
+    };
+    let recognized = WorkloadKey::parse(&w.key)
+        .map_err(|e| e.to_string())
+        .and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
+    let r = match recognized {
+        Ok(r) => r,
+        Err(e) => {
+            row.note = Some(format!("not recognized: {e}"));
+            return Ok(row);
+        }
+    };
+    row.inputs = r.signature.inputs.clone();
+    row.output = r.signature.output.clone();
+    let reference = match Reference::new(&r.dag, 11) {
+        Ok(x) => x,
+        Err(e) => {
+            row.note = Some(e);
+            return Ok(row);
+        }
+    };
+    let mut seeds: Vec<Vec<Step>> = Vec::new();
+    for s in &job.starts {
+        if let Ok(rec) = Record::parse(&s.raw) {
+            if !seeds.contains(&rec.steps) {
+                seeds.push(rec.steps);
+            }
+        }
+    }
+    row.seeds = seeds.len();
+    let flops = r.dag.flop_ct();
+    let eval = opts.refine.eval();
+    let interrupted = || interrupt::requested();
+    let mut measurer = KernelMeasurer {
+        dag: &r.dag,
+        reference: &reference,
+        eval,
+        interrupted: &interrupted,
+    };
+    let mut keeper = Keeper {
+        sink,
+        key: &w.key,
+        flops,
+        stored: 0,
+        error: None,
+        progress,
+    };
+    let searched = search_task(
+        &r.dag,
+        host_hardware(),
+        &seeds,
+        &mut measurer,
+        &opts.search,
+        &mut keeper,
+    );
+    if let Some(e) = keeper.error.take() {
+        return Err(e);
+    }
+    let searched = match searched {
+        Ok(s) => s,
+        Err(e) => {
+            row.note = Some(format!("no search: {e}"));
+            return Ok(row);
+        }
+    };
+    row.sketches = searched.sketches;
+    row.trials = searched.trials.len();
+    row.failed_trials = searched
+        .trials
+        .iter()
+        .filter(|t| !t.evaluation.verified())
+        .count();
+    row.stop = Some(searched.stop);
+    row.seed_ms = searched
+        .trials
+        .iter()
+        .filter(|t| t.origin == "seed")
+        .filter_map(|t| t.evaluation.median())
+        .min_by(f64::total_cmp)
+        .map(|s| s * 1e3);
+    let Some(best) = searched.best_trial() else {
+        row.note = Some("no candidate verified".into());
+        row.seconds = t0.elapsed().as_secs_f64();
+        return Ok(row);
+    };
+    row.searched_ms = best.evaluation.median().map(|s| s * 1e3);
+    row.best_ms = row.searched_ms;
+    row.gflops = best.evaluation.gflops(flops);
+    if opts.droplet_trials > 0 && !interrupt::requested() {
+        // Droplet from the search's fastest states (distinct structures first).
+        let mut ranked: Vec<&SearchTrial> = searched
+            .trials
+            .iter()
+            .filter(|t| t.evaluation.median().is_some())
+            .collect();
+        ranked.sort_by(|a, b| {
+            a.evaluation
+                .median()
+                .unwrap_or(f64::MAX)
+                .total_cmp(&b.evaluation.median().unwrap_or(f64::MAX))
+        });
+        let starts: Vec<Vec<Step>> = ranked.iter().take(10).map(|t| t.steps.clone()).collect();
+        let mut ropts = opts.refine.clone();
+        ropts.droplet.max_trials = opts.droplet_trials;
+        let mut on_progress = |trials: usize, best: f64| {
+            keeper.progress.trials(row.trials + trials, best)
+        };
+        match refine_schedules(
+            &r.dag,
+            &starts,
+            &reference,
+            &w.key,
+            None,
+            "the search's best",
+            &ropts,
+            keeper.sink,
+            &mut on_progress,
+        ) {
+            Ok(x) => {
+                row.droplet_trials = x.trials.len();
+                if let Some(m) = x.best.median() {
+                    row.best_ms = Some(m * 1e3);
+                    row.gflops = x.best.gflops(flops);
+                }
+            }
+            Err(e) => row.note = Some(format!("droplet: {e}")),
+        }
+    }
+    row.seconds = t0.elapsed().as_secs_f64();
+    Ok(row)
+}
