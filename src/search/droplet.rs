@@ -266,8 +266,8 @@ pub fn neighbours(center: &[u16], f: usize, sizes: &[usize], rng_state: &mut u64
                 continue;
             }
             let mut p = center.to_vec();
-            step(&mut p, a, rng.next() & 1 == 0);
-            step(&mut p, b, rng.next() & 1 == 0);
+            step(&mut p, a, rng.next_u64() & 1 == 0);
+            step(&mut p, b, rng.next_u64() & 1 == 0);
             out.push(p);
         }
     }

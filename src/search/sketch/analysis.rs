@@ -65,7 +65,7 @@ fn simple_access(axes: &[(String, Option<i64>)], indices: &[Expr]) -> Option<(bo
             _ => return None,
         }
     }
-    let missing = count.iter().any(|&c| c == 0);
+    let missing = count.contains(&0);
     let duplicated = count.iter().any(|&c| c > 1);
     let same_order = order.windows(2).all(|w| w[0] <= w[1]);
     Some((missing, duplicated, same_order))
