@@ -1,0 +1,153 @@
+//! The search from scratch against onnxruntime, on this machine, side by side in one run
+//! (issue: "single-op quality against onnxruntime"):
+//! * ResNet-50's 3x3 conv 64->64 at 56x56 with bias and relu, NCHW[x]c with the host's
+//!   lanes as the channel block;
+//! * a 512x512x512 matmul (ttdb: dense, A x B^T; onnxruntime: MatMul; same FLOPs).
+//!
+//! Each is searched with `TTDB_SEARCH_TRIALS` (1000) measured trials (no seeds, no
+//! database), printing the curve (best ms at 64, 128, 256, ... trials, with wall time), the
+//! trials per second, and the best against onnxruntime's median for the same op
+//! (`benches/ort_op.py`, same thread count) and the machine's peak. `cargo bench --bench search`.
+use std::path::Path;
+use std::time::{Duration, Instant};
+use ttdb::evaluate::Reference;
+use ttdb::ir::Dag;
+use ttdb::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
+use ttdb::search::droplet::KernelMeasurer;
+use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
+use ttdb::tune::refine::RefineOptions;
+use ttdb::tune::search::host_hardware;
+
+struct Curve {
+    t0: Instant,
+    points: Vec<(usize, f64, f64)>,
+}
+impl SearchObserver for Curve {
+    fn progress(&mut self, trials: usize, best: f64) {
+        self.points
+            .push((trials, self.t0.elapsed().as_secs_f64(), best * 1e3));
+    }
+}
+
+fn onnxruntime_ms(op: &str, threads: usize) -> Option<f64> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ort_op.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(op)
+        .arg(threads.to_string())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn conv(lanes: i64) -> Dag {
+    let b = 64 / lanes;
+    WorkloadSpec::new(
+        Anchor::Conv2dNchwc(Window2d::simple(1, 1)),
+        vec![
+            EpilogueOp::Add {
+                operand_first: false,
+            },
+            EpilogueOp::Relu,
+        ],
+    )
+    .build(
+        Era::V010,
+        &[
+            vec![1, b, 56, 56, lanes],
+            vec![b, b, 3, 3, lanes, lanes],
+            vec![1, b, 1, 1, lanes],
+        ],
+    )
+    .expect("conv builds")
+}
+
+fn matmul() -> Dag {
+    WorkloadSpec::new(Anchor::Dense, vec![])
+        .build(Era::V010, &[vec![512, 512], vec![512, 512]])
+        .expect("dense builds")
+}
+
+fn main() {
+    let hw = host_hardware();
+    let host = ttdb::measure::detect_host();
+    let peak = ttdb::measure::peak::measure_peak(&Default::default())
+        .map(|p| p.gflops_all)
+        .unwrap_or(f64::NAN);
+    let trials: usize = std::env::var("TTDB_SEARCH_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    println!(
+        "host: {} ({}, {} cores, {} fp32 lanes); fp32 FMA peak {peak:.0} GFLOP/s",
+        host.cpu_model, host.llvm_cpu, hw.num_cores, hw.vector_lanes
+    );
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    for (name, op, dag) in [
+        ("conv3x3 64->64 @56 +bias+relu", "conv", conv(hw.vector_lanes as i64)),
+        ("matmul 512^3", "matmul", matmul()),
+    ] {
+        if !only.is_empty() && !only.iter().any(|o| o == op) {
+            continue;
+        }
+        let ort = onnxruntime_ms(op, hw.num_cores);
+        let reference = Reference::new(&dag, 11).expect("reference");
+        let interrupted = || false;
+        let mut measurer = KernelMeasurer {
+            dag: &dag,
+            reference: &reference,
+            eval: RefineOptions {
+                samples: 3,
+                min_repeat_ms: 10,
+                ..RefineOptions::default()
+            }
+            .eval(),
+            interrupted: &interrupted,
+        };
+        let opts = SearchOptions {
+            trials,
+            max_timeout: Duration::from_secs(5),
+            ..SearchOptions::default()
+        };
+        let mut curve = Curve {
+            t0: Instant::now(),
+            points: vec![],
+        };
+        let out = search_task(&dag, hw, &[], &mut measurer, &opts, &mut curve).expect("search");
+        let flops = dag.flop_ct();
+        println!("\n== {name}: {} sketches, {} trials, stop: {}", out.sketches, out.trials.len(), out.stop.as_str());
+        println!(
+            "{:>7} {:>9} {:>9} {:>9} {:>7} {:>10}",
+            "trials", "wall s", "best ms", "GFLOP/s", "%peak", "vs onnxrt"
+        );
+        let marks = [32usize, 64, 128, 256, 512, 1000, 2000];
+        for &(n, wall, best) in &curve.points {
+            let last = curve.points.last().map(|p| p.0) == Some(n);
+            if !marks.iter().any(|&m| n >= m && n - m < opts.batch) && !last {
+                continue;
+            }
+            let g = flops / (best * 1e-3) / 1e9;
+            println!(
+                "{n:>7} {wall:>9.1} {best:>9.3} {g:>9.1} {:>7.1} {:>10}",
+                100.0 * g / peak,
+                ort.map_or("-".into(), |o| format!("{:.2}x", o / best))
+            );
+        }
+        println!(
+            "{:.1} measured trials/s ({} failed, {} invalid, {} duplicates of {} generated); onnxruntime {} ms",
+            out.trials.len() as f64 / out.seconds,
+            out.trials.iter().filter(|t| !t.evaluation.verified()).count(),
+            out.invalid,
+            out.duplicates,
+            out.generated,
+            ort.map_or("-".into(), |o| format!("{o:.3}")),
+        );
+    }
+}
