@@ -11,5 +11,6 @@ mod droplet_tests;
 pub mod interrupt;
 pub mod knobs;
 pub mod restarts;
+pub mod scheduler;
 pub mod rng;
 pub mod stats;

@@ -151,72 +151,98 @@ fn median(e: &Evaluation) -> Option<f64> {
     e.median()
 }
 
-/// Searches `dag` (see the module docs). `seeds` (transferred or imported schedules) join
-/// the first round. Errors when the DAG has no sketch.
-pub fn search_task(
-    dag: &Dag,
-    hw: HardwareParams,
-    seeds: &[Vec<Step>],
-    measurer: &mut dyn Measurer,
-    opts: &SearchOptions,
-    observer: &mut dyn SearchObserver,
-) -> Result<Searched, String> {
-    let t0 = Instant::now();
-    let sketches: Vec<Sketch> = generate_sketches(dag, &hw).map_err(|e| e.to_string())?;
-    let inits = stage_inits_from_dag(dag);
-    let mut sampler = Sampler::new(dag, hw);
-    let mut rng = Rng::new(opts.seed);
-    let lanes = hw.vector_lanes as i64;
-    let mut seen: HashSet<[u8; 32]> = HashSet::new();
-    let mut out = Searched {
-        trials: vec![],
-        best: None,
-        sketches: sketches.len(),
-        generated: 0,
-        invalid: 0,
-        duplicates: 0,
-        rounds: 0,
-        stop: SearchStop::Trials,
-        seconds: 0.0,
-    };
-    let mut empty_rounds = 0;
-    let batch = opts.batch.max(1);
-    loop {
-        if out.trials.len() >= opts.trials {
-            out.stop = SearchStop::Trials;
-            break;
-        }
-        if opts.time_budget.is_some_and(|b| t0.elapsed() >= b) {
-            out.stop = SearchStop::Time;
-            break;
-        }
-        if observer.interrupted() {
-            out.stop = SearchStop::Interrupted;
-            break;
-        }
-        let want = batch.min(opts.trials - out.trials.len());
+/// The search state of one task, advanced a round at a time (the task scheduler
+/// interleaves the rounds of a model's kernels).
+pub struct TaskSearch<'a> {
+    dag: &'a Dag,
+    sketches: Vec<Sketch>,
+    inits: Vec<crate::schedule::StageInit>,
+    sampler: Sampler<'a>,
+    rng: Rng,
+    lanes: i64,
+    seen: HashSet<[u8; 32]>,
+    seeds: Vec<Vec<Step>>,
+    opts: SearchOptions,
+    empty_rounds: usize,
+    t0: Instant,
+    pub out: Searched,
+}
+
+impl<'a> TaskSearch<'a> {
+    /// Errors when the DAG has no sketch.
+    pub fn new(
+        dag: &'a Dag,
+        hw: HardwareParams,
+        seeds: &[Vec<Step>],
+        opts: &SearchOptions,
+    ) -> Result<TaskSearch<'a>, String> {
+        let sketches: Vec<Sketch> = generate_sketches(dag, &hw).map_err(|e| e.to_string())?;
+        Ok(TaskSearch {
+            dag,
+            out: Searched {
+                trials: vec![],
+                best: None,
+                sketches: sketches.len(),
+                generated: 0,
+                invalid: 0,
+                duplicates: 0,
+                rounds: 0,
+                stop: SearchStop::Trials,
+                seconds: 0.0,
+            },
+            sketches,
+            inits: stage_inits_from_dag(dag),
+            sampler: Sampler::new(dag, hw),
+            rng: Rng::new(opts.seed),
+            lanes: hw.vector_lanes as i64,
+            seen: HashSet::new(),
+            seeds: seeds.to_vec(),
+            opts: opts.clone(),
+            empty_rounds: 0,
+            t0: Instant::now(),
+        })
+    }
+
+    /// The best median seconds so far.
+    pub fn best_seconds(&self) -> Option<f64> {
+        self.out.best_trial().and_then(|t| median(&t.evaluation))
+    }
+
+    /// No new candidate for `max_empty_rounds` rounds.
+    pub fn exhausted(&self) -> bool {
+        self.empty_rounds >= self.opts.max_empty_rounds
+    }
+
+    /// The candidates of the next round: bred from the measured states and sampled, new
+    /// by loop nest, at most `want`.
+    fn candidates(&mut self, want: usize) -> Vec<Candidate> {
+        let (dag, opts) = (self.dag, &self.opts);
         let mut pool: Vec<Candidate> = Vec::new();
-        if out.rounds == 0 {
-            pool.extend(seeds.iter().map(|s| Candidate {
+        if self.out.rounds == 0 {
+            pool.extend(self.seeds.iter().map(|s| Candidate {
                 steps: s.clone(),
                 origin: "seed".into(),
             }));
         }
+        let parents = measured_parents(&self.out.trials);
+        let n_rand = if parents.is_empty() {
+            0
+        } else {
+            ((want as f64 * opts.eps_greedy).ceil() as usize).min(want)
+        };
         // Evolution from the measured states, fittest first (roulette by throughput).
-        let parents = measured_parents(&out.trials);
         if !parents.is_empty() {
-            let greedy = want - ((want as f64 * opts.eps_greedy).ceil() as usize).min(want);
-            let mut bred = 0;
-            let mut tries = 0;
+            let greedy = want - n_rand;
+            let (mut bred, mut tries) = (0, 0);
             while bred < greedy * 2 && tries < greedy * 20 * opts.generations.max(1) {
                 tries += 1;
-                let (steps, _) = roulette(&parents, &mut rng);
+                let (steps, _) = roulette(&parents, &mut self.rng);
                 let mut child = steps.clone();
                 let mut how = Vec::new();
                 // 1..=generations mutations in a row: the pool of later generations.
-                for _ in 0..1 + rng.below(opts.generations.max(1)) {
-                    let m = pick(&mut rng);
-                    if let Some(c) = mutate(m, dag, &inits, &child, lanes, &mut rng) {
+                for _ in 0..1 + self.rng.below(opts.generations.max(1)) {
+                    let m = pick(&mut self.rng);
+                    if let Some(c) = mutate(m, dag, &self.inits, &child, self.lanes, &mut self.rng) {
                         child = c;
                         how.push(format!("{m:?}"));
                     }
@@ -231,80 +257,90 @@ pub fn search_task(
                 });
             }
         }
-        // Random samples: the eps share, or everything before anything was measured.
+        // Random samples: the eps share, or the whole population before anything was measured.
         let n_random = if parents.is_empty() {
             opts.population.max(want)
         } else {
-            ((want as f64 * opts.eps_greedy).ceil() as usize).max(1) * 4
+            n_rand.max(1) * 4
         };
         for _ in 0..n_random {
-            let sk = &sketches[rng.below(sketches.len())];
-            match sampler.sample(sk, &mut rng) {
+            let sk = &self.sketches[self.rng.below(self.sketches.len())];
+            match self.sampler.sample(sk, &mut self.rng) {
                 Ok(st) => pool.push(Candidate {
                     steps: st.transform_steps().to_vec(),
                     origin: "sample".into(),
                 }),
-                Err(_) => out.invalid += 1,
+                Err(_) => self.out.invalid += 1,
             }
         }
-        out.generated += pool.len();
+        self.out.generated += pool.len();
         // Lower in parallel to key; keep the first of each loop nest not seen before.
+        let inits = &self.inits;
         let keys: Vec<Option<[u8; 32]>> = pool
             .par_iter()
             .map(|c| {
-                sampler_replays(&inits, &c.steps)
+                sampler_replays(inits, &c.steps)
                     .then(|| loop_nest_key(dag, &c.steps))
                     .flatten()
             })
             .collect();
-        let mut picked: Vec<Candidate> = Vec::new();
-        let mut random_tail: Vec<Candidate> = Vec::new();
+        let mut bred: Vec<(Candidate, [u8; 32])> = Vec::new();
+        let mut random: Vec<(Candidate, [u8; 32])> = Vec::new();
+        let mut in_pool = HashSet::new();
         for (c, k) in pool.into_iter().zip(keys) {
             let Some(k) = k else {
-                out.invalid += 1;
+                self.out.invalid += 1;
                 continue;
             };
-            if !seen.insert(k) {
-                out.duplicates += 1;
+            if self.seen.contains(&k) || !in_pool.insert(k) {
+                self.out.duplicates += 1;
                 continue;
             }
             if c.origin == "sample" && !parents.is_empty() {
-                random_tail.push(c);
+                random.push((c, k));
             } else {
-                picked.push(c);
+                bred.push((c, k));
             }
         }
         // eps-greedy: the bred (and seed) candidates first, then random ones.
-        let n_rand = if parents.is_empty() {
-            0
-        } else {
-            ((want as f64 * opts.eps_greedy).ceil() as usize).min(want)
-        };
-        let mut chosen: Vec<Candidate> = picked.drain(..picked.len().min(want - n_rand.min(want))).collect();
-        chosen.extend(random_tail.drain(..random_tail.len().min(want - chosen.len())));
+        let mut chosen: Vec<(Candidate, [u8; 32])> =
+            bred.drain(..bred.len().min(want - n_rand)).collect();
+        chosen.extend(random.drain(..random.len().min(want - chosen.len())));
         if chosen.len() < want {
-            chosen.extend(picked.drain(..picked.len().min(want - chosen.len())));
+            chosen.extend(bred.drain(..bred.len().min(want - chosen.len())));
         }
-        // Unpicked keys may come back next round.
-        for c in picked.iter().chain(&random_tail) {
-            if let Some(k) = loop_nest_key(dag, &c.steps) {
-                seen.remove(&k);
-            }
-        }
+        chosen
+            .into_iter()
+            .map(|(c, k)| {
+                self.seen.insert(k);
+                c
+            })
+            .collect()
+    }
+
+    /// One round: at most `want` new candidates, measured; their trials go to `observer`.
+    /// Returns how many were measured (0: nothing new, or interrupted).
+    pub fn round(
+        &mut self,
+        want: usize,
+        measurer: &mut dyn Measurer,
+        observer: &mut dyn SearchObserver,
+    ) -> usize {
+        let chosen = self.candidates(want.max(1));
         if chosen.is_empty() {
-            empty_rounds += 1;
-            if empty_rounds >= opts.max_empty_rounds {
-                out.stop = SearchStop::Exhausted;
-                break;
-            }
-            continue;
+            self.empty_rounds += 1;
+            return 0;
         }
-        empty_rounds = 0;
-        let best_s = out.best_trial().and_then(|t| median(&t.evaluation));
-        let timeout = Duration::from_secs_f64(best_s.map_or(opts.max_timeout.as_secs_f64(), |b| (b * 50.0).max(1.0)))
-            .min(opts.max_timeout);
+        self.empty_rounds = 0;
+        let max = self.opts.max_timeout;
+        let timeout = Duration::from_secs_f64(
+            self.best_seconds()
+                .map_or(max.as_secs_f64(), |b| (b * 50.0).max(1.0)),
+        )
+        .min(max);
         let schedules: Vec<Vec<Step>> = chosen.iter().map(|c| c.steps.clone()).collect();
         let evals = measurer.measure(&schedules, timeout);
+        let out = &mut self.out;
         let first = out.trials.len();
         for (c, e) in chosen.into_iter().zip(evals) {
             let Some(evaluation) = e else { continue };
@@ -316,28 +352,54 @@ pub fn search_task(
             });
             let i = out.trials.len() - 1;
             if let Some(m) = median(&out.trials[i].evaluation) {
-                let better = out
-                    .best_trial()
-                    .and_then(|b| median(&b.evaluation))
-                    .is_none_or(|b| m < b);
-                if better {
+                let best = out.best_trial().and_then(|b| median(&b.evaluation));
+                if best.is_none_or(|b| m < b) {
                     out.best = Some(i);
                 }
             }
         }
         out.rounds += 1;
+        out.seconds = self.t0.elapsed().as_secs_f64();
         observer.round_done(&out.trials[first..]);
-        let best = out
-            .best_trial()
-            .and_then(|t| median(&t.evaluation))
-            .unwrap_or(f64::NAN);
-        observer.progress(out.trials.len(), best);
-        if out.trials.len() == first {
-            // Interrupted inside the batch: nothing of it was kept.
-            out.stop = SearchStop::Interrupted;
-            break;
-        }
+        let n = out.trials.len();
+        observer.progress(n, self.best_seconds().unwrap_or(f64::NAN));
+        n - first
     }
+}
+
+/// Searches `dag` alone, round after round (see the module docs). `seeds` (transferred or
+/// imported schedules) join the first round. Errors when the DAG has no sketch.
+pub fn search_task(
+    dag: &Dag,
+    hw: HardwareParams,
+    seeds: &[Vec<Step>],
+    measurer: &mut dyn Measurer,
+    opts: &SearchOptions,
+    observer: &mut dyn SearchObserver,
+) -> Result<Searched, String> {
+    let t0 = Instant::now();
+    let mut task = TaskSearch::new(dag, hw, seeds, opts)?;
+    let stop = loop {
+        let done = task.out.trials.len();
+        if done >= opts.trials {
+            break SearchStop::Trials;
+        }
+        if opts.time_budget.is_some_and(|b| t0.elapsed() >= b) {
+            break SearchStop::Time;
+        }
+        if observer.interrupted() {
+            break SearchStop::Interrupted;
+        }
+        if task.exhausted() {
+            break SearchStop::Exhausted;
+        }
+        let want = opts.batch.max(1).min(opts.trials - done);
+        if task.round(want, measurer, observer) == 0 && observer.interrupted() {
+            break SearchStop::Interrupted;
+        }
+    };
+    let mut out = task.out;
+    out.stop = stop;
     out.seconds = t0.elapsed().as_secs_f64();
     Ok(out)
 }
