@@ -10,6 +10,7 @@ mod kernels;
 mod match_cmd;
 mod refine;
 mod tune;
+mod tune_model;
 mod stats;
 mod table;
 mod verify;

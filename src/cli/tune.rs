@@ -13,10 +13,16 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct TuneArgs {
-    /// An ONNX model: not supported yet (the task scheduler over a model's kernels is not
-    /// implemented); the command says so.
+    /// An ONNX model: tune every tunable kernel, the task scheduler sharing `--trials`
+    /// among them (seeded with the schedules `apply` would transfer).
     #[arg(value_name = "MODEL.onnx")]
     pub model: Option<PathBuf>,
+    /// Layout of the model's kernels (nchwc, nhwc, auto).
+    #[arg(long, default_value = "auto")]
+    pub layout: String,
+    /// With MODEL: write the tuning curve (trial, wall time, kernel, its best ms, model ms).
+    #[arg(long, value_name = "out.csv")]
+    pub curve: Option<PathBuf>,
     /// Only workloads whose signature starts with this hex prefix.
     #[arg(long)]
     pub workload: Option<String>,
@@ -29,16 +35,17 @@ pub struct TuneArgs {
     /// At most this many workloads.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Measured search trials per kernel.
-    #[arg(long, default_value_t = 200)]
-    pub trials: usize,
+    /// Measured search trials: per workload with --workload/--class/--all (default 200),
+    /// for the whole model with MODEL (default 64 per kernel).
+    #[arg(long)]
+    pub trials: Option<usize>,
     /// Candidates measured per round.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
     /// Random states sampled in the first round.
     #[arg(long, default_value_t = 128)]
     pub population: usize,
-    /// Wall-clock budget per kernel, in seconds.
+    /// Wall-clock budget in seconds: per workload, or for the whole model.
     #[arg(long)]
     pub time_budget: Option<f64>,
     /// Droplet trials after the search (0: none).
@@ -61,9 +68,9 @@ pub struct TuneArgs {
 }
 
 impl TuneArgs {
-    fn options(&self) -> TuneOptions {
+    pub(super) fn options(&self) -> TuneOptions {
         let mut o = TuneOptions::default();
-        o.search.trials = self.trials;
+        o.search.trials = self.trials.unwrap_or(200);
         o.search.batch = self.batch.max(1);
         o.search.population = self.population.max(1);
         o.search.seed = self.seed;
@@ -165,26 +172,18 @@ impl TuneProgress for Bar {
 }
 
 pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
-    if let Some(m) = &args.model {
+    if args.trials == Some(0) {
         return Err(CliError {
-            message: format!(
-                "tune {}: tuning a whole model is not implemented in this version (no task \
-                 scheduler yet); tune its workloads with `ttdb apply {0}` then `ttdb tune \
-                 --workload SIG`",
-                m.display()
-            ),
+            message: "--trials must be at least 1".into(),
             code: 2,
         });
+    }
+    if let Some(m) = &args.model {
+        return super::tune_model::run(store, m, args);
     }
     if !(args.all || args.workload.is_some() || args.class.is_some()) {
         return Err(CliError {
             message: "say which workloads: --workload SIG, --class C or --all".into(),
-            code: 2,
-        });
-    }
-    if args.trials == 0 {
-        return Err(CliError {
-            message: "--trials must be at least 1".into(),
             code: 2,
         });
     }

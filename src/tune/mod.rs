@@ -6,11 +6,13 @@
 //!   every kernel, keep the fastest verified one);
 //! * [`refine`]: Droplet search on this machine for stored workloads (and, through
 //!   [`refine::refine_schedules`], for the schedules `apply --droplet` chose);
+//! * [`model`]: `ttdb tune MODEL.onnx`, the task scheduler over a model's kernels;
 //! * [`search`]: `ttdb tune`, Ansor-style search seeded with the stored records, then
 //!   optionally Droplet;
 //! * [`verify`]: re-measuring the best imported records on this machine;
 //! * [`record`]: what the database keeps of an evaluation.
 pub mod apply;
+pub mod model;
 pub mod record;
 pub mod refine;
 pub mod search;

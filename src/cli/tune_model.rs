@@ -1,0 +1,168 @@
+//! `ttdb tune MODEL.onnx`: the model mode of `tune` (`crate::tune::model`). Parses, calls
+//! the library, renders the per-kernel table, the kernel sum and the curve file.
+use super::kernels::ModelArgs;
+use super::match_cmd::match_layouts;
+use super::table::{fmt_opt, io_shapes, Table};
+use super::tune::TuneArgs;
+use super::{CliError, CliResult};
+use crate::matcher::MatchOptions;
+use crate::store::Store;
+use crate::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
+use crate::tune::record::{Discard, Sink, StoreSink};
+use std::io::IsTerminal;
+use std::io::Write;
+use std::path::Path;
+
+pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
+    let mut t = Table::new(&[
+        "kernel",
+        "class",
+        "shapes",
+        ">x",
+        ">seeds",
+        ">rounds",
+        ">trials",
+        ">failed",
+        ">best ms",
+        ">GFLOP/s",
+        ">% peak",
+        "note",
+    ]);
+    for k in &r.kernels {
+        t.row(vec![
+            k.name.clone(),
+            k.class.clone(),
+            io_shapes(&k.inputs, &k.output),
+            k.multiplicity.to_string(),
+            k.seeds.to_string(),
+            k.rounds.to_string(),
+            (k.trials + k.droplet_trials).to_string(),
+            k.failed_trials.to_string(),
+            fmt_opt(k.best_ms, 3),
+            fmt_opt(k.gflops, 1),
+            fmt_opt(k.gflops.zip(peak_gflops).map(|(g, p)| 100.0 * g / p), 1),
+            k.note.clone().unwrap_or_default(),
+        ]);
+    }
+    let mut out = t.render();
+    out.push_str(&format!(
+        "\n{} on {}: kernel sum {:.3} ms over {} kernel(s){}; {} trials in {:.1} s (stopped: {:?})\n",
+        r.model,
+        r.host,
+        r.kernel_sum_ms,
+        r.kernels.len() - r.kernels_without_schedule,
+        if r.kernels_without_schedule > 0 {
+            format!(", {} without a verified schedule (not in the sum)", r.kernels_without_schedule)
+        } else {
+            String::new()
+        },
+        r.trials,
+        r.seconds,
+        r.stop
+    ));
+    if r.interrupted {
+        out.push_str("interrupted: every trial measured so far is stored\n");
+    }
+    out
+}
+
+fn write_curve(path: &Path, r: &ModelTuneReport) -> std::io::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(f, "trial,wall_s,kernel,kernel_name,kernel_best_ms,model_ms")?;
+    for p in &r.curve {
+        let name = r
+            .kernels
+            .iter()
+            .filter(|k| k.sketches > 0)
+            .nth(p.kernel)
+            .map_or("", |k| k.name.as_str());
+        writeln!(
+            f,
+            "{},{:.3},{},{},{:.6},{:.6}",
+            p.trial, p.wall_s, p.kernel, name, p.kernel_best_ms, p.model_ms
+        )?;
+    }
+    f.flush()
+}
+
+struct Bar(Option<indicatif::ProgressBar>);
+impl ModelTuneProgress for Bar {
+    fn round(&mut self, trials: usize, model_ms: f64) {
+        if let Some(b) = &self.0 {
+            b.set_position(trials as u64);
+            b.set_message(if model_ms.is_finite() {
+                format!("kernel sum {model_ms:.3} ms")
+            } else {
+                "warming up every kernel".into()
+            });
+        }
+    }
+}
+
+pub fn run(store: &mut Store, model: &Path, args: &TuneArgs) -> CliResult {
+    let margs = ModelArgs::for_model(model.to_path_buf(), &args.layout);
+    let m = match_layouts(store, &margs, MatchOptions::default())?;
+    if m.matches.is_empty() {
+        return Err(CliError {
+            message: format!("{}: no tunable kernel", model.display()),
+            code: 1,
+        });
+    }
+    let base = args.options();
+    let opts = ModelTuneOptions {
+        trials: args.trials.unwrap_or(64 * m.matches.len()),
+        time_budget: base.search.time_budget,
+        search: base.search,
+        refine: base.refine,
+        droplet_trials: args.droplet,
+        seeds: args.seeds.max(1),
+    };
+    crate::search::interrupt::install();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(opts.trials as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut progress = Bar(bar);
+    let mut discard = Discard;
+    let mut keep;
+    let sink: &mut dyn Sink = if args.dry_run {
+        &mut discard
+    } else {
+        keep = StoreSink {
+            store,
+            host: crate::measure::detect_host(),
+        };
+        &mut keep
+    };
+    let report = tune_model(&m, &opts, sink, &mut progress)?;
+    if let Some(b) = progress.0.take() {
+        b.finish_and_clear();
+    }
+    if let Some(path) = &args.curve {
+        write_curve(path, &report).map_err(|e| CliError {
+            message: format!("{}: {e}", path.display()),
+            code: 1,
+        })?;
+    }
+    let peak = crate::measure::peak::measure_peak(&Default::default())
+        .ok()
+        .map(|p| p.gflops_all);
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", render_model_tune(&report, peak));
+    }
+    if report.interrupted {
+        return Err(CliError {
+            message: "interrupted".into(),
+            code: 130,
+        });
+    }
+    Ok(())
+}
