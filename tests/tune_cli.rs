@@ -1,9 +1,11 @@
 //! `ttdb tune` end to end on a stored workload: every trial is stored as a record of this
 //! host (provenance "search") that `export` writes and a fresh database re-imports
 //! losslessly; a second run starts from the stored trials (they seed it); a whole model is
-//! refused with a clear message until the task scheduler exists.
+//! tuned under one trial budget; `apply --tune` searches the kernels nothing was transferred
+//! to; Ctrl-C stops cleanly with every trial stored.
 mod common;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 use ttdb::store::Store;
 
 fn ttdb(db: &std::path::Path, args: &[&str]) -> (i32, String, String) {
@@ -110,10 +112,116 @@ fn tune_needs_a_selection_and_says_what_is_missing() {
     let (code, _, err) = ttdb(&db, &["tune"]);
     assert_eq!(code, 2);
     assert!(err.contains("--workload SIG, --class C or --all"), "{err}");
-    let (code, _, err) = ttdb(&db, &["tune", "model.onnx"]);
+    let (code, _, err) = ttdb(&db, &["tune", "--all", "--trials", "0"]);
     assert_eq!(code, 2);
-    assert!(err.contains("not implemented in this version"), "{err}");
+    assert!(err.contains("--trials must be at least 1"), "{err}");
     let (code, _, err) = ttdb(&db, &["tune", "--all"]);
     assert_eq!(code, 1);
     assert!(err.contains("no workload with a valid CPU record"), "{err}");
+}
+
+fn fixture_model() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/tiny_resnet.onnx")
+}
+
+/// An empty database: nothing to transfer, so every kernel is searched from scratch.
+#[test]
+fn tune_a_model_searches_every_kernel_within_one_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let curve = dir.path().join("curve.csv");
+    let (code, out, err) = ttdb(
+        &db,
+        &[
+            "tune",
+            fixture_model().to_str().unwrap(),
+            "--trials",
+            "48",
+            "--population",
+            "24",
+            "--curve",
+            curve.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kernels = v["kernels"].as_array().unwrap();
+    assert!(kernels.len() >= 2, "{v}");
+    for k in kernels {
+        assert!(k["best_ms"].as_f64().is_some(), "{k}");
+        assert!(k["rounds"].as_u64().unwrap() >= 1, "{k}");
+    }
+    let trials = v["trials"].as_u64().unwrap();
+    assert!((48..48 + 16).contains(&trials), "{trials}");
+    assert_eq!(search_measurements(&db) as u64, trials);
+    let sum: f64 = kernels
+        .iter()
+        .map(|k| k["best_ms"].as_f64().unwrap() * k["multiplicity"].as_f64().unwrap())
+        .sum();
+    assert!((v["kernel_sum_ms"].as_f64().unwrap() - sum).abs() < 1e-9);
+    let csv = std::fs::read_to_string(&curve).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], "trial,wall_s,kernel,kernel_name,kernel_best_ms,model_ms");
+    assert!(rows.len() > kernels.len(), "{csv}");
+    // The last point's model time is the report's kernel sum.
+    let last: Vec<&str> = rows.last().unwrap().split(',').collect();
+    let model_ms: f64 = last[5].parse().unwrap();
+    assert!((model_ms - sum).abs() < 1e-3, "{model_ms} vs {sum}");
+}
+
+#[test]
+fn apply_tune_searches_kernels_without_a_candidate() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let (code, out, err) = ttdb(
+        &db,
+        &["apply", fixture_model().to_str().unwrap(), "--tune", "24", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut searched_chosen = 0;
+    for k in v["kernels"].as_array().unwrap() {
+        // Every kernel is searched; the searched schedule is kept only when it beats the
+        // default (a tiny dense can stay faster without parallel threads).
+        assert!(k["search"]["trials"].as_u64().unwrap() > 0, "{k}");
+        let (tuned, untuned) = (k["tuned_ms"].as_f64().unwrap(), k["untuned_ms"].as_f64().unwrap());
+        assert!(tuned <= untuned, "{k}");
+        let chose_search = k["chosen"].as_str().unwrap().starts_with("search");
+        assert_eq!(chose_search, tuned < untuned, "{k}");
+        searched_chosen += chose_search as usize;
+    }
+    assert!(searched_chosen >= 1, "{v}");
+    assert!(v["tuned_total_ms"].as_f64().unwrap() < v["untuned_total_ms"].as_f64().unwrap());
+}
+
+#[test]
+fn ctrl_c_stops_a_tune_cleanly_and_keeps_every_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let child = Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .arg("--db")
+        .arg(&db)
+        .args(["tune", fixture_model().to_str().unwrap(), "--trials", "5000", "--batch", "8", "--population", "16", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while Store::open(&db).is_err() || search_measurements(&db) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(240), "no trial stored after 240 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["interrupted"], true);
+    assert_eq!(search_measurements(&db) as u64, v["trials"].as_u64().unwrap());
+    assert_eq!(Store::open(&db).unwrap().integrity_check().unwrap(), "ok");
 }

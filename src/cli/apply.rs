@@ -29,6 +29,10 @@ pub struct ApplyArgs {
     /// trials (TT + Droplet; 0: no refinement).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub droplet: usize,
+    /// Search the kernels no transferred schedule sped up (no candidate, or none faster than
+    /// the default) with N trials each (0: no search).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub tune: usize,
     /// Do not store the measured choices in the database.
     #[arg(long)]
     pub dry_run: bool,
@@ -182,6 +186,12 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         r.droplet.max_trials = args.droplet;
         r.droplet.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.droplet = Some(r);
+    }
+    if args.tune > 0 {
+        let mut t = crate::tune::search::TuneOptions::default();
+        t.search.trials = args.tune;
+        t.search.max_timeout = Duration::from_secs_f64(args.timeout);
+        opts.tune = Some(t);
     }
     crate::search::interrupt::install();
     let report = with_kernel_bar(m.matches.len(), |progress| {

@@ -222,6 +222,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
                 budget_seconds: 1e9,
                 timeout: args.timeout,
                 droplet: args.trials_per_kernel.max(1),
+                tune: 0,
                 dry_run: args.dry_run,
                 json: args.json,
             },

@@ -32,6 +32,8 @@ pub struct ApplyOptions {
     pub default_eval: EvalOptions,
     /// Refine each kernel's chosen transferred schedule with Droplet search (None: no).
     pub droplet: Option<RefineOptions>,
+    /// Search the kernels no transferred schedule sped up (None: no; `apply --tune N`).
+    pub tune: Option<super::search::TuneOptions>,
 }
 
 impl Default for ApplyOptions {
@@ -51,6 +53,7 @@ impl Default for ApplyOptions {
             eval,
             default_eval,
             droplet: None,
+            tune: None,
         }
     }
 }
@@ -89,6 +92,8 @@ pub struct KernelResult {
     /// The chosen schedule's median before Droplet refined it (with `droplet`).
     pub transferred_ms: Option<f64>,
     pub droplet: Option<DropletSummary>,
+    /// `apply --tune`: the search of a kernel no transferred schedule sped up.
+    pub search: Option<super::search::SearchSummary>,
 }
 
 /// What Droplet did to one kernel's chosen schedule.
@@ -294,6 +299,7 @@ fn apply_kernel(
         note: None,
         transferred_ms: None,
         droplet: None,
+        search: None,
     };
     let Some(spec) = &k.spec else {
         r.note = Some("no workload spec".into());
@@ -410,10 +416,15 @@ fn apply_kernel(
         _ => {
             r.tuned_ms = r.untuned_ms;
             r.gflops = default.gflops(default_dag.flop_ct());
-            if opts.droplet.is_some() {
+            if opts.droplet.is_some() && opts.tune.is_none() {
                 r.droplet = Some(DropletSummary::skipped(
                     "no transferred schedule beat the default (the naive default has no knobs)",
                 ));
+            }
+            if let (Some(topts), false) = (&opts.tune, stop || interrupt::requested()) {
+                if let Ok(reference) = references.get(&default_dag) {
+                    search_default(&mut r, &default_dag, reference, topts, sink, progress)?;
+                }
             }
         }
     }
@@ -421,6 +432,37 @@ fn apply_kernel(
         r.speedup = Some(u / t);
     }
     Ok(r)
+}
+
+/// `apply --tune`: no transferred schedule beat the default, so search the kernel; the
+/// searched schedule is chosen if it beats the default.
+fn search_default(
+    r: &mut KernelResult,
+    dag: &Dag,
+    reference: &Reference,
+    opts: &super::search::TuneOptions,
+    sink: &mut dyn Sink,
+    progress: &dyn ApplyProgress,
+) -> Result<(), StoreError> {
+    let (summary, best) = super::search::search_kernel(
+        dag,
+        reference,
+        &workload_key_of(dag),
+        &[],
+        opts,
+        sink,
+        &mut |trials, best| progress.droplet(trials, best),
+    )?;
+    if let (Some(b), Some(ms)) = (best, summary.best_ms) {
+        if r.untuned_ms.is_none_or(|u| ms < u) {
+            r.tuned_ms = Some(ms);
+            r.chosen = format!("search ({} trials)", summary.trials);
+            r.verified = true;
+            r.gflops = b.evaluation.gflops(dag.flop_ct());
+        }
+    }
+    r.search = Some(summary);
+    Ok(())
 }
 
 impl DropletSummary {

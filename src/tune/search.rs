@@ -128,6 +128,82 @@ impl SearchObserver for Keeper<'_> {
     }
 }
 
+/// What `apply --tune` did for one kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct SearchSummary {
+    pub trials: usize,
+    pub failed_trials: usize,
+    pub best_ms: Option<f64>,
+    pub seconds: f64,
+    pub note: Option<String>,
+}
+
+struct Forward<'f>(&'f mut dyn FnMut(usize, f64));
+impl TuneProgress for Forward<'_> {
+    fn trials(&mut self, trials: usize, best_s: f64) {
+        (self.0)(trials, best_s)
+    }
+}
+
+/// Searches one kernel (`apply --tune`): `opts.search.trials` trials seeded with `seeds`,
+/// every trial stored under `key`. Returns the summary and the fastest verified trial.
+pub fn search_kernel(
+    dag: &crate::ir::Dag,
+    reference: &Reference,
+    key: &str,
+    seeds: &[Vec<Step>],
+    opts: &TuneOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<(SearchSummary, Option<SearchTrial>), StoreError> {
+    let t0 = Instant::now();
+    let interrupted = || interrupt::requested();
+    let mut measurer = KernelMeasurer {
+        dag,
+        reference,
+        eval: opts.refine.eval(),
+        interrupted: &interrupted,
+    };
+    let mut forward = Forward(progress);
+    let mut keeper = Keeper {
+        sink,
+        key,
+        flops: dag.flop_ct(),
+        stored: 0,
+        error: None,
+        progress: &mut forward,
+    };
+    let searched = search_task(dag, host_hardware(), seeds, &mut measurer, &opts.search, &mut keeper);
+    if let Some(e) = keeper.error.take() {
+        return Err(e);
+    }
+    Ok(match searched {
+        Ok(s) => {
+            let best = s.best_trial().cloned();
+            (
+                SearchSummary {
+                    trials: s.trials.len(),
+                    failed_trials: s.trials.iter().filter(|t| !t.evaluation.verified()).count(),
+                    best_ms: best.as_ref().and_then(|b| b.evaluation.median()).map(|m| m * 1e3),
+                    seconds: t0.elapsed().as_secs_f64(),
+                    note: best.is_none().then(|| "no candidate verified".into()),
+                },
+                best,
+            )
+        }
+        Err(e) => (
+            SearchSummary {
+                trials: 0,
+                failed_trials: 0,
+                best_ms: None,
+                seconds: t0.elapsed().as_secs_f64(),
+                note: Some(format!("no search: {e}")),
+            },
+            None,
+        ),
+    })
+}
+
 /// Tunes every job (see the module docs).
 pub fn tune_jobs(
     jobs: &[RefineJob],
