@@ -227,17 +227,13 @@ fn states_of(dag: &Dag, seed: u64) -> (Vec<Vec<Step>>, usize, usize) {
 #[test]
 fn every_sampled_and_mutated_state_lowers_and_verifies() {
     let classes = classes();
-    let results: Vec<(String, usize, usize, Vec<String>)> = classes
+    #[allow(clippy::type_complexity)]
+    let results: Vec<(String, usize, usize, Vec<String>, Vec<Vec<Step>>)> = classes
         .par_iter()
         .enumerate()
         .map(|(ci, (name, dag))| {
             let (states, invalid, n_sketches) = states_of(dag, 17 + ci as u64);
             let mut failures = Vec::new();
-            let opts = EvalOptions {
-                verify_only: true,
-                ..EvalOptions::default()
-            };
-            let reference = Reference::new(dag, 3).expect("reference");
             for (i, steps) in states.iter().enumerate() {
                 let shown = || steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" ");
                 let kernel = match lower_steps(dag, steps, &LowerOptions::default()) {
@@ -252,29 +248,44 @@ fn every_sampled_and_mutated_state_lowers_and_verifies() {
                     Ok(c) => failures.push(format!("{name}: wrong result (rel {})\n  {}", c.rel_err, shown())),
                     Err(e) => failures.push(format!("{name}: interpreter: {e}\n  {}", shown())),
                 }
-                if i % COMPILE_EVERY == 0 {
-                    let e = evaluate_steps(dag, steps, &reference, &opts);
-                    if !e.verified() {
-                        failures.push(format!("{name}: native run: {:?}\n  {}", e.failure, shown()));
-                    }
-                }
             }
             println!(
                 "{name}: {n_sketches} sketches, {} states checked, {invalid} of {SAMPLES} samples invalid",
                 states.len()
             );
-            (name.to_string(), states.len(), invalid, failures)
+            (name.to_string(), states.len(), invalid, failures, states)
         })
         .collect();
+    // Native runs one at a time, after the parallel phase: kernels use every core, and a
+    // loaded machine must not turn a correctness check into a timeout.
+    let mut opts = EvalOptions {
+        verify_only: true,
+        ..EvalOptions::default()
+    };
+    opts.measure.timeout = Some(std::time::Duration::from_secs(60));
+    let mut native_failures = Vec::new();
+    let mut native = 0;
+    for ((name, dag), r) in classes.iter().zip(&results) {
+        let reference = Reference::new(dag, 3).expect("reference");
+        for steps in r.4.iter().step_by(COMPILE_EVERY) {
+            native += 1;
+            let e = evaluate_steps(dag, steps, &reference, &opts);
+            if !e.verified() {
+                let shown = steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" ");
+                native_failures.push(format!("{name}: native run: {:?}\n  {shown}", e.failure));
+            }
+        }
+    }
+    println!("{native} states compiled and verified natively");
     let total: usize = results.iter().map(|r| r.1).sum();
-    let failures: Vec<&String> = results.iter().flat_map(|r| &r.3).collect();
+    let failures: Vec<&String> = results.iter().flat_map(|r| &r.3).chain(&native_failures).collect();
     assert!(
         failures.is_empty(),
         "{} of {total} states failed:\n{}",
         failures.len(),
         failures.iter().take(12).map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
     );
-    for (name, n, invalid, _) in &results {
+    for (name, n, invalid, _, _) in &results {
         assert!(*n >= SAMPLES / 2, "{name}: only {n} states ({invalid} invalid samples)");
     }
     assert!(total >= 1000, "only {total} states checked");
