@@ -234,7 +234,7 @@ fn every_sampled_and_mutated_state_lowers_and_verifies() {
         .map(|(ci, (name, dag))| {
             let (states, invalid, n_sketches) = states_of(dag, 17 + ci as u64);
             let mut failures = Vec::new();
-            for (i, steps) in states.iter().enumerate() {
+            for steps in &states {
                 let shown = || steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" ");
                 let kernel = match lower_steps(dag, steps, &LowerOptions::default()) {
                     Ok(k) => k,

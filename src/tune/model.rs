@@ -5,9 +5,9 @@
 //! kernel's first round. Every trial is stored as it is measured (provenance "search"), and
 //! the curve of the best kernel times and the model's kernel sum is kept for `--curve`.
 use super::apply::workload_key_of;
-use super::record::{measurement_of, Sink};
+use super::record::Sink;
 use super::refine::{refine_schedules, RefineOptions};
-use super::search::host_hardware;
+use super::search::{host_hardware, store_trials};
 use crate::ansor::Step;
 use crate::evaluate::Reference;
 use crate::ir::{dag_hash, Dag};
@@ -98,25 +98,7 @@ struct Store<'s> {
 
 impl SearchObserver for Store<'_> {
     fn round_done(&mut self, trials: &[SearchTrial]) {
-        let items: Vec<_> = trials
-            .iter()
-            .map(|t| {
-                self.stored += 1;
-                measurement_of(
-                    &t.evaluation,
-                    self.key.clone(),
-                    t.steps.clone(),
-                    self.flops,
-                    None,
-                    format!("search trial {} (round {}, {})", self.stored, t.round, t.origin),
-                )
-            })
-            .collect();
-        if self.error.is_none() {
-            if let Err(e) = self.sink.keep("search", &items) {
-                self.error = Some(e);
-            }
-        }
+        store_trials(self.sink, &self.key, self.flops, &mut self.stored, &mut self.error, trials);
     }
 }
 

@@ -98,27 +98,40 @@ struct Keeper<'a> {
     progress: &'a mut dyn TuneProgress,
 }
 
+/// Stores a round's trials as search records of workload `key` (counting them for the
+/// provenance); the first storage error is kept and stops the search.
+pub(super) fn store_trials(
+    sink: &mut dyn Sink,
+    key: &str,
+    flops: f64,
+    stored: &mut usize,
+    error: &mut Option<StoreError>,
+    trials: &[SearchTrial],
+) {
+    let items: Vec<_> = trials
+        .iter()
+        .map(|t| {
+            *stored += 1;
+            measurement_of(
+                &t.evaluation,
+                key.to_string(),
+                t.steps.clone(),
+                flops,
+                None,
+                format!("search trial {} (round {}, {})", *stored, t.round, t.origin),
+            )
+        })
+        .collect();
+    if error.is_none() {
+        if let Err(e) = sink.keep("search", &items) {
+            *error = Some(e);
+        }
+    }
+}
+
 impl SearchObserver for Keeper<'_> {
     fn round_done(&mut self, trials: &[SearchTrial]) {
-        let items: Vec<_> = trials
-            .iter()
-            .map(|t| {
-                self.stored += 1;
-                measurement_of(
-                    &t.evaluation,
-                    self.key.to_string(),
-                    t.steps.clone(),
-                    self.flops,
-                    None,
-                    format!("search trial {} (round {}, {})", self.stored, t.round, t.origin),
-                )
-            })
-            .collect();
-        if self.error.is_none() {
-            if let Err(e) = self.sink.keep("search", &items) {
-                self.error = Some(e);
-            }
-        }
+        store_trials(self.sink, self.key, self.flops, &mut self.stored, &mut self.error, trials);
     }
     fn progress(&mut self, trials: usize, best: f64) {
         self.progress.trials(trials, best);
