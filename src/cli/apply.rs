@@ -65,6 +65,7 @@ pub fn render_apply(r: &ApplyReport) -> String {
             k.tier.as_str().into(),
             match k.chosen_tier {
                 Some(tier) => format!("{} {}", tier.as_str(), k.chosen),
+                None if k.chosen.starts_with("search") => k.chosen.clone(),
                 None => "default".into(),
             },
             fmt_opt(k.untuned_ms, 3),
@@ -155,12 +156,21 @@ pub fn render_apply(r: &ApplyReport) -> String {
     let none = r
         .kernels
         .iter()
-        .filter(|k| k.tier == crate::matcher::Tier::None)
+        .filter(|k| k.tier == crate::matcher::Tier::None && k.search.is_none())
         .count();
     if none > 0 {
         out.push_str(&format!(
-            "{none} kernel(s) had no candidate in the database and keep the untuned default: the search fallback \
-             (sketches, evolutionary search, Droplet refinement) is not implemented in this version\n"
+            "{none} kernel(s) had no candidate in the database and keep the untuned default: \
+             search them with `ttdb apply MODEL --tune N`\n"
+        ));
+    }
+    let searched: Vec<_> = r.kernels.iter().filter_map(|k| k.search.as_ref()).collect();
+    if !searched.is_empty() {
+        out.push_str(&format!(
+            "searched {} kernel(s) nothing transferred sped up: {} trials in {:.1} s\n",
+            searched.len(),
+            searched.iter().map(|s| s.trials).sum::<usize>(),
+            searched.iter().map(|s| s.seconds).sum::<f64>()
         ));
     }
     if !failed.is_empty() {
