@@ -68,7 +68,7 @@ pub struct TuneArgs {
 }
 
 impl TuneArgs {
-    pub(super) fn options(&self) -> TuneOptions {
+    fn options(&self) -> TuneOptions {
         let mut o = TuneOptions::default();
         o.search.trials = self.trials.unwrap_or(200);
         o.search.batch = self.batch.max(1);
@@ -179,7 +179,20 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
         });
     }
     if let Some(m) = &args.model {
-        return super::tune_model::run(store, m, args);
+        return super::tune_model::run(
+            store,
+            &super::tune_model::ModelRun {
+                model: m,
+                layout: &args.layout,
+                base: args.options(),
+                trials: args.trials,
+                droplet: args.droplet,
+                seeds: args.seeds,
+                curve: args.curve.as_deref(),
+                dry_run: args.dry_run,
+                json: args.json,
+            },
+        );
     }
     if !(args.all || args.workload.is_some() || args.class.is_some()) {
         return Err(CliError {

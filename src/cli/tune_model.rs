@@ -3,12 +3,12 @@
 use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
-use super::tune::TuneArgs;
 use super::{CliError, CliResult};
 use crate::matcher::MatchOptions;
 use crate::store::Store;
 use crate::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
 use crate::tune::record::{Discard, Sink, StoreSink};
+use crate::tune::search::TuneOptions;
 use std::io::IsTerminal;
 use std::io::Write;
 use std::path::Path;
@@ -99,8 +99,23 @@ impl ModelTuneProgress for Bar {
     }
 }
 
-pub fn run(store: &mut Store, model: &Path, args: &TuneArgs) -> CliResult {
-    let margs = ModelArgs::for_model(model.to_path_buf(), &args.layout);
+/// What `tune MODEL.onnx` was asked (parsed by `super::tune`).
+pub struct ModelRun<'a> {
+    pub model: &'a Path,
+    pub layout: &'a str,
+    /// Per-task options from the shared flags.
+    pub base: TuneOptions,
+    pub trials: Option<usize>,
+    pub droplet: usize,
+    pub seeds: usize,
+    pub curve: Option<&'a Path>,
+    pub dry_run: bool,
+    pub json: bool,
+}
+
+pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
+    let model = args.model;
+    let margs = ModelArgs::for_model(model.to_path_buf(), args.layout);
     let m = match_layouts(store, &margs, MatchOptions::default())?;
     if m.matches.is_empty() {
         return Err(CliError {
@@ -108,7 +123,7 @@ pub fn run(store: &mut Store, model: &Path, args: &TuneArgs) -> CliResult {
             code: 1,
         });
     }
-    let base = args.options();
+    let base = args.base.clone();
     let opts = ModelTuneOptions {
         trials: args.trials.unwrap_or(64 * m.matches.len()),
         time_budget: base.search.time_budget,
@@ -144,7 +159,7 @@ pub fn run(store: &mut Store, model: &Path, args: &TuneArgs) -> CliResult {
     if let Some(b) = progress.0.take() {
         b.finish_and_clear();
     }
-    if let Some(path) = &args.curve {
+    if let Some(path) = args.curve {
         write_curve(path, &report).map_err(|e| CliError {
             message: format!("{}: {e}", path.display()),
             code: 1,
