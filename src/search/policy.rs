@@ -119,6 +119,17 @@ impl Searched {
     pub fn best_trial(&self) -> Option<&SearchTrial> {
         self.best.map(|i| &self.trials[i])
     }
+
+    /// The steps of the `n` fastest verified trials, fastest first (Droplet's starts).
+    pub fn fastest(&self, n: usize) -> Vec<Vec<Step>> {
+        let mut timed: Vec<(f64, &SearchTrial)> = self
+            .trials
+            .iter()
+            .filter_map(|t| t.evaluation.median().map(|m| (m, t)))
+            .collect();
+        timed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        timed.into_iter().take(n).map(|(_, t)| t.steps.clone()).collect()
+    }
 }
 
 /// What the caller sees of a running search.
@@ -145,10 +156,6 @@ fn loop_nest_key(dag: &Dag, steps: &[Step]) -> Option<[u8; 32]> {
 struct Candidate {
     steps: Vec<Step>,
     origin: String,
-}
-
-fn median(e: &Evaluation) -> Option<f64> {
-    e.median()
 }
 
 /// The search state of one task, advanced a round at a time (the task scheduler
@@ -205,7 +212,7 @@ impl<'a> TaskSearch<'a> {
 
     /// The best median seconds so far.
     pub fn best_seconds(&self) -> Option<f64> {
-        self.out.best_trial().and_then(|t| median(&t.evaluation))
+        self.out.best_trial().and_then(|t| t.evaluation.median())
     }
 
     /// No new candidate for `max_empty_rounds` rounds.
@@ -274,16 +281,9 @@ impl<'a> TaskSearch<'a> {
             }
         }
         self.out.generated += pool.len();
-        // Lower in parallel to key; keep the first of each loop nest not seen before.
-        let inits = &self.inits;
-        let keys: Vec<Option<[u8; 32]>> = pool
-            .par_iter()
-            .map(|c| {
-                sampler_replays(inits, &c.steps)
-                    .then(|| loop_nest_key(dag, &c.steps))
-                    .flatten()
-            })
-            .collect();
+        // Lower in parallel to key (lowering replays the steps: a state that does not replay
+        // gets no key); keep the first of each loop nest not seen before.
+        let keys: Vec<Option<[u8; 32]>> = pool.par_iter().map(|c| loop_nest_key(dag, &c.steps)).collect();
         let mut bred: Vec<(Candidate, [u8; 32])> = Vec::new();
         let mut random: Vec<(Candidate, [u8; 32])> = Vec::new();
         let mut in_pool = HashSet::new();
@@ -351,8 +351,8 @@ impl<'a> TaskSearch<'a> {
                 evaluation,
             });
             let i = out.trials.len() - 1;
-            if let Some(m) = median(&out.trials[i].evaluation) {
-                let best = out.best_trial().and_then(|b| median(&b.evaluation));
+            if let Some(m) = out.trials[i].evaluation.median() {
+                let best = out.best_trial().and_then(|b| b.evaluation.median());
                 if best.is_none_or(|b| m < b) {
                     out.best = Some(i);
                 }
@@ -404,15 +404,11 @@ pub fn search_task(
     Ok(out)
 }
 
-fn sampler_replays(inits: &[crate::schedule::StageInit], steps: &[Step]) -> bool {
-    crate::schedule::replay(inits, steps).is_ok()
-}
-
 /// Measured, verified states with their throughput (1 / median), fastest first, at most 64.
 fn measured_parents(trials: &[SearchTrial]) -> Vec<(&Vec<Step>, f64)> {
     let mut v: Vec<(&Vec<Step>, f64)> = trials
         .iter()
-        .filter_map(|t| median(&t.evaluation).map(|m| (&t.steps, 1.0 / m.max(1e-12))))
+        .filter_map(|t| t.evaluation.median().map(|m| (&t.steps, 1.0 / m.max(1e-12))))
         .collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     v.truncate(64);
