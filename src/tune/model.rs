@@ -6,8 +6,8 @@
 //! the curve of the best kernel times and the model's kernel sum is kept for `--curve`.
 use super::apply::workload_key_of;
 use super::record::Sink;
-use super::refine::{refine_schedules, RefineOptions};
-use super::search::{host_hardware, store_trials};
+use super::refine::RefineOptions;
+use super::search::{droplet_after_search, host_hardware, store_trials};
 use crate::ansor::Step;
 use crate::evaluate::Reference;
 use crate::ir::{dag_hash, Dag};
@@ -285,31 +285,21 @@ pub fn tune_model(
         }
     }
     if opts.droplet_trials > 0 {
-        let mut ropts = opts.refine.clone();
-        ropts.droplet.max_trials = opts.droplet_trials;
         for (t, s) in tasks.searches.iter().enumerate() {
             if interrupt::requested() {
                 break;
             }
-            let mut ranked: Vec<&SearchTrial> =
-                s.out.trials.iter().filter(|t| t.evaluation.median().is_some()).collect();
-            ranked.sort_by(|a, b| {
-                let m = |x: &SearchTrial| x.evaluation.median().unwrap_or(f64::MAX);
-                m(a).total_cmp(&m(b))
-            });
-            if ranked.is_empty() {
+            if s.out.best.is_none() {
                 continue;
             }
-            let starts: Vec<Vec<Step>> = ranked.iter().take(10).map(|t| t.steps.clone()).collect();
             let row = &mut rows[task_rows[t]];
-            let refined = refine_schedules(
+            let refined = droplet_after_search(
                 &dags[t],
-                &starts,
                 &references[t],
                 &workload_key_of(&dags[t]),
-                None,
-                "the search's best",
-                &ropts,
+                &s.out,
+                opts.droplet_trials,
+                &opts.refine,
                 tasks.store.sink,
                 &mut |_, _| {},
             );

@@ -291,6 +291,17 @@ pub fn refine_jobs(
     })
 }
 
+/// The DAG of a stored workload, recognized from its TVM key, and its reference outputs;
+/// or why not, as a report row's note.
+pub(super) fn recognized_workload(
+    key: &str,
+) -> Result<(crate::recognize::Recognized, Reference), String> {
+    let k = WorkloadKey::parse(key).map_err(|e| format!("not recognized: {e}"))?;
+    let r = crate::recognize::recognize(&k).map_err(|e| format!("not recognized: {e}"))?;
+    let reference = Reference::new(&r.dag, 11)?;
+    Ok((r, reference))
+}
+
 fn ms(e: &Evaluation) -> Option<f64> {
     e.median().map(|s| s * 1e3)
 }
@@ -324,25 +335,15 @@ fn refine_job(
         seconds: 0.0,
         note: None,
     };
-    let recognized = WorkloadKey::parse(&w.key)
-        .map_err(|e| e.to_string())
-        .and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
-    let r = match recognized {
-        Ok(r) => r,
-        Err(e) => {
-            row.note = Some(format!("not recognized: {e}"));
-            return Ok(row);
-        }
-    };
-    row.inputs = r.signature.inputs.clone();
-    row.output = r.signature.output.clone();
-    let reference = match Reference::new(&r.dag, 11) {
+    let (r, reference) = match recognized_workload(&w.key) {
         Ok(x) => x,
         Err(e) => {
             row.note = Some(e);
             return Ok(row);
         }
     };
+    row.inputs = r.signature.inputs.clone();
+    row.output = r.signature.output.clone();
     // The candidates, one per distinct step list.
     let mut cands: Vec<(&SourceRecord, Vec<Step>)> = Vec::new();
     let mut rewrite_option = None;

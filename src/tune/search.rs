@@ -5,12 +5,14 @@
 //! key on this host's target, provenance "search", so `ttdb export` writes lines TVM reads
 //! and a second `tune` starts from them (they are seeds too).
 use super::record::{measurement_of, Sink};
-use super::refine::{refine_schedules, RefineJob, RefineOptions};
-use crate::ansor::{Record, Step, WorkloadKey};
+use super::refine::{recognized_workload, refine_schedules, RefineJob, RefineOptions};
+use crate::ansor::{Record, Step};
 use crate::evaluate::Reference;
 use crate::search::droplet::KernelMeasurer;
 use crate::search::interrupt;
-use crate::search::policy::{search_task, SearchObserver, SearchOptions, SearchStop, SearchTrial};
+use crate::search::policy::{
+    search_task, SearchObserver, SearchOptions, SearchStop, SearchTrial, Searched,
+};
 use crate::search::sketch::HardwareParams;
 use crate::store::StoreError;
 use serde::Serialize;
@@ -139,6 +141,34 @@ impl SearchObserver for Keeper<'_> {
     fn interrupted(&self) -> bool {
         interrupt::requested() || self.error.is_some()
     }
+}
+
+/// Droplet with `trials` from the search's 10 fastest states (its restarts take distinct
+/// structures first); every trial goes to `sink`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn droplet_after_search(
+    dag: &crate::ir::Dag,
+    reference: &Reference,
+    key: &str,
+    searched: &Searched,
+    trials: usize,
+    refine: &RefineOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<crate::search::droplet::Refined, String> {
+    let mut opts = refine.clone();
+    opts.droplet.max_trials = trials;
+    refine_schedules(
+        dag,
+        &searched.fastest(10),
+        reference,
+        key,
+        None,
+        "the search's best",
+        &opts,
+        sink,
+        progress,
+    )
 }
 
 /// What `apply --tune` did for one kernel.
@@ -271,25 +301,15 @@ fn tune_job(
         seconds: 0.0,
         note: None,
     };
-    let recognized = WorkloadKey::parse(&w.key)
-        .map_err(|e| e.to_string())
-        .and_then(|k| crate::recognize::recognize(&k).map_err(|e| e.to_string()));
-    let r = match recognized {
-        Ok(r) => r,
-        Err(e) => {
-            row.note = Some(format!("not recognized: {e}"));
-            return Ok(row);
-        }
-    };
-    row.inputs = r.signature.inputs.clone();
-    row.output = r.signature.output.clone();
-    let reference = match Reference::new(&r.dag, 11) {
+    let (r, reference) = match recognized_workload(&w.key) {
         Ok(x) => x,
         Err(e) => {
             row.note = Some(e);
             return Ok(row);
         }
     };
+    row.inputs = r.signature.inputs.clone();
+    row.output = r.signature.output.clone();
     let mut seeds: Vec<Vec<Step>> = Vec::new();
     for s in &job.starts {
         if let Ok(rec) = Record::parse(&s.raw) {
@@ -358,32 +378,16 @@ fn tune_job(
     row.best_ms = row.searched_ms;
     row.gflops = best.evaluation.gflops(flops);
     if opts.droplet_trials > 0 && !interrupt::requested() {
-        // Droplet from the search's fastest states (distinct structures first).
-        let mut ranked: Vec<&SearchTrial> = searched
-            .trials
-            .iter()
-            .filter(|t| t.evaluation.median().is_some())
-            .collect();
-        ranked.sort_by(|a, b| {
-            a.evaluation
-                .median()
-                .unwrap_or(f64::MAX)
-                .total_cmp(&b.evaluation.median().unwrap_or(f64::MAX))
-        });
-        let starts: Vec<Vec<Step>> = ranked.iter().take(10).map(|t| t.steps.clone()).collect();
-        let mut ropts = opts.refine.clone();
-        ropts.droplet.max_trials = opts.droplet_trials;
         let mut on_progress = |trials: usize, best: f64| {
             keeper.progress.trials(row.trials + trials, best)
         };
-        match refine_schedules(
+        match droplet_after_search(
             &r.dag,
-            &starts,
             &reference,
             &w.key,
-            None,
-            "the search's best",
-            &ropts,
+            &searched,
+            opts.droplet_trials,
+            &opts.refine,
             keeper.sink,
             &mut on_progress,
         ) {
