@@ -6,10 +6,8 @@ use super::{CliError, CliResult};
 use crate::matcher::MatchOptions;
 use crate::store::Store;
 use crate::tune::apply::ApplyProgress;
-use crate::tune::record::{Discard, StoreSink};
 use crate::tune::refine::RefineOptions;
 use crate::tune::{apply, ApplyOptions, ApplyReport};
-use std::io::IsTerminal;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -205,15 +203,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     }
     crate::search::interrupt::install();
     let report = with_kernel_bar(m.matches.len(), |progress| {
-        if args.dry_run {
-            apply(&m, &opts, progress, &mut Discard)
-        } else {
-            let mut sink = StoreSink {
-                store,
-                host: crate::measure::detect_host(),
-            };
-            apply(&m, &opts, progress, &mut sink)
-        }
+        super::with_sink(store, args.dry_run, |sink| apply(&m, &opts, progress, sink))
     })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -263,16 +253,10 @@ impl ApplyProgress for KernelBar {
 
 /// Runs `work` with a progress bar over `n` kernels on a terminal (nothing otherwise).
 fn with_kernel_bar<T>(n: usize, work: impl FnOnce(&dyn ApplyProgress) -> T) -> T {
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new(n as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} (ETA {eta}) {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
+    let bar = super::progress_bar(
+        n as u64,
+        "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} (ETA {eta}) {msg}",
+    );
     let progress = KernelBar {
         bar,
         name: Default::default(),

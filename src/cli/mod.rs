@@ -117,6 +117,42 @@ impl<E: std::error::Error> From<E> for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
+/// The progress bar of long work, on a terminal only: `len` steps shown with `template`
+/// (indicatif's syntax).
+fn progress_bar(len: u64, template: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(len);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    })
+}
+
+/// A bar over trials (refine, tune).
+fn trials_bar(len: u64) -> Option<indicatif::ProgressBar> {
+    progress_bar(len, "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}")
+}
+
+/// Runs `f` with the database as the sink of what it measures (records of this host), or,
+/// for `--dry-run`, a sink that keeps nothing.
+fn with_sink<R>(
+    store: &mut crate::store::Store,
+    dry_run: bool,
+    f: impl FnOnce(&mut dyn crate::tune::record::Sink) -> R,
+) -> R {
+    if dry_run {
+        f(&mut crate::tune::record::Discard)
+    } else {
+        f(&mut crate::tune::record::StoreSink {
+            store,
+            host: crate::measure::detect_host(),
+        })
+    }
+}
+
 fn open_store(db: &Option<PathBuf>) -> Result<crate::store::Store, CliError> {
     let path = db.clone().unwrap_or_else(crate::store::default_db_path);
     crate::store::Store::open(&path).map_err(|e| CliError {

@@ -5,11 +5,9 @@ use super::kernels::ModelArgs;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::store::Store;
-use crate::tune::record::{Discard, Sink, StoreSink};
 use crate::tune::refine::{
     plan, refine_jobs, RefineOptions, RefineProgress, RefineReport, Selection,
 };
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -242,16 +240,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
     }
     crate::search::interrupt::install();
     let per_kernel = opts.droplet.max_trials as u64;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new(per_kernel * jobs.len() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
+    let bar = super::trials_bar(per_kernel * jobs.len() as u64);
     let mut progress = Bar {
         bar,
         per_kernel,
@@ -260,18 +249,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
         label: String::new(),
         done_before: 0,
     };
-    let mut discard = Discard;
-    let mut keep;
-    let sink: &mut dyn Sink = if args.dry_run {
-        &mut discard
-    } else {
-        keep = StoreSink {
-            store,
-            host: crate::measure::detect_host(),
-        };
-        &mut keep
-    };
-    let report = refine_jobs(&jobs, &opts, sink, &mut progress)?;
+    let report = super::with_sink(store, args.dry_run, |sink| refine_jobs(&jobs, &opts, sink, &mut progress))?;
     if let Some(b) = progress.bar.take() {
         b.finish_and_clear();
     }

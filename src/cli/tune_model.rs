@@ -7,9 +7,7 @@ use super::{CliError, CliResult};
 use crate::matcher::MatchOptions;
 use crate::store::Store;
 use crate::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
-use crate::tune::record::{Discard, Sink, StoreSink};
 use crate::tune::search::TuneOptions;
-use std::io::IsTerminal;
 use std::io::Write;
 use std::path::Path;
 
@@ -133,29 +131,9 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         seeds: args.seeds.max(1),
     };
     crate::search::interrupt::install();
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new(opts.trials as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
+    let bar = super::trials_bar(opts.trials as u64);
     let mut progress = Bar(bar);
-    let mut discard = Discard;
-    let mut keep;
-    let sink: &mut dyn Sink = if args.dry_run {
-        &mut discard
-    } else {
-        keep = StoreSink {
-            store,
-            host: crate::measure::detect_host(),
-        };
-        &mut keep
-    };
-    let report = tune_model(&m, &opts, sink, &mut progress)?;
+    let report = super::with_sink(store, args.dry_run, |sink| tune_model(&m, &opts, sink, &mut progress))?;
     if let Some(b) = progress.0.take() {
         b.finish_and_clear();
     }
