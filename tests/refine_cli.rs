@@ -6,19 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use ttdb::store::Store;
 
-fn ttdb(db: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ttdb"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::ttdb_on as ttdb;
 
 /// A database holding the resnet_18 log; refinements target its small 1x1 convs.
 fn database(dir: &tempfile::TempDir) -> std::path::PathBuf {
@@ -30,14 +18,7 @@ fn database(dir: &tempfile::TempDir) -> std::path::PathBuf {
 }
 
 fn droplet_measurements(db: &std::path::Path) -> i64 {
-    let s = Store::open(db).unwrap();
-    s.connection_for_tests()
-        .query_row(
-            "SELECT COUNT(*) FROM measurements WHERE kind = 'droplet' AND provenance LIKE 'droplet trial %'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap()
+    common::measurements(db, "droplet", "droplet trial ")
 }
 
 #[test]

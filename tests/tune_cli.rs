@@ -8,30 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use ttdb::store::Store;
 
-fn ttdb(db: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ttdb"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::ttdb_on as ttdb;
 
 fn search_measurements(db: &std::path::Path) -> i64 {
-    Store::open(db)
-        .unwrap()
-        .connection_for_tests()
-        .query_row(
-            "SELECT COUNT(*) FROM measurements WHERE kind = 'search' AND provenance LIKE 'search trial %'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap()
+    common::measurements(db, "search", "search trial ")
 }
 
 const TUNE: &[&str] = &[

@@ -78,3 +78,31 @@ pub fn rel(p: &Path) -> String {
         .display()
         .to_string()
 }
+
+/// Runs the ttdb binary on the database `db`: (exit code, stdout, stderr).
+pub fn ttdb_on(db: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Measurement rows of `kind` in `db` whose provenance starts with `provenance`.
+pub fn measurements(db: &Path, kind: &str, provenance: &str) -> i64 {
+    ttdb::store::Store::open(db)
+        .unwrap()
+        .connection_for_tests()
+        .query_row(
+            "SELECT COUNT(*) FROM measurements WHERE kind = ?1 AND provenance LIKE ?2 || '%'",
+            [kind, provenance],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
