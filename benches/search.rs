@@ -8,7 +8,8 @@
 //! database), printing the curve (best ms at 64, 128, 256, ... trials, with wall time), the
 //! trials per second, and the best against onnxruntime's median for the same op
 //! (`benches/ort_op.py`, same thread count) and the machine's peak. `cargo bench --bench search`.
-use std::path::Path;
+#[path = "common/onnxruntime.rs"]
+mod onnxruntime;
 use std::time::{Duration, Instant};
 use ttdb::evaluate::Reference;
 use ttdb::ir::Dag;
@@ -30,21 +31,7 @@ impl SearchObserver for Curve {
 }
 
 fn onnxruntime_ms(op: &str, threads: usize) -> Option<f64> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ort_op.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg(op)
-        .arg(threads.to_string())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    onnxruntime::script_ms("ort_op.py", &[op, &threads.to_string()])
 }
 
 fn conv(lanes: i64) -> Dag {

@@ -8,6 +8,8 @@
 //! latency for the whole model when `pip install onnx onnxruntime` has been done.
 //!
 //! `cargo bench --bench tt_droplet` (env: TTDB_TT_DROPLET, TTDB_TT_MODEL=resnet18).
+#[path = "common/onnxruntime.rs"]
+mod onnxruntime;
 use std::path::Path;
 use std::time::Duration;
 use ttdb::matcher::{match_layouts, MatchOptions};
@@ -142,19 +144,5 @@ fn main() {
 
 /// onnxruntime's median latency for the whole model (`benches/ort_model.py`), if it runs.
 fn onnxruntime_ms(model: &Path, threads: usize) -> Option<f64> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ort_model.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg(model)
-        .arg(threads.to_string())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    onnxruntime::script_ms("ort_model.py", &[model.to_str()?, &threads.to_string()])
 }
