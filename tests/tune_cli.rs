@@ -110,6 +110,7 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
     let curve = dir.path().join("curve.csv");
+    let plot = dir.path().join("curve.svg");
     let (code, out, err) = ttdb(
         &db,
         &[
@@ -121,6 +122,8 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
             "24",
             "--curve",
             curve.to_str().unwrap(),
+            "--plot",
+            plot.to_str().unwrap(),
             "--json",
         ],
     );
@@ -148,6 +151,21 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
     let last: Vec<&str> = rows.last().unwrap().split(',').collect();
     let model_ms: f64 = last[5].parse().unwrap();
     assert!((model_ms - sum).abs() < 1e-3, "{model_ms} vs {sum}");
+    // The plot: one panel against trials, one against wall time, each with the model's
+    // best-latency line (the blue polyline; the axes and ticks are black ones), labelled.
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg"), "{svg}");
+    let series = svg.lines().filter(|l| l.starts_with("<polyline") && l.contains("stroke=\"#1F77B4\""));
+    assert_eq!(series.count(), 2, "{svg}");
+    for label in ["trials", "wall time (s)", "best model latency, kernel sum (ms)"] {
+        assert!(svg.contains(&format!(">\n{label}\n</text>")), "{label}: {svg}");
+    }
+    let host = v["host"].as_str().unwrap();
+    assert!(svg.contains("tiny_resnet") && svg.contains(host.split(" (").next().unwrap()), "{svg}");
+    // Only the model mode has a curve to plot.
+    let (code, _, err) = ttdb(&db, &["tune", "--all", "--plot", plot.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--plot"), "{err}");
 }
 
 #[test]

@@ -8,6 +8,7 @@ mod export;
 mod import;
 mod kernels;
 mod match_cmd;
+mod plot;
 mod refine;
 mod tune;
 mod tune_model;

@@ -21,6 +21,10 @@ pub struct TuneArgs {
     /// With MODEL: write the tuning curve (trial, wall time, kernel, its best ms, model ms).
     #[arg(long, value_name = "out.csv")]
     pub curve: Option<PathBuf>,
+    /// With MODEL: draw the tuning curve as an SVG chart (best model latency against trials
+    /// and against wall time).
+    #[arg(long, value_name = "out.svg", requires = "model")]
+    pub plot: Option<PathBuf>,
     /// Only workloads whose signature starts with this hex prefix.
     #[arg(long)]
     pub workload: Option<String>,
@@ -187,6 +191,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
                 droplet: args.droplet,
                 seeds: args.seeds,
                 curve: args.curve.as_deref(),
+                plot: args.plot.as_deref(),
                 dry_run: args.dry_run,
                 json: args.json,
             },

@@ -1,5 +1,5 @@
 //! `ttdb tune MODEL.onnx`: the model mode of `tune` (`crate::tune::model`). Parses, calls
-//! the library, renders the per-kernel table, the kernel sum and the curve file.
+//! the library, renders the per-kernel table, the kernel sum, the curve file and its plot.
 use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
@@ -107,6 +107,8 @@ pub struct ModelRun<'a> {
     pub droplet: usize,
     pub seeds: usize,
     pub curve: Option<&'a Path>,
+    /// `--plot`: the curve as an SVG chart (`super::plot`).
+    pub plot: Option<&'a Path>,
     pub dry_run: bool,
     pub json: bool,
 }
@@ -142,6 +144,11 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
             message: format!("{}: {e}", path.display()),
             code: 1,
         })?;
+    }
+    if let Some(path) = args.plot {
+        let title = format!("ttdb tune {} on {}", report.model, report.host);
+        super::plot::write_tune_plot(path, &title, &report.curve)
+            .map_err(|message| CliError { message, code: 1 })?;
     }
     let peak = crate::measure::peak::measure_peak(&Default::default())
         .ok()
