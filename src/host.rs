@@ -109,6 +109,12 @@ impl HostFingerprint {
         )
     }
 
+    /// The class of machines whose timings the search's cost model can share: the LLVM CPU,
+    /// the f32 vector lanes and the cores.
+    pub fn class(&self) -> String {
+        format!("{}/{}lanes/{}cores", self.llvm_cpu, self.f32_lanes(), self.cores)
+    }
+
     /// A stable digest of what identifies the machine (and the ttdb that measured on it).
     pub fn digest(&self) -> String {
         let text = serde_json::json!([

@@ -9,6 +9,8 @@ use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
 use ttdb::ir::{Combiner, ComputeAttrs, DType, Dag, DagBuilder, IterVar};
 use ttdb::loopnest::verify::RTOL;
 use ttdb::lower::check::interpret_against_reference;
+use ttdb::search::cost_model::program_features;
+use ttdb::search::features::STORE_FEATURES;
 use ttdb::lower::{lower_steps, LowerOptions};
 use ttdb::ops::{
     Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
@@ -243,6 +245,14 @@ fn every_sampled_and_mutated_state_lowers_and_verifies() {
                         continue;
                     }
                 };
+                // The cost model's features and the draft estimate exist for every state.
+                let f = program_features(&kernel, &HW);
+                if f.rows.is_empty()
+                    || f.rows.iter().any(|r| r.len() != STORE_FEATURES || r.iter().any(|v| !v.is_finite()))
+                    || !(f.draft_seconds.is_finite() && f.draft_seconds > 0.0)
+                {
+                    failures.push(format!("{name}: bad features (draft {})\n  {}", f.draft_seconds, shown()));
+                }
                 match interpret_against_reference(dag, &kernel, 5, Some(50_000_000)) {
                     Ok(c) if c.rel_err <= RTOL => {}
                     Ok(c) => failures.push(format!("{name}: wrong result (rel {})\n  {}", c.rel_err, shown())),

@@ -9,11 +9,14 @@
 //! list). The batch is built in parallel and measured one at a time by a
 //! [`Measurer`](super::droplet::Measurer); every candidate is verified before its time counts.
 //!
-//! **Not yet here:** TVM ranks the evolved pool with a learned cost model (XGBoost on
-//! per-store features, pack-sum objective). ttdb has no cost model yet, so fitness is
-//! *measured* throughput: parents are measured states (roulette by throughput) and their
-//! unmeasured mutants are picked in the order they were bred. This spends measurements
-//! where a model would spend predictions, and is what the trials-per-second figure pays for.
+//! Ranking (draft-then-verify): parents are measured states (roulette by throughput); the
+//! pool of their mutants and of random samples is first cut by the CPU draft estimate
+//! ([`super::draft`], the faster share kept), then ordered by the learned cost model
+//! ([`super::cost_model`], retrained as trials come in; before it has enough samples, by the
+//! draft estimate). Unlike TVM, the evolution itself runs on measured parents, not on the
+//! model's predictions: every bred candidate is lowered to be keyed and featurized, which
+//! bounds how many predictions a round can afford.
+use super::cost_model::{program_features, CostModel, ProgramFeatures};
 use super::droplet::Measurer;
 use super::init::Sampler;
 use super::mutate::{mutate, pick};
@@ -21,6 +24,7 @@ use super::rng::Rng;
 use super::sketch::{generate_sketches, HardwareParams, Sketch};
 use crate::ansor::Step;
 use crate::evaluate::Evaluation;
+use crate::ir::printdag::dag_hash;
 use crate::ir::Dag;
 use crate::lower::{lower_steps, LowerOptions};
 use crate::loopnest::printer::kernel_to_string;
@@ -49,6 +53,12 @@ pub struct SearchOptions {
     pub seed: u64,
     /// Rounds in a row without a new candidate before giving up.
     pub max_empty_rounds: usize,
+    /// Cut the candidate pool by the CPU draft estimate before ranking.
+    pub draft_filter: bool,
+    /// Rank candidates with the learned cost model (and train it on every trial).
+    pub learned_model: bool,
+    /// Start from the cost model stored for this host class (the caller loads it).
+    pub warm_start: bool,
 }
 
 impl Default for SearchOptions {
@@ -63,6 +73,9 @@ impl Default for SearchOptions {
             max_timeout: Duration::from_secs(10),
             seed: 0x5eed,
             max_empty_rounds: 3,
+            draft_filter: true,
+            learned_model: true,
+            warm_start: true,
         }
     }
 }
@@ -146,22 +159,37 @@ pub trait SearchObserver {
 pub struct QuietSearch;
 impl SearchObserver for QuietSearch {}
 
-/// The dedup key of a schedule: a hash of its printed loop nest, or `None` when it does
-/// not lower (then it is invalid).
-fn loop_nest_key(dag: &Dag, steps: &[Step]) -> Option<[u8; 32]> {
+/// The dedup key of a schedule (a hash of its printed loop nest) and its features, or
+/// `None` when it does not lower (then it is invalid).
+fn lowered(dag: &Dag, steps: &[Step], hw: &HardwareParams) -> Option<([u8; 32], ProgramFeatures)> {
     let k = lower_steps(dag, steps, &LowerOptions::default()).ok()?;
-    Some(Sha256::digest(kernel_to_string(&k).as_bytes()).into())
+    let key = Sha256::digest(kernel_to_string(&k).as_bytes()).into();
+    Some((key, program_features(&k, hw)))
 }
 
 struct Candidate {
     steps: Vec<Step>,
     origin: String,
+    features: Option<ProgramFeatures>,
+}
+
+impl Candidate {
+    fn new(steps: Vec<Step>, origin: String) -> Candidate {
+        Candidate {
+            steps,
+            origin,
+            features: None,
+        }
+    }
 }
 
 /// The search state of one task, advanced a round at a time (the task scheduler
 /// interleaves the rounds of a model's kernels).
 pub struct TaskSearch<'a> {
     dag: &'a Dag,
+    /// The task's key for the cost model's label normalization.
+    task_key: String,
+    hw: HardwareParams,
     sketches: Vec<Sketch>,
     inits: Vec<crate::schedule::StageInit>,
     sampler: Sampler<'a>,
@@ -186,6 +214,8 @@ impl<'a> TaskSearch<'a> {
         let sketches: Vec<Sketch> = generate_sketches(dag, &hw).map_err(|e| e.to_string())?;
         Ok(TaskSearch {
             dag,
+            task_key: dag_hash(dag),
+            hw,
             out: Searched {
                 trials: vec![],
                 best: None,
@@ -221,15 +251,13 @@ impl<'a> TaskSearch<'a> {
     }
 
     /// The candidates of the next round: bred from the measured states and sampled, new
-    /// by loop nest, at most `want`.
-    fn candidates(&mut self, want: usize) -> Vec<Candidate> {
+    /// by loop nest, at most `want`, ranked by `model` (see the module docs).
+    fn candidates(&mut self, want: usize, model: &CostModel) -> Vec<Candidate> {
         let (dag, opts) = (self.dag, &self.opts);
+        let ranking = opts.draft_filter || (opts.learned_model && model.is_trained());
         let mut pool: Vec<Candidate> = Vec::new();
         if self.out.rounds == 0 {
-            pool.extend(self.seeds.iter().map(|s| Candidate {
-                steps: s.clone(),
-                origin: "seed".into(),
-            }));
+            pool.extend(self.seeds.iter().map(|s| Candidate::new(s.clone(), "seed".into())));
         }
         let parents = measured_parents(&self.out.trials);
         let n_rand = if parents.is_empty() {
@@ -237,11 +265,13 @@ impl<'a> TaskSearch<'a> {
         } else {
             ((want as f64 * opts.eps_greedy).ceil() as usize).min(want)
         };
-        // Evolution from the measured states, fittest first (roulette by throughput).
+        // Evolution from the measured states, fittest first (roulette by throughput). A
+        // ranked round breeds a wider pool: predictions are cheaper than measurements.
         if !parents.is_empty() {
             let greedy = want - n_rand;
+            let breed = greedy * if ranking { 6 } else { 2 };
             let (mut bred, mut tries) = (0, 0);
-            while bred < greedy * 2 && tries < greedy * 20 * opts.generations.max(1) {
+            while bred < breed && tries < breed * 10 * opts.generations.max(1) {
                 tries += 1;
                 let (steps, _) = roulette(&parents, &mut self.rng);
                 let mut child = steps.clone();
@@ -258,10 +288,7 @@ impl<'a> TaskSearch<'a> {
                     continue;
                 }
                 bred += 1;
-                pool.push(Candidate {
-                    steps: child,
-                    origin: format!("mutation {}", how.join("+")),
-                });
+                pool.push(Candidate::new(child, format!("mutation {}", how.join("+"))));
             }
         }
         // Random samples: the eps share, or the whole population before anything was measured.
@@ -273,22 +300,20 @@ impl<'a> TaskSearch<'a> {
         for _ in 0..n_random {
             let sk = &self.sketches[self.rng.below(self.sketches.len())];
             match self.sampler.sample(sk, &mut self.rng) {
-                Ok(st) => pool.push(Candidate {
-                    steps: st.transform_steps().to_vec(),
-                    origin: "sample".into(),
-                }),
+                Ok(st) => pool.push(Candidate::new(st.transform_steps().to_vec(), "sample".into())),
                 Err(_) => self.out.invalid += 1,
             }
         }
         self.out.generated += pool.len();
-        // Lower in parallel to key (lowering replays the steps: a state that does not replay
-        // gets no key); keep the first of each loop nest not seen before.
-        let keys: Vec<Option<[u8; 32]>> = pool.par_iter().map(|c| loop_nest_key(dag, &c.steps)).collect();
-        let mut bred: Vec<(Candidate, [u8; 32])> = Vec::new();
-        let mut random: Vec<(Candidate, [u8; 32])> = Vec::new();
+        // Lower in parallel to key and featurize (lowering replays the steps: a state that
+        // does not replay is invalid); keep the first of each loop nest not seen before.
+        let hw = self.hw;
+        let lowered: Vec<Option<([u8; 32], ProgramFeatures)>> =
+            pool.par_iter().map(|c| lowered(dag, &c.steps, &hw)).collect();
+        let (mut seeds, mut bred, mut random) = (Vec::new(), Vec::new(), Vec::new());
         let mut in_pool = HashSet::new();
-        for (c, k) in pool.into_iter().zip(keys) {
-            let Some(k) = k else {
+        for (mut c, l) in pool.into_iter().zip(lowered) {
+            let Some((k, features)) = l else {
                 self.out.invalid += 1;
                 continue;
             };
@@ -296,19 +321,26 @@ impl<'a> TaskSearch<'a> {
                 self.out.duplicates += 1;
                 continue;
             }
-            if c.origin == "sample" && !parents.is_empty() {
+            c.features = Some(features);
+            if c.origin == "seed" {
+                seeds.push((c, k));
+            } else if c.origin == "sample" && !parents.is_empty() {
                 random.push((c, k));
             } else {
                 bred.push((c, k));
             }
         }
-        // eps-greedy: the bred (and seed) candidates first, then random ones.
-        let mut chosen: Vec<(Candidate, [u8; 32])> =
-            bred.drain(..bred.len().min(want - n_rand)).collect();
-        chosen.extend(random.drain(..random.len().min(want - chosen.len())));
+        let greedy = want.saturating_sub(n_rand);
+        self.rank(&mut bred, greedy, model);
+        // eps-greedy: the seeds (never ranked away), then the best-ranked bred candidates,
+        // then random ones.
+        let mut chosen: Vec<(Candidate, [u8; 32])> = seeds;
+        chosen.extend(bred.drain(..bred.len().min(greedy.saturating_sub(chosen.len()))));
+        chosen.extend(random.drain(..random.len().min(want.saturating_sub(chosen.len()))));
         if chosen.len() < want {
             chosen.extend(bred.drain(..bred.len().min(want - chosen.len())));
         }
+        chosen.truncate(want);
         chosen
             .into_iter()
             .map(|(c, k)| {
@@ -318,6 +350,28 @@ impl<'a> TaskSearch<'a> {
             .collect()
     }
 
+    /// Orders `pool` best first: the draft filter keeps the faster share by the static
+    /// estimate (at least `2 × greedy`), then the learned model orders what is left (the
+    /// draft estimate does until the model is trained).
+    fn rank(&self, pool: &mut Vec<(Candidate, [u8; 32])>, greedy: usize, model: &CostModel) {
+        let draft = |c: &Candidate| c.features.as_ref().map_or(f64::INFINITY, |f| f.draft_seconds);
+        if self.opts.draft_filter {
+            pool.sort_by(|a, b| draft(&a.0).total_cmp(&draft(&b.0)));
+            pool.truncate((pool.len() / 2).max(greedy * 2));
+        }
+        if self.opts.learned_model && model.is_trained() {
+            let mut scored: Vec<(f64, (Candidate, [u8; 32]))> = pool
+                .drain(..)
+                .map(|c| {
+                    let p = c.0.features.as_ref().and_then(|f| model.predict(f)).unwrap_or(f64::MIN);
+                    (p, c)
+                })
+                .collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+            pool.extend(scored.into_iter().map(|x| x.1));
+        }
+    }
+
     /// One round: at most `want` new candidates, measured; their trials go to `observer`.
     /// Returns how many were measured (0: nothing new, or interrupted).
     pub fn round(
@@ -325,8 +379,12 @@ impl<'a> TaskSearch<'a> {
         want: usize,
         measurer: &mut dyn Measurer,
         observer: &mut dyn SearchObserver,
+        model: &mut CostModel,
     ) -> usize {
-        let chosen = self.candidates(want.max(1));
+        if self.opts.learned_model {
+            model.maybe_retrain();
+        }
+        let chosen = self.candidates(want.max(1), model);
         if chosen.is_empty() {
             self.empty_rounds += 1;
             return 0;
@@ -344,6 +402,9 @@ impl<'a> TaskSearch<'a> {
         let first = out.trials.len();
         for (c, e) in chosen.into_iter().zip(evals) {
             let Some(evaluation) = e else { continue };
+            if let Some(f) = &c.features {
+                model.add(&self.task_key, f, evaluation.median());
+            }
             out.trials.push(SearchTrial {
                 round: out.rounds,
                 origin: c.origin,
@@ -376,6 +437,7 @@ pub fn search_task(
     measurer: &mut dyn Measurer,
     opts: &SearchOptions,
     observer: &mut dyn SearchObserver,
+    model: &mut CostModel,
 ) -> Result<Searched, String> {
     let t0 = Instant::now();
     let mut task = TaskSearch::new(dag, hw, seeds, opts)?;
@@ -394,7 +456,7 @@ pub fn search_task(
             break SearchStop::Exhausted;
         }
         let want = opts.batch.max(1).min(opts.trials - done);
-        if task.round(want, measurer, observer) == 0 && observer.interrupted() {
+        if task.round(want, measurer, observer, model) == 0 && observer.interrupted() {
             break SearchStop::Interrupted;
         }
     };

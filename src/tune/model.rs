@@ -7,7 +7,7 @@
 use super::apply::workload_key_of;
 use super::record::Sink;
 use super::refine::RefineOptions;
-use super::search::{droplet_after_search, host_hardware, store_trials};
+use super::search::{droplet_after_search, host_hardware, keep_model, store_trials};
 use crate::ansor::Step;
 use crate::evaluate::Reference;
 use crate::ir::{dag_hash, Dag};
@@ -15,6 +15,7 @@ use crate::matcher::ModelMatch;
 use crate::schedule::{replay, stage_inits_from_dag};
 use crate::search::droplet::KernelMeasurer;
 use crate::search::interrupt;
+use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
 use crate::search::policy::{SearchObserver, SearchOptions, SearchTrial, TaskSearch};
 use crate::search::scheduler::{schedule, ScheduleStop, SchedulerOptions, Tasks};
 use crate::store::StoreError;
@@ -80,6 +81,7 @@ pub struct ModelTuneReport {
     pub stop: ScheduleStop,
     pub curve: Vec<CurvePoint>,
     pub interrupted: bool,
+    pub cost_model: CostModelSummary,
 }
 
 /// What a model tuning run tells its caller.
@@ -109,6 +111,7 @@ struct ModelTasks<'a, 's> {
     weights: Vec<f64>,
     eval: crate::evaluate::EvalOptions,
     store: Store<'s>,
+    cost: CostModel,
     t0: Instant,
     trials: usize,
     curve: Vec<CurvePoint>,
@@ -142,7 +145,7 @@ impl Tasks for ModelTasks<'_, '_> {
         };
         self.store.key = workload_key_of(&self.dags[i]);
         self.store.flops = self.dags[i].flop_ct();
-        let n = self.searches[i].round(want, &mut measurer, &mut self.store);
+        let n = self.searches[i].round(want, &mut measurer, &mut self.store, &mut self.cost);
         self.trials += n;
         let best = self.searches[i].best_seconds();
         let model_ms = self.model_ms();
@@ -247,11 +250,13 @@ pub fn tune_model(
             TaskSearch::new(dag, hw, &seeds[t], &o).expect("sketches generated above")
         })
         .collect();
+    let cost = starting_model(opts.search.warm_start, || sink.load_cost_model());
     let mut tasks = ModelTasks {
         searches,
         dags: &dags,
         references: &references,
         weights,
+        cost,
         eval: opts.refine.eval(),
         store: Store {
             sink,
@@ -269,6 +274,7 @@ pub fn tune_model(
         &mut tasks,
         &SchedulerOptions::new(opts.trials, dags.len(), opts.time_budget),
     );
+    keep_model(tasks.store.sink, &opts.search, &tasks.cost)?;
     if let Some(e) = tasks.store.error.take() {
         return Err(e);
     }
@@ -330,5 +336,6 @@ pub fn tune_model(
         stop: sched.stop,
         curve: tasks.curve,
         interrupted: interrupt::requested(),
+        cost_model: tasks.cost.summary(),
     })
 }

@@ -3,6 +3,7 @@
 use crate::ansor::Step;
 use crate::evaluate::Evaluation;
 use crate::host::HostFingerprint;
+use crate::search::cost_model::CostModel;
 use crate::store::measurement::{store_measurements, NewMeasurement};
 use crate::store::{Store, StoreError};
 
@@ -49,6 +50,15 @@ pub fn measurement_of(
 pub trait Sink {
     /// Keeps `items`, taken by a run of kind `kind` (verify, apply, default, droplet).
     fn keep(&mut self, kind: &str, items: &[NewMeasurement]) -> Result<(), StoreError>;
+    /// The search's cost model of this host class, as last kept (cold when none, or when
+    /// it was written by a ttdb with other features).
+    fn load_cost_model(&mut self) -> CostModel {
+        CostModel::new()
+    }
+    /// Keeps the cost model for the next search on a like machine.
+    fn keep_cost_model(&mut self, _model: &CostModel) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Stores measurements in the database, one transaction per call, as this host's records.
@@ -60,6 +70,19 @@ pub struct StoreSink<'a> {
 impl Sink for StoreSink<'_> {
     fn keep(&mut self, kind: &str, items: &[NewMeasurement]) -> Result<(), StoreError> {
         store_measurements(self.store, kind, &self.host, items).map(|_| ())
+    }
+    fn load_cost_model(&mut self) -> CostModel {
+        match self.store.cost_model(&self.host.class()) {
+            Ok(Some(m)) => CostModel::decode(&m.bytes).unwrap_or_default(),
+            _ => CostModel::new(),
+        }
+    }
+    fn keep_cost_model(&mut self, model: &CostModel) -> Result<(), StoreError> {
+        if model.programs() == 0 {
+            return Ok(());
+        }
+        self.store
+            .save_cost_model(&self.host.class(), &model.encode(), model.programs() as i64)
     }
 }
 

@@ -8,6 +8,7 @@ use super::record::{measurement_of, Sink};
 use super::refine::{recognized_workload, refine_schedules, RefineJob, RefineOptions};
 use crate::ansor::{Record, Step};
 use crate::evaluate::Reference;
+use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
 use crate::search::droplet::KernelMeasurer;
 use crate::search::interrupt;
 use crate::search::policy::{
@@ -76,6 +77,7 @@ pub struct TunedKernel {
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneReport {
     pub host: String,
+    pub cost_model: CostModelSummary,
     pub kernels: Vec<TunedKernel>,
     pub trials: usize,
     pub seconds: f64,
@@ -216,10 +218,20 @@ pub fn search_kernel(
         error: None,
         progress: &mut forward,
     };
-    let searched = search_task(dag, host_hardware(), seeds, &mut measurer, &opts.search, &mut keeper);
+    let mut model = starting_model(opts.search.warm_start, || keeper.sink.load_cost_model());
+    let searched = search_task(
+        dag,
+        host_hardware(),
+        seeds,
+        &mut measurer,
+        &opts.search,
+        &mut keeper,
+        &mut model,
+    );
     if let Some(e) = keeper.error.take() {
         return Err(e);
     }
+    keep_model(keeper.sink, &opts.search, &model)?;
     Ok(match searched {
         Ok(s) => {
             let best = s.best_trial().cloned();
@@ -257,17 +269,21 @@ pub fn tune_jobs(
     let t0 = Instant::now();
     let host = crate::measure::detect_host();
     let mut kernels = Vec::new();
+    let mut model = starting_model(opts.search.warm_start, || sink.load_cost_model());
     for (i, job) in jobs.iter().enumerate() {
         if interrupt::requested() {
             break;
         }
         progress.kernel(i, jobs.len(), &job.workload.op_class);
-        let k = tune_job(job, opts, sink, progress)?;
+        let k = tune_job(job, opts, sink, progress, &mut model);
+        // The model learned from what was measured, even when storing a trial failed.
+        keep_model(sink, &opts.search, &model)?;
         progress.kernel_done();
-        kernels.push(k);
+        kernels.push(k?);
     }
     Ok(TuneReport {
         host: format!("{} ({}, {} cores)", host.cpu_model, host.llvm_cpu, host.cores),
+        cost_model: model.summary(),
         trials: kernels.iter().map(|k| k.trials + k.droplet_trials).sum(),
         kernels,
         seconds: t0.elapsed().as_secs_f64(),
@@ -275,11 +291,21 @@ pub fn tune_jobs(
     })
 }
 
+/// Keeps `model` for the next run (not when the run started cold on purpose: a cold model
+/// would replace a warmer one).
+pub(super) fn keep_model(sink: &mut dyn Sink, opts: &SearchOptions, model: &CostModel) -> Result<(), StoreError> {
+    if opts.warm_start && opts.learned_model {
+        sink.keep_cost_model(model)?;
+    }
+    Ok(())
+}
+
 fn tune_job(
     job: &RefineJob,
     opts: &TuneOptions,
     sink: &mut dyn Sink,
     progress: &mut dyn TuneProgress,
+    model: &mut CostModel,
 ) -> Result<TunedKernel, StoreError> {
     let t0 = Instant::now();
     let w = &job.workload;
@@ -343,6 +369,7 @@ fn tune_job(
         &mut measurer,
         &opts.search,
         &mut keeper,
+        model,
     );
     if let Some(e) = keeper.error.take() {
         return Err(e);

@@ -126,4 +126,4 @@ pub fn generate_sketches(dag: &Dag, hw: &HardwareParams) -> Result<Vec<Sketch>, 
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
