@@ -30,7 +30,7 @@ use crate::lower::check::kernel_args;
 use crate::lower::{
     lower_default, lower_steps_detailed, LowerOptions, WeightLayout, WeightLayoutMode,
 };
-use crate::measure::runner::{measure, MeasureOptions, Measurement};
+use crate::measure::runner::{measure, measure_again, MeasureOptions, Measurement};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
@@ -286,6 +286,16 @@ impl Prepared<'_> {
     /// Times the kernel with `opts` (warm-up, repeats).
     pub fn time(&mut self, opts: &MeasureOptions) -> Result<Measurement, RunError> {
         measure(self.compiled, &mut self.args, opts)
+    }
+
+    /// One more sample with `number` runs, as calibrated by an earlier [`Prepared::time`]
+    /// ([`crate::measure::runner::measure_again`]).
+    pub fn time_again(
+        &mut self,
+        number: usize,
+        opts: &MeasureOptions,
+    ) -> Result<Measurement, RunError> {
+        measure_again(self.compiled, &mut self.args, number, opts)
     }
 
     /// The evaluation: verified, timed by `measurement` (None: verify only).

@@ -136,3 +136,41 @@ pub fn measure(
     }
     Ok(Measurement::from_samples(samples, number))
 }
+
+/// One more sample of a kernel whose `number` (runs per sample) an earlier [`measure`] on the
+/// same buffers calibrated: `opts.warmup` runs, then `number` runs timed together (no
+/// calibration runs, whose cost is otherwise paid again for every sample). With
+/// `flush_cache`, one sample of [`measure`] (runs are timed one by one there).
+pub fn measure_again(
+    k: &CompiledKernel,
+    bufs: &mut [BufferData],
+    number: usize,
+    opts: &MeasureOptions,
+) -> Result<Measurement, RunError> {
+    if opts.flush_cache {
+        return measure(
+            k,
+            bufs,
+            &MeasureOptions {
+                repeat: 1,
+                ..opts.clone()
+            },
+        );
+    }
+    let ro = RunOptions {
+        threads: opts.threads,
+        timeout: opts.timeout,
+    };
+    for _ in 0..opts.warmup {
+        k.run(bufs, &ro)?;
+    }
+    let number = number.max(1);
+    let t = Instant::now();
+    for _ in 0..number {
+        k.run(bufs, &ro)?;
+    }
+    Ok(Measurement::from_samples(
+        vec![t.elapsed().as_secs_f64() / number as f64],
+        number,
+    ))
+}

@@ -15,8 +15,8 @@
 //! Beyond the artifacts (which move only the last 5 knobs and key visited points
 //! non-injectively): every knob moves, points are the visited set's keys (distinct points
 //! are distinct step lists, see [`Space`]), and Welch's test replaces Student's.
-use super::rng::Rng;
 use super::knobs::{Point, Space};
+use super::rng::Rng;
 use super::stats::{mean, welch};
 use crate::ansor::Step;
 use crate::codegen::RunError;
@@ -154,6 +154,11 @@ pub trait Observer {
 pub struct Quiet;
 impl Observer for Quiet {}
 
+/// A kernel whose first timing is more than this many times its batch's fastest first timing
+/// is not timed again ([`KernelMeasurer`]): it can be neither the best nor, having one
+/// sample, a significant Droplet move, and its repeats were most of a batch's timing cost.
+pub const HOPELESS: f64 = 2.0;
+
 /// The real measurer: ttdb's build and run phases on `dag`, verified against `reference`.
 pub struct KernelMeasurer<'a> {
     pub dag: &'a Dag,
@@ -167,12 +172,17 @@ impl Measurer for KernelMeasurer<'_> {
     /// Builds in parallel; verifies one at a time; then times in rounds, one timing of every
     /// kernel per round, so that the machine's drift (another process, frequency changes)
     /// touches every kernel of the batch alike and the t-test's samples stay comparable.
-    /// An interrupt drops the whole batch (nothing half-timed is reported).
+    /// After the first round, kernels [`HOPELESS`]ly slower than the batch's fastest keep
+    /// their one timing. An interrupt drops the whole batch (nothing half-timed is reported).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
+        let profile = std::env::var_os("TTDB_PROFILE").is_some();
+        let t_build = Instant::now();
         let builds: Vec<Build> = schedules
             .par_iter()
             .map(|s| build_steps(self.dag, s, &self.eval))
             .collect();
+        let build_wall = t_build.elapsed();
+        let t_verify = Instant::now();
         let mut eval = self.eval.clone();
         eval.measure.timeout = Some(timeout);
         let none = || schedules.iter().map(|_| None).collect();
@@ -189,6 +199,8 @@ impl Measurer for KernelMeasurer<'_> {
                 .map(|p| Some(p.map_or_else(|e| e, |p| p.finish(None))))
                 .collect();
         }
+        let verify_wall = t_verify.elapsed();
+        let t_time = Instant::now();
         let one = MeasureOptions {
             repeat: 1,
             ..eval.measure.clone()
@@ -196,16 +208,36 @@ impl Measurer for KernelMeasurer<'_> {
         let mut samples = vec![Vec::new(); prepared.len()];
         let mut number = vec![1; prepared.len()];
         let mut errors: Vec<Option<RunError>> = vec![None; prepared.len()];
-        for _ in 0..eval.measure.repeat.max(1) {
+        let mut hopeless = vec![false; prepared.len()];
+        for round in 0..eval.measure.repeat.max(1) {
+            if round == 1 {
+                // The first round's samples rank the batch: a kernel more than HOPELESS times
+                // slower than the batch's fastest (hence than the best so far) keeps its one
+                // sample; the contenders get every repeat.
+                let fastest = samples
+                    .iter()
+                    .filter_map(|s| s.first().copied())
+                    .fold(f64::INFINITY, f64::min);
+                for (h, s) in hopeless.iter_mut().zip(&samples) {
+                    *h = s.first().is_some_and(|&t| t > HOPELESS * fastest);
+                }
+            }
             for (i, p) in prepared.iter_mut().enumerate() {
                 let Ok(p) = p else { continue };
-                if errors[i].is_some() {
+                if errors[i].is_some() || hopeless[i] {
                     continue;
                 }
                 if (self.interrupted)() {
                     return none();
                 }
-                match p.time(&one) {
+                // The first timing calibrates the runs per sample (TVM's `number`); later
+                // ones reuse it instead of growing it from 1 again.
+                let timed = if round == 0 {
+                    p.time(&one)
+                } else {
+                    p.time_again(number[i], &one)
+                };
+                match timed {
                     Ok(m) => {
                         samples[i].extend(m.samples);
                         number[i] = m.number;
@@ -213,6 +245,16 @@ impl Measurer for KernelMeasurer<'_> {
                     Err(e) => errors[i] = Some(e),
                 }
             }
+        }
+        if profile {
+            profile_line(
+                &builds,
+                build_wall,
+                verify_wall,
+                t_time.elapsed(),
+                &samples,
+                &number,
+            );
         }
         prepared
             .into_iter()
@@ -226,6 +268,45 @@ impl Measurer for KernelMeasurer<'_> {
             })
             .collect()
     }
+}
+
+/// `TTDB_PROFILE`: one stderr line per measured batch, where its wall time went (sums over
+/// the batch of each build phase's thread time; walls of the build, verify and timing phases;
+/// kernel runs done while timing).
+fn profile_line(
+    builds: &[Build],
+    build_wall: Duration,
+    verify_wall: Duration,
+    time_wall: Duration,
+    samples: &[Vec<f64>],
+    number: &[usize],
+) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut lower, mut prep, mut opt, mut emit, mut jit) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for b in builds {
+        lower += ms(b.lower_time);
+        if let Ok((c, _)) = &b.result {
+            prep += ms(c.stats.translate_time);
+            opt += ms(c.stats.optimize_time);
+            emit += ms(c.stats.emit_time);
+            jit += ms(c.stats.jit_time);
+        }
+    }
+    let runs: usize = samples.iter().zip(number).map(|(s, n)| s.len() * n).sum();
+    let kernel_ms: f64 = samples
+        .iter()
+        .zip(number)
+        .map(|(s, n)| s.iter().sum::<f64>() * *n as f64 * 1e3)
+        .sum();
+    eprintln!(
+        "profile: n={} build_wall={:.0} lower={lower:.0} prepare+translate={prep:.0} opt={opt:.0} \
+         emit={emit:.0} jit={jit:.0} verify_wall={:.0} time_wall={:.0} timed_runs={runs} \
+         timed_kernel_ms={kernel_ms:.0}",
+        builds.len(),
+        ms(build_wall),
+        ms(verify_wall),
+        ms(time_wall),
+    );
 }
 
 /// Seconds per run of a verified, timed evaluation: its samples.
@@ -391,7 +472,9 @@ pub fn refine(
         let mut schedules = vec![inc.1.clone()];
         schedules.extend(batch.iter().map(|(_, s)| s.clone()));
         let mut runs = measurer.measure(&schedules, timeout_for(mean(&inc.3), opts));
-        if let Some(fresh) = runs[0].as_ref().and_then(samples) {
+        // (An incumbent the batch beat HOPELESSly has one fresh sample: the test keeps its
+        // earlier ones.)
+        if let Some(fresh) = runs[0].as_ref().and_then(samples).filter(|s| s.len() >= 2) {
             inc.3 = fresh.to_vec();
         }
         let base = mean(&inc.3);
