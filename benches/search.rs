@@ -11,10 +11,11 @@
 #[path = "common/onnxruntime.rs"]
 mod onnxruntime;
 use std::time::{Duration, Instant};
-use ttdb::evaluate::Reference;
+use ttdb::ansor::Step;
+use ttdb::evaluate::{Evaluation, Reference};
 use ttdb::ir::Dag;
 use ttdb::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
-use ttdb::search::droplet::KernelMeasurer;
+use ttdb::search::droplet::{KernelMeasurer, Measurer};
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
 use ttdb::tune::refine::RefineOptions;
 use ttdb::tune::search::host_hardware;
@@ -27,6 +28,21 @@ impl SearchObserver for Curve {
     fn progress(&mut self, trials: usize, best: f64) {
         self.points
             .push((trials, self.t0.elapsed().as_secs_f64(), best * 1e3));
+    }
+}
+
+/// Times the measurer's calls, so that the rest of the wall time (sampling, mutation,
+/// lowering to deduplicate) shows as the difference.
+struct Timed<'a> {
+    inner: &'a mut dyn Measurer,
+    seconds: f64,
+}
+impl Measurer for Timed<'_> {
+    fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
+        let t = Instant::now();
+        let out = self.inner.measure(schedules, timeout);
+        self.seconds += t.elapsed().as_secs_f64();
+        out
     }
 }
 
@@ -107,7 +123,12 @@ fn main() {
             t0: Instant::now(),
             points: vec![],
         };
-        let out = search_task(&dag, hw, &[], &mut measurer, &opts, &mut curve).expect("search");
+        let mut timed = Timed {
+            inner: &mut measurer,
+            seconds: 0.0,
+        };
+        let out = search_task(&dag, hw, &[], &mut timed, &opts, &mut curve, &mut ttdb::search::cost_model::CostModel::new()).expect("search");
+        let measuring = timed.seconds;
         let flops = dag.flop_ct();
         println!("\n== {name}: {} sketches, {} trials, stop: {}", out.sketches, out.trials.len(), out.stop.as_str());
         println!(
@@ -135,6 +156,11 @@ fn main() {
             out.duplicates,
             out.generated,
             ort.map_or("-".into(), |o| format!("{o:.3}")),
+        );
+        println!(
+            "wall {:.1} s: {measuring:.1} s building and measuring, {:.1} s generating and deduplicating candidates",
+            out.seconds,
+            out.seconds - measuring
         );
     }
 }
