@@ -48,6 +48,9 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
     assert_eq!(k["failed_trials"], 0, "{k}");
     assert!(k["best_ms"].as_f64().unwrap() > 0.0, "{k}");
     assert_eq!(search_measurements(&db), 24);
+    // The cost model learned from every trial and was kept for this host class.
+    assert_eq!(v["cost_model"]["warm_programs"], 0, "{}", v["cost_model"]);
+    assert_eq!(v["cost_model"]["programs"], 24, "{}", v["cost_model"]);
 
     // Export: Ansor lines of this host's target that parse; a fresh database imports them
     // and exports the same lines again.
@@ -83,6 +86,10 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
         "first {k}\nsecond {k2}"
     );
     assert_eq!(search_measurements(&db), 48);
+    // ... and its cost model starts warm from the first run's programs.
+    assert_eq!(v2["cost_model"]["warm_programs"], 24, "{}", v2["cost_model"]);
+    assert_eq!(v2["cost_model"]["programs"], 48, "{}", v2["cost_model"]);
+    assert!(v2["cost_model"]["trees"].as_u64().unwrap() > 0, "{}", v2["cost_model"]);
 }
 
 #[test]

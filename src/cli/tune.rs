@@ -1,6 +1,7 @@
 //! `ttdb tune`: Ansor-style search on this machine for stored workloads
 //! (`crate::tune::search`), each seeded with its stored records, then optionally Droplet.
 //! This file parses and renders.
+use crate::search::cost_model::CostModelSummary;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::store::Store;
@@ -62,7 +63,17 @@ pub struct TuneArgs {
     /// Seed of the search's random choices.
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
-    /// Do not store the trials.
+    /// Rank candidates without the CPU draft filter (for comparisons).
+    #[arg(long)]
+    pub no_draft_filter: bool,
+    /// Rank candidates without the learned cost model (for comparisons).
+    #[arg(long)]
+    pub no_cost_model: bool,
+    /// Start the cost model cold, ignoring (and not replacing) the one stored for this
+    /// host class.
+    #[arg(long)]
+    pub cold_model: bool,
+    /// Do not store the trials (nor the cost model).
     #[arg(long)]
     pub dry_run: bool,
     #[arg(long)]
@@ -76,6 +87,9 @@ impl TuneArgs {
         o.search.batch = self.batch.max(1);
         o.search.population = self.population.max(1);
         o.search.seed = self.seed;
+        o.search.draft_filter = !self.no_draft_filter;
+        o.search.learned_model = !self.no_cost_model;
+        o.search.warm_start = !self.cold_model;
         o.search.max_timeout = Duration::from_secs_f64(self.timeout.max(0.1));
         o.search.time_budget = self.time_budget.map(|s| Duration::from_secs_f64(s.max(0.0)));
         o.droplet_trials = self.droplet;
@@ -131,10 +145,21 @@ pub fn render_tune(r: &TuneReport, peak_gflops: Option<f64>) -> String {
         r.trials,
         r.seconds
     ));
+    out.push_str(&cost_model_line(&r.cost_model));
     if r.interrupted {
         out.push_str("interrupted: every trial measured so far is stored\n");
     }
     out
+}
+
+/// One line on the cost model a run ranked with.
+pub(super) fn cost_model_line(m: &CostModelSummary) -> String {
+    let start = if m.warm_programs > 0 {
+        format!("warm start from {} stored programs", m.warm_programs)
+    } else {
+        "cold start".to_string()
+    };
+    format!("cost model: {start}, trained on {} programs ({} trees)\n", m.programs, m.trees)
 }
 
 struct Bar {

@@ -262,3 +262,70 @@ pub fn pairwise_accuracy(items: &[(u32, f64, f64)]) -> Option<f64> {
     }
     (total > 0).then(|| right as f64 / total as f64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::rng::Rng;
+
+    /// A program as lowering gives them: an init store (the same in every program) and an
+    /// update store whose first features explain the time; the rest constant, as many are.
+    fn program(rng: &mut Rng) -> (ProgramFeatures, f64) {
+        let init = vec![0.0f32; STORE_FEATURES];
+        let update: Vec<f32> = (0..STORE_FEATURES).map(|i| if i < 8 { rng.unit() as f32 } else { 1.0 }).collect();
+        let seconds = 1e-3 * (1.0 + 2.0 * update[0] as f64 + update[1] as f64);
+        (ProgramFeatures { rows: vec![init, update], draft_seconds: 1.0 }, seconds)
+    }
+
+    #[test]
+    fn learns_to_rank_and_round_trips_through_its_encoding() {
+        let mut rng = Rng::new(5);
+        let mut m = CostModel::new();
+        for i in 0..200 {
+            let (f, s) = program(&mut rng);
+            m.add(if i % 2 == 0 { "a" } else { "b" }, &f, Some(s));
+        }
+        m.add("a", &program(&mut rng).0, None);
+        assert!(m.maybe_retrain());
+        assert!(!m.maybe_retrain(), "no new samples: no retraining");
+        let held: Vec<(ProgramFeatures, f64)> = (0..100).map(|_| program(&mut rng)).collect();
+        let items: Vec<(u32, f64, f64)> =
+            held.iter().map(|(f, s)| (0, *s, m.predict(f).unwrap())).collect();
+        let acc = pairwise_accuracy(&items).unwrap();
+        assert!(acc > 0.9, "pairwise accuracy {acc}");
+
+        let back = CostModel::decode(&m.encode()).unwrap();
+        assert_eq!(back.programs(), 201);
+        assert_eq!(back.warm_programs, 201);
+        for (f, _) in &held[..10] {
+            assert_eq!(back.predict(f), m.predict(f));
+        }
+    }
+
+    #[test]
+    fn keeps_only_the_most_recent_samples() {
+        let mut rng = Rng::new(9);
+        let mut m = CostModel::new();
+        for _ in 0..MAX_SAVED_PROGRAMS + 10 {
+            let (f, s) = program(&mut rng);
+            m.add("t", &f, Some(s));
+        }
+        assert_eq!(CostModel::decode(&m.encode()).unwrap().programs(), MAX_SAVED_PROGRAMS);
+    }
+
+    #[test]
+    fn refuses_what_it_did_not_write() {
+        let mut rng = Rng::new(1);
+        let mut m = CostModel::new();
+        let (f, s) = program(&mut rng);
+        m.add("t", &f, Some(s));
+        let bytes = m.encode();
+        assert!(CostModel::decode(b"garbage").is_err());
+        assert!(CostModel::decode(&bytes[..bytes.len() - 3]).is_err());
+        assert!(CostModel::decode(&bytes[..10]).is_err());
+        let mut other = bytes.clone();
+        let text = String::from_utf8_lossy(&other).replace("\"format\":1", "\"format\":7");
+        other = text.into_bytes();
+        assert!(CostModel::decode(&other).is_err());
+    }
+}

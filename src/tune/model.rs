@@ -274,7 +274,7 @@ pub fn tune_model(
         &mut tasks,
         &SchedulerOptions::new(opts.trials, dags.len(), opts.time_budget),
     );
-    keep_model(tasks.store.sink, &opts.search, &tasks.cost)?;
+    keep_model(tasks.store.sink, &opts.search, &mut tasks.cost)?;
     if let Some(e) = tasks.store.error.take() {
         return Err(e);
     }

@@ -231,7 +231,7 @@ pub fn search_kernel(
     if let Some(e) = keeper.error.take() {
         return Err(e);
     }
-    keep_model(keeper.sink, &opts.search, &model)?;
+    keep_model(keeper.sink, &opts.search, &mut model)?;
     Ok(match searched {
         Ok(s) => {
             let best = s.best_trial().cloned();
@@ -277,7 +277,7 @@ pub fn tune_jobs(
         progress.kernel(i, jobs.len(), &job.workload.op_class);
         let k = tune_job(job, opts, sink, progress, &mut model);
         // The model learned from what was measured, even when storing a trial failed.
-        keep_model(sink, &opts.search, &model)?;
+        keep_model(sink, &opts.search, &mut model)?;
         progress.kernel_done();
         kernels.push(k?);
     }
@@ -291,10 +291,11 @@ pub fn tune_jobs(
     })
 }
 
-/// Keeps `model` for the next run (not when the run started cold on purpose: a cold model
-/// would replace a warmer one).
-pub(super) fn keep_model(sink: &mut dyn Sink, opts: &SearchOptions, model: &CostModel) -> Result<(), StoreError> {
+/// Trains `model` on what it has not been trained on yet and keeps it for the next run (not
+/// when the run started cold on purpose: a cold model would replace a warmer one).
+pub(super) fn keep_model(sink: &mut dyn Sink, opts: &SearchOptions, model: &mut CostModel) -> Result<(), StoreError> {
     if opts.warm_start && opts.learned_model {
+        model.maybe_retrain();
         sink.keep_cost_model(model)?;
     }
     Ok(())
