@@ -1,0 +1,229 @@
+//! What the search's ranking buys, on this machine, in one run (issue: "cost model: ranking
+//! quality on held-back measured trials; trials to the same quality with and without the
+//! draft filter, and with and without the warm model"). `cargo bench --bench cost_model`.
+//!
+//! Part A, ranking quality: each workload is searched unranked (no draft filter, no model)
+//! for `TTDB_CM_TRIALS` (192) trials; its verified trials, in the order measured, are split
+//! into the first 75% (training) and the last 25% (held back, as a search meets them).
+//! Reported: pairwise accuracy (pairs of held-back trials ordered like their times) and top-10%
+//! recall, for the learned model trained on the task's own first 75%, on the *other*
+//! workloads only (what a warm model knows of a new task), the draft estimate, and chance.
+//!
+//! Part B, trials to quality on the 3x3 conv: five searches of `TTDB_CM_SEARCH` (256)
+//! trials (baseline unranked; draft only; cold model without and with the draft filter; warm
+//! model, trained on Part A's other workloads, with the draft filter). Reported: best ms at
+//! 32/64/128/256 trials, wall time, and the trials each needs to come within 10% of the best
+//! any of them found.
+use std::time::Instant;
+use ttdb::evaluate::Reference;
+use ttdb::ir::Dag;
+use ttdb::lower::{lower_steps, LowerOptions};
+use ttdb::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
+use ttdb::search::cost_model::{pairwise_accuracy, program_features, CostModel, ProgramFeatures};
+use ttdb::search::droplet::KernelMeasurer;
+use ttdb::search::policy::{search_task, SearchObserver, SearchOptions, Searched};
+use ttdb::search::sketch::HardwareParams;
+use ttdb::tune::refine::RefineOptions;
+use ttdb::tune::search::host_hardware;
+
+fn conv(lanes: i64, cin: i64, cout: i64, hw: i64, k: i64) -> Dag {
+    let (bi, bo) = (cin / lanes, cout / lanes);
+    WorkloadSpec::new(
+        Anchor::Conv2dNchwc(Window2d::simple(1, k / 2)),
+        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
+    )
+    .build(
+        Era::V010,
+        &[
+            vec![1, bi, hw, hw, lanes],
+            vec![bo, bi, k, k, lanes, lanes],
+            vec![1, bo, 1, 1, lanes],
+        ],
+    )
+    .expect("conv builds")
+}
+
+fn matmul() -> Dag {
+    WorkloadSpec::new(Anchor::Dense, vec![])
+        .build(Era::V010, &[vec![512, 512], vec![512, 512]])
+        .expect("dense builds")
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+struct Curve(Vec<(usize, f64, f64)>, Instant);
+impl SearchObserver for Curve {
+    fn progress(&mut self, trials: usize, best: f64) {
+        self.0.push((trials, self.1.elapsed().as_secs_f64(), best * 1e3));
+    }
+}
+
+fn search(dag: &Dag, hw: HardwareParams, opts: &SearchOptions, model: &mut CostModel) -> (Searched, Curve) {
+    let reference = Reference::new(dag, 7).expect("reference");
+    let interrupted = || false;
+    let mut measurer = KernelMeasurer {
+        dag,
+        reference: &reference,
+        eval: RefineOptions {
+            samples: 3,
+            min_repeat_ms: 10,
+            ..RefineOptions::default()
+        }
+        .eval(),
+        interrupted: &interrupted,
+    };
+    let mut curve = Curve(vec![], Instant::now());
+    let out = search_task(dag, hw, &[], &mut measurer, opts, &mut curve, model).expect("search");
+    (out, curve)
+}
+
+/// The verified trials of a search with their features, in the order measured.
+fn featurized(dag: &Dag, out: &Searched, hw: &HardwareParams) -> Vec<(ProgramFeatures, f64)> {
+    out.trials
+        .iter()
+        .filter_map(|t| {
+            let s = t.evaluation.median()?;
+            let k = lower_steps(dag, &t.steps, &LowerOptions::default()).ok()?;
+            Some((program_features(&k, hw), s))
+        })
+        .collect()
+}
+
+fn trained(data: &[(&str, &[(ProgramFeatures, f64)])]) -> CostModel {
+    let mut m = CostModel::new();
+    for (task, samples) in data {
+        for (f, s) in samples.iter() {
+            m.add(task, f, Some(*s));
+        }
+    }
+    m.retrain(&Default::default());
+    m
+}
+
+/// Share of the truly fastest 10% that the score's top 10% contains.
+fn top_recall(items: &[(u32, f64, f64)]) -> f64 {
+    let k = (items.len() / 10).max(1);
+    let mut by_time: Vec<usize> = (0..items.len()).collect();
+    by_time.sort_by(|&a, &b| items[a].1.total_cmp(&items[b].1));
+    let mut by_score: Vec<usize> = (0..items.len()).collect();
+    by_score.sort_by(|&a, &b| items[b].2.total_cmp(&items[a].2));
+    let top: Vec<usize> = by_time[..k].to_vec();
+    by_score[..k].iter().filter(|i| top.contains(i)).count() as f64 / k as f64
+}
+
+fn main() {
+    let hw = host_hardware();
+    let host = ttdb::measure::detect_host();
+    let lanes = hw.vector_lanes as i64;
+    println!(
+        "host: {} ({}, {} cores, {} fp32 lanes)",
+        host.cpu_model, host.llvm_cpu, hw.num_cores, hw.vector_lanes
+    );
+    let trials = env("TTDB_CM_TRIALS", 192);
+    let workloads = [
+        ("conv3x3 64->64 @56", conv(lanes, 64, 64, 56, 3)),
+        ("matmul 512^3", matmul()),
+        ("conv1x1 256->64 @56", conv(lanes, 256, 64, 56, 1)),
+    ];
+    let unranked = SearchOptions {
+        trials,
+        draft_filter: false,
+        learned_model: false,
+        ..SearchOptions::default()
+    };
+    // Part A: collect unranked trials per workload.
+    let mut data: Vec<Vec<(ProgramFeatures, f64)>> = Vec::new();
+    for (name, dag) in &workloads {
+        let t = Instant::now();
+        let (out, _) = search(dag, hw, &unranked, &mut CostModel::new());
+        let d = featurized(dag, &out, &hw);
+        println!("collected {name}: {} verified of {} trials in {:.0} s", d.len(), out.trials.len(), t.elapsed().as_secs_f64());
+        data.push(d);
+    }
+    println!("\nPart A: ranking of held-back trials (the last 25% measured)");
+    println!("{:<22} {:>6} | {:>22} | {:>22} | {:>14} | chance", "workload", "held", "model (own first 75%)", "model (other tasks)", "draft estimate");
+    for (w, (name, _)) in workloads.iter().enumerate() {
+        let d = &data[w];
+        let split = d.len() * 3 / 4;
+        let (train, held) = d.split_at(split);
+        let own = trained(&[(name, train)]);
+        let others: Vec<(&str, &[(ProgramFeatures, f64)])> = workloads
+            .iter()
+            .enumerate()
+            .filter(|(o, _)| *o != w)
+            .map(|(o, (n, _))| (*n, data[o].as_slice()))
+            .collect();
+        let other = trained(&others);
+        let score = |f: &dyn Fn(&ProgramFeatures) -> f64| -> Vec<(u32, f64, f64)> {
+            held.iter().map(|(x, s)| (0, *s, f(x))).collect()
+        };
+        let own_items = score(&|x| own.predict(x).unwrap_or(0.0));
+        let other_items = score(&|x| other.predict(x).unwrap_or(0.0));
+        let draft_items = score(&|x| -x.draft_seconds);
+        let fmt = |items: &[(u32, f64, f64)]| {
+            format!(
+                "{:.3} pairs, {:.2} top10%",
+                pairwise_accuracy(items).unwrap_or(f64::NAN),
+                top_recall(items)
+            )
+        };
+        println!(
+            "{:<22} {:>6} | {:>22} | {:>22} | {:>14} | 0.500 pairs, 0.10 top10%",
+            name,
+            held.len(),
+            fmt(&own_items),
+            fmt(&other_items),
+            format!("{:.3} pairs", pairwise_accuracy(&draft_items).unwrap_or(f64::NAN)),
+        );
+    }
+
+    // Part B: trials to quality on the 3x3 conv.
+    let budget = env("TTDB_CM_SEARCH", 256);
+    let (name, dag) = &workloads[0];
+    let warm_data: Vec<(&str, &[(ProgramFeatures, f64)])> =
+        vec![(workloads[1].0, data[1].as_slice()), (workloads[2].0, data[2].as_slice())];
+    let configs: [(&str, bool, bool, bool); 5] = [
+        ("baseline (unranked)", false, false, false),
+        ("draft filter only", true, false, false),
+        ("cold model, no draft", false, true, false),
+        ("cold model + draft", true, true, false),
+        ("warm model + draft", true, true, true),
+    ];
+    let mut runs = Vec::new();
+    for (label, draft, learned, warm) in configs {
+        let opts = SearchOptions {
+            trials: budget,
+            draft_filter: draft,
+            learned_model: learned,
+            ..SearchOptions::default()
+        };
+        let mut model = if warm { trained(&warm_data) } else { CostModel::new() };
+        let t = Instant::now();
+        let (out, curve) = search(dag, hw, &opts, &mut model);
+        runs.push((label, curve.0, t.elapsed().as_secs_f64(), out.trials.len()));
+    }
+    let best_overall = runs
+        .iter()
+        .flat_map(|r| r.1.iter().map(|p| p.2))
+        .filter(|x| x.is_finite())
+        .fold(f64::INFINITY, f64::min);
+    let target = best_overall * 1.10;
+    println!("\nPart B: {name}, {budget} trials each; target = 1.10 x best found ({best_overall:.3} ms) = {target:.3} ms");
+    println!("{:<22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>16}", "config", "@32 ms", "@64 ms", "@128 ms", "@256 ms", "wall s", "trials to target");
+    for (label, curve, wall, n) in &runs {
+        let at = |t: usize| {
+            curve
+                .iter()
+                .filter(|p| p.0 <= t)
+                .last()
+                .map_or("-".to_string(), |p| format!("{:.3}", p.2))
+        };
+        let reach = curve
+            .iter()
+            .find(|p| p.2 <= target)
+            .map_or(format!("not in {n}"), |p| p.0.to_string());
+        println!("{:<22} {:>9} {:>9} {:>9} {:>9} {:>8.0} {:>16}", label, at(32), at(64), at(128), at(256), wall, reach);
+    }
+}
