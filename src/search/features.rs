@@ -13,8 +13,8 @@
 //!    estimate's terms.
 //!
 //! Footprints use the affine form of each index: along one dimension, the loops inside a
-//! depth span `1 + Σ |coef|·(extent-1)` elements, capped at the dimension; a non-affine index
-//! spans the whole dimension.
+//! depth span `1 + Σ |coef|·(extent-1)` elements, times the extents of the loops inside a
+//! non-affine part, capped at the dimension.
 use crate::loopnest::affine::linearize;
 use crate::loopnest::bounds::{expr_interval, Interval};
 use crate::loopnest::ir::*;
@@ -43,9 +43,17 @@ pub struct Access {
     pub write: bool,
     pub elem_bytes: f64,
     pub shape: Vec<i64>,
-    /// Per dimension: (loop variable, |coefficient|) of its affine form, or `None` when the
-    /// index is not affine in the loop variables (then it spans the whole dimension).
-    pub dims: Vec<Option<Vec<(String, f64)>>>,
+    pub dims: Vec<DimIndex>,
+}
+
+/// The index of one dimension: its affine terms, and the loop variables inside its
+/// non-affine parts (`floordiv(i, 8)`, `i * j`), which are assumed to move it by one
+/// element per iteration (an upper bound of the span for div/mod, the usual case).
+#[derive(Clone, Debug, Default)]
+pub struct DimIndex {
+    /// (loop variable, |coefficient|).
+    pub affine: Vec<(String, f64)>,
+    pub opaque: Vec<String>,
 }
 
 impl Access {
@@ -69,20 +77,14 @@ impl Access {
             .iter()
             .zip(&self.shape)
             .map(|(d, &size)| {
-                let size = size.max(1) as f64;
-                match d {
-                    None => size,
-                    Some(terms) => {
-                        let span: f64 = 1.0
-                            + terms
-                                .iter()
-                                .filter_map(|(v, c)| {
-                                    inner.iter().find(|l| &l.var == v).map(|l| c * (l.extent - 1.0))
-                                })
-                                .sum::<f64>();
-                        span.min(size)
-                    }
-                }
+                let extent = |v: &String| inner.iter().find(|l| &l.var == v).map(|l| l.extent);
+                let affine: f64 = 1.0
+                    + d.affine
+                        .iter()
+                        .filter_map(|(v, c)| extent(v).map(|e| c * (e - 1.0)))
+                        .sum::<f64>();
+                let opaque: f64 = d.opaque.iter().filter_map(extent).product();
+                (affine * opaque).min(size.max(1) as f64)
             })
             .collect()
     }
@@ -92,13 +94,11 @@ impl Access {
         let mut stride = 0.0;
         let mut row = 1.0;
         for (d, &size) in self.dims.iter().zip(&self.shape).rev() {
-            match d {
-                None => return row,
-                Some(terms) => {
-                    if let Some((_, c)) = terms.iter().find(|(v, _)| v == var) {
-                        stride += c * row;
-                    }
-                }
+            if let Some((_, c)) = d.affine.iter().find(|(v, _)| v == var) {
+                stride += c * row;
+            }
+            if d.opaque.iter().any(|v| v == var) {
+                stride += row;
             }
             row *= size.max(1) as f64;
         }
@@ -108,7 +108,7 @@ impl Access {
     fn uses(&self, var: &str) -> bool {
         self.dims
             .iter()
-            .any(|d| d.as_ref().is_none_or(|t| t.iter().any(|(v, _)| v == var)))
+            .any(|d| d.affine.iter().any(|(v, _)| v == var) || d.opaque.iter().any(|v| v == var))
     }
 }
 
@@ -273,15 +273,14 @@ impl Walker {
         let dims = index
             .iter()
             .map(|e| {
-                let lin = linearize(e);
-                let mut terms = Vec::new();
-                for (atom, c) in &lin.terms {
+                let mut d = DimIndex::default();
+                for (atom, c) in &linearize(e).terms {
                     match atom {
-                        Expr::Var(v) => terms.push((v.clone(), (*c as f64).abs())),
-                        _ => return None,
+                        Expr::Var(v) => d.affine.push((v.clone(), (*c as f64).abs())),
+                        other => collect_vars(other, &mut d.opaque),
                     }
                 }
-                Some(terms)
+                d
             })
             .collect();
         Access {
@@ -291,6 +290,30 @@ impl Walker {
             shape,
             dims,
         }
+    }
+}
+
+/// The variables of `e`, each once.
+fn collect_vars(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::Var(v) => {
+            if !out.contains(v) {
+                out.push(v.clone());
+            }
+        }
+        Expr::Int(..) | Expr::Float(..) => {}
+        Expr::Load { index, .. } => index.iter().for_each(|i| collect_vars(i, out)),
+        Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            collect_vars(a, out);
+            collect_vars(b, out);
+        }
+        Expr::Not(a) | Expr::Cast(_, a) => collect_vars(a, out),
+        Expr::Select(c, a, b) => {
+            collect_vars(c, out);
+            collect_vars(a, out);
+            collect_vars(b, out);
+        }
+        Expr::Call(_, args) => args.iter().for_each(|a| collect_vars(a, out)),
     }
 }
 

@@ -351,25 +351,53 @@ impl<'a> TaskSearch<'a> {
     }
 
     /// Orders `pool` best first: the draft filter keeps the faster share by the static
-    /// estimate (at least `2 × greedy`), then the learned model orders what is left (the
-    /// draft estimate does until the model is trained).
+    /// estimate (at least `2 × greedy`), ordered by it. Once the learned model is trained,
+    /// the order alternates between the model's best and the draft's best (each verifies the
+    /// other; ranking by the model alone narrows a batch onto near copies of the incumbent,
+    /// `benches/cost_model.rs`), and a candidate the model cannot tell from one already
+    /// placed (same prediction: same features) goes behind every distinct one.
     fn rank(&self, pool: &mut Vec<(Candidate, [u8; 32])>, greedy: usize, model: &CostModel) {
         let draft = |c: &Candidate| c.features.as_ref().map_or(f64::INFINITY, |f| f.draft_seconds);
         if self.opts.draft_filter {
             pool.sort_by(|a, b| draft(&a.0).total_cmp(&draft(&b.0)));
             pool.truncate((pool.len() / 2).max(greedy * 2));
         }
-        if self.opts.learned_model && model.is_trained() {
-            let mut scored: Vec<(f64, (Candidate, [u8; 32]))> = pool
-                .drain(..)
-                .map(|c| {
-                    let p = c.0.features.as_ref().and_then(|f| model.predict(f)).unwrap_or(f64::MIN);
-                    (p, c)
-                })
-                .collect();
-            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-            pool.extend(scored.into_iter().map(|x| x.1));
+        if !(self.opts.learned_model && model.is_trained()) {
+            return;
         }
+        let pred: Vec<f64> = pool
+            .iter()
+            .map(|c| c.0.features.as_ref().and_then(|f| model.predict(f)).unwrap_or(f64::MIN))
+            .collect();
+        let mut by_model: Vec<usize> = (0..pool.len()).collect();
+        by_model.sort_by(|&a, &b| pred[b].total_cmp(&pred[a]));
+        // The pool is in draft order when the filter ran.
+        let by_draft: Vec<usize> = if self.opts.draft_filter {
+            (0..pool.len()).collect()
+        } else {
+            by_model.clone()
+        };
+        let (mut order, mut later) = (Vec::with_capacity(pool.len()), Vec::new());
+        let mut placed = vec![false; pool.len()];
+        let mut predictions = HashSet::new();
+        let (mut m, mut d) = (0, 0);
+        for turn in 0..2 * pool.len() {
+            let list = if turn % 2 == 0 { (&by_model, &mut m) } else { (&by_draft, &mut d) };
+            let (list, at) = list;
+            while *at < list.len() && placed[list[*at]] {
+                *at += 1;
+            }
+            let Some(&i) = list.get(*at) else { continue };
+            placed[i] = true;
+            if predictions.insert(pred[i].to_bits()) {
+                order.push(i);
+            } else {
+                later.push(i);
+            }
+        }
+        order.extend(later);
+        let mut slots: Vec<Option<(Candidate, [u8; 32])>> = pool.drain(..).map(Some).collect();
+        pool.extend(order.into_iter().filter_map(|i| slots[i].take()));
     }
 
     /// One round: at most `want` new candidates, measured; their trials go to `observer`.
