@@ -15,7 +15,7 @@ fn space() -> Space {
     Space::new(&stage_inits_from_dag(&dag), &steps, 8).unwrap()
 }
 
-fn timed(samples: Vec<f64>) -> Evaluation {
+pub(super) fn timed(samples: Vec<f64>) -> Evaluation {
     Evaluation {
         lower_time: Duration::ZERO,
         compile_time: Duration::ZERO,
@@ -27,7 +27,7 @@ fn timed(samples: Vec<f64>) -> Evaluation {
     }
 }
 
-fn failed(error_no: u8) -> Evaluation {
+pub(super) fn failed(error_no: u8) -> Evaluation {
     Evaluation {
         lower_time: Duration::ZERO,
         compile_time: Duration::ZERO,
@@ -42,7 +42,7 @@ fn failed(error_no: u8) -> Evaluation {
     }
 }
 
-fn split_lengths(steps: &[Step]) -> Vec<i64> {
+pub(super) fn split_lengths(steps: &[Step]) -> Vec<i64> {
     steps
         .iter()
         .filter_map(|s| match s {

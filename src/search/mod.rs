@@ -1,6 +1,11 @@
-//! Searching schedules on this machine. Today: Droplet search (coordinate descent with a
-//! significance test, [`droplet`]) over the knobs of a step list ([`knobs`]), from the
-//! fastest start of each distinct structure ([`restarts`]).
+//! Searching schedules on this machine.
+//! * From scratch, Ansor-style ([`policy`]): sketches ([`sketch`]), random initial states
+//!   ([`init`]), mutations ([`mutate`]); each round's candidates ranked by the CPU draft
+//!   estimate ([`draft`]) and a learned cost model ([`cost_model`]: per-store [`features`], a
+//!   pack-sum [`gbdt`]); a model's kernels share rounds through the task [`scheduler`].
+//! * Refinement: Droplet search (coordinate descent with a significance test, [`droplet`])
+//!   over the knobs of a step list ([`knobs`]), from the fastest start of each distinct
+//!   structure ([`restarts`]).
 pub mod cost_model;
 pub mod draft;
 pub mod droplet;
@@ -12,6 +17,8 @@ pub mod policy;
 pub mod sketch;
 #[cfg(test)]
 mod droplet_tests;
+#[cfg(test)]
+mod policy_tests;
 pub mod interrupt;
 pub mod knobs;
 pub mod restarts;
