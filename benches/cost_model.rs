@@ -15,53 +15,41 @@
 //! workloads, or on the same conv's Part A trials (an earlier run). Reported: median best ms
 //! at 32/64/128/256 trials, wall time, and the trials each seed needs to come within 10% of
 //! the best any run found.
+#[path = "common/workloads.rs"]
+mod workloads;
 use std::time::Instant;
 use ttdb::evaluate::Reference;
 use ttdb::ir::Dag;
 use ttdb::lower::{lower_steps, LowerOptions};
-use ttdb::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
 use ttdb::search::cost_model::{pairwise_accuracy, program_features, CostModel, ProgramFeatures};
 use ttdb::search::droplet::KernelMeasurer;
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions, Searched};
 use ttdb::search::sketch::HardwareParams;
 use ttdb::tune::refine::RefineOptions;
 use ttdb::tune::search::host_hardware;
-
-fn conv(lanes: i64, cin: i64, cout: i64, hw: i64, k: i64) -> Dag {
-    let (bi, bo) = (cin / lanes, cout / lanes);
-    WorkloadSpec::new(
-        Anchor::Conv2dNchwc(Window2d::simple(1, k / 2)),
-        vec![EpilogueOp::Add { operand_first: false }, EpilogueOp::Relu],
-    )
-    .build(
-        Era::V010,
-        &[
-            vec![1, bi, hw, hw, lanes],
-            vec![bo, bi, k, k, lanes, lanes],
-            vec![1, bo, 1, 1, lanes],
-        ],
-    )
-    .expect("conv builds")
-}
-
-fn matmul() -> Dag {
-    WorkloadSpec::new(Anchor::Dense, vec![])
-        .build(Era::V010, &[vec![512, 512], vec![512, 512]])
-        .expect("dense builds")
-}
+use workloads::{conv_nchwc as conv, matmul_512 as matmul};
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 struct Curve(Vec<(usize, f64, f64)>, Instant);
 impl SearchObserver for Curve {
     fn progress(&mut self, trials: usize, best: f64) {
-        self.0.push((trials, self.1.elapsed().as_secs_f64(), best * 1e3));
+        self.0
+            .push((trials, self.1.elapsed().as_secs_f64(), best * 1e3));
     }
 }
 
-fn search(dag: &Dag, hw: HardwareParams, opts: &SearchOptions, model: &mut CostModel) -> (Searched, Curve) {
+fn search(
+    dag: &Dag,
+    hw: HardwareParams,
+    opts: &SearchOptions,
+    model: &mut CostModel,
+) -> (Searched, Curve) {
     let reference = Reference::new(dag, 7).expect("reference");
     let interrupted = || false;
     let mut measurer = KernelMeasurer {
@@ -140,7 +128,12 @@ fn main() {
         let t = Instant::now();
         let (out, _) = search(dag, hw, &unranked, &mut CostModel::new());
         let d = featurized(dag, &out, &hw);
-        println!("collected {name}: {} verified of {} trials in {:.0} s", d.len(), out.trials.len(), t.elapsed().as_secs_f64());
+        println!(
+            "collected {name}: {} verified of {} trials in {:.0} s",
+            d.len(),
+            out.trials.len(),
+            t.elapsed().as_secs_f64()
+        );
         data.push(d);
     }
     // TTDB_CM_DUMP=file.csv: every collected program's store rows, for offline analysis.
@@ -150,7 +143,11 @@ fn main() {
             for (p, (f, s)) in d.iter().enumerate() {
                 for (r, row) in f.rows.iter().enumerate() {
                     let vals: Vec<String> = row.iter().map(|v| v.to_string()).collect();
-                    out.push_str(&format!("{w},{p},{r},{s},{},{}\n", f.draft_seconds, vals.join(",")));
+                    out.push_str(&format!(
+                        "{w},{p},{r},{s},{},{}\n",
+                        f.draft_seconds,
+                        vals.join(",")
+                    ));
                 }
             }
         }
@@ -158,7 +155,10 @@ fn main() {
         println!("dumped the programs' rows to {path}");
     }
     println!("\nPart A: ranking of held-back trials (the last 25% measured)");
-    println!("{:<22} {:>6} | {:>22} | {:>22} | {:>14} | chance", "workload", "held", "model (own first 75%)", "model (other tasks)", "draft estimate");
+    println!(
+        "{:<22} {:>6} | {:>22} | {:>22} | {:>14} | chance",
+        "workload", "held", "model (own first 75%)", "model (other tasks)", "draft estimate"
+    );
     for (w, (name, _)) in workloads.iter().enumerate() {
         let d = &data[w];
         let split = d.len() * 3 / 4;
@@ -177,7 +177,8 @@ fn main() {
         let own_items = score(&|x| own.predict(x).unwrap_or(0.0));
         let other_items = score(&|x| other.predict(x).unwrap_or(0.0));
         let draft_items = score(&|x| -x.draft_seconds);
-        let draft_all: Vec<(u32, f64, f64)> = d.iter().map(|(x, s)| (0, *s, -x.draft_seconds)).collect();
+        let draft_all: Vec<(u32, f64, f64)> =
+            d.iter().map(|(x, s)| (0, *s, -x.draft_seconds)).collect();
         let fmt = |items: &[(u32, f64, f64)]| {
             format!(
                 "{:.3} pairs, {:.2} top10%",
@@ -191,7 +192,10 @@ fn main() {
             held.len(),
             fmt(&own_items),
             fmt(&other_items),
-            format!("{:.3} pairs", pairwise_accuracy(&draft_items).unwrap_or(f64::NAN)),
+            format!(
+                "{:.3} pairs",
+                pairwise_accuracy(&draft_items).unwrap_or(f64::NAN)
+            ),
         );
         println!(
             "{:<22} draft estimate over all {} trials (random samples included): {:.3} pairs",
@@ -204,8 +208,10 @@ fn main() {
     // Part B: trials to quality on the 3x3 conv.
     let budget = env("TTDB_CM_SEARCH", 256);
     let (name, dag) = &workloads[0];
-    let warm_data: Vec<(&str, &[(ProgramFeatures, f64)])> =
-        vec![(workloads[1].0, data[1].as_slice()), (workloads[2].0, data[2].as_slice())];
+    let warm_data: Vec<(&str, &[(ProgramFeatures, f64)])> = vec![
+        (workloads[1].0, data[1].as_slice()),
+        (workloads[2].0, data[2].as_slice()),
+    ];
     // (label, draft filter, learned model, warm start: 0 cold, 1 other tasks, 2 same task)
     let configs: [(&str, bool, bool, u8); 6] = [
         ("baseline (unranked)", false, false, 0),
@@ -216,7 +222,8 @@ fn main() {
         ("warm (same task)", true, true, 2),
     ];
     let seeds = env("TTDB_CM_SEEDS", 2);
-    let same_task: Vec<(&str, &[(ProgramFeatures, f64)])> = vec![(workloads[0].0, data[0].as_slice())];
+    let same_task: Vec<(&str, &[(ProgramFeatures, f64)])> =
+        vec![(workloads[0].0, data[0].as_slice())];
     let mut runs = Vec::new();
     // TTDB_CM_CONFIGS=1,3: only these configs (0-based), to save time.
     let wanted: Option<Vec<usize>> = std::env::var("TTDB_CM_CONFIGS")
@@ -255,15 +262,26 @@ fn main() {
     let target = best_overall * 1.10;
     println!("\nPart B: {name}, {budget} trials each; target = 1.10 x best found ({best_overall:.3} ms) = {target:.3} ms");
     println!("(medians over {seeds} seeds; trials to target: each seed's, '-' = not reached)");
-    println!("{:<22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>18}", "config", "@32 ms", "@64 ms", "@128 ms", "@256 ms", "wall s", "trials to target");
+    println!(
+        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>18}",
+        "config", "@32 ms", "@64 ms", "@128 ms", "@256 ms", "wall s", "trials to target"
+    );
     for &(label, ..) in &configs {
-        let mine: Vec<&(&str, Vec<(usize, f64, f64)>, f64, usize)> = runs.iter().filter(|r| r.0 == label).collect();
+        let mine: Vec<_> = runs.iter().filter(|r| r.0 == label).collect();
         let at = |t: usize| {
-            median(mine.iter().filter_map(|r| r.1.iter().filter(|p| p.0 <= t).last().map(|p| p.2)).collect())
+            median(
+                mine.iter()
+                    .filter_map(|r| r.1.iter().rfind(|p| p.0 <= t).map(|p| p.2))
+                    .collect(),
+            )
         };
         let reach: Vec<String> = mine
             .iter()
-            .map(|r| r.1.iter().find(|p| p.2 <= target).map_or("-".to_string(), |p| p.0.to_string()))
+            .map(|r| {
+                r.1.iter()
+                    .find(|p| p.2 <= target)
+                    .map_or("-".to_string(), |p| p.0.to_string())
+            })
             .collect();
         let wall = median(mine.iter().map(|r| r.2).collect());
         println!(
@@ -285,5 +303,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }

@@ -5,16 +5,16 @@
 //! * a 512x512x512 matmul (ttdb: dense, A x B^T; onnxruntime: MatMul; same FLOPs).
 //!
 //! Each is searched with `TTDB_SEARCH_TRIALS` (1000) measured trials (no seeds, no
-//! database), printing the curve (best ms at 64, 128, 256, ... trials, with wall time), the
+//! database: the cost model starts cold), printing the curve (best ms at 64, 128, 256, ... trials, with wall time), the
 //! trials per second, and the best against onnxruntime's median for the same op
 //! (`benches/ort_op.py`, same thread count) and the machine's peak. `cargo bench --bench search`.
 #[path = "common/onnxruntime.rs"]
 mod onnxruntime;
+#[path = "common/workloads.rs"]
+mod workloads;
 use std::time::{Duration, Instant};
 use ttdb::ansor::Step;
 use ttdb::evaluate::{Evaluation, Reference};
-use ttdb::ir::Dag;
-use ttdb::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
 use ttdb::search::droplet::{KernelMeasurer, Measurer};
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
 use ttdb::tune::refine::RefineOptions;
@@ -50,34 +50,6 @@ fn onnxruntime_ms(op: &str, threads: usize) -> Option<f64> {
     onnxruntime::script_ms("ort_op.py", &[op, &threads.to_string()])
 }
 
-fn conv(lanes: i64) -> Dag {
-    let b = 64 / lanes;
-    WorkloadSpec::new(
-        Anchor::Conv2dNchwc(Window2d::simple(1, 1)),
-        vec![
-            EpilogueOp::Add {
-                operand_first: false,
-            },
-            EpilogueOp::Relu,
-        ],
-    )
-    .build(
-        Era::V010,
-        &[
-            vec![1, b, 56, 56, lanes],
-            vec![b, b, 3, 3, lanes, lanes],
-            vec![1, b, 1, 1, lanes],
-        ],
-    )
-    .expect("conv builds")
-}
-
-fn matmul() -> Dag {
-    WorkloadSpec::new(Anchor::Dense, vec![])
-        .build(Era::V010, &[vec![512, 512], vec![512, 512]])
-        .expect("dense builds")
-}
-
 fn main() {
     let hw = host_hardware();
     let host = ttdb::measure::detect_host();
@@ -94,8 +66,8 @@ fn main() {
     );
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     for (name, op, dag) in [
-        ("conv3x3 64->64 @56 +bias+relu", "conv", conv(hw.vector_lanes as i64)),
-        ("matmul 512^3", "matmul", matmul()),
+        ("conv3x3 64->64 @56 +bias+relu", "conv", workloads::conv_nchwc(hw.vector_lanes as i64, 64, 64, 56, 3)),
+        ("matmul 512^3", "matmul", workloads::matmul_512()),
     ] {
         if !only.is_empty() && !only.iter().any(|o| o == op) {
             continue;
