@@ -36,7 +36,11 @@ pub fn program_features(k: &Kernel, hw: &HardwareParams) -> ProgramFeatures {
     let stores = store_infos(k);
     let (draft_seconds, terms) = draft_estimate(&stores, hw);
     ProgramFeatures {
-        rows: stores.iter().zip(&terms).map(|(s, t)| store_row(s, t)).collect(),
+        rows: stores
+            .iter()
+            .zip(&terms)
+            .map(|(s, t)| store_row(s, t))
+            .collect(),
         draft_seconds,
     }
 }
@@ -109,7 +113,9 @@ impl CostModel {
     /// training (TVM's rule). Returns whether it trained.
     pub fn maybe_retrain(&mut self) -> bool {
         let n = self.metas.len();
-        if n < MIN_TRAIN_PROGRAMS || (self.is_trained() && (n as f64) < self.trained_on as f64 * 1.2) {
+        if n < MIN_TRAIN_PROGRAMS
+            || (self.is_trained() && (n as f64) < self.trained_on as f64 * 1.2)
+        {
             return false;
         }
         self.retrain(&GbdtParams::default());
@@ -152,13 +158,17 @@ impl CostModel {
 
     /// The predicted score (higher is faster) of a program, or `None` before training.
     pub fn predict(&self, features: &ProgramFeatures) -> Option<f64> {
-        self.is_trained().then(|| self.model.predict_program(&features.rows))
+        self.is_trained()
+            .then(|| self.model.predict_program(&features.rows))
     }
 
     /// Bytes to store: the trees and the most recent samples.
     pub fn encode(&self) -> Vec<u8> {
         let keep_from = self.metas.len().saturating_sub(MAX_SAVED_PROGRAMS);
-        let skip_rows: usize = self.metas[..keep_from].iter().map(|m| m.rows as usize).sum();
+        let skip_rows: usize = self.metas[..keep_from]
+            .iter()
+            .map(|m| m.rows as usize)
+            .sum();
         let header = Header {
             format: FORMAT,
             features: STORE_FEATURES as u32,
@@ -168,7 +178,9 @@ impl CostModel {
             trained_on: self.trained_on.min(self.metas.len() - keep_from),
         };
         let json = serde_json::to_vec(&header).expect("serializable");
-        let mut out = Vec::with_capacity(12 + json.len() + (self.rows.len() - skip_rows) * STORE_FEATURES * 4);
+        let mut out = Vec::with_capacity(
+            12 + json.len() + (self.rows.len() - skip_rows) * STORE_FEATURES * 4,
+        );
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(json.len() as u64).to_le_bytes());
         out.extend_from_slice(&json);
@@ -187,7 +199,8 @@ impl CostModel {
         let (len, rest) = rest.split_at_checked(8).ok_or("truncated cost model")?;
         let len = u64::from_le_bytes(len.try_into().expect("8 bytes")) as usize;
         let (json, payload) = rest.split_at_checked(len).ok_or("truncated cost model")?;
-        let h: Header = serde_json::from_slice(json).map_err(|e| format!("cost model header: {e}"))?;
+        let h: Header =
+            serde_json::from_slice(json).map_err(|e| format!("cost model header: {e}"))?;
         if h.format != FORMAT || h.features != STORE_FEATURES as u32 {
             return Err(format!(
                 "cost model format {} with {} features; this ttdb writes format {FORMAT} with {STORE_FEATURES}",
@@ -198,12 +211,19 @@ impl CostModel {
         if payload.len() != n_rows * STORE_FEATURES * 4 {
             return Err("cost model samples do not match their header".into());
         }
-        if h.metas.iter().any(|m| m.task as usize >= h.tasks.len() || m.rows == 0) {
+        if h.metas
+            .iter()
+            .any(|m| m.task as usize >= h.tasks.len() || m.rows == 0)
+        {
             return Err("cost model sample refers to no task".into());
         }
         let rows = payload
             .chunks_exact(STORE_FEATURES * 4)
-            .map(|r| r.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
+            .map(|r| {
+                r.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                    .collect()
+            })
             .collect();
         Ok(CostModel {
             warm_programs: h.metas.len(),
@@ -272,9 +292,17 @@ mod tests {
     /// update store whose first features explain the time; the rest constant, as many are.
     fn program(rng: &mut Rng) -> (ProgramFeatures, f64) {
         let init = vec![0.0f32; STORE_FEATURES];
-        let update: Vec<f32> = (0..STORE_FEATURES).map(|i| if i < 8 { rng.unit() as f32 } else { 1.0 }).collect();
+        let update: Vec<f32> = (0..STORE_FEATURES)
+            .map(|i| if i < 8 { rng.unit() as f32 } else { 1.0 })
+            .collect();
         let seconds = 1e-3 * (1.0 + 2.0 * update[0] as f64 + update[1] as f64);
-        (ProgramFeatures { rows: vec![init, update], draft_seconds: 1.0 }, seconds)
+        (
+            ProgramFeatures {
+                rows: vec![init, update],
+                draft_seconds: 1.0,
+            },
+            seconds,
+        )
     }
 
     #[test]
@@ -289,8 +317,10 @@ mod tests {
         assert!(m.maybe_retrain());
         assert!(!m.maybe_retrain(), "no new samples: no retraining");
         let held: Vec<(ProgramFeatures, f64)> = (0..100).map(|_| program(&mut rng)).collect();
-        let items: Vec<(u32, f64, f64)> =
-            held.iter().map(|(f, s)| (0, *s, m.predict(f).unwrap())).collect();
+        let items: Vec<(u32, f64, f64)> = held
+            .iter()
+            .map(|(f, s)| (0, *s, m.predict(f).unwrap()))
+            .collect();
         let acc = pairwise_accuracy(&items).unwrap();
         assert!(acc > 0.9, "pairwise accuracy {acc}");
 
@@ -310,7 +340,10 @@ mod tests {
             let (f, s) = program(&mut rng);
             m.add("t", &f, Some(s));
         }
-        assert_eq!(CostModel::decode(&m.encode()).unwrap().programs(), MAX_SAVED_PROGRAMS);
+        assert_eq!(
+            CostModel::decode(&m.encode()).unwrap().programs(),
+            MAX_SAVED_PROGRAMS
+        );
     }
 
     #[test]

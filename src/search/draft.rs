@@ -23,7 +23,11 @@ const FREQ_HZ: f64 = 3.0e9;
 const FMA_PIPES: f64 = 2.0;
 const FMA_LATENCY: f64 = 4.0;
 /// (capacity in bytes, bandwidth from the level below in bytes/cycle) for L1, L2, L3.
-const CACHES: [(f64, f64); 3] = [(32.0 * 1024.0, 64.0), (1024.0 * 1024.0, 32.0), (16.0 * 1024.0 * 1024.0, 8.0)];
+const CACHES: [(f64, f64); 3] = [
+    (32.0 * 1024.0, 64.0),
+    (1024.0 * 1024.0, 32.0),
+    (16.0 * 1024.0 * 1024.0, 8.0),
+];
 /// Cycles to start a parallel region (thread wake-up and join).
 const PARALLEL_LAUNCH: f64 = 3000.0;
 
@@ -40,7 +44,9 @@ pub fn draft_estimate(stores: &[StoreInfo], hw: &HardwareParams) -> (f64, Vec<Dr
         let lane_use = s
             .loops_of(ForKind::Vectorized)
             .last()
-            .map_or(1.0 / lanes, |(_, l)| l.extent / ((l.extent / lanes).ceil().max(1.0) * lanes));
+            .map_or(1.0 / lanes, |(_, l)| {
+                l.extent / ((l.extent / lanes).ceil().max(1.0) * lanes)
+            });
         let mut compute = s.ops.flops().max(1.0) * n / (2.0 * FMA_PIPES * lanes * lane_use);
         // Register tile of a reduction: store elements live across the innermost reduction loop.
         let store = s.store();
@@ -59,9 +65,15 @@ pub fn draft_estimate(stores: &[StoreInfo], hw: &HardwareParams) -> (f64, Vec<Dr
             }
         }
         // Loop overhead of the innermost loop that is neither vectorized nor unrolled.
-        if let Some(d) = s.loops.iter().rposition(|l| l.kind == ForKind::Serial || l.kind == ForKind::Parallel) {
+        if let Some(d) = s
+            .loops
+            .iter()
+            .rposition(|l| l.kind == ForKind::Serial || l.kind == ForKind::Parallel)
+        {
             let body_iters: f64 = s.loops[..=d].iter().map(|l| l.extent).product();
-            if s.auto_unroll < s.loops[d + 1..].iter().map(|l| l.extent).product::<f64>() * s.loops[d].extent {
+            if s.auto_unroll
+                < s.loops[d + 1..].iter().map(|l| l.extent).product::<f64>() * s.loops[d].extent
+            {
                 compute += body_iters;
             }
         }
@@ -86,7 +98,10 @@ pub fn draft_estimate(stores: &[StoreInfo], hw: &HardwareParams) -> (f64, Vec<Dr
             memory = memory.max(footprint * outer / bandwidth);
         }
         // Parallel balance and launch cost.
-        let par: Vec<(usize, f64)> = s.loops_of(ForKind::Parallel).map(|(d, l)| (d, l.extent)).collect();
+        let par: Vec<(usize, f64)> = s
+            .loops_of(ForKind::Parallel)
+            .map(|(d, l)| (d, l.extent))
+            .collect();
         let (efficiency, speedup, launches) = match par.first() {
             None => (1.0 / cores, 1.0, 0.0),
             Some(&(d, _)) => {
@@ -147,7 +162,16 @@ mod tests {
         }
         eprintln!("naive {} s, best sample {} s", naive.draft_seconds, best);
         // 2·512³ flops at one scalar flop per cycle is ~90 ms; the best sample is ~1 ms.
-        assert!(naive.draft_seconds > 20.0 * best, "naive {} vs best {}", naive.draft_seconds, best);
-        assert!(naive.draft_seconds > 0.05 && naive.draft_seconds < 1.0, "{}", naive.draft_seconds);
+        assert!(
+            naive.draft_seconds > 20.0 * best,
+            "naive {} vs best {}",
+            naive.draft_seconds,
+            best
+        );
+        assert!(
+            naive.draft_seconds > 0.05 && naive.draft_seconds < 1.0,
+            "{}",
+            naive.draft_seconds
+        );
     }
 }

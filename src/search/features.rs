@@ -156,7 +156,10 @@ impl StoreInfo {
 
     /// Loops of `kind`, outermost first, with their depth.
     pub fn loops_of(&self, kind: ForKind) -> impl Iterator<Item = (usize, &LoopInfo)> {
-        self.loops.iter().enumerate().filter(move |(_, l)| l.kind == kind)
+        self.loops
+            .iter()
+            .enumerate()
+            .filter(move |(_, l)| l.kind == kind)
     }
 
     /// Depth of the innermost loop whose variable the store's index does not use (a
@@ -200,7 +203,10 @@ impl Walker {
                 body,
             } => {
                 let m = expr_interval(min, &self.vars, &self.buffers);
-                let hi = expr_interval(extent, &self.vars, &self.buffers).hi.unwrap_or(1).max(0);
+                let hi = expr_interval(extent, &self.vars, &self.buffers)
+                    .hi
+                    .unwrap_or(1)
+                    .max(0);
                 if hi == 0 {
                     return;
                 }
@@ -208,7 +214,7 @@ impl Walker {
                     var.clone(),
                     Interval {
                         lo: m.lo,
-                        hi: m.hi.map(|h| h.saturating_add(hi as i128) - 1),
+                        hi: m.hi.map(|h| h.saturating_add(hi) - 1),
                     },
                 );
                 self.loops.push(LoopInfo {
@@ -243,7 +249,9 @@ impl Walker {
             Stmt::Store { buf, index, value } => {
                 let mut ops = OpCounts::default();
                 let mut accesses = vec![self.access(buf, index, true)];
-                count_ops(value, &mut ops, &mut |b, idx| accesses.push(self.access(b, idx, false)));
+                count_ops(value, &mut ops, &mut |b, idx| {
+                    accesses.push(self.access(b, idx, false))
+                });
                 for i in index {
                     count_index_ops(i, &mut ops);
                 }
@@ -267,9 +275,9 @@ impl Walker {
     }
 
     fn access(&self, buf: &str, index: &[Expr], write: bool) -> Access {
-        let (elem_bytes, shape) = self
-            .buffer(buf)
-            .map_or((4.0, vec![1; index.len()]), |b| (b.dtype.bytes() as f64, b.shape.clone()));
+        let (elem_bytes, shape) = self.buffer(buf).map_or((4.0, vec![1; index.len()]), |b| {
+            (b.dtype.bytes() as f64, b.shape.clone())
+        });
         let dims = index
             .iter()
             .map(|e| {
@@ -295,26 +303,12 @@ impl Walker {
 
 /// The variables of `e`, each once.
 fn collect_vars(e: &Expr, out: &mut Vec<String>) {
-    match e {
-        Expr::Var(v) => {
-            if !out.contains(v) {
-                out.push(v.clone());
-            }
+    if let Expr::Var(v) = e {
+        if !out.contains(v) {
+            out.push(v.clone());
         }
-        Expr::Int(..) | Expr::Float(..) => {}
-        Expr::Load { index, .. } => index.iter().for_each(|i| collect_vars(i, out)),
-        Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
-            collect_vars(a, out);
-            collect_vars(b, out);
-        }
-        Expr::Not(a) | Expr::Cast(_, a) => collect_vars(a, out),
-        Expr::Select(c, a, b) => {
-            collect_vars(c, out);
-            collect_vars(a, out);
-            collect_vars(b, out);
-        }
-        Expr::Call(_, args) => args.iter().for_each(|a| collect_vars(a, out)),
     }
+    e.for_each_child(|c| collect_vars(c, out));
 }
 
 fn count_ops(e: &Expr, ops: &mut OpCounts, on_load: &mut dyn FnMut(&str, &[Expr])) {
@@ -385,7 +379,9 @@ pub fn store_row(s: &StoreInfo, draft: &DraftTerms) -> Vec<f32> {
     let mut f: Vec<f32> = Vec::with_capacity(STORE_FEATURES);
     let n = s.executions();
     let ops = &s.ops;
-    for v in [ops.add, ops.mul, ops.div, ops.cmp, ops.math, ops.select, ops.int, ops.loads] {
+    for v in [
+        ops.add, ops.mul, ops.div, ops.cmp, ops.math, ops.select, ops.int, ops.loads,
+    ] {
         f.push(log2p(v * n));
     }
     let depth = s.loops.len();
@@ -394,7 +390,9 @@ pub fn store_row(s: &StoreInfo, draft: &DraftTerms) -> Vec<f32> {
         let innermost = ls.last();
         f.push(log2p(innermost.map_or(0.0, |(_, l)| l.extent)));
         f.push(log2p(ls.len() as f64));
-        f.push(log2p(ls.iter().map(|(_, l)| l.extent).product::<f64>() * (!ls.is_empty()) as u8 as f64));
+        f.push(log2p(
+            ls.iter().map(|(_, l)| l.extent).product::<f64>() * (!ls.is_empty()) as u8 as f64,
+        ));
         // Position of the innermost such loop: innermost, inner half, outer half, none.
         let pos = match innermost {
             None => 3,
@@ -418,7 +416,10 @@ pub fn store_row(s: &StoreInfo, draft: &DraftTerms) -> Vec<f32> {
     let flops = ops.flops().max(1.0);
     for p in 0..CURVE_POINTS {
         let level = (p * (depth + 1)) / CURVE_POINTS;
-        let inner: f64 = s.loops[level.min(depth)..].iter().map(|l| l.extent).product();
+        let inner: f64 = s.loops[level.min(depth)..]
+            .iter()
+            .map(|l| l.extent)
+            .product();
         let bytes: f64 = s
             .accesses
             .iter()
@@ -456,7 +457,8 @@ fn buffer_features(s: &StoreInfo, f: &mut Vec<f32>) {
         let bytes = n * a.elem_bytes * accs.len() as f64;
         let unique = a.footprint_elems(loops, 0) * a.elem_bytes;
         // Lines touched counting repeats: each innermost run of `stride`-spaced elements.
-        let lines = n * (stride.abs() * a.elem_bytes / CACHE_LINE).min(1.0).max(1.0 / CACHE_LINE)
+        let lines = n
+            * (stride.abs() * a.elem_bytes / CACHE_LINE).clamp(1.0 / CACHE_LINE, 1.0)
             * accs.len() as f64;
         let unique_lines = a.footprint_lines(loops, 0);
         // Reuse: the innermost loop whose variable the index does not use.

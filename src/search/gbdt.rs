@@ -41,7 +41,12 @@ impl Default for GbdtParams {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 enum Node {
     /// Rows with `x[feature] <= threshold` go left.
-    Split { feature: u32, threshold: f32, left: u32, right: u32 },
+    Split {
+        feature: u32,
+        threshold: f32,
+        left: u32,
+        right: u32,
+    },
     Leaf(f32),
 }
 
@@ -124,7 +129,12 @@ fn eval_tree(t: &[Node], x: &[f32]) -> f32 {
     loop {
         match &t[i] {
             Node::Leaf(v) => return *v,
-            Node::Split { feature, threshold, left, right } => {
+            Node::Split {
+                feature,
+                threshold,
+                left,
+                right,
+            } => {
                 let v = x.get(*feature as usize).copied().unwrap_or(0.0);
                 let next = if v <= *threshold { *left } else { *right } as usize;
                 // Trained children always follow their parent; anything else is hostile.
@@ -138,12 +148,19 @@ fn eval_tree(t: &[Node], x: &[f32]) -> f32 {
 }
 
 /// Quantile cuts per feature and each row's bin (column-major: `binned[f][row]`).
-fn bin_features(rows: &[Vec<f32>], n_features: usize, bins: usize) -> (Vec<Vec<u8>>, Vec<Vec<f32>>) {
+fn bin_features(
+    rows: &[Vec<f32>],
+    n_features: usize,
+    bins: usize,
+) -> (Vec<Vec<u8>>, Vec<Vec<f32>>) {
     let bins = bins.clamp(2, 255);
     (0..n_features)
         .into_par_iter()
         .map(|f| {
-            let mut vals: Vec<f32> = rows.iter().map(|r| r.get(f).copied().unwrap_or(0.0)).collect();
+            let mut vals: Vec<f32> = rows
+                .iter()
+                .map(|r| r.get(f).copied().unwrap_or(0.0))
+                .collect();
             vals.sort_by(|a, b| a.total_cmp(b));
             vals.dedup();
             // Cut `c` separates bin c (<= cut) from bin c+1.
@@ -176,7 +193,8 @@ fn grow_tree(
 ) -> Vec<Node> {
     let mut nodes = vec![Node::Leaf(0.0)];
     // (node index, rows, depth)
-    let mut frontier: Vec<(usize, Vec<u32>, usize)> = vec![(0, (0..grad.len() as u32).collect(), 0)];
+    let mut frontier: Vec<(usize, Vec<u32>, usize)> =
+        vec![(0, (0..grad.len() as u32).collect(), 0)];
     while let Some((at, rows, depth)) = frontier.pop() {
         let g: f64 = rows.iter().map(|&r| grad[r as usize]).sum();
         let h: f64 = rows.iter().map(|&r| hess[r as usize]).sum();
@@ -208,7 +226,8 @@ fn grow_tree(
                     if hl < params.min_child_weight || hr < params.min_child_weight {
                         continue;
                     }
-                    let gain = gl * gl / (hl + params.lambda) + gr * gr / (hr + params.lambda) - parent_score;
+                    let gain = gl * gl / (hl + params.lambda) + gr * gr / (hr + params.lambda)
+                        - parent_score;
                     if gain > best.map_or(1e-12, |x| x.0) {
                         best = Some((gain, b));
                     }
@@ -217,8 +236,9 @@ fn grow_tree(
             })
             .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
         let Some((_, f, b)) = best else { continue };
-        let (left_rows, right_rows): (Vec<u32>, Vec<u32>) =
-            rows.iter().partition(|&&r| binned[f][r as usize] as usize <= b);
+        let (left_rows, right_rows): (Vec<u32>, Vec<u32>) = rows
+            .iter()
+            .partition(|&&r| binned[f][r as usize] as usize <= b);
         let (left, right) = (nodes.len(), nodes.len() + 1);
         nodes.push(Node::Leaf(0.0));
         nodes.push(Node::Leaf(0.0));
@@ -256,11 +276,21 @@ mod tests {
             label.push(y);
         }
         let weight = vec![1.0; label.len()];
-        let data = Grouped { rows: &rows, group: &group, label: &label, weight: &weight };
+        let data = Grouped {
+            rows: &rows,
+            group: &group,
+            label: &label,
+            weight: &weight,
+        };
         let m = Gbdt::train(&data, &GbdtParams::default());
         let mut err = 0.0;
         for (p, y) in label.iter().enumerate() {
-            let rs: Vec<Vec<f32>> = rows.iter().zip(&group).filter(|(_, &g)| g == p).map(|(r, _)| r.clone()).collect();
+            let rs: Vec<Vec<f32>> = rows
+                .iter()
+                .zip(&group)
+                .filter(|(_, &g)| g == p)
+                .map(|(r, _)| r.clone())
+                .collect();
             err += (m.predict_program(&rs) - y).abs();
         }
         let mae = err / label.len() as f64;
@@ -272,7 +302,12 @@ mod tests {
 
     #[test]
     fn empty_data_gives_an_empty_model() {
-        let data = Grouped { rows: &[], group: &[], label: &[], weight: &[] };
+        let data = Grouped {
+            rows: &[],
+            group: &[],
+            label: &[],
+            weight: &[],
+        };
         assert!(Gbdt::train(&data, &GbdtParams::default()).is_empty());
     }
 
