@@ -516,12 +516,19 @@ fn refine_chosen(
     );
     r.droplet = Some(match refined {
         Ok(x) => {
-            // Before and after as Droplet timed them (the same measurement conditions).
+            // Droplet times its start and its best in the same conditions; the model's
+            // totals compare with the untuned times taken earlier, so the chosen schedule
+            // keeps apply's time and an improvement scales it by Droplet's ratio (re-timing
+            // on a loaded machine must not make an unchanged schedule look slower).
             let (start_ms, refined_ms) = (ms(&x.start), ms(&x.best));
             if let (Some(a), Some(b)) = (start_ms, refined_ms) {
-                r.transferred_ms = Some(a);
-                r.tuned_ms = Some(b);
-                r.gflops = x.best.gflops(c.dag.flop_ct());
+                let before = r.tuned_ms.unwrap_or(a);
+                r.transferred_ms = Some(before);
+                if x.improved {
+                    let after = before * b / a;
+                    r.tuned_ms = Some(after);
+                    r.gflops = Some(c.dag.flop_ct() / (after * 1e-3) / 1e9);
+                }
             }
             if x.improved {
                 r.chosen = format!("{} + droplet", r.chosen);
