@@ -82,3 +82,13 @@ pub fn fmt_opt(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}"))
         .unwrap_or_else(|| "-".into())
 }
+
+/// One line on the cost model a run ranked with.
+pub(super) fn cost_model_line(m: &crate::search::cost_model::CostModelSummary) -> String {
+    let start = if m.warm_programs > 0 {
+        format!("warm start from {} stored programs", m.warm_programs)
+    } else {
+        "cold start".to_string()
+    };
+    format!("cost model: {start}, trained on {} programs ({} trees)\n", m.programs, m.trees)
+}

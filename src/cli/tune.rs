@@ -1,7 +1,6 @@
 //! `ttdb tune`: Ansor-style search on this machine for stored workloads
 //! (`crate::tune::search`), each seeded with its stored records, then optionally Droplet.
 //! This file parses and renders.
-use crate::search::cost_model::CostModelSummary;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::store::Store;
@@ -145,22 +144,13 @@ pub fn render_tune(r: &TuneReport, peak_gflops: Option<f64>) -> String {
         r.trials,
         r.seconds
     ));
-    out.push_str(&cost_model_line(&r.cost_model));
+    out.push_str(&super::table::cost_model_line(&r.cost_model));
     if r.interrupted {
         out.push_str("interrupted: every trial measured so far is stored\n");
     }
     out
 }
 
-/// One line on the cost model a run ranked with.
-pub(super) fn cost_model_line(m: &CostModelSummary) -> String {
-    let start = if m.warm_programs > 0 {
-        format!("warm start from {} stored programs", m.warm_programs)
-    } else {
-        "cold start".to_string()
-    };
-    format!("cost model: {start}, trained on {} programs ({} trees)\n", m.programs, m.trees)
-}
 
 struct Bar {
     bar: Option<indicatif::ProgressBar>,

@@ -58,7 +58,7 @@ pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> Strin
         r.seconds,
         r.stop
     ));
-    out.push_str(&super::tune::cost_model_line(&r.cost_model));
+    out.push_str(&super::table::cost_model_line(&r.cost_model));
     if r.interrupted {
         out.push_str("interrupted: every trial measured so far is stored\n");
     }
