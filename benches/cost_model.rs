@@ -25,8 +25,7 @@ use ttdb::search::cost_model::{pairwise_accuracy, program_features, CostModel, P
 use ttdb::search::droplet::KernelMeasurer;
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions, Searched};
 use ttdb::search::sketch::HardwareParams;
-use ttdb::tune::refine::RefineOptions;
-use ttdb::tune::search::host_hardware;
+use ttdb::tune::search::{host_hardware, TuneOptions};
 use workloads::{conv_nchwc as conv, matmul_512 as matmul};
 
 fn env(name: &str, default: usize) -> usize {
@@ -55,12 +54,8 @@ fn search(
     let mut measurer = KernelMeasurer {
         dag,
         reference: &reference,
-        eval: RefineOptions {
-            samples: 3,
-            min_repeat_ms: 10,
-            ..RefineOptions::default()
-        }
-        .eval(),
+        // What `ttdb tune` measures with.
+        eval: TuneOptions::default().refine.eval(),
         interrupted: &interrupted,
     };
     let mut curve = Curve(vec![], Instant::now());

@@ -17,8 +17,7 @@ use ttdb::ansor::Step;
 use ttdb::evaluate::{Evaluation, Reference};
 use ttdb::search::droplet::{KernelMeasurer, Measurer};
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
-use ttdb::tune::refine::RefineOptions;
-use ttdb::tune::search::host_hardware;
+use ttdb::tune::search::{host_hardware, TuneOptions};
 
 struct Curve {
     t0: Instant,
@@ -78,12 +77,8 @@ fn main() {
         let mut measurer = KernelMeasurer {
             dag: &dag,
             reference: &reference,
-            eval: RefineOptions {
-                samples: 3,
-                min_repeat_ms: 10,
-                ..RefineOptions::default()
-            }
-            .eval(),
+            // What `ttdb tune` measures with.
+            eval: TuneOptions::default().refine.eval(),
             interrupted: &interrupted,
         };
         let opts = SearchOptions {
