@@ -4,9 +4,9 @@
 //!   lanes as the channel block;
 //! * a 512x512x512 matmul (ttdb: dense, A x B^T; onnxruntime: MatMul; same FLOPs).
 //!
-//! Each is searched with `TTDB_SEARCH_TRIALS` (1000) measured trials, `TTDB_SEARCH_BATCH` per
-//! round (tune's default) (no seeds, no
-//! database: the cost model starts cold), printing the curve (best ms at 64, 128, 256, ... trials, with wall time), the
+//! Each is searched with `TTDB_SEARCH_TRIALS` (1000) measured trials, `TTDB_SEARCH_BATCH`
+//! per round (tune's default), no seeds and no database (the cost model starts cold),
+//! printing the curve (best ms at 64, 128, 256, ... trials, with wall time), the
 //! trials per second, and the best against onnxruntime's median for the same op
 //! (`benches/ort_op.py`, same thread count) and the machine's peak. `cargo bench --bench search`.
 #[path = "common/onnxruntime.rs"]
