@@ -90,6 +90,18 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
     assert_eq!(v2["cost_model"]["warm_programs"], 24, "{}", v2["cost_model"]);
     assert_eq!(v2["cost_model"]["programs"], 48, "{}", v2["cost_model"]);
     assert!(v2["cost_model"]["trees"].as_u64().unwrap() > 0, "{}", v2["cost_model"]);
+    // A dry run starts from the stored model too, and stores nothing (neither trials nor
+    // the model: a third run starts from the same 48).
+    let mut dry = TUNE.to_vec();
+    dry.push("--dry-run");
+    let (code, out, err) = ttdb(&db, &dry);
+    assert_eq!(code, 0, "{err}");
+    let v3: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v3["cost_model"]["warm_programs"], 48, "{}", v3["cost_model"]);
+    assert_eq!(search_measurements(&db), 48);
+    let stored = ttdb::store::Store::open(&db).unwrap();
+    let host = ttdb::measure::detect_host();
+    assert_eq!(stored.cost_model(&host.class()).unwrap().unwrap().programs, 48);
 }
 
 #[test]

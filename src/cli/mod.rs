@@ -145,7 +145,10 @@ fn with_sink<R>(
     f: impl FnOnce(&mut dyn crate::tune::record::Sink) -> R,
 ) -> R {
     if dry_run {
-        f(&mut crate::tune::record::Discard)
+        f(&mut crate::tune::record::DryRun {
+            store,
+            host: crate::measure::detect_host(),
+        })
     } else {
         f(&mut crate::tune::record::StoreSink {
             store,

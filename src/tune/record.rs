@@ -72,10 +72,7 @@ impl Sink for StoreSink<'_> {
         store_measurements(self.store, kind, &self.host, items).map(|_| ())
     }
     fn load_cost_model(&mut self) -> CostModel {
-        match self.store.cost_model(&self.host.class()) {
-            Ok(Some(m)) => CostModel::decode(&m.bytes).unwrap_or_default(),
-            _ => CostModel::new(),
-        }
+        stored_cost_model(self.store, &self.host)
     }
     fn keep_cost_model(&mut self, model: &CostModel) -> Result<(), StoreError> {
         if model.programs() == 0 {
@@ -83,6 +80,29 @@ impl Sink for StoreSink<'_> {
         }
         self.store
             .save_cost_model(&self.host.class(), &model.encode(), model.programs() as i64)
+    }
+}
+
+/// Keeps nothing, but a search starts from the stored cost model (dry runs).
+pub struct DryRun<'a> {
+    pub store: &'a Store,
+    pub host: HostFingerprint,
+}
+
+impl Sink for DryRun<'_> {
+    fn keep(&mut self, _: &str, _: &[NewMeasurement]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn load_cost_model(&mut self) -> CostModel {
+        stored_cost_model(self.store, &self.host)
+    }
+}
+
+/// The cost model stored for `host`'s class, cold when there is none or it does not decode.
+fn stored_cost_model(store: &Store, host: &HostFingerprint) -> CostModel {
+    match store.cost_model(&host.class()) {
+        Ok(Some(m)) => CostModel::decode(&m.bytes).unwrap_or_default(),
+        _ => CostModel::new(),
     }
 }
 
