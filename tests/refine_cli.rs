@@ -2,8 +2,6 @@
 //! that `export` writes back, the JSON report adds up, refining never gives a slower
 //! schedule, and Ctrl-C stops cleanly with every measured trial stored.
 mod common;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 use ttdb::store::Store;
 
 use common::ttdb_on as ttdb;
@@ -110,10 +108,10 @@ fn refine_needs_a_selection_and_sane_options() {
 fn ctrl_c_stops_cleanly_and_keeps_every_trial() {
     let dir = tempfile::tempdir().unwrap();
     let db = database(&dir);
-    let child = Command::new(env!("CARGO_BIN_EXE_ttdb"))
-        .arg("--db")
-        .arg(&db)
-        .args([
+    // Interrupt once the first batch is stored.
+    let (code, v, stderr) = common::interrupt_once_stored(
+        &db,
+        &[
             "refine",
             "--class",
             "conv2d_nchwc",
@@ -122,30 +120,11 @@ fn ctrl_c_stops_cleanly_and_keeps_every_trial() {
             "--patience",
             "50",
             "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Interrupt once the first batch is stored.
-    let t0 = Instant::now();
-    while droplet_measurements(&db) == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(240),
-            "no trial stored after 240 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+        ],
+        droplet_measurements,
+    );
+    assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["interrupted"], true);
     let reported = v["trials"].as_u64().unwrap();
     assert!(reported > 0);

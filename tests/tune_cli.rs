@@ -4,8 +4,6 @@
 //! tuned under one trial budget; `apply --tune` searches the kernels nothing was transferred
 //! to; Ctrl-C stops cleanly with every trial stored.
 mod common;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 use ttdb::store::Store;
 
 use common::ttdb_on as ttdb;
@@ -216,28 +214,12 @@ fn apply_tune_searches_kernels_without_a_candidate() {
 fn ctrl_c_stops_a_tune_cleanly_and_keeps_every_trial() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
-    let child = Command::new(env!("CARGO_BIN_EXE_ttdb"))
-        .arg("--db")
-        .arg(&db)
-        .args(["tune", fixture_model().to_str().unwrap(), "--trials", "5000", "--batch", "8", "--population", "16", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while Store::open(&db).is_err() || search_measurements(&db) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(240), "no trial stored after 240 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, v, stderr) = common::interrupt_once_stored(
+        &db,
+        &["tune", fixture_model().to_str().unwrap(), "--trials", "5000", "--batch", "8", "--population", "16", "--json"],
+        search_measurements,
+    );
+    assert_eq!(code, Some(130), "{stderr}");
     assert_eq!(v["interrupted"], true);
     assert_eq!(search_measurements(&db) as u64, v["trials"].as_u64().unwrap());
     assert_eq!(Store::open(&db).unwrap().integrity_check().unwrap(), "ok");

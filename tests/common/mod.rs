@@ -106,3 +106,38 @@ pub fn measurements(db: &Path, kind: &str, provenance: &str) -> i64 {
         )
         .unwrap()
 }
+
+/// Starts ttdb with `args` on `db`, sends it SIGINT once `stored(db)` counts a stored trial
+/// (failing after 240 s without one), and returns its exit code, its JSON report and its
+/// stderr.
+pub fn interrupt_once_stored(
+    db: &Path,
+    args: &[&str],
+    stored: impl Fn(&Path) -> i64,
+) -> (Option<i32>, serde_json::Value, String) {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let child = Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    // The child creates a new database: it may not open until its migrations ran.
+    while ttdb::store::Store::open(db).is_err() || stored(db) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(240), "no trial stored after 240 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{stderr}"));
+    (out.status.code(), report, stderr)
+}
