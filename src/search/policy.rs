@@ -380,19 +380,16 @@ impl<'a> TaskSearch<'a> {
         let (mut order, mut later) = (Vec::with_capacity(pool.len()), Vec::new());
         let mut placed = vec![false; pool.len()];
         let mut predictions = HashSet::new();
-        let (mut m, mut d) = (0, 0);
-        for turn in 0..2 * pool.len() {
-            let list = if turn % 2 == 0 { (&by_model, &mut m) } else { (&by_draft, &mut d) };
-            let (list, at) = list;
-            while *at < list.len() && placed[list[*at]] {
-                *at += 1;
-            }
-            let Some(&i) = list.get(*at) else { continue };
-            placed[i] = true;
-            if predictions.insert(pred[i].to_bits()) {
-                order.push(i);
-            } else {
-                later.push(i);
+        let (mut model_next, mut draft_next) = (by_model.iter(), by_draft.iter());
+        while order.len() + later.len() < pool.len() {
+            for next in [&mut model_next, &mut draft_next] {
+                let Some(&i) = next.find(|&&i| !placed[i]) else { continue };
+                placed[i] = true;
+                if predictions.insert(pred[i].to_bits()) {
+                    order.push(i);
+                } else {
+                    later.push(i);
+                }
             }
         }
         order.extend(later);
