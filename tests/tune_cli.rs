@@ -208,6 +208,11 @@ fn apply_tune_searches_kernels_without_a_candidate() {
     }
     assert!(searched_chosen >= 1, "{v}");
     assert!(v["tuned_total_ms"].as_f64().unwrap() < v["untuned_total_ms"].as_f64().unwrap());
+    // One cost model learned from every kernel's search and was kept for this host class.
+    let searched: i64 = v["kernels"].as_array().unwrap().iter().map(|k| k["search"]["trials"].as_i64().unwrap()).sum();
+    let stored = Store::open(&db).unwrap();
+    let host = ttdb::measure::detect_host();
+    assert_eq!(stored.cost_model(&host.class()).unwrap().unwrap().programs, searched);
 }
 
 #[test]

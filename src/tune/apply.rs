@@ -7,12 +7,14 @@
 //! Every measurement goes to the sink as it is taken; Ctrl-C stops after the current run.
 use super::record::Sink;
 use super::refine::{refine_schedules, RefineOptions};
+use super::search::keep_model;
 use crate::ansor::Step;
 use crate::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
 use crate::ir::{dag_hash, Dag};
 use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
 use crate::measure::runner::MeasureOptions;
 use crate::onnx::Kernel;
+use crate::search::cost_model::{starting_model, CostModel};
 use crate::search::droplet::Stop;
 use crate::search::interrupt;
 use crate::store::measurement::NewMeasurement;
@@ -201,6 +203,12 @@ pub fn apply(
     order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]));
     let mut results: Vec<Option<KernelResult>> = vec![None; m.matches.len()];
     let mut exhausted = false;
+    let mut failed = None;
+    // `--tune`: one cost model for the run's searches, loaded and kept once.
+    let mut cost = opts
+        .tune
+        .as_ref()
+        .map(|t| starting_model(t.search.warm_start, || sink.load_cost_model()));
     for (n, &i) in order.iter().enumerate() {
         let km = &m.matches[i];
         let k = &m.list.kernels[km.kernel];
@@ -208,7 +216,20 @@ pub fn apply(
         let over = start.elapsed() >= opts.budget;
         exhausted |= over;
         let stop = over || interrupt::requested();
-        results[i] = Some(apply_kernel(k, km, opts, stop, sink, progress)?);
+        match apply_kernel(k, km, opts, stop, cost.as_mut(), sink, progress) {
+            Ok(r) => results[i] = Some(r),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    // Once per run, even when storing a measurement failed.
+    if let (Some(t), Some(c)) = (&opts.tune, cost.as_mut()) {
+        keep_model(sink, &t.search, c)?;
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     let kernels: Vec<KernelResult> = results.into_iter().flatten().collect();
     let total = |f: &dyn Fn(&KernelResult) -> Option<f64>| {
@@ -278,6 +299,7 @@ fn apply_kernel(
     km: &crate::matcher::KernelMatch,
     opts: &ApplyOptions,
     stop: bool,
+    cost: Option<&mut CostModel>,
     sink: &mut dyn Sink,
     progress: &dyn ApplyProgress,
 ) -> Result<KernelResult, StoreError> {
@@ -421,9 +443,9 @@ fn apply_kernel(
                     "no transferred schedule beat the default (the naive default has no knobs)",
                 ));
             }
-            if let (Some(topts), false) = (&opts.tune, stop || interrupt::requested()) {
+            if let (Some(topts), Some(cost), false) = (&opts.tune, cost, stop || interrupt::requested()) {
                 if let Ok(reference) = references.get(&default_dag) {
-                    search_default(&mut r, &default_dag, reference, topts, sink, progress)?;
+                    search_default(&mut r, &default_dag, reference, topts, cost, sink, progress)?;
                 }
             }
         }
@@ -441,6 +463,7 @@ fn search_default(
     dag: &Dag,
     reference: &Reference,
     opts: &super::search::TuneOptions,
+    cost: &mut CostModel,
     sink: &mut dyn Sink,
     progress: &dyn ApplyProgress,
 ) -> Result<(), StoreError> {
@@ -450,6 +473,7 @@ fn search_default(
         &workload_key_of(dag),
         &[],
         opts,
+        cost,
         sink,
         &mut |trials, best| progress.droplet(trials, best),
     )?;

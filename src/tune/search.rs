@@ -191,13 +191,16 @@ impl TuneProgress for Forward<'_> {
 }
 
 /// Searches one kernel (`apply --tune`): `opts.search.trials` trials seeded with `seeds`,
-/// every trial stored under `key`. Returns the summary and the fastest verified trial.
+/// ranked by and teaching `model` (the caller loads and keeps it once per run), every trial
+/// stored under `key`. Returns the summary and the fastest verified trial.
+#[allow(clippy::too_many_arguments)]
 pub fn search_kernel(
     dag: &crate::ir::Dag,
     reference: &Reference,
     key: &str,
     seeds: &[Vec<Step>],
     opts: &TuneOptions,
+    model: &mut CostModel,
     sink: &mut dyn Sink,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<(SearchSummary, Option<SearchTrial>), StoreError> {
@@ -218,7 +221,6 @@ pub fn search_kernel(
         error: None,
         progress: &mut forward,
     };
-    let mut model = starting_model(opts.search.warm_start, || keeper.sink.load_cost_model());
     let searched = search_task(
         dag,
         host_hardware(),
@@ -226,12 +228,11 @@ pub fn search_kernel(
         &mut measurer,
         &opts.search,
         &mut keeper,
-        &mut model,
+        model,
     );
     if let Some(e) = keeper.error.take() {
         return Err(e);
     }
-    keep_model(keeper.sink, &opts.search, &mut model)?;
     Ok(match searched {
         Ok(s) => {
             let best = s.best_trial().cloned();
@@ -270,16 +271,27 @@ pub fn tune_jobs(
     let host = crate::measure::detect_host();
     let mut kernels = Vec::new();
     let mut model = starting_model(opts.search.warm_start, || sink.load_cost_model());
+    let mut failed = None;
     for (i, job) in jobs.iter().enumerate() {
         if interrupt::requested() {
             break;
         }
         progress.kernel(i, jobs.len(), &job.workload.op_class);
         let k = tune_job(job, opts, sink, progress, &mut model);
-        // The model learned from what was measured, even when storing a trial failed.
-        keep_model(sink, &opts.search, &mut model)?;
         progress.kernel_done();
-        kernels.push(k?);
+        match k {
+            Ok(k) => kernels.push(k),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    // Once per run: the model learned from what was measured, even when storing a trial
+    // failed.
+    keep_model(sink, &opts.search, &mut model)?;
+    if let Some(e) = failed {
+        return Err(e);
     }
     Ok(TuneReport {
         host: format!("{} ({}, {} cores)", host.cpu_model, host.llvm_cpu, host.cores),
