@@ -119,11 +119,7 @@ pub fn measure(
     let mut number = 1usize;
     for _ in 0..opts.repeat.max(1) {
         loop {
-            let t = Instant::now();
-            for _ in 0..number {
-                k.run(bufs, &ro)?;
-            }
-            let d = t.elapsed();
+            let d = time_runs(k, bufs, &ro, number)?;
             if d >= min_dur || number >= 1 << 20 {
                 samples.push(d.as_secs_f64() / number as f64);
                 break;
@@ -165,12 +161,23 @@ pub fn measure_again(
         k.run(bufs, &ro)?;
     }
     let number = number.max(1);
-    let t = Instant::now();
-    for _ in 0..number {
-        k.run(bufs, &ro)?;
-    }
+    let d = time_runs(k, bufs, &ro, number)?;
     Ok(Measurement::from_samples(
-        vec![t.elapsed().as_secs_f64() / number as f64],
+        vec![d.as_secs_f64() / number as f64],
         number,
     ))
+}
+
+/// The wall time of `number` back-to-back runs (one sample of [`measure`]).
+fn time_runs(
+    k: &CompiledKernel,
+    bufs: &mut [BufferData],
+    ro: &RunOptions,
+    number: usize,
+) -> Result<Duration, RunError> {
+    let t = Instant::now();
+    for _ in 0..number {
+        k.run(bufs, ro)?;
+    }
+    Ok(t.elapsed())
 }
