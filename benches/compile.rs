@@ -43,10 +43,11 @@ fn bench(name: &str, k: &Kernel, reps: usize) {
     cpu.sort_by(|a, b| a.total_cmp(b));
     let c = last.unwrap();
     println!(
-        "{name:<28} median {:7.1} ms  min {:7.1} ms  cpu median {:7.1} ms  (translate {:.1} ms, O3 {:.1} ms, isel+emit {:.1} ms, jit {:.1} ms; vector loops {}, scalarized {})",
+        "{name:<28} median {:7.1} ms  min {:7.1} ms  cpu median {:7.1} ms  (prepare {:.1} ms, translate {:.1} ms, O3 {:.1} ms, isel+emit {:.1} ms, jit {:.1} ms; vector loops {}, scalarized {})",
         times[times.len() / 2],
         times[0],
         cpu[cpu.len() / 2],
+        c.stats.prepare_time.as_secs_f64() * 1e3,
         c.stats.translate_time.as_secs_f64() * 1e3,
         c.stats.optimize_time.as_secs_f64() * 1e3,
         c.stats.emit_time.as_secs_f64() * 1e3,

@@ -111,6 +111,9 @@ pub struct CompileStats {
     pub scalarized_loops: usize,
     pub top_scratch_bytes: i64,
     pub cost: Option<CostEstimate>,
+    /// Unroll, simplify, bound proof and cost check of the loop nest ([`prepare`]).
+    pub prepare_time: Duration,
+    /// Loop nest to LLVM IR, with the module's verification.
     pub translate_time: Duration,
     pub optimize_time: Duration,
     /// Instruction selection + object emission.
@@ -246,6 +249,7 @@ pub fn prepare(k: &Kernel, opts: &CodegenOptions) -> Result<(Kernel, CostEstimat
 pub fn compile(k: &Kernel, opts: &CodegenOptions) -> Result<CompiledKernel, CodegenError> {
     let t0 = Instant::now();
     let (prepared, cost) = prepare(k, opts)?;
+    let prepare_time = t0.elapsed();
     TM.with(|cell| {
         let mut slots = cell.borrow_mut();
         let slot = &mut slots[opts.aggressive_backend as usize];
@@ -255,7 +259,7 @@ pub fn compile(k: &Kernel, opts: &CodegenOptions) -> Result<CompiledKernel, Code
             );
         }
         let tm = slot.as_ref().unwrap();
-        compile_prepared(k, &prepared, cost, tm, opts, t0)
+        compile_prepared(k, &prepared, cost, tm, opts, prepare_time)
     })
 }
 
@@ -265,8 +269,9 @@ fn compile_prepared(
     cost: CostEstimate,
     tm: &TargetMachine,
     opts: &CodegenOptions,
-    t0: Instant,
+    prepare_time: Duration,
 ) -> Result<CompiledKernel, CodegenError> {
+    let t0 = Instant::now();
     let id = KERNEL_ID.fetch_add(1, Ordering::Relaxed);
     let clean: String = k
         .name
@@ -386,6 +391,7 @@ fn compile_prepared(
             scalarized_loops,
             top_scratch_bytes: top_scratch,
             cost: Some(cost),
+            prepare_time,
             translate_time: t1 - t0,
             optimize_time: t15 - t1,
             emit_time: t2 - t15,

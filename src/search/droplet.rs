@@ -282,11 +282,12 @@ fn profile_line(
     number: &[usize],
 ) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let (mut lower, mut prep, mut opt, mut emit, mut jit) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut lower, mut prep, mut tr, mut opt, mut emit, mut jit) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     for b in builds {
         lower += ms(b.lower_time);
         if let Ok((c, _)) = &b.result {
-            prep += ms(c.stats.translate_time);
+            prep += ms(c.stats.prepare_time);
+            tr += ms(c.stats.translate_time);
             opt += ms(c.stats.optimize_time);
             emit += ms(c.stats.emit_time);
             jit += ms(c.stats.jit_time);
@@ -299,7 +300,7 @@ fn profile_line(
         .map(|(s, n)| s.iter().sum::<f64>() * *n as f64 * 1e3)
         .sum();
     eprintln!(
-        "profile: n={} build_wall={:.0} lower={lower:.0} prepare+translate={prep:.0} opt={opt:.0} \
+        "profile: n={} build_wall={:.0} lower={lower:.0} prepare={prep:.0} translate={tr:.0} opt={opt:.0} \
          emit={emit:.0} jit={jit:.0} verify_wall={:.0} time_wall={:.0} timed_runs={runs} \
          timed_kernel_ms={kernel_ms:.0}",
         builds.len(),
