@@ -19,6 +19,7 @@
 //! 8. `cli` (parses, calls one library function, renders).
 
 pub mod ansor;
+pub mod bundle;
 pub mod cli;
 pub mod codegen;
 pub mod evaluate;

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod apply;
+mod bundle;
 mod export;
 mod import;
 mod kernels;
@@ -14,10 +15,12 @@ mod tune;
 mod tune_model;
 mod stats;
 mod table;
+mod trust;
 mod verify;
 mod workloads;
 
 pub use apply::render_apply;
+pub use bundle::render_inspect;
 pub use import::{render_import_summary, ImportSummary};
 pub use match_cmd::{render_explain, render_match};
 pub use refine::render_refine;
@@ -86,6 +89,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Schedule bundles: export, inspect, import, sign, merge.
+    #[command(subcommand)]
+    Bundle(bundle::BundleCommand),
+    /// Signing keys for bundles.
+    #[command(subcommand)]
+    Key(trust::KeyCommand),
+    /// The keys whose signed bundles `bundle import --require-signed` accepts.
+    #[command(subcommand)]
+    Trust(trust::TrustCommand),
     /// Write records as Ansor log lines (TVM reads them back).
     Export {
         /// Only the best valid record per workload and target.
@@ -184,6 +196,9 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Refine(args) => refine::run(&mut open_store(&cli.db)?, &args),
         Command::Tune(args) => tune::run(&mut open_store(&cli.db)?, &args),
         Command::BenchPeak { json } => verify::bench_peak(json),
+        Command::Bundle(cmd) => bundle::run(&cli.db, &cmd),
+        Command::Key(cmd) => trust::run_key(&cmd),
+        Command::Trust(cmd) => trust::run_trust(&cli.db, &cmd),
     }
 }
 

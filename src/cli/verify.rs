@@ -122,6 +122,7 @@ pub fn run(store: &mut crate::store::Store, args: &VerifyArgs) -> CliResult {
         timeout: Duration::from_secs_f64(args.timeout),
         prepack: !args.no_prepack,
         store: !args.dry_run,
+        records: None,
     };
     let bar = std::io::stderr()
         .is_terminal()

@@ -7,6 +7,7 @@ use rusqlite::Connection;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub mod bundle;
 pub mod cost_model;
 pub mod import;
 pub mod lookup;
@@ -22,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/002_measurements.sql"),
     include_str!("../../schema/003_record_workload_index.sql"),
     include_str!("../../schema/004_cost_models.sql"),
+    include_str!("../../schema/005_bundles.sql"),
 ];
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

@@ -31,6 +31,9 @@ pub struct VerifyOptions {
     pub prepack: bool,
     /// Store the measurements in the database.
     pub store: bool,
+    /// Exactly these records (by digest; valid ones only) instead of each selected
+    /// workload's best (`bundle import --verify`).
+    pub records: Option<Vec<[u8; 16]>>,
 }
 
 impl Default for VerifyOptions {
@@ -45,6 +48,7 @@ impl Default for VerifyOptions {
             timeout: Duration::from_secs(10),
             prepack: true,
             store: true,
+            records: None,
         }
     }
 }
@@ -118,12 +122,15 @@ pub fn verify(
     opts: &VerifyOptions,
     progress: &dyn Fn(usize, usize, &str),
 ) -> Result<VerifyReport, VerifyError> {
-    let todo = lookup::best_imported_records(
-        store,
-        opts.signature_prefix.as_deref(),
-        opts.class.as_deref(),
-        opts.limit,
-    )?;
+    let todo = match &opts.records {
+        Some(digests) => crate::store::bundle::valid_records_by_digest(store, digests)?,
+        None => lookup::best_imported_records(
+            store,
+            opts.signature_prefix.as_deref(),
+            opts.class.as_deref(),
+            opts.limit,
+        )?,
+    };
     if todo.is_empty() {
         return Err(VerifyError::NothingSelected);
     }

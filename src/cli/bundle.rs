@@ -1,0 +1,566 @@
+//! `ttdb bundle export | inspect | import | sign | merge`: schedule bundles (`crate::bundle`).
+use super::table::Table;
+use super::{CliError, CliResult};
+use crate::bundle::format::{self, Bundle, FormatError, Limits};
+use crate::bundle::sign::{self, SignatureStatus};
+use crate::bundle::{self, BundleImport, Selection, Verdict, WorkloadPlan};
+use crate::store::Store;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BundleCommand {
+    /// Write records of the database as a bundle (an Ansor log TVM reads, with a manifest,
+    /// per-record sha256 and provenance in `#` lines).
+    Export(ExportArgs),
+    /// Show a bundle's manifest, integrity, signer, and what an import would do per workload.
+    /// Writes nothing.
+    Inspect {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import bundles: each is checked whole first (any mismatch refuses it and leaves the
+    /// database untouched), then imported in one transaction.
+    Import(ImportArgs),
+    /// Sign a bundle with an ed25519 secret key (`ttdb key generate`).
+    Sign {
+        file: PathBuf,
+        /// The secret key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// Write the signed bundle here (default: replace FILE).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// The union of two bundles, deduplicated by record sha256, provenance kept (unsigned).
+    Merge {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// zstd-compress the result.
+        #[arg(long)]
+        compress: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Only the kernels of this ONNX model (their TVM workload keys).
+    #[arg(long, conflicts_with_all = ["class", "workload", "all"])]
+    pub model: Option<PathBuf>,
+    /// Only this op class (or class prefix chain).
+    #[arg(long, conflicts_with_all = ["workload", "all"])]
+    pub class: Option<String>,
+    /// Only workloads whose signature starts with this hex prefix.
+    #[arg(long, conflicts_with = "all")]
+    pub workload: Option<String>,
+    /// Every workload (the default).
+    #[arg(long)]
+    pub all: bool,
+    /// Only the best valid record per workload and target (the default).
+    #[arg(long, conflicts_with = "all_records")]
+    pub best: bool,
+    /// Every record, failed measurements included.
+    #[arg(long)]
+    pub all_records: bool,
+    /// Sign with this secret key file.
+    #[arg(long)]
+    pub sign: Option<PathBuf>,
+    /// zstd-compress the bundle.
+    #[arg(long)]
+    pub compress: bool,
+    #[arg(long)]
+    pub description: Option<String>,
+    /// Default: $USER.
+    #[arg(long)]
+    pub creator: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Refuse bundles that are unsigned or signed by a key not in `ttdb trust list`.
+    #[arg(long)]
+    pub require_signed: bool,
+    /// Re-measure the bundle's best record of each workload here and flag those much
+    /// slower than their logged cost suggests.
+    #[arg(long)]
+    pub verify: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn fail(message: String) -> CliError {
+    CliError { message, code: 1 }
+}
+
+/// Reads and checks a bundle file; errors name the file, line and record.
+pub fn read_bundle(path: &Path) -> Result<Bundle, CliError> {
+    let limits = Limits::default();
+    let size = std::fs::metadata(path)
+        .map_err(|e| fail(format!("{}: {e}", path.display())))?
+        .len();
+    if size > limits.max_bytes {
+        return Err(fail(format!(
+            "{}: {size} bytes, over the bundle limit of {}",
+            path.display(),
+            limits.max_bytes
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    format::read(&bytes, &limits).map_err(|e: FormatError| fail(format!("{}: {e}", path.display())))
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees
+/// half a bundle.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| fail(format!("{}: {e}", path.display())))
+}
+
+pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
+    match cmd {
+        BundleCommand::Export(args) => export(&super::open_store(db)?, args),
+        BundleCommand::Inspect { file, json } => inspect(db, file, *json),
+        BundleCommand::Import(args) => import(db, args),
+        BundleCommand::Sign { file, key, output } => {
+            let mut b = read_bundle(file)?;
+            let key = sign::read_secret_key(key).map_err(fail)?;
+            sign::sign(&mut b, &key);
+            let compressed = std::fs::read(file)
+                .map(|b| b.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]))
+                .unwrap_or(false);
+            let out = output.as_ref().unwrap_or(file);
+            write_atomically(out, &b.to_bytes(compressed)?)?;
+            eprintln!(
+                "signed {} ({} records) with key {}",
+                out.display(),
+                b.records.len(),
+                sign::public_hex(&key)
+            );
+            Ok(())
+        }
+        BundleCommand::Merge {
+            a,
+            b,
+            output,
+            compress,
+        } => {
+            let merged = bundle::merge(&read_bundle(a)?, &read_bundle(b)?);
+            write_atomically(output, &merged.to_bytes(*compress)?)?;
+            eprintln!(
+                "wrote {} ({} records)",
+                output.display(),
+                merged.records.len()
+            );
+            Ok(())
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ExportSummary<'a> {
+    path: &'a Path,
+    records: usize,
+    bytes: usize,
+    compressed: bool,
+    signed_by: Option<String>,
+    bundle_sha256: &'a str,
+}
+
+fn export(store: &Store, args: &ExportArgs) -> CliResult {
+    let selection = if let Some(m) = &args.model {
+        Selection::Keys(super::kernels::model_workload_keys(m)?)
+    } else if let Some(c) = &args.class {
+        Selection::Class(c.clone())
+    } else if let Some(w) = &args.workload {
+        Selection::Signature(w.clone())
+    } else {
+        Selection::All
+    };
+    let creation = bundle::creation_now(args.creator.clone(), args.description.clone());
+    let mut b = bundle::export(store, &selection, !args.all_records, creation)?;
+    let mut signed_by = None;
+    if let Some(k) = &args.sign {
+        let key = sign::read_secret_key(k).map_err(fail)?;
+        sign::sign(&mut b, &key);
+        signed_by = Some(sign::public_hex(&key));
+    }
+    let bytes = b.to_bytes(args.compress)?;
+    write_atomically(&args.output, &bytes)?;
+    let s = ExportSummary {
+        path: &args.output,
+        records: b.records.len(),
+        bytes: bytes.len(),
+        compressed: args.compress,
+        signed_by,
+        bundle_sha256: &b.sha256,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        eprintln!(
+            "wrote {} records to {} ({} bytes{}{})",
+            s.records,
+            s.path.display(),
+            s.bytes,
+            if s.compressed { ", zstd" } else { "" },
+            s.signed_by
+                .as_ref()
+                .map_or(String::new(), |k| format!(", signed by {k}"))
+        );
+    }
+    Ok(())
+}
+
+/// The signer as the trust list knows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SignerView {
+    pub status: &'static str,
+    pub public_key: Option<String>,
+    /// The trusted name of the key, if it is trusted here.
+    pub trusted_as: Option<String>,
+}
+
+fn signer_view(b: &Bundle, store: Option<&Store>) -> Result<SignerView, CliError> {
+    let (status, public_key) = match sign::check(b) {
+        SignatureStatus::Unsigned => ("unsigned", None),
+        SignatureStatus::Valid { public_key } => ("valid", Some(public_key)),
+        SignatureStatus::Invalid { public_key } => ("INVALID", Some(public_key)),
+    };
+    let trusted_as = match (store, &public_key) {
+        (Some(s), Some(k)) => crate::store::bundle::trusted_keys(s)?
+            .into_iter()
+            .find(|t| &t.public_key == k)
+            .map(|t| t.name),
+        _ => None,
+    };
+    Ok(SignerView {
+        status,
+        public_key,
+        trusted_as,
+    })
+}
+
+#[derive(Serialize)]
+struct InspectView<'a> {
+    file: &'a Path,
+    integrity: &'static str,
+    bundle_sha256: &'a str,
+    signature: SignerView,
+    manifest: &'a format::Manifest,
+    workloads: &'a [WorkloadPlan],
+}
+
+/// The human view of `bundle inspect` (snapshot-tested).
+pub fn render_inspect(b: &Bundle, signer: &SignerView, plans: &[WorkloadPlan]) -> String {
+    let m = &b.manifest;
+    let mut out = format!(
+        "bundle format {} (ttdb {}, schema {}), created {} by {}\n",
+        m.format_version,
+        m.ttdb_version,
+        m.schema_version,
+        m.created_at,
+        if m.creator.is_empty() { "?" } else { &m.creator }
+    );
+    if !m.description.is_empty() {
+        out.push_str(&format!("description: {}\n", m.description));
+    }
+    out.push_str(&format!(
+        "integrity: ok ({} records, every sha256 checked; bundle sha256 {})\n",
+        m.records, b.sha256
+    ));
+    out.push_str(&match (signer.status, &signer.public_key, &signer.trusted_as) {
+        ("unsigned", _, _) => "signature: none\n".to_string(),
+        (s, Some(k), Some(name)) => format!("signature: {s}, key {k} (trusted as `{name}`)\n"),
+        (s, Some(k), None) => format!("signature: {s}, key {k} (not trusted here)\n"),
+        (s, None, _) => format!("signature: {s}\n"),
+    });
+    out.push_str("targets:\n");
+    for t in &m.targets {
+        out.push_str(&format!("  {:>6}  {}\n", t.records, t.name));
+    }
+    out.push_str("classes:\n");
+    for c in &m.classes {
+        out.push_str(&format!(
+            "  {:>6} records, {:>4} workloads  {}\n",
+            c.records, c.workloads, c.class
+        ));
+    }
+    out.push_str("provenance:\n");
+    for k in &m.kinds {
+        out.push_str(&format!("  {:>6}  {}\n", k.records, k.name));
+    }
+    if !m.hosts.is_empty() {
+        out.push_str("measured on:\n");
+        for h in &m.hosts {
+            out.push_str(&format!(
+                "  {}  {} ({}, {} cores; {})\n",
+                &h.fingerprint[..h.fingerprint.len().min(12)],
+                h.cpu_model,
+                h.llvm_cpu,
+                h.cores,
+                h.isa_features.join(" ")
+            ));
+        }
+    }
+    let count = |v: Verdict| plans.iter().filter(|p| p.verdict == v).count();
+    out.push_str(&format!(
+        "import would: {} new workloads, {} better than ours, {} not better, {} duplicate\n",
+        count(Verdict::New),
+        count(Verdict::Better),
+        count(Verdict::NotBetter),
+        count(Verdict::Duplicate)
+    ));
+    let mut t = Table::new(&[
+        "workload",
+        "class",
+        ">records",
+        ">new",
+        ">theirs ms",
+        ">ours ms",
+        "import",
+    ]);
+    let ms = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.3}", s * 1e3));
+    for p in plans {
+        t.row(vec![
+            short_key(&p.key),
+            p.class.clone(),
+            p.records.to_string(),
+            p.new_records.to_string(),
+            ms(p.theirs_s),
+            ms(p.ours_s),
+            match p.verdict {
+                Verdict::New => "new",
+                Verdict::Duplicate => "duplicate",
+                Verdict::Better => "better",
+                Verdict::NotBetter => "not better",
+            }
+            .into(),
+        ]);
+    }
+    out.push_str(&t.render());
+    out
+}
+
+/// A workload key's md5 head, or its first 40 characters.
+fn short_key(key: &str) -> String {
+    let head = key
+        .trim_start_matches(['[', '"'])
+        .split(['"', ','])
+        .next()
+        .unwrap_or(key);
+    head.chars().take(40).collect()
+}
+
+fn inspect(db: &Option<PathBuf>, file: &Path, json: bool) -> CliResult {
+    let b = read_bundle(file)?;
+    let store = super::open_store(db)?;
+    let signer = signer_view(&b, Some(&store))?;
+    let plans = bundle::plan(&store, &b)?;
+    if json {
+        let v = InspectView {
+            file,
+            integrity: "ok",
+            bundle_sha256: &b.sha256,
+            signature: signer,
+            manifest: &b.manifest,
+            workloads: &plans,
+        };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", render_inspect(&b, &signer, &plans));
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct ImportView {
+    file: PathBuf,
+    signature: SignerView,
+    #[serde(flatten)]
+    report: BundleImport,
+    /// With --verify: records measured here much slower than their logged cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verify: Option<Vec<VerifyFlag>>,
+}
+
+/// One re-measured record of `import --verify`.
+#[derive(Clone, Debug, Serialize)]
+pub struct VerifyFlag {
+    pub class: String,
+    pub record_id: i64,
+    pub logged_ms: f64,
+    pub here_ms: Option<f64>,
+    pub verified: bool,
+    pub error: Option<String>,
+    /// here / logged (None when it did not run).
+    pub ratio: Option<f64>,
+    pub flagged: bool,
+}
+
+/// A record is flagged when it runs this many times slower here than its logged cost.
+pub const MUCH_SLOWER: f64 = 2.0;
+
+fn import(db: &Option<PathBuf>, args: &ImportArgs) -> CliResult {
+    // Every bundle is read and checked before the database is opened for writing.
+    let bundles: Vec<(PathBuf, Bundle)> = args
+        .files
+        .iter()
+        .map(|f| read_bundle(f).map(|b| (f.clone(), b)))
+        .collect::<Result<_, _>>()?;
+    let mut store = super::open_store(db)?;
+    let mut views = Vec::new();
+    for (path, b) in &bundles {
+        let signer = signer_view(b, Some(&store))?;
+        check_signature(path, &signer, args.require_signed)?;
+        let report = bundle::import(&mut store, path, b)?;
+        let verify = if args.verify {
+            Some(verify_imported(&mut store, b)?)
+        } else {
+            None
+        };
+        views.push(ImportView {
+            file: path.clone(),
+            signature: signer,
+            report,
+            verify,
+        });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&views)?);
+    } else {
+        for v in &views {
+            print!("{}", render_bundle_import(v));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an invalid signature always, and under `--require-signed` an unsigned bundle or
+/// one signed by a key that is not trusted here.
+fn check_signature(path: &Path, s: &SignerView, require_signed: bool) -> CliResult {
+    let refuse = |why: String| {
+        Err(fail(format!(
+            "{}: {why}; nothing was imported",
+            path.display()
+        )))
+    };
+    match (s.status, &s.public_key, &s.trusted_as) {
+        ("INVALID", Some(k), _) => refuse(format!(
+            "the signature by key {k} does not match the content (altered after signing)"
+        )),
+        ("unsigned", _, _) if require_signed => refuse("unsigned, and --require-signed".into()),
+        ("valid", Some(k), None) if require_signed => refuse(format!(
+            "signed by key {k}, which is not trusted here (`ttdb trust add {k} --name NAME`)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn render_bundle_import(v: &ImportView) -> String {
+    let r = &v.report.file;
+    let mut out = format!(
+        "{}: {} records, {} inserted, {} duplicates{}; {} workloads ({} new); {} provenance entries and {} hosts new; signature: {}{}\n",
+        v.file.display(),
+        r.records,
+        r.inserted,
+        r.duplicates,
+        if r.already_imported {
+            " (this bundle's records were imported before)"
+        } else {
+            ""
+        },
+        r.workload_ids.len(),
+        r.new_workloads,
+        v.report.new_origins,
+        v.report.new_hosts,
+        v.signature.status,
+        v.signature
+            .trusted_as
+            .as_ref()
+            .map_or(String::new(), |n| format!(" (`{n}`)"))
+    );
+    for rej in &r.rejected {
+        out.push_str(&format!("  rejected record line {}: {}\n", rej.line, rej.reason));
+    }
+    if let Some(flags) = &v.verify {
+        let bad = flags.iter().filter(|f| f.flagged).count();
+        out.push_str(&format!(
+            "verify: {} records re-measured here, {bad} flagged (>{MUCH_SLOWER}x their logged cost, or failed)\n",
+            flags.len()
+        ));
+        for f in flags.iter().filter(|f| f.flagged) {
+            out.push_str(&format!(
+                "  record {} ({}): logged {:.3} ms, here {}{}\n",
+                f.record_id,
+                f.class,
+                f.logged_ms,
+                f.here_ms.map_or("-".into(), |m| format!("{m:.3} ms")),
+                f.error
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(" ({e})"))
+            ));
+        }
+    }
+    out
+}
+
+/// Re-measures the bundle's best valid record of each workload key on this host.
+fn verify_imported(store: &mut Store, b: &Bundle) -> Result<Vec<VerifyFlag>, CliError> {
+    use crate::ansor::Record;
+    use std::collections::BTreeMap;
+    let mut best: BTreeMap<String, (f64, [u8; 16])> = BTreeMap::new();
+    for r in &b.records {
+        let Ok(rec) = Record::parse(&r.line) else {
+            continue;
+        };
+        if !rec.result.is_valid() {
+            continue;
+        }
+        let c = rec.result.mean_cost();
+        let d = crate::store::import::record_digest(&r.line);
+        let e = best.entry(rec.task.workload_key).or_insert((c, d));
+        if c < e.0 {
+            *e = (c, d);
+        }
+    }
+    if best.is_empty() {
+        return Ok(vec![]);
+    }
+    let opts = crate::tune::verify::VerifyOptions {
+        naive: false,
+        records: Some(best.values().map(|v| v.1).collect()),
+        ..Default::default()
+    };
+    let report = crate::tune::verify::verify(store, &opts, &|_, _, _| {})
+        .map_err(|e| fail(format!("--verify: {e}")))?;
+    Ok(report
+        .rows
+        .into_iter()
+        .map(|r| {
+            let ratio = r.tuned_ms.map(|t| t / r.logged_ms);
+            VerifyFlag {
+                class: r.op_class,
+                record_id: r.record_id,
+                logged_ms: r.logged_ms,
+                here_ms: r.tuned_ms,
+                verified: r.verified,
+                flagged: !r.verified || ratio.is_none_or(|x| x > MUCH_SLOWER),
+                error: r.error,
+                ratio,
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,372 @@
+//! The SQL behind schedule bundles (`src/bundle/`): which records a bundle carries and where
+//! they came from, importing a checked bundle in one transaction, what an import would do,
+//! and the trusted signing keys.
+use super::import::{import_in, record_digest, FileReport};
+use super::{now_rfc3339, Result, Store};
+use rusqlite::{params, OptionalExtension, Transaction};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Which workloads' records an export takes.
+#[derive(Clone, Debug)]
+pub enum Selection {
+    All,
+    /// An op class, or a class prefix chain (`conv2d_nchwc` also takes `conv2d_nchwc+add`).
+    Class(String),
+    /// Workloads whose signature starts with this hex prefix.
+    Signature(String),
+    /// Exactly these TVM workload keys (a model's kernels).
+    Keys(Vec<String>),
+}
+
+/// Where a record came from (see `schema/005_bundles.sql`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    pub kind: String,
+    pub source: String,
+    /// Fingerprint of the measuring host, "" if none.
+    pub host: String,
+}
+
+/// A record an export writes.
+#[derive(Clone, Debug)]
+pub struct ExportedRecord {
+    pub raw: String,
+    pub op_class: String,
+    pub signature: String,
+    pub origins: Vec<Origin>,
+}
+
+/// A row of the `hosts` table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostRow {
+    pub fingerprint: String,
+    pub cpu_model: String,
+    pub isa_features: Vec<String>,
+    pub llvm_cpu: String,
+    pub cores: usize,
+    pub ttdb_version: String,
+}
+
+/// A measurement kind as a bundle names it (`apply` chose among transferred schedules).
+fn bundle_kind(measurement_kind: &str) -> &str {
+    match measurement_kind {
+        "apply" => "transfer",
+        k => k,
+    }
+}
+
+/// A source path without the directories of the machine that imported it: the file and
+/// its folder (`tvm_ansor_bench_nchwc/resnet_50.json`).
+fn short_source(path: &str) -> String {
+    let parts: Vec<&str> = path.rsplit(['/', '\\']).take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
+/// The selected records (with `best`, only the best valid one per workload and target;
+/// otherwise all, failed ones included) and their origins, in record id order.
+pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<ExportedRecord>> {
+    let (filter, arg): (&str, Option<String>) = match sel {
+        Selection::All => ("?1 IS NULL", None),
+        Selection::Class(c) => ("(w.op_class = ?1 OR w.op_class LIKE ?1 || '+%')", Some(c.clone())),
+        Selection::Signature(s) => ("w.signature LIKE ?1", Some(format!("{s}%"))),
+        Selection::Keys(keys) => (
+            "w.key IN (SELECT value FROM json_each(?1))",
+            Some(serde_json::to_string(keys).unwrap_or_default()),
+        ),
+    };
+    let rank = if best {
+        "r.mean_cost IS NOT NULL AND r.id = (SELECT r2.id FROM records r2 WHERE r2.workload_id = r.workload_id
+             AND r2.target_id = r.target_id AND r2.mean_cost IS NOT NULL ORDER BY r2.mean_cost, r2.id LIMIT 1)"
+    } else {
+        "1"
+    };
+    let sql = format!(
+        "SELECT r.id, r.raw, w.op_class, w.signature, s.kind, s.path
+         FROM records r JOIN workloads w ON w.id = r.workload_id JOIN sources s ON s.id = r.source_id
+         WHERE {filter} AND {rank} ORDER BY r.id"
+    );
+    let mut q = store.conn.prepare(&sql)?;
+    let rows = q.query_map(params![arg], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            ExportedRecord {
+                raw: r.get(1)?,
+                op_class: r.get(2)?,
+                signature: r.get(3)?,
+                origins: Vec::new(),
+            },
+            r.get::<_, String>(4)?,
+            r.get::<_, String>(5)?,
+        ))
+    })?;
+    let mut out: Vec<(i64, ExportedRecord, String, String)> =
+        rows.collect::<rusqlite::Result<_>>()?;
+    let mut measured = origins_by_record(
+        store,
+        "SELECT m.record_id, m.kind, s.path, h.fingerprint FROM measurements m
+         JOIN hosts h ON h.id = m.host_id JOIN records r ON r.id = m.record_id
+         JOIN sources s ON s.id = r.source_id",
+    )?;
+    let mut carried = origins_by_record(
+        store,
+        "SELECT record_id, kind, source, host FROM record_origins",
+    )?;
+    for (id, rec, source_kind, path) in &mut out {
+        if source_kind == "ansor_log" {
+            rec.origins.push(Origin {
+                kind: "imported".into(),
+                source: short_source(path),
+                host: String::new(),
+            });
+        }
+        for o in measured.remove(id).unwrap_or_default() {
+            rec.origins.push(Origin {
+                kind: bundle_kind(&o.kind).to_string(),
+                ..o
+            });
+        }
+        rec.origins.extend(carried.remove(id).unwrap_or_default());
+        rec.origins.sort();
+        rec.origins.dedup();
+    }
+    Ok(out.into_iter().map(|(_, r, _, _)| r).collect())
+}
+
+fn origins_by_record(store: &Store, sql: &str) -> Result<HashMap<i64, Vec<Origin>>> {
+    let mut q = store.conn.prepare(sql)?;
+    let rows = q.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            Origin {
+                kind: r.get(1)?,
+                source: r.get(2)?,
+                host: r.get(3)?,
+            },
+        ))
+    })?;
+    let mut map: HashMap<i64, Vec<Origin>> = HashMap::new();
+    for row in rows {
+        let (id, o) = row?;
+        map.entry(id).or_default().push(o);
+    }
+    Ok(map)
+}
+
+/// The `hosts` rows with these fingerprints.
+pub fn hosts(store: &Store, fingerprints: &[&str]) -> Result<Vec<HostRow>> {
+    let mut q = store.conn.prepare_cached(
+        "SELECT fingerprint, cpu_model, isa_features, llvm_cpu, num_cores, ttdb_version FROM hosts
+         WHERE fingerprint IN (SELECT value FROM json_each(?1)) ORDER BY fingerprint",
+    )?;
+    let rows = q.query_map([serde_json::to_string(fingerprints).unwrap_or_default()], |r| {
+        Ok(HostRow {
+            fingerprint: r.get(0)?,
+            cpu_model: r.get(1)?,
+            isa_features: r
+                .get::<_, String>(2)?
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+            llvm_cpu: r.get(3)?,
+            cores: r.get::<_, i64>(4)?.max(0) as usize,
+            ttdb_version: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// A record of a checked bundle, for [`import_bundle`].
+pub struct IncomingRecord<'a> {
+    pub line: &'a str,
+    pub origins: Vec<Origin>,
+}
+
+/// What importing a bundle did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct BundleImport {
+    #[serde(flatten)]
+    pub file: FileReport,
+    /// Provenance entries new to this database.
+    pub new_origins: usize,
+    pub new_hosts: usize,
+}
+
+/// Imports a bundle's records, hosts and provenance in one transaction (idempotent: records
+/// are deduplicated by digest, provenance and hosts by value). `path` names the bundle in
+/// the `sources` table.
+pub fn import_bundle(
+    store: &mut Store,
+    path: &Path,
+    records: &[IncomingRecord],
+    hosts: &[HostRow],
+) -> Result<BundleImport> {
+    let mut text = String::new();
+    for r in records {
+        text.push_str(r.line);
+        text.push('\n');
+    }
+    store.conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let outcome = (|| {
+        let tx = store
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let file = import_in(&tx, path, text.as_bytes(), "bundle", &|_| {})?;
+        let new_hosts = insert_hosts(&tx, hosts)?;
+        let mut new_origins = 0;
+        {
+            let mut find = tx.prepare_cached("SELECT id FROM records WHERE digest = ?1")?;
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO record_origins (record_id, kind, source, host) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for r in records {
+                let digest = record_digest(r.line);
+                let Some(id) = find
+                    .query_row([&digest[..]], |row| row.get::<_, i64>(0))
+                    .optional()?
+                else {
+                    continue; // rejected by the import (kept in rejected_lines)
+                };
+                for o in &r.origins {
+                    new_origins += insert.execute(params![id, o.kind, o.source, o.host])?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(BundleImport {
+            file,
+            new_origins,
+            new_hosts,
+        })
+    })();
+    store.conn.pragma_update(None, "foreign_keys", "ON")?;
+    outcome
+}
+
+fn insert_hosts(tx: &Transaction, hosts: &[HostRow]) -> Result<usize> {
+    let mut insert = tx.prepare_cached(
+        "INSERT OR IGNORE INTO hosts (fingerprint, cpu_model, isa_features, llvm_cpu, num_cores, ttdb_version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut n = 0;
+    for h in hosts {
+        n += insert.execute(params![
+            h.fingerprint,
+            h.cpu_model,
+            h.isa_features.join(" "),
+            h.llvm_cpu,
+            h.cores as i64,
+            h.ttdb_version
+        ])?;
+    }
+    Ok(n)
+}
+
+/// What this database holds of one workload key: whether the key is known, which of the
+/// given record digests are present, and the best valid cost on targets of each compat
+/// class `compat_of` maps a target string to.
+#[derive(Clone, Debug, Default)]
+pub struct KeyHoldings {
+    pub known: bool,
+    pub present: usize,
+    /// Best valid mean cost per target string.
+    pub best_by_target: HashMap<String, f64>,
+}
+
+pub fn key_holdings(store: &Store, key: &str, digests: &[[u8; 16]]) -> Result<KeyHoldings> {
+    let id: Option<i64> = store
+        .conn
+        .prepare_cached("SELECT id FROM workloads WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
+        .optional()?;
+    let mut out = KeyHoldings::default();
+    let mut has = store
+        .conn
+        .prepare_cached("SELECT 1 FROM records WHERE digest = ?1")?;
+    for d in digests {
+        out.present += has.exists([&d[..]])? as usize;
+    }
+    let Some(id) = id else { return Ok(out) };
+    out.known = true;
+    let mut q = store.conn.prepare_cached(
+        "SELECT t.target, MIN(r.mean_cost) FROM records r JOIN targets t ON t.id = r.target_id
+         WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL GROUP BY t.id",
+    )?;
+    let rows = q.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
+    for row in rows {
+        let (t, c) = row?;
+        let e = out.best_by_target.entry(t).or_insert(c);
+        *e = e.min(c);
+    }
+    Ok(out)
+}
+
+/// A trusted signing key.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TrustedKey {
+    pub name: String,
+    pub public_key: String,
+    pub added_at: String,
+}
+
+/// Trusts `public_key` (64 hex digits, already validated) under `name`. Fails when the name
+/// or the key is already trusted.
+pub fn trust_key(store: &mut Store, name: &str, public_key: &str) -> Result<()> {
+    let n = store.conn.execute(
+        "INSERT OR IGNORE INTO trusted_keys (public_key, name, added_at) VALUES (?1, ?2, ?3)",
+        params![public_key, name, now_rfc3339()],
+    )?;
+    if n == 0 {
+        return Err(super::StoreError::Other(format!(
+            "a trusted key already has the name `{name}` or is {public_key}"
+        )));
+    }
+    Ok(())
+}
+
+pub fn trusted_keys(store: &Store) -> Result<Vec<TrustedKey>> {
+    let mut q = store
+        .conn
+        .prepare("SELECT name, public_key, added_at FROM trusted_keys ORDER BY name")?;
+    let rows = q.query_map([], |r| {
+        Ok(TrustedKey {
+            name: r.get(0)?,
+            public_key: r.get(1)?,
+            added_at: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Removes the trusted key named `name_or_key` (a name or the key's hex). Returns whether
+/// one was removed.
+pub fn untrust_key(store: &mut Store, name_or_key: &str) -> Result<bool> {
+    Ok(store.conn.execute(
+        "DELETE FROM trusted_keys WHERE name = ?1 OR public_key = ?1",
+        [name_or_key],
+    )? > 0)
+}
+
+/// The valid records with these digests, as `lookup::best_imported_records` gives them
+/// (id, raw line, signature, op class, mean cost), for `bundle import --verify`.
+pub fn valid_records_by_digest(
+    store: &Store,
+    digests: &[[u8; 16]],
+) -> Result<Vec<(i64, String, String, String, f64)>> {
+    let mut q = store.conn.prepare_cached(
+        "SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost FROM records r
+         JOIN workloads w ON w.id = r.workload_id WHERE r.digest = ?1 AND r.mean_cost IS NOT NULL",
+    )?;
+    let mut out = Vec::new();
+    for d in digests {
+        if let Some(row) = q
+            .query_row([&d[..]], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()?
+        {
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
