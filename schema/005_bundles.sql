@@ -9,8 +9,9 @@ CREATE TABLE record_origins (
     record_id INTEGER NOT NULL REFERENCES records(id),
     kind      TEXT    NOT NULL,
     source    TEXT    NOT NULL,
+    line      INTEGER NOT NULL,   -- the record's line in `source`, 0 if none
     host      TEXT    NOT NULL,   -- hosts.fingerprint of the measuring machine, '' if none
-    UNIQUE (record_id, kind, source, host)
+    UNIQUE (record_id, kind, source, line, host)
 );
 CREATE INDEX record_origins_record ON record_origins(record_id);
 

@@ -82,12 +82,14 @@ pub struct ClassCount {
 }
 
 /// Where a record came from: its kind (imported, search, droplet, transfer, verify,
-/// default), the file it was first read from or the ttdb run that measured it, and the
-/// measuring host's fingerprint ("" for records ttdb did not measure).
+/// default), the file it was first read from (and its line there) or the ttdb run that
+/// measured it, and the measuring host's fingerprint ("" for records ttdb did not measure).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Provenance {
     pub kind: String,
     pub source: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub line: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub host: String,
 }
@@ -278,6 +280,10 @@ impl Bundle {
             Ok(text.into_bytes())
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn json<T: Serialize>(v: &T) -> String {

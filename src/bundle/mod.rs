@@ -79,6 +79,7 @@ fn provenance(o: Origin) -> Provenance {
     Provenance {
         kind: o.kind,
         source: o.source,
+        line: o.line.max(0) as u64,
         host: o.host,
     }
 }
@@ -98,6 +99,7 @@ pub fn import(store: &mut Store, path: &Path, bundle: &Bundle) -> Result<BundleI
                 .map(|p| Origin {
                     kind: p.kind.clone(),
                     source: p.source.clone(),
+                    line: p.line.min(i64::MAX as u64) as i64,
                     host: p.host.clone(),
                 })
                 .collect(),

@@ -24,6 +24,8 @@ pub enum Selection {
 pub struct Origin {
     pub kind: String,
     pub source: String,
+    /// The record's line in `source` (0: none).
+    pub line: i64,
     /// Fingerprint of the measuring host, "" if none.
     pub host: String,
 }
@@ -82,7 +84,7 @@ pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<
         "1"
     };
     let sql = format!(
-        "SELECT r.id, r.raw, w.op_class, w.signature, s.kind, s.path
+        "SELECT r.id, r.raw, w.op_class, w.signature, s.kind, s.path, r.line_no
          FROM records r JOIN workloads w ON w.id = r.workload_id JOIN sources s ON s.id = r.source_id
          WHERE {filter} AND {rank} ORDER BY r.id"
     );
@@ -98,25 +100,27 @@ pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<
             },
             r.get::<_, String>(4)?,
             r.get::<_, String>(5)?,
+            r.get::<_, i64>(6)?,
         ))
     })?;
-    let mut out: Vec<(i64, ExportedRecord, String, String)> =
+    let mut out: Vec<(i64, ExportedRecord, String, String, i64)> =
         rows.collect::<rusqlite::Result<_>>()?;
     let mut measured = origins_by_record(
         store,
-        "SELECT m.record_id, m.kind, s.path, h.fingerprint FROM measurements m
+        "SELECT m.record_id, m.kind, s.path, 0, h.fingerprint FROM measurements m
          JOIN hosts h ON h.id = m.host_id JOIN records r ON r.id = m.record_id
          JOIN sources s ON s.id = r.source_id",
     )?;
     let mut carried = origins_by_record(
         store,
-        "SELECT record_id, kind, source, host FROM record_origins",
+        "SELECT record_id, kind, source, line, host FROM record_origins",
     )?;
-    for (id, rec, source_kind, path) in &mut out {
+    for (id, rec, source_kind, path, line) in &mut out {
         if source_kind == "ansor_log" {
             rec.origins.push(Origin {
                 kind: "imported".into(),
                 source: short_source(path),
+                line: *line,
                 host: String::new(),
             });
         }
@@ -130,7 +134,7 @@ pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<
         rec.origins.sort();
         rec.origins.dedup();
     }
-    Ok(out.into_iter().map(|(_, r, _, _)| r).collect())
+    Ok(out.into_iter().map(|(_, r, _, _, _)| r).collect())
 }
 
 fn origins_by_record(store: &Store, sql: &str) -> Result<HashMap<i64, Vec<Origin>>> {
@@ -141,7 +145,8 @@ fn origins_by_record(store: &Store, sql: &str) -> Result<HashMap<i64, Vec<Origin
             Origin {
                 kind: r.get(1)?,
                 source: r.get(2)?,
-                host: r.get(3)?,
+                line: r.get(3)?,
+                host: r.get(4)?,
             },
         ))
     })?;
@@ -217,7 +222,7 @@ pub fn import_bundle(
         {
             let mut find = tx.prepare_cached("SELECT id FROM records WHERE digest = ?1")?;
             let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO record_origins (record_id, kind, source, host) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT OR IGNORE INTO record_origins (record_id, kind, source, line, host) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
             for r in records {
                 let digest = record_digest(r.line);
@@ -228,7 +233,7 @@ pub fn import_bundle(
                     continue; // rejected by the import (kept in rejected_lines)
                 };
                 for o in &r.origins {
-                    new_origins += insert.execute(params![id, o.kind, o.source, o.host])?;
+                    new_origins += insert.execute(params![id, o.kind, o.source, o.line, o.host])?;
                 }
             }
         }
