@@ -19,6 +19,7 @@ pub mod sign;
 
 use crate::ansor::Record;
 use crate::store::bundle::{self as sql, HostRow, IncomingRecord, Origin};
+use crate::store::target::NormalizedTarget;
 use crate::store::{Store, StoreError};
 use format::{Bundle, BundleRecord, Creation, HostEntry, Provenance, RecordMeta};
 use std::collections::BTreeMap;
@@ -142,10 +143,10 @@ pub struct WorkloadPlan {
     pub class: String,
     pub records: usize,
     pub new_records: usize,
-    /// Best valid mean cost in the bundle, and ours on the target it was measured on.
+    /// Best valid mean cost in the bundle, and ours, on one target compat class.
     pub theirs_s: Option<f64>,
     pub ours_s: Option<f64>,
-    pub target: Option<String>,
+    pub target_class: Option<String>,
     pub verdict: Verdict,
 }
 
@@ -154,7 +155,7 @@ pub fn plan(store: &Store, bundle: &Bundle) -> Result<Vec<WorkloadPlan>, StoreEr
     struct Group<'a> {
         class: &'a str,
         digests: Vec<[u8; 16]>,
-        /// Best valid cost per target string.
+        /// Best valid cost per target compat class.
         best: BTreeMap<String, f64>,
     }
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
@@ -173,17 +174,19 @@ pub fn plan(store: &Store, bundle: &Bundle) -> Result<Vec<WorkloadPlan>, StoreEr
         g.digests.push(crate::store::import::record_digest(&r.line));
         if rec.result.is_valid() {
             let c = rec.result.mean_cost();
-            let e = g.best.entry(rec.task.target.clone()).or_insert(c);
+            let compat = NormalizedTarget::parse(&rec.task.target, None).compat();
+            let e = g.best.entry(compat).or_insert(c);
             *e = e.min(c);
         }
     }
     let mut out = Vec::with_capacity(groups.len());
     for (key, g) in groups {
         let ours = sql::key_holdings(store, &key, &g.digests)?;
-        // The bundle's target where it gains the most over us (or its best, if none).
+        // The target class where the bundle gains the most over us (costs on one class
+        // compare, as TVM's ApplyHistoryBest compares them).
         let mut pick: Option<(String, f64, Option<f64>)> = None;
         for (t, &c) in &g.best {
-            let o = ours.best_by_target.get(t).copied();
+            let o = ours.best_by_compat.get(t).copied();
             let gain = o.map_or(f64::INFINITY, |o| o / c);
             let better = pick
                 .as_ref()
@@ -212,7 +215,7 @@ pub fn plan(store: &Store, bundle: &Bundle) -> Result<Vec<WorkloadPlan>, StoreEr
             new_records,
             theirs_s: pick.as_ref().map(|p| p.1),
             ours_s: pick.as_ref().and_then(|p| p.2),
-            target: pick.map(|p| p.0),
+            target_class: pick.map(|p| p.0),
             verdict,
         });
     }

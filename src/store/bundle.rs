@@ -267,15 +267,14 @@ fn insert_hosts(tx: &Transaction, hosts: &[HostRow]) -> Result<usize> {
     Ok(n)
 }
 
-/// What this database holds of one workload key: whether the key is known, which of the
-/// given record digests are present, and the best valid cost on targets of each compat
-/// class `compat_of` maps a target string to.
+/// What this database holds of one workload key: whether the key is known, how many of the
+/// given record digests are present, and the best valid cost per target compat class.
 #[derive(Clone, Debug, Default)]
 pub struct KeyHoldings {
     pub known: bool,
     pub present: usize,
-    /// Best valid mean cost per target string.
-    pub best_by_target: HashMap<String, f64>,
+    /// Best valid mean cost per target compat class (`llvm/cpu`).
+    pub best_by_compat: HashMap<String, f64>,
 }
 
 pub fn key_holdings(store: &Store, key: &str, digests: &[[u8; 16]]) -> Result<KeyHoldings> {
@@ -294,14 +293,13 @@ pub fn key_holdings(store: &Store, key: &str, digests: &[[u8; 16]]) -> Result<Ke
     let Some(id) = id else { return Ok(out) };
     out.known = true;
     let mut q = store.conn.prepare_cached(
-        "SELECT t.target, MIN(r.mean_cost) FROM records r JOIN targets t ON t.id = r.target_id
-         WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL GROUP BY t.id",
+        "SELECT t.compat, MIN(r.mean_cost) FROM records r JOIN targets t ON t.id = r.target_id
+         WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL GROUP BY t.compat",
     )?;
     let rows = q.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
     for row in rows {
         let (t, c) = row?;
-        let e = out.best_by_target.entry(t).or_insert(c);
-        *e = e.min(c);
+        out.best_by_compat.insert(t, c);
     }
     Ok(out)
 }
