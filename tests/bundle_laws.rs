@@ -223,3 +223,19 @@ fn inspect_plans_new_duplicate_and_better() {
     let (t, o) = (p.theirs_s.unwrap(), p.ours_s.unwrap());
     assert!((o / t - 10.0).abs() < 0.01, "theirs {t}, ours {o}");
 }
+
+#[test]
+fn inspect_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two_bundles(dir.path());
+    let mut key_store = Store::open_in_memory().unwrap();
+    // Ours: bundle B (alexnet is then a duplicate, resnet_18 new).
+    bundle::import(&mut key_store, Path::new("b.ttdb"), &b).unwrap();
+    let plans = bundle::plan(&key_store, &a).unwrap();
+    let signer = ttdb::cli::SignerView {
+        status: "unsigned",
+        public_key: None,
+        trusted_as: None,
+    };
+    insta::assert_snapshot!(ttdb::cli::render_inspect(&a, &signer, &plans));
+}

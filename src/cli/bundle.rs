@@ -354,14 +354,18 @@ pub fn render_inspect(b: &Bundle, signer: &SignerView, plans: &[WorkloadPlan]) -
     out
 }
 
-/// A workload key's md5 head, or its first 40 characters.
+/// A workload key as its md5 head and output shape (`1f1aea4f3b33 -> 1x16x56x56x4`), or its
+/// first 40 characters when it is not that form.
 fn short_key(key: &str) -> String {
-    let head = key
-        .trim_start_matches(['[', '"'])
-        .split(['"', ','])
-        .next()
-        .unwrap_or(key);
-    head.chars().take(40).collect()
+    if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(key) {
+        if let (Some(serde_json::Value::String(head)), Some(serde_json::Value::Array(out))) =
+            (items.first(), items.last())
+        {
+            let dims: Vec<String> = out.iter().map(|d| d.to_string()).collect();
+            return format!("{} -> {}", &head[..head.len().min(12)], dims.join("x"));
+        }
+    }
+    key.chars().take(40).collect()
 }
 
 fn inspect(db: &Option<PathBuf>, file: &Path, json: bool) -> CliResult {
