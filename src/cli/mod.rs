@@ -20,7 +20,7 @@ mod verify;
 mod workloads;
 
 pub use apply::render_apply;
-pub use bundle::render_inspect;
+pub use bundle::{render_inspect, SignerView};
 pub use import::{render_import_summary, ImportSummary};
 pub use match_cmd::{render_explain, render_match};
 pub use refine::render_refine;
