@@ -391,3 +391,48 @@ fn two_imports_and_a_match_run_at_once() {
         assert_eq!(records as usize, count(&both), "round {round}: records lost");
     }
 }
+
+#[test]
+fn import_verify_remeasures_and_flags_records_much_slower_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |x: &Path| x.to_str().unwrap().to_string();
+    // resnet_18's pooling records: one as logged, one claiming to be 1000x faster than it is.
+    let text = std::fs::read_to_string(log("resnet_18")).unwrap();
+    let mut lines = Vec::new();
+    for l in text.lines() {
+        let mut r = ttdb::ansor::Record::parse(l).unwrap();
+        // The max-pool: its key has two shapes, the first 112x112.
+        let k = &r.task.workload_key;
+        if !k.contains("[1, 2, 112, 112, 32]") || k.matches('[').count() != 3 || !r.result.is_valid() {
+            continue;
+        }
+        lines.push(r.to_line());
+        for c in &mut r.result.costs {
+            *c *= 1e-3;
+        }
+        r.result.timestamp += 1.0;
+        lines.push(r.to_line());
+    }
+    assert_eq!(lines.len(), 2, "expected resnet_18's one max-pool record");
+    let fake = dir.path().join("fast_claims.json");
+    std::fs::write(&fake, lines.join("\n") + "\n").unwrap();
+    let src = dir.path().join("src.db");
+    assert_eq!(ttdb_on(&src, &["import", &p(&fake)]).0, 0);
+    let bundle = dir.path().join("pool.ttdb");
+    let (code, _, err) = ttdb_on(&src, &["bundle", "export", "-o", &p(&bundle), "--all-records"]);
+    assert_eq!(code, 0, "{err}");
+    let db = dir.path().join("dst.db");
+    let (code, out, err) = ttdb_on(&db, &["bundle", "import", &p(&bundle), "--verify", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let flags = v[0]["verify"].as_array().expect("verify results");
+    // The bundle's best record of the workload is the one claiming 1000x: re-measured here,
+    // it verifies but is flagged as far slower than logged.
+    assert_eq!(flags.len(), 1, "{out}");
+    let f = &flags[0];
+    assert_eq!(f["verified"], true, "{out}");
+    assert!(f["ratio"].as_f64().unwrap() > 100.0, "{out}");
+    assert_eq!(f["flagged"], true, "{out}");
+    let (_, human, _) = ttdb_on(&db, &["bundle", "import", &p(&bundle), "--verify"]);
+    assert!(human.contains("1 flagged"), "{human}");
+}
