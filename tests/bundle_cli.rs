@@ -257,11 +257,20 @@ fn import_is_idempotent_and_keeps_provenance() {
     let back = dir.path().join("back.ttdb");
     let (code, _, err) = ttdb_on(
         &db,
-        &["bundle", "export", "-o", back.to_str().unwrap(), "--all-records"],
+        &[
+            "bundle",
+            "export",
+            "-o",
+            back.to_str().unwrap(),
+            "--all-records",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let text = std::fs::read_to_string(&back).unwrap();
-    let metas: Vec<&str> = text.lines().filter(|l| l.starts_with("# record ")).collect();
+    let metas: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# record "))
+        .collect();
     assert_eq!(metas.len() as u64, n);
     assert!(metas.iter().all(|m| m.contains(
         "{\"kind\":\"imported\",\"source\":\"tvm_ansor_bench_nchwc/resnet_18.best.json\",\"line\":"
@@ -282,7 +291,15 @@ fn signatures_and_trust() {
     let signed = dir.path().join("signed.ttdb");
     let (code, _, err) = ttdb_on(
         &db,
-        &["bundle", "sign", &p(&bundle), "--key", &p(&key), "-o", &p(&signed)],
+        &[
+            "bundle",
+            "sign",
+            &p(&bundle),
+            "--key",
+            &p(&key),
+            "-o",
+            &p(&signed),
+        ],
     );
     assert_eq!(code, 0, "{err}");
 
@@ -292,9 +309,15 @@ fn signatures_and_trust() {
     assert!(err.contains("unsigned"), "{err}");
     let (code, _, err) = ttdb_on(&db, &["bundle", "import", &p(&signed), "--require-signed"]);
     assert_ne!(code, 0);
-    assert!(err.contains("not trusted here") && err.contains(&public), "{err}");
+    assert!(
+        err.contains("not trusted here") && err.contains(&public),
+        "{err}"
+    );
     let (_, stats, _) = ttdb_on(&db, &["stats", "--json"]);
-    assert!(stats.contains("\"records\": 0") || stats.contains("\"records\":0"), "{stats}");
+    assert!(
+        stats.contains("\"records\": 0") || stats.contains("\"records\":0"),
+        "{stats}"
+    );
 
     // Trusted: it imports.
     let pubfile = format!("{}.pub", p(&key));
@@ -331,13 +354,13 @@ fn two_imports_and_a_match_run_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let p = |x: &Path| x.to_str().unwrap().to_string();
     let mut bundles = Vec::new();
-    for (name, logs) in [("a", ["resnet_50", "vgg_16"]), ("b", ["resnet_18", "alexnet"])] {
+    for (name, logs) in [
+        ("a", ["resnet_50", "vgg_16"]),
+        ("b", ["resnet_18", "alexnet"]),
+    ] {
         let src = db_with(dir.path(), &format!("{name}.db"), &logs);
         let out = dir.path().join(format!("{name}.ttdb"));
-        let (code, _, err) = ttdb_on(
-            &src,
-            &["bundle", "export", "-o", &p(&out), "--all-records"],
-        );
+        let (code, _, err) = ttdb_on(&src, &["bundle", "export", "-o", &p(&out), "--all-records"]);
         assert_eq!(code, 0, "{err}");
         bundles.push(out);
     }
@@ -385,10 +408,21 @@ fn two_imports_and_a_match_run_at_once() {
         let both = dir.path().join("both.ttdb");
         let (code, _, err) = ttdb_on(
             &db,
-            &["bundle", "merge", &p(&bundles[0]), &p(&bundles[1]), "-o", &p(&both)],
+            &[
+                "bundle",
+                "merge",
+                &p(&bundles[0]),
+                &p(&bundles[1]),
+                "-o",
+                &p(&both),
+            ],
         );
         assert_eq!(code, 0, "{err}");
-        assert_eq!(records as usize, count(&both), "round {round}: records lost");
+        assert_eq!(
+            records as usize,
+            count(&both),
+            "round {round}: records lost"
+        );
     }
 }
 
@@ -403,7 +437,10 @@ fn import_verify_remeasures_and_flags_records_much_slower_here() {
         let mut r = ttdb::ansor::Record::parse(l).unwrap();
         // The max-pool: its key has two shapes, the first 112x112.
         let k = &r.task.workload_key;
-        if !k.contains("[1, 2, 112, 112, 32]") || k.matches('[').count() != 3 || !r.result.is_valid() {
+        if !k.contains("[1, 2, 112, 112, 32]")
+            || k.matches('[').count() != 3
+            || !r.result.is_valid()
+        {
             continue;
         }
         lines.push(r.to_line());
@@ -419,10 +456,16 @@ fn import_verify_remeasures_and_flags_records_much_slower_here() {
     let src = dir.path().join("src.db");
     assert_eq!(ttdb_on(&src, &["import", &p(&fake)]).0, 0);
     let bundle = dir.path().join("pool.ttdb");
-    let (code, _, err) = ttdb_on(&src, &["bundle", "export", "-o", &p(&bundle), "--all-records"]);
+    let (code, _, err) = ttdb_on(
+        &src,
+        &["bundle", "export", "-o", &p(&bundle), "--all-records"],
+    );
     assert_eq!(code, 0, "{err}");
     let db = dir.path().join("dst.db");
-    let (code, out, err) = ttdb_on(&db, &["bundle", "import", &p(&bundle), "--verify", "--json"]);
+    let (code, out, err) = ttdb_on(
+        &db,
+        &["bundle", "import", &p(&bundle), "--verify", "--json"],
+    );
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let flags = v[0]["verify"].as_array().expect("verify results");

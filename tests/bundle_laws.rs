@@ -94,7 +94,11 @@ fn merge_is_commutative_and_idempotent() {
     let ab = bundle::merge(&a, &b);
     let ba = bundle::merge(&b, &a);
     assert_eq!(ab.to_text(), ba.to_text(), "merge(A,B) != merge(B,A)");
-    assert_eq!(bundle::merge(&a, &a).to_text(), a.to_text(), "merge(A,A) != A");
+    assert_eq!(
+        bundle::merge(&a, &a).to_text(),
+        a.to_text(),
+        "merge(A,A) != A"
+    );
     assert_eq!(bundle::merge(&ab, &ab).to_text(), ab.to_text());
     // The shared alexnet records carry both provenance entries, and nothing was lost.
     let both = ab
@@ -102,8 +106,14 @@ fn merge_is_commutative_and_idempotent() {
         .iter()
         .filter(|r| r.meta.provenance.len() == 2)
         .count();
-    let alexnet = std::fs::read_to_string(log("alexnet")).unwrap().lines().count();
-    assert_eq!(both, alexnet, "each alexnet record keeps both of its sources");
+    let alexnet = std::fs::read_to_string(log("alexnet"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(
+        both, alexnet,
+        "each alexnet record keeps both of its sources"
+    );
     let distinct: std::collections::BTreeSet<&str> = a
         .records
         .iter()
@@ -192,7 +202,9 @@ fn inspect_plans_new_duplicate_and_better() {
     let mut full = Store::open_in_memory().unwrap();
     bundle::import(&mut full, Path::new("a.ttdb"), &a).unwrap();
     let plans = bundle::plan(&full, &a).unwrap();
-    assert!(plans.iter().all(|p| p.verdict == bundle::Verdict::Duplicate));
+    assert!(plans
+        .iter()
+        .all(|p| p.verdict == bundle::Verdict::Duplicate));
     // Our resnet_18 records made slower by 10x (a copy of the log with its costs scaled):
     // the bundle's are better.
     let text = std::fs::read_to_string(log("resnet_18")).unwrap();

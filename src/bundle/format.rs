@@ -369,8 +369,8 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Vec<u8>, FormatError> {
     if !bytes.starts_with(&ZSTD_MAGIC) {
         return Ok(bytes.to_vec());
     }
-    let decoder = zstd::stream::read::Decoder::new(bytes)
-        .map_err(|e| whole(format!("zstd: {e}")))?;
+    let decoder =
+        zstd::stream::read::Decoder::new(bytes).map_err(|e| whole(format!("zstd: {e}")))?;
     let mut out = Vec::new();
     decoder
         .take(limits.max_bytes + 1)
@@ -448,7 +448,11 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
     };
     let (_, _, first) = next("the format line")?;
     let Some(version) = first.strip_prefix(MAGIC) else {
-        return Err(at(1, None, "not a ttdb bundle (it must start with `# ttdb-bundle 1`)"));
+        return Err(at(
+            1,
+            None,
+            "not a ttdb bundle (it must start with `# ttdb-bundle 1`)",
+        ));
     };
     match version.parse::<u32>() {
         Ok(FORMAT_VERSION) => {}
@@ -456,7 +460,9 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
             return Err(at(
                 1,
                 None,
-                format!("bundle format {v} is newer than this ttdb reads ({FORMAT_VERSION}); upgrade ttdb"),
+                format!(
+                "bundle format {v} is newer than this ttdb reads ({FORMAT_VERSION}); upgrade ttdb"
+            ),
             ))
         }
         _ => return Err(at(1, None, format!("unknown bundle format `{version}`"))),
@@ -465,9 +471,7 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
     let manifest: Manifest = line
         .strip_prefix(MANIFEST)
         .ok_or_else(|| at(n, None, "expected the `# manifest` line"))
-        .and_then(|j| {
-            serde_json::from_str(j).map_err(|e| at(n, None, format!("manifest: {e}")))
-        })?;
+        .and_then(|j| serde_json::from_str(j).map_err(|e| at(n, None, format!("manifest: {e}"))))?;
     let mut records: Vec<BundleRecord> = Vec::new();
     let trailer_hash = loop {
         let (n, start, line) = next("the `# bundle-sha256` line")?;
@@ -484,7 +488,11 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
         }
         let i = records.len() + 1;
         if i > limits.max_records {
-            return Err(at(n, Some(i), format!("more than {} records", limits.max_records)));
+            return Err(at(
+                n,
+                Some(i),
+                format!("more than {} records", limits.max_records),
+            ));
         }
         let meta: RecordMeta = line
             .strip_prefix(RECORD)
@@ -497,7 +505,10 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
             return Err(at(
                 n,
                 Some(i),
-                format!("the record's sha256 is not {}: the record was altered", meta.sha256),
+                format!(
+                    "the record's sha256 is not {}: the record was altered",
+                    meta.sha256
+                ),
             ));
         }
         if let Err(e) = crate::ansor::Record::parse(line) {
@@ -578,7 +589,10 @@ fn check_manifest(found: &Manifest, rebuilt: &Manifest) -> Result<(), FormatErro
         }
     };
     field("records", found.records == rebuilt.records)?;
-    field("content_sha256", found.content_sha256 == rebuilt.content_sha256)?;
+    field(
+        "content_sha256",
+        found.content_sha256 == rebuilt.content_sha256,
+    )?;
     field("hosts", found.hosts == rebuilt.hosts)?;
     field("targets", found.targets == rebuilt.targets)?;
     field("classes", found.classes == rebuilt.classes)?;
@@ -618,7 +632,11 @@ fn parse_signature(s: &str) -> Result<Signature, String> {
 /// `N` bytes from exactly `2N` lowercase hex digits (one spelling per value, so an altered
 /// digit is always a different value).
 pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != 2 * N || !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if s.len() != 2 * N
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return None;
     }
     let mut out = [0u8; N];

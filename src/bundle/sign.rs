@@ -20,9 +20,13 @@ const PUBLIC_TAG: &str = "ttdb-ed25519-public-key";
 pub enum SignatureStatus {
     Unsigned,
     /// Valid: the key (hex) signed exactly this content.
-    Valid { public_key: String },
+    Valid {
+        public_key: String,
+    },
     /// Present but wrong: the bundle or its signature was altered.
-    Invalid { public_key: String },
+    Invalid {
+        public_key: String,
+    },
 }
 
 /// A new secret key, seeded by the operating system.

@@ -272,7 +272,11 @@ pub fn render_inspect(b: &Bundle, signer: &SignerView, plans: &[WorkloadPlan]) -
         m.ttdb_version,
         m.schema_version,
         m.created_at,
-        if m.creator.is_empty() { "?" } else { &m.creator }
+        if m.creator.is_empty() {
+            "?"
+        } else {
+            &m.creator
+        }
     );
     if !m.description.is_empty() {
         out.push_str(&format!("description: {}\n", m.description));
@@ -281,12 +285,14 @@ pub fn render_inspect(b: &Bundle, signer: &SignerView, plans: &[WorkloadPlan]) -
         "integrity: ok ({} records, every sha256 checked; bundle sha256 {})\n",
         m.records, b.sha256
     ));
-    out.push_str(&match (signer.status, &signer.public_key, &signer.trusted_as) {
-        ("unsigned", _, _) => "signature: none\n".to_string(),
-        (s, Some(k), Some(name)) => format!("signature: {s}, key {k} (trusted as `{name}`)\n"),
-        (s, Some(k), None) => format!("signature: {s}, key {k} (not trusted here)\n"),
-        (s, None, _) => format!("signature: {s}\n"),
-    });
+    out.push_str(
+        &match (signer.status, &signer.public_key, &signer.trusted_as) {
+            ("unsigned", _, _) => "signature: none\n".to_string(),
+            (s, Some(k), Some(name)) => format!("signature: {s}, key {k} (trusted as `{name}`)\n"),
+            (s, Some(k), None) => format!("signature: {s}, key {k} (not trusted here)\n"),
+            (s, None, _) => format!("signature: {s}\n"),
+        },
+    );
     out.push_str("targets:\n");
     for t in &m.targets {
         out.push_str(&format!("  {:>6}  {}\n", t.records, t.name));
@@ -497,7 +503,10 @@ fn render_bundle_import(v: &ImportView) -> String {
             .map_or(String::new(), |n| format!(" (`{n}`)"))
     );
     for rej in &r.rejected {
-        out.push_str(&format!("  rejected record line {}: {}\n", rej.line, rej.reason));
+        out.push_str(&format!(
+            "  rejected record line {}: {}\n",
+            rej.line, rej.reason
+        ));
     }
     if let Some(flags) = &v.verify {
         let bad = flags.iter().filter(|f| f.flagged).count();

@@ -32,9 +32,14 @@ pub enum TrustCommand {
 pub fn run_key(cmd: &KeyCommand) -> CliResult {
     match cmd {
         KeyCommand::Generate { output } => {
-            let key = sign::generate().map_err(|m| CliError { message: m, code: 1 })?;
-            let public = sign::write_key_files(&key, output)
-                .map_err(|m| CliError { message: m, code: 1 })?;
+            let key = sign::generate().map_err(|m| CliError {
+                message: m,
+                code: 1,
+            })?;
+            let public = sign::write_key_files(&key, output).map_err(|m| CliError {
+                message: m,
+                code: 1,
+            })?;
             println!("{}", sign::public_hex(&key));
             eprintln!(
                 "secret key: {} (keep it private); public key: {}",
@@ -50,8 +55,10 @@ pub fn run_trust(db: &Option<PathBuf>, cmd: &TrustCommand) -> CliResult {
     let mut store = super::open_store(db)?;
     match cmd {
         TrustCommand::Add { public_key, name } => {
-            let key = sign::parse_public_key(public_key)
-                .map_err(|m| CliError { message: m, code: 2 })?;
+            let key = sign::parse_public_key(public_key).map_err(|m| CliError {
+                message: m,
+                code: 2,
+            })?;
             if name.trim().is_empty() {
                 return Err(CliError {
                     message: "--name must not be empty".into(),

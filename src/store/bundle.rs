@@ -70,7 +70,10 @@ fn short_source(path: &str) -> String {
 pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<ExportedRecord>> {
     let (filter, arg): (&str, Option<String>) = match sel {
         Selection::All => ("?1 IS NULL", None),
-        Selection::Class(c) => ("(w.op_class = ?1 OR w.op_class LIKE ?1 || '+%')", Some(c.clone())),
+        Selection::Class(c) => (
+            "(w.op_class = ?1 OR w.op_class LIKE ?1 || '+%')",
+            Some(c.clone()),
+        ),
         Selection::Signature(s) => ("w.signature LIKE ?1", Some(format!("{s}%"))),
         Selection::Keys(keys) => (
             "w.key IN (SELECT value FROM json_each(?1))",
@@ -164,20 +167,23 @@ pub fn hosts(store: &Store, fingerprints: &[&str]) -> Result<Vec<HostRow>> {
         "SELECT fingerprint, cpu_model, isa_features, llvm_cpu, num_cores, ttdb_version FROM hosts
          WHERE fingerprint IN (SELECT value FROM json_each(?1)) ORDER BY fingerprint",
     )?;
-    let rows = q.query_map([serde_json::to_string(fingerprints).unwrap_or_default()], |r| {
-        Ok(HostRow {
-            fingerprint: r.get(0)?,
-            cpu_model: r.get(1)?,
-            isa_features: r
-                .get::<_, String>(2)?
-                .split_whitespace()
-                .map(str::to_string)
-                .collect(),
-            llvm_cpu: r.get(3)?,
-            cores: r.get::<_, i64>(4)?.max(0) as usize,
-            ttdb_version: r.get(5)?,
-        })
-    })?;
+    let rows = q.query_map(
+        [serde_json::to_string(fingerprints).unwrap_or_default()],
+        |r| {
+            Ok(HostRow {
+                fingerprint: r.get(0)?,
+                cpu_model: r.get(1)?,
+                isa_features: r
+                    .get::<_, String>(2)?
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect(),
+                llvm_cpu: r.get(3)?,
+                cores: r.get::<_, i64>(4)?.max(0) as usize,
+                ttdb_version: r.get(5)?,
+            })
+        },
+    )?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
