@@ -227,7 +227,8 @@ impl Bundle {
                 r
             })
             .collect();
-        let manifest = describe(&records, hosts, creation);
+        let targets: Vec<String> = records.iter().map(|r| target_of(&r.line)).collect();
+        let manifest = describe(&records, &targets, hosts, creation);
         let mut b = Bundle {
             manifest,
             records,
@@ -290,17 +291,23 @@ fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("manifest types serialize")
 }
 
-/// The manifest of `records` (already canonical: sorted, unique, provenance sorted).
-fn describe(records: &[BundleRecord], hosts: &[HostEntry], creation: Creation) -> Manifest {
+/// The manifest of `records` (already canonical: sorted, unique, provenance sorted), whose
+/// target strings are `targets`.
+fn describe(
+    records: &[BundleRecord],
+    targets_of_records: &[String],
+    hosts: &[HostEntry],
+    creation: Creation,
+) -> Manifest {
     let mut content = Sha256::new();
     let mut targets: BTreeMap<String, usize> = BTreeMap::new();
     let mut classes: BTreeMap<String, (BTreeSet<&str>, usize)> = BTreeMap::new();
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     let mut named: BTreeSet<&str> = BTreeSet::new();
-    for r in records {
+    for (r, t) in records.iter().zip(targets_of_records) {
         content.update(r.line.as_bytes());
         content.update(b"\n");
-        *targets.entry(target_of(&r.line)).or_default() += 1;
+        *targets.entry(t.clone()).or_default() += 1;
         let c = classes.entry(r.meta.class.clone()).or_default();
         c.0.insert(&r.meta.signature);
         c.1 += 1;
@@ -473,6 +480,7 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
         .ok_or_else(|| at(n, None, "expected the `# manifest` line"))
         .and_then(|j| serde_json::from_str(j).map_err(|e| at(n, None, format!("manifest: {e}"))))?;
     let mut records: Vec<BundleRecord> = Vec::new();
+    let mut targets: Vec<String> = Vec::new();
     let trailer_hash = loop {
         let (n, start, line) = next("the `# bundle-sha256` line")?;
         if let Some(h) = line.strip_prefix(TRAILER) {
@@ -511,8 +519,9 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
                 ),
             ));
         }
-        if let Err(e) = crate::ansor::Record::parse(line) {
-            return Err(at(n, Some(i), format!("not an Ansor record: {e}")));
+        match crate::ansor::Record::parse(line) {
+            Ok(r) => targets.push(r.task.target),
+            Err(e) => return Err(at(n, Some(i), format!("not an Ansor record: {e}"))),
         }
         check_meta(&meta, records.last().map(|r| &r.meta)).map_err(|e| at(n, Some(i), e))?;
         records.push(BundleRecord {
@@ -537,6 +546,7 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
     };
     let rebuilt = describe(
         &records,
+        &targets,
         &manifest.hosts,
         Creation {
             created_at: manifest.created_at.clone(),
