@@ -15,8 +15,11 @@
 //!    host detection), `evaluate` (build a schedule in parallel, run it one at a time:
 //!    verify, time);
 //! 6. `onnx` (models -> Relay-like kernels), `matcher` (exact / class / none);
-//! 7. `search` (Droplet coordinate descent), `tune` (orchestration: apply, verify, refine);
-//! 8. `cli` (parses, calls one library function, renders).
+//! 7. `search` (sketches, evolution, cost model, Droplet), `tune` (orchestration: apply,
+//!    verify, refine, tune);
+//! 8. `bundle` (sharing schedules: format, signatures, export, import, merge; uses only
+//!    `store`, `ansor` and the leaves);
+//! 9. `cli` (parses, calls one library function, renders).
 
 pub mod ansor;
 pub mod bundle;

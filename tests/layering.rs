@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["matcher"],
     &["search"],
     &["tune"],
+    &["bundle"],
     &["cli"],
 ];
 

@@ -3,7 +3,6 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::matcher::MatchOptions;
 use crate::store::Store;
 use crate::tune::apply::ApplyProgress;
 use crate::tune::refine::RefineOptions;
@@ -180,7 +179,7 @@ pub fn render_apply(r: &ApplyReport) -> String {
 }
 
 pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
-    let m = match_layouts(store, &args.model, MatchOptions::default())?;
+    let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
     let mut opts = ApplyOptions {
         top_k: args.top_k,
         budget: Duration::from_secs_f64(args.budget_seconds.max(0.0)),

@@ -1,6 +1,8 @@
 //! `ttdb import PATH...`
 use super::{CliError, CliResult};
+use crate::host::IsaCompat;
 use crate::store::import::{collect_files, import_file, FileReport};
+use crate::store::target::NormalizedTarget;
 use crate::store::Store;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -21,6 +23,10 @@ pub struct ImportSummary {
     pub new_workloads: usize,
     /// Op class -> number of workloads of that class among those touched.
     pub classes: BTreeMap<String, usize>,
+    /// Records of these files timed on a vector ISA this host lacks (kept, ranked after
+    /// compatible records), and per ISA.
+    pub needs_missing_isa: usize,
+    pub missing_isa: BTreeMap<String, usize>,
     pub per_file: Vec<FileReport>,
     /// Files that could not be read at all: (path, reason).
     pub errors: Vec<(String, String)>,
@@ -48,6 +54,30 @@ impl ImportSummary {
         self.workloads = ids.len();
         for class in crate::store::lookup::workload_classes(store, ids)? {
             *self.classes.entry(class).or_default() += 1;
+        }
+        Ok(())
+    }
+    /// Fills `needs_missing_isa` from the records of the files read, judged against the
+    /// ISA flags `host_isa` of this host.
+    pub fn count_missing_isa(
+        &mut self,
+        store: &Store,
+        host_isa: &[String],
+    ) -> crate::store::Result<()> {
+        // A file named twice is one source.
+        let files: Vec<&str> = self
+            .per_file
+            .iter()
+            .map(|f| f.sha256.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        for (target, n) in crate::store::lookup::record_targets_of_sources(store, &files)? {
+            let need = NormalizedTarget::parse(&target, None).isa_requirement();
+            if let (IsaCompat::Lacks, Some(isa)) = (need.check(host_isa), need.needs) {
+                self.needs_missing_isa += n as usize;
+                *self.missing_isa.entry(isa.to_string()).or_default() += n as usize;
+            }
         }
         Ok(())
     }
@@ -80,6 +110,22 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
         "files: {} ({} unreadable)\nrecords read: {}\ninserted: {}\nduplicates: {}\nfailed measurements: {} (kept, never chosen)\nrejected lines: {}\nworkloads: {} ({} new)\n",
         s.files, s.files_failed, s.records_read, s.inserted, s.duplicates, s.failed_measurements, s.rejected_lines, s.workloads, s.new_workloads
     ));
+    out.push_str(&format!(
+        "records needing an ISA this host lacks: {}",
+        s.needs_missing_isa
+    ));
+    if !s.missing_isa.is_empty() {
+        let per: Vec<String> = s
+            .missing_isa
+            .iter()
+            .map(|(isa, n)| format!("{isa}: {n}"))
+            .collect();
+        out.push_str(&format!(
+            " ({}; kept, ranked after compatible records)",
+            per.join(", ")
+        ));
+    }
+    out.push('\n');
     out.push_str(&format!("classes: {}\n", s.classes.len()));
     for (class, n) in &s.classes {
         out.push_str(&format!("  {n:>4}  {class}\n"));
@@ -153,6 +199,7 @@ pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliRe
         b.finish_and_clear();
     }
     summary.count_workloads(store)?;
+    summary.count_missing_isa(store, &super::match_cmd::host_match_options().host_isa)?;
     if json {
         println!(
             "{}",

@@ -3,6 +3,7 @@
 use super::kernels::ModelArgs;
 use super::table::{io_shapes, Table};
 use super::{CliError, CliResult};
+use crate::host::IsaCompat;
 use crate::matcher::{MatchOptions, ModelMatch, Tier};
 use crate::store::Store;
 use serde::Serialize;
@@ -20,6 +21,29 @@ pub struct MatchArgs {
     pub show: usize,
     #[arg(long)]
     pub json: bool,
+}
+
+/// Match options for this host: its ISA flags rank the candidates. `TTDB_PRETEND_ISA` (a
+/// comma list of `/proc/cpuinfo` flags, e.g. `avx2,fma`) stands in for them, so tests can
+/// play another host; it changes the ranking only, never what codegen targets.
+pub fn host_match_options() -> MatchOptions {
+    let host_isa = match std::env::var("TTDB_PRETEND_ISA") {
+        Ok(v) => {
+            let mut flags: Vec<String> = v
+                .split(',')
+                .map(|f| f.trim().to_string())
+                .filter(|f| !f.is_empty())
+                .collect();
+            flags.sort();
+            flags.dedup();
+            flags
+        }
+        Err(_) => crate::measure::detect_host().isa_flags,
+    };
+    MatchOptions {
+        host_isa,
+        ..MatchOptions::default()
+    }
 }
 
 /// Loads the model and matches it in each layout asked for (`crate::matcher::match_layouts`).
@@ -44,6 +68,8 @@ struct JsonCandidate<'a> {
     source: &'a crate::matcher::SourceRecord,
     changed_steps: usize,
     estimate: f64,
+    isa: &'a crate::host::IsaRequirement,
+    compat: crate::host::IsaCompat,
 }
 
 #[derive(Serialize)]
@@ -146,7 +172,12 @@ pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String
         km.tier.as_str()
     );
     if !km.candidates.is_empty() {
-        out.push_str("  candidates (best first):\n");
+        let known_isa = km.candidates.iter().any(|c| c.compat != IsaCompat::Unknown);
+        out.push_str(if known_isa {
+            "  candidates (best first; in each tier: ISA this host has, unknown ISA, ISA it lacks):\n"
+        } else {
+            "  candidates (best first):\n"
+        });
         for c in km.candidates.iter().take(show) {
             let why = match c.tier {
                 Tier::Exact => format!("same signature, tuned on {}, logged {:.3} ms", c.source.target, c.source.mean_cost * 1e3),
@@ -160,6 +191,10 @@ pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String
                 c.tier.as_str(),
                 c.source.label()
             ));
+            // Said only when some verdict is known (else the ISA ordered nothing).
+            if known_isa {
+                out.push_str(&format!("           {}\n", c.isa.explain(c.compat)));
+            }
         }
     }
     if !km.rejections.is_empty() {
@@ -172,7 +207,7 @@ pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String
 }
 
 pub fn run(store: &Store, args: &MatchArgs) -> CliResult {
-    let m = match_layouts(store, &args.model, MatchOptions::default())?;
+    let m = match_layouts(store, &args.model, host_match_options())?;
     if let Some(which) = &args.explain {
         let text = render_explain(&m, which, args.show).ok_or_else(|| CliError {
             message: format!(
@@ -206,6 +241,8 @@ pub fn run(store: &Store, args: &MatchArgs) -> CliResult {
                             source: &c.source,
                             changed_steps: c.changed_steps,
                             estimate: c.estimate,
+                            isa: &c.isa,
+                            compat: c.compat,
                         })
                         .collect(),
                     rejections: &km.rejections,

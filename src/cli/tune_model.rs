@@ -4,7 +4,6 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::matcher::MatchOptions;
 use crate::store::Store;
 use crate::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
 use crate::tune::search::TuneOptions;
@@ -117,7 +116,7 @@ pub struct ModelRun<'a> {
 pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
     let model = args.model;
     let margs = ModelArgs::for_model(model.to_path_buf(), args.layout);
-    let m = match_layouts(store, &margs, MatchOptions::default())?;
+    let m = match_layouts(store, &margs, super::match_cmd::host_match_options())?;
     if m.matches.is_empty() {
         return Err(CliError {
             message: format!("{}: no tunable kernel", model.display()),

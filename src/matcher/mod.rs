@@ -8,10 +8,15 @@
 //!   factorization of the new extents) and ranked by a cheap static estimate;
 //! * **none**.
 //!
+//! Within each tier, candidates timed on an ISA this host has come first, then those whose
+//! ISA is unknown, then those needing an ISA this host lacks (AVX-512 records on an AVX2
+//! host): kept and flagged, never dropped (`crate::host::IsaRequirement`).
+//!
 //! A candidate's DAG is the *kernel's* computation (its attributes and shapes) built with the
 //! source record's TVM era and operand order, because Ansor steps index stages and loops and
 //! only mean something on the stage structure they were tuned on.
 use crate::ansor::{Record, Step, WorkloadKey};
+use crate::host::{IsaCompat, IsaRequirement};
 use crate::ir::Dag;
 use crate::onnx::Kernel;
 use crate::ops::{EpilogueOp, WorkloadSpec};
@@ -57,6 +62,9 @@ pub struct Candidate {
     pub changed_steps: usize,
     /// Static estimate (higher is better), see [`estimate`].
     pub estimate: f64,
+    /// The vector ISA the source's timing needs, and whether the host has it.
+    pub isa: IsaRequirement,
+    pub compat: IsaCompat,
 }
 
 /// Why a stored schedule is not a candidate.
@@ -72,7 +80,8 @@ pub struct KernelMatch {
     /// Index into the model's kernel list.
     pub kernel: usize,
     pub tier: Tier,
-    /// Best first: exact candidates by their logged cost, then class candidates by estimate.
+    /// Best first: exact candidates, then class candidates; within a tier by ISA verdict
+    /// (compatible, unknown, lacks), then exact by logged cost and class by estimate.
     pub candidates: Vec<Candidate>,
     /// Nearest schedules that did not qualify, with the reason (for `--explain`).
     pub rejections: Vec<Rejection>,
@@ -90,6 +99,8 @@ pub struct MatchOptions {
     pub cores: usize,
     /// fp32 SIMD lanes of that machine.
     pub lanes: i64,
+    /// Its `/proc/cpuinfo` ISA flags, which rank candidates (empty: unknown, no preference).
+    pub host_isa: Vec<String>,
 }
 
 impl Default for MatchOptions {
@@ -100,6 +111,7 @@ impl Default for MatchOptions {
             records_per_workload: 3,
             cores: crate::host::available_cores(),
             lanes: 8,
+            host_isa: vec![],
         }
     }
 }
@@ -132,6 +144,8 @@ pub struct Matcher<'a> {
     opts: MatchOptions,
     recognized: HashMap<String, Option<std::rc::Rc<Recognized>>>,
     classes: HashMap<String, Vec<query::ClassWorkload>>,
+    /// Loaded on first use.
+    groups: Option<query::TargetGroups>,
 }
 
 impl<'a> Matcher<'a> {
@@ -141,6 +155,7 @@ impl<'a> Matcher<'a> {
             opts,
             recognized: HashMap::new(),
             classes: HashMap::new(),
+            groups: None,
         }
     }
 
@@ -213,6 +228,8 @@ impl<'a> Matcher<'a> {
         let mut source = source;
         source.source_flops = Some(rec.dag.flop_ct());
         let estimate = estimate::estimate(&dag, &steps, &state, changed_steps, &source, &self.opts);
+        let isa = source.isa_requirement();
+        let compat = isa.check(&self.opts.host_isa);
         Ok(Candidate {
             tier,
             source,
@@ -220,6 +237,8 @@ impl<'a> Matcher<'a> {
             steps,
             changed_steps,
             estimate,
+            isa,
+            compat,
         })
     }
 
@@ -242,15 +261,22 @@ impl<'a> Matcher<'a> {
             });
             return Ok(m);
         };
+        if self.groups.is_none() {
+            self.groups = Some(query::TargetGroups::load(self.store, &self.opts)?);
+        }
+        let groups = self.groups.clone().unwrap_or_default();
         // Exact: same signature on a compatible target.
-        for source in query::exact_records(self.store, hash, &self.opts)? {
+        for source in query::exact_records(self.store, hash, &self.opts, &groups)? {
             match self.candidate(kernel, Tier::Exact, source) {
                 Ok(c) => m.candidates.push(c),
                 Err(r) => m.rejections.push(r),
             }
         }
-        m.candidates
-            .sort_by(|a, b| a.source.mean_cost.total_cmp(&b.source.mean_cost));
+        m.candidates.sort_by(|a, b| {
+            a.compat
+                .cmp(&b.compat)
+                .then(a.source.mean_cost.total_cmp(&b.source.mean_cost))
+        });
         // Class: the nearest workloads of the class, re-targeted.
         if !self.classes.contains_key(&sig.op_class) {
             let list = query::class_workloads(self.store, &sig.op_class, &self.opts.compat)?;
@@ -267,14 +293,18 @@ impl<'a> Matcher<'a> {
         .collect();
         let mut class = Vec::new();
         for w in nearest {
-            for source in query::best_records_of(self.store, w, &self.opts, 1)? {
+            for source in query::best_records_of(self.store, w, &self.opts, &groups, 1)? {
                 match self.candidate(kernel, Tier::Class, source) {
                     Ok(c) => class.push(c),
                     Err(r) => m.rejections.push(r),
                 }
             }
         }
-        class.sort_by(|a, b| b.estimate.total_cmp(&a.estimate));
+        class.sort_by(|a, b| {
+            a.compat
+                .cmp(&b.compat)
+                .then(b.estimate.total_cmp(&a.estimate))
+        });
         m.tier = if !m.candidates.is_empty() {
             Tier::Exact
         } else if !class.is_empty() {

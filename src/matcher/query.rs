@@ -5,25 +5,72 @@ use super::{MatchOptions, Rejection};
 use crate::signature::WorkloadSignature;
 use crate::store::lookup;
 pub use crate::store::lookup::SourceRecord;
+use crate::store::target::NormalizedTarget;
 use crate::store::{Result, Store};
 
-/// The best `records_per_workload` valid records of every workload with signature `hash`.
-pub fn exact_records(store: &Store, hash: &str, opts: &MatchOptions) -> Result<Vec<SourceRecord>> {
+/// The targets of the compat class grouped by their ISA verdict on the host being matched
+/// for (compatible, unknown, lacks), so each workload's best records of every group can be
+/// asked for: a slower record this host can run as timed is not crowded out by faster ones
+/// it cannot.
+#[derive(Clone, Debug, Default)]
+pub struct TargetGroups([Vec<i64>; 3]);
+
+impl TargetGroups {
+    pub fn load(store: &Store, opts: &MatchOptions) -> Result<TargetGroups> {
+        let mut groups = TargetGroups::default();
+        for (id, target) in lookup::targets_of(store, &opts.compat)? {
+            let verdict = NormalizedTarget::parse(&target, None)
+                .isa_requirement()
+                .check(&opts.host_isa);
+            groups.0[verdict as usize].push(id);
+        }
+        Ok(groups)
+    }
+
+    /// More than one group has targets (else one query in cost order serves).
+    fn mixed(&self) -> bool {
+        self.0.iter().filter(|g| !g.is_empty()).count() > 1
+    }
+}
+
+/// The best `records_per_workload` valid records of every workload with signature `hash`
+/// (of each target group).
+pub fn exact_records(
+    store: &Store,
+    hash: &str,
+    opts: &MatchOptions,
+    groups: &TargetGroups,
+) -> Result<Vec<SourceRecord>> {
     let mut out = Vec::new();
     for id in lookup::workloads_with_signature(store, hash)? {
-        out.extend(best_records_of(store, id, opts, opts.records_per_workload)?);
+        out.extend(best_records_of(
+            store,
+            id,
+            opts,
+            groups,
+            opts.records_per_workload,
+        )?);
     }
     Ok(out)
 }
 
-/// The best `n` valid records of one workload on compatible targets.
+/// The best `n` valid records of one workload on compatible targets, of each target group
+/// when the targets' ISA verdicts differ.
 pub fn best_records_of(
     store: &Store,
     workload_id: i64,
     opts: &MatchOptions,
+    groups: &TargetGroups,
     n: usize,
 ) -> Result<Vec<SourceRecord>> {
-    lookup::best_records_of(store, workload_id, &opts.compat, n)
+    if !groups.mixed() {
+        return lookup::best_records_of(store, workload_id, &opts.compat, n);
+    }
+    let mut out = Vec::new();
+    for ids in &groups.0 {
+        out.extend(lookup::best_records_on(store, workload_id, ids, n)?);
+    }
+    Ok(out)
 }
 
 /// A workload of a class that has valid records on compatible targets.

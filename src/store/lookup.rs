@@ -1,7 +1,9 @@
 //! The queries matching and refinement ask of the database: stored records with their
 //! provenance, the workloads of a class, and what the database holds of a class when
 //! nothing matches. (The ranking itself lives in `crate::matcher`.)
+use super::target::NormalizedTarget;
 use super::{Result, Store};
+use crate::host::IsaRequirement;
 use crate::signature::WorkloadSignature;
 use rusqlite::params;
 use serde::Serialize;
@@ -26,6 +28,8 @@ pub struct SourceRecord {
     /// Output shape of the source workload (for GFLOP/s normalisation).
     #[serde(skip)]
     pub source_flops: Option<f64>,
+    /// ISA flags of the host that measured it, when ttdb did (`hosts.isa_features`).
+    pub measured_isa: Option<String>,
 }
 
 impl SourceRecord {
@@ -43,9 +47,19 @@ impl SourceRecord {
             &self.signature[..12.min(self.signature.len())]
         )
     }
+
+    /// The vector ISA its timing needs: the measuring host's widest, for ttdb's own
+    /// measurements; else what the target's `-mcpu`/`-mattr` imply.
+    pub fn isa_requirement(&self) -> IsaRequirement {
+        match &self.measured_isa {
+            Some(flags) => IsaRequirement::of_host_flags(flags.split_whitespace()),
+            None => NormalizedTarget::parse(&self.target, None).isa_requirement(),
+        }
+    }
 }
 
-const SELECT_RECORDS: &str = "SELECT r.id, w.id, w.key, w.signature, w.op_class, r.raw, r.mean_cost, t.target, s.path, r.line_no
+const SELECT_RECORDS: &str = "SELECT r.id, w.id, w.key, w.signature, w.op_class, r.raw, r.mean_cost, t.target, s.path, r.line_no,
+            (SELECT h.isa_features FROM measurements m JOIN hosts h ON h.id = m.host_id WHERE m.record_id = r.id LIMIT 1)
      FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
      JOIN sources s ON s.id = r.source_id";
 
@@ -62,6 +76,7 @@ fn source_of(r: &rusqlite::Row) -> rusqlite::Result<SourceRecord> {
         source_path: r.get(8)?,
         line: r.get(9)?,
         source_flops: None,
+        measured_isa: r.get(10)?,
     })
 }
 
@@ -87,6 +102,54 @@ pub fn best_records_of(
     );
     let mut q = store.conn.prepare_cached(&sql)?;
     let rows = q.query_map(params![workload_id, compat, n as i64], source_of)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Per target, the number of records of the sources with these file digests (what an
+/// import of those files holds): (target string, records).
+pub fn record_targets_of_sources(store: &Store, sha256s: &[&str]) -> Result<Vec<(String, i64)>> {
+    let mut q = store.conn.prepare_cached(
+        "SELECT t.target, COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id
+         WHERE r.source_id = (SELECT id FROM sources WHERE sha256 = ?1) GROUP BY t.id",
+    )?;
+    let mut out = Vec::new();
+    for sha in sha256s {
+        let rows = q.query_map([sha], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        out.extend(rows.collect::<rusqlite::Result<Vec<_>>>()?);
+    }
+    Ok(out)
+}
+
+/// The targets of compat class `compat`: (id, target string).
+pub fn targets_of(store: &Store, compat: &str) -> Result<Vec<(i64, String)>> {
+    let mut q = store
+        .conn
+        .prepare_cached("SELECT id, target FROM targets WHERE compat = ?1 ORDER BY id")?;
+    let rows = q.query_map([compat], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The best `n` valid records of one workload on the targets `target_ids`, in cost order.
+pub fn best_records_on(
+    store: &Store,
+    workload_id: i64,
+    target_ids: &[i64],
+    n: usize,
+) -> Result<Vec<SourceRecord>> {
+    if target_ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids = target_ids
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let sql = format!(
+        "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND r.target_id IN ({ids})
+         ORDER BY r.mean_cost LIMIT ?2"
+    );
+    let mut q = store.conn.prepare_cached(&sql)?;
+    let rows = q.query_map(params![workload_id, n as i64], source_of)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

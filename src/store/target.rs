@@ -1,12 +1,14 @@
 //! Target strings (`llvm -keys=cpu -mcpu=core-avx2 -link-params=0`) normalized into the
-//! fields that decide whether a schedule carries over: kind, keys, mcpu, mtriple, model,
-//! and num_cores from hardware_params.
+//! fields that decide whether a schedule carries over: kind, keys, mcpu, mattr, mtriple,
+//! model, and num_cores from hardware_params.
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NormalizedTarget {
     pub kind: String,
     pub keys: Vec<String>,
     pub mcpu: Option<String>,
+    /// `-mattr=+avx512f,-avx2`: LLVM features added or removed, in order.
+    pub mattr: Vec<String>,
     pub mtriple: Option<String>,
     pub model: Option<String>,
     pub num_cores: Option<i64>,
@@ -20,6 +22,7 @@ impl NormalizedTarget {
             kind,
             keys: Vec::new(),
             mcpu: None,
+            mattr: Vec::new(),
             mtriple: None,
             model: None,
             num_cores: hardware_params
@@ -39,6 +42,13 @@ impl NormalizedTarget {
                         .collect()
                 }
                 "mcpu" => t.mcpu = Some(v.to_string()),
+                "mattr" => {
+                    t.mattr = v
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }
                 "mtriple" => t.mtriple = Some(v.to_string()),
                 "model" => t.model = Some(v.to_string()),
                 _ => {}
@@ -58,6 +68,11 @@ impl NormalizedTarget {
     /// Targets with the same compat class share schedules (TVM matches on target keys).
     pub fn compat(&self) -> String {
         format!("{}/{}", self.kind, self.keys.join(","))
+    }
+
+    /// The vector ISA a record tuned for this target needs (from `-mcpu` and `-mattr`).
+    pub fn isa_requirement(&self) -> crate::host::IsaRequirement {
+        crate::host::IsaRequirement::of_target(self.mcpu.as_deref(), &self.mattr)
     }
 
     /// A short human label: `llvm -mcpu=core-avx2 (8 cores)`.
@@ -100,5 +115,15 @@ mod tests {
         assert_eq!(c.compat(), "cuda/cuda,gpu");
         assert_eq!(c.num_cores, None);
         assert_eq!(NormalizedTarget::parse("llvm", None).compat(), "llvm/cpu");
+        let a = NormalizedTarget::parse("llvm -mcpu=haswell -mattr=+avx512f,+avx512bw", None);
+        assert_eq!(a.mattr, vec!["+avx512f", "+avx512bw"]);
+        assert_eq!(
+            a.isa_requirement().needs,
+            Some(crate::host::VectorIsa::Avx512f)
+        );
+        assert_eq!(
+            t.isa_requirement().needs,
+            Some(crate::host::VectorIsa::Avx2)
+        );
     }
 }
