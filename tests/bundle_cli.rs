@@ -479,3 +479,41 @@ fn import_verify_remeasures_and_flags_records_much_slower_here() {
     let (_, human, _) = ttdb_on(&db, &["bundle", "import", &p(&bundle), "--verify"]);
     assert!(human.contains("1 flagged"), "{human}");
 }
+
+#[test]
+fn export_of_a_model_takes_only_its_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_with(dir.path(), "both.db", &["resnet_18", "vgg_16"]);
+    let out = dir.path().join("r18.ttdb");
+    let model = corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
+    let (code, _, err) = ttdb_on(
+        &db,
+        &[
+            "bundle",
+            "export",
+            "-o",
+            out.to_str().unwrap(),
+            "--model",
+            model.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let keys_of = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter_map(|l| ttdb::ansor::Record::parse(l).ok())
+            .map(|r| r.task.workload_key)
+            .collect()
+    };
+    let exported = keys_of(&std::fs::read_to_string(&out).unwrap());
+    let resnet18 = keys_of(&std::fs::read_to_string(log("resnet_18")).unwrap());
+    assert!(
+        exported.len() >= 15,
+        "resnet-18's kernels have its log's keys: {}",
+        exported.len()
+    );
+    assert!(
+        exported.is_subset(&resnet18),
+        "only resnet-18's keys: {:?}",
+        exported.difference(&resnet18).collect::<Vec<_>>()
+    );
+}
