@@ -1,35 +1,127 @@
-//! `ttdb export`
-use super::CliResult;
+//! `ttdb export`: stored records as Ansor log lines; `--model`: the chosen schedule of each
+//! kernel of a model, for TVM's `ApplyHistoryBest`.
+use super::kernels::ModelArgs;
+use super::{CliError, CliResult};
 use crate::store::query::{export, ExportFilter};
 use crate::store::Store;
+use crate::tune::export::ModelExport;
 use std::io::Write;
 use std::path::PathBuf;
 
-pub fn run(
-    store: &Store,
-    best: bool,
-    workload: Option<String>,
-    output: Option<PathBuf>,
-) -> CliResult {
-    let filter = ExportFilter {
-        best,
-        signature: workload,
-    };
-    let mut out: Box<dyn Write> = match &output {
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    /// Only the best valid record per workload and target.
+    #[arg(long, conflicts_with = "model")]
+    pub best: bool,
+    /// Only workloads whose signature starts with this hex prefix.
+    #[arg(long, conflicts_with = "model")]
+    pub workload: Option<String>,
+    /// The best valid record of each tunable kernel of this ONNX model, under each of the
+    /// kernel's own TVM workload keys (read it with TVM's `ApplyHistoryBest`).
+    #[arg(long, value_name = "M.onnx")]
+    pub model: Option<PathBuf>,
+    /// With --model: the layout, as for `ttdb apply` (nchwc, nhwc, nchw, auto).
+    #[arg(long, default_value = "nchwc", requires = "model")]
+    pub layout: String,
+    /// With --model: shape of a graph input with symbolic dims: NAME=d0,d1,... (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", requires = "model")]
+    pub input_shape: Vec<String>,
+    /// With --model: target -mcpu (sets the NCHWc fallback blocking, as for `ttdb apply`).
+    #[arg(long, requires = "model")]
+    pub mcpu: Option<String>,
+    /// With --model: SIMD 32-bit lanes (overrides --mcpu).
+    #[arg(long, requires = "model")]
+    pub lanes: Option<i64>,
+    /// With --model and -o: print the summary (kernels, written, missing with reasons) as
+    /// JSON on standard output.
+    #[arg(long, requires = "model", requires = "output")]
+    pub json: bool,
+    /// Output file (default: standard output).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+fn writer(output: &Option<PathBuf>) -> Result<Box<dyn Write>, CliError> {
+    Ok(match output {
         Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-            |e| super::CliError {
+            |e| CliError {
                 message: format!("{}: {e}", p.display()),
                 code: 1,
             },
         )?)),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    })
+}
+
+/// What `export --model` says on stderr: the count, then each kernel left out with why.
+pub fn render_model_export(e: &ModelExport, output: Option<&std::path::Path>) -> String {
+    let mut out = format!(
+        "{} record(s) for {} of {} tunable kernels of {} (layout {}){}\n",
+        e.written,
+        e.kernels - e.missing,
+        e.kernels,
+        e.model,
+        e.layout,
+        output.map_or(String::new(), |p| format!(" written to {}", p.display()))
+    );
+    for k in e.per_kernel.iter().filter(|k| k.missing.is_some()) {
+        out.push_str(&format!(
+            "not written: {} ({}): {}\n",
+            k.name,
+            k.class,
+            k.missing.as_deref().unwrap_or_default()
+        ));
+    }
+    out
+}
+
+fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliResult {
+    let margs = ModelArgs {
+        input_shape: args.input_shape.clone(),
+        mcpu: args.mcpu.clone(),
+        lanes: args.lanes,
+        ..ModelArgs::for_model(model.to_path_buf(), &args.layout)
     };
+    let (graph, extract) = margs.load()?;
+    let host_isa = super::match_cmd::host_match_options().host_isa;
+    let e = crate::tune::export::export_model(
+        store,
+        &graph,
+        &extract,
+        &margs.layouts(true)?,
+        &host_isa,
+        &model.display().to_string(),
+    )?;
+    let mut out = writer(&args.output)?;
+    for line in e.lines() {
+        out.write_all(line.as_bytes())?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    drop(out);
+    if args.json {
+        println!("{}", serde_json::to_string(&e)?);
+    } else {
+        eprint!("{}", render_model_export(&e, args.output.as_deref()));
+    }
+    Ok(())
+}
+
+pub fn run(store: &Store, args: &ExportArgs) -> CliResult {
+    if let Some(model) = &args.model {
+        return run_model(store, args, model);
+    }
+    let filter = ExportFilter {
+        best: args.best,
+        signature: args.workload.clone(),
+    };
+    let mut out = writer(&args.output)?;
     let n = export(store, &filter, |line| {
         out.write_all(line.as_bytes())?;
         out.write_all(b"\n")
     })?;
     out.flush()?;
-    if let Some(p) = output {
+    if let Some(p) = &args.output {
         eprintln!("wrote {n} records to {}", p.display());
     }
     Ok(())

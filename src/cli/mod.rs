@@ -98,18 +98,9 @@ pub enum Command {
     /// The keys whose signed bundles `bundle import --require-signed` accepts.
     #[command(subcommand)]
     Trust(trust::TrustCommand),
-    /// Write records as Ansor log lines (TVM reads them back).
-    Export {
-        /// Only the best valid record per workload and target.
-        #[arg(long)]
-        best: bool,
-        /// Only workloads whose signature starts with this hex prefix.
-        #[arg(long)]
-        workload: Option<String>,
-        /// Output file (default: standard output).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-    },
+    /// Write records as Ansor log lines (TVM reads them back); with --model, the chosen
+    /// schedule of each kernel of a model, for TVM's `ApplyHistoryBest`.
+    Export(export::ExportArgs),
 }
 
 /// A command failure: a message for the user and the exit code.
@@ -184,11 +175,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Workloads { class, json } => {
             workloads::run(&open_store(&cli.db)?, class.as_deref(), json)
         }
-        Command::Export {
-            best,
-            workload,
-            output,
-        } => export::run(&open_store(&cli.db)?, best, workload, output),
+        Command::Export(args) => export::run(&open_store(&cli.db)?, &args),
         Command::Kernels(args) => kernels::run(&args),
         Command::Verify(args) => verify::run(&mut open_store(&cli.db)?, &args),
         Command::Match(args) => match_cmd::run(&open_store(&cli.db)?, &args),

@@ -120,6 +120,45 @@ pub fn record_targets_of_sources(store: &Store, sha256s: &[&str]) -> Result<Vec<
     Ok(out)
 }
 
+/// The workloads whose key hash (`key_head`) is `head`: (id, raw key).
+pub fn workloads_with_key_head(store: &Store, head: &str) -> Result<Vec<(i64, String)>> {
+    let mut q = store
+        .conn
+        .prepare_cached("SELECT id, key FROM workloads WHERE key_head = ?1 ORDER BY id")?;
+    let rows = q.query_map([head], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The best valid record of one workload on each target of compat class `compat`, in
+/// cost order (each target's best, so a caller can prefer targets over cost).
+pub fn best_record_per_target(
+    store: &Store,
+    workload_id: i64,
+    compat: &str,
+) -> Result<Vec<SourceRecord>> {
+    let sql = format!(
+        "{SELECT_RECORDS} WHERE r.id IN (
+             SELECT id FROM (
+                 SELECT r.id, ROW_NUMBER() OVER (PARTITION BY r.target_id ORDER BY r.mean_cost, r.id) AS rank
+                 FROM records r JOIN targets t ON t.id = r.target_id
+                 WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2)
+             WHERE rank = 1)
+         ORDER BY r.mean_cost, r.id"
+    );
+    let mut q = store.conn.prepare_cached(&sql)?;
+    let rows = q.query_map(params![workload_id, compat], source_of)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// How many records one workload has on targets of compat class `compat`, failed ones
+/// included.
+pub fn record_count(store: &Store, workload_id: i64, compat: &str) -> Result<i64> {
+    Ok(store.conn.prepare_cached(
+        "SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE r.workload_id = ?1 AND t.compat = ?2",
+    )?
+    .query_row(params![workload_id, compat], |r| r.get(0))?)
+}
+
 /// The targets of compat class `compat`: (id, target string).
 pub fn targets_of(store: &Store, compat: &str) -> Result<Vec<(i64, String)>> {
     let mut q = store

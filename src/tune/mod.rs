@@ -9,9 +9,11 @@
 //! * [`model`]: `ttdb tune MODEL.onnx`, the task scheduler over a model's kernels;
 //! * [`search`]: `ttdb tune`, Ansor-style search seeded with the stored records, then
 //!   optionally Droplet;
+//! * [`export`]: the chosen schedule of each kernel of a model, as a log TVM reads;
 //! * [`verify`]: re-measuring the best imported records on this machine;
 //! * [`record`]: what the database keeps of an evaluation.
 pub mod apply;
+pub mod export;
 pub mod model;
 pub mod record;
 pub mod refine;
