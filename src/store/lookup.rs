@@ -268,16 +268,19 @@ pub fn workload_classes(store: &Store, ids: impl IntoIterator<Item = i64>) -> Re
         .collect()
 }
 
+/// (record id, raw line, signature, op class, logged mean cost in seconds).
+pub type ImportedBest = (i64, String, String, String, f64);
+
 /// The best valid imported (not ttdb-measured) CPU record of each workload, optionally only
 /// workloads whose signature starts with `signature_prefix` or of class `class` (or a class
 /// prefix chain like `conv2d_nhwc+add`), in signature order, at most `limit`:
-/// (record id, raw line, signature, op class, logged mean cost in seconds).
+/// [`ImportedBest`] rows.
 pub fn best_imported_records(
     store: &Store,
     signature_prefix: Option<&str>,
     class: Option<&str>,
     limit: Option<usize>,
-) -> Result<Vec<(i64, String, String, String, f64)>> {
+) -> Result<Vec<ImportedBest>> {
     let sig = signature_prefix.map(|s| format!("{s}%"));
     let mut q = store.conn.prepare(
         "SELECT id, raw, signature, op_class, mean_cost FROM (
