@@ -258,6 +258,14 @@ pub enum IsaCompat {
 }
 
 impl IsaCompat {
+    /// Rank among candidates: only records this host lacks the ISA for go last. A record
+    /// whose ISA is unknown (a generic target names none) ranks with the compatible ones by
+    /// its cost: it most likely needs nothing special, and demoting it would hide the fast
+    /// generic records of many real logs behind slower `-mcpu` ones.
+    pub fn rank(self) -> u8 {
+        (self == IsaCompat::Lacks) as u8
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             IsaCompat::Compatible => "compatible",

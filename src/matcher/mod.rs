@@ -81,7 +81,8 @@ pub struct KernelMatch {
     pub kernel: usize,
     pub tier: Tier,
     /// Best first: exact candidates, then class candidates; within a tier by ISA verdict
-    /// (compatible, unknown, lacks), then exact by logged cost and class by estimate.
+    /// (records needing an ISA this host lacks last: `IsaCompat::rank`), then exact by
+    /// logged cost and class by estimate.
     pub candidates: Vec<Candidate>,
     /// Nearest schedules that did not qualify, with the reason (for `--explain`).
     pub rejections: Vec<Rejection>,
@@ -273,8 +274,8 @@ impl<'a> Matcher<'a> {
             }
         }
         m.candidates.sort_by(|a, b| {
-            a.compat
-                .cmp(&b.compat)
+            (a.compat.rank())
+                .cmp(&b.compat.rank())
                 .then(a.source.mean_cost.total_cmp(&b.source.mean_cost))
         });
         // Class: the nearest workloads of the class, re-targeted.
@@ -301,8 +302,8 @@ impl<'a> Matcher<'a> {
             }
         }
         class.sort_by(|a, b| {
-            a.compat
-                .cmp(&b.compat)
+            (a.compat.rank())
+                .cmp(&b.compat.rank())
                 .then(b.estimate.total_cmp(&a.estimate))
         });
         m.tier = if !m.candidates.is_empty() {

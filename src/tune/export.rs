@@ -5,8 +5,8 @@
 //! shapes. A kernel's own keys are those of its DAG built in each TVM era ttdb knows (the
 //! names, and so the md5, differ between TVM versions; `apply` and `tune` store the
 //! kernel's measurements under them). For every stored key that is one of them, the best
-//! valid record is written verbatim: on a host whose ISA it needs first (then unknown ISA,
-//! then an ISA this host lacks), then by cost. Nothing is re-keyed: a schedule measured for
+//! valid record is written verbatim: records needing an ISA this host lacks last, then by
+//! cost. Nothing is re-keyed: a schedule measured for
 //! another workload is never written under this kernel's key, and no cost is made up. A
 //! kernel with no valid record under its keys is listed with the reason.
 use super::apply::workload_key_of;
@@ -160,7 +160,7 @@ fn export_kernel(
                 .into_iter()
                 .map(|r| (r.isa_requirement().check(host_isa), r))
                 // Stable: among equal verdicts the cost order of the query stays.
-                .min_by_key(|(isa, _)| *isa);
+                .min_by_key(|(isa, _)| isa.rank());
             if let Some((isa, r)) = best {
                 out.written.push(WrittenRecord {
                     workload_key: stored,
