@@ -181,7 +181,7 @@ struct ExportSummary<'a> {
 
 fn export(store: &Store, args: &ExportArgs) -> CliResult {
     let selection = if let Some(m) = &args.model {
-        Selection::Keys(super::kernels::model_workload_keys(m)?)
+        Selection::Keys(super::kernels::model_stored_keys(store, m)?)
     } else if let Some(c) = &args.class {
         Selection::Class(c.clone())
     } else if let Some(w) = &args.workload {

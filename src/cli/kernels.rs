@@ -198,23 +198,24 @@ pub fn run(args: &KernelsArgs) -> CliResult {
     Ok(())
 }
 
-/// The TVM workload keys of the tunable kernels of `model`, in both layouts `apply --layout
-/// auto` may choose (NCHWc and NHWC), deduplicated (`bundle export --model`).
-pub fn model_workload_keys(model: &std::path::Path) -> Result<Vec<String>, CliError> {
+/// The stored workload keys of the tunable kernels of `model`, in both layouts `apply
+/// --layout auto` may choose (NCHWc and NHWC) and every TVM era (`bundle export --model`).
+pub fn model_stored_keys(
+    store: &crate::store::Store,
+    model: &std::path::Path,
+) -> Result<Vec<String>, CliError> {
     let args = ModelArgs::for_model(model.to_path_buf(), "auto");
     let (graph, opts) = args.load()?;
     let mut keys = Vec::new();
     for layout in args.layouts(true)? {
-        let list = onnx::extract(&graph, &Options { layout, ..opts.clone() })?;
-        for k in &list.kernels {
-            if let Some(dag) = k
-                .spec
-                .as_ref()
-                .and_then(|s| s.build(crate::ops::Era::V010, &k.inputs).ok())
-            {
-                keys.push(crate::tune::apply::workload_key_of(&dag));
-            }
-        }
+        let list = onnx::extract(
+            &graph,
+            &Options {
+                layout,
+                ..opts.clone()
+            },
+        )?;
+        keys.extend(crate::tune::export::stored_kernel_keys(store, &list)?);
     }
     keys.sort();
     keys.dedup();

@@ -189,6 +189,25 @@ fn export_kernel(
     Ok(out)
 }
 
+/// The stored workload keys that are TVM keys of a tunable kernel of `list` (any era, any
+/// key form): what `bundle export --model` takes.
+pub fn stored_kernel_keys(store: &Store, list: &KernelList) -> crate::store::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for k in list.tuned() {
+        let Ok(keys) = kernel_keys(k) else { continue };
+        for KernelKey { md5, shapes, .. } in &keys {
+            for (_, stored) in lookup::workloads_with_key_head(store, md5)? {
+                if same_workload(&stored, md5, shapes) {
+                    out.push(stored);
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// The export of the tunable kernels of `list` (of the model file `model`), judged for a
 /// host with ISA flags `host_isa` on targets of compat class `compat` (`llvm/cpu`).
 pub fn export_kernels(
