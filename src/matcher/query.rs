@@ -161,7 +161,13 @@ pub fn nearest<'l>(
         .filter(|w| w.signature != hash)
         .filter_map(|w| key.distance(&w.key).map(|d| (d, w)))
         .collect();
-    scored.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
+    // Ties by signature (content), not by database id, so two databases holding the same
+    // records (one imported from the other's bundle) choose alike.
+    scored.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then_with(|| a.1.signature.cmp(&b.1.signature))
+            .then(a.1.id.cmp(&b.1.id))
+    });
     scored.into_iter().take(n).map(|(_, w)| w).collect()
 }
 

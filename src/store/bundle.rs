@@ -110,7 +110,7 @@ pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<
         rows.collect::<rusqlite::Result<_>>()?;
     let mut measured = origins_by_record(
         store,
-        "SELECT m.record_id, m.kind, s.path, 0, h.fingerprint FROM measurements m
+        "SELECT m.record_id, m.kind, s.path, r.line_no, h.fingerprint FROM measurements m
          JOIN hosts h ON h.id = m.host_id JOIN records r ON r.id = m.record_id
          JOIN sources s ON s.id = r.source_id",
     )?;

@@ -58,8 +58,18 @@ impl SourceRecord {
     }
 }
 
-const SELECT_RECORDS: &str = "SELECT r.id, w.id, w.key, w.signature, w.op_class, r.raw, r.mean_cost, t.target, s.path, r.line_no,
-            (SELECT h.isa_features FROM measurements m JOIN hosts h ON h.id = m.host_id WHERE m.record_id = r.id LIMIT 1)
+/// A record that arrived in a bundle names the file and line the bundle says it was first
+/// read from (its first provenance entry), and the ISA of the host that measured it, so
+/// matching reads the same after a bundle round trip as in the database it was exported
+/// from.
+const SELECT_RECORDS: &str = "SELECT r.id, w.id, w.key, w.signature, w.op_class, r.raw, r.mean_cost, t.target,
+            CASE WHEN s.kind = 'bundle' THEN COALESCE((SELECT o.source FROM record_origins o
+                 WHERE o.record_id = r.id ORDER BY o.source, o.line LIMIT 1), s.path) ELSE s.path END,
+            CASE WHEN s.kind = 'bundle' THEN COALESCE((SELECT o.line FROM record_origins o
+                 WHERE o.record_id = r.id ORDER BY o.source, o.line LIMIT 1), r.line_no) ELSE r.line_no END,
+            COALESCE((SELECT h.isa_features FROM measurements m JOIN hosts h ON h.id = m.host_id WHERE m.record_id = r.id LIMIT 1),
+                     (SELECT h.isa_features FROM record_origins o JOIN hosts h ON h.fingerprint = o.host
+                      WHERE o.record_id = r.id LIMIT 1))
      FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
      JOIN sources s ON s.id = r.source_id";
 
