@@ -361,7 +361,7 @@ pub fn untrust_key(store: &mut Store, name_or_key: &str) -> Result<bool> {
 pub fn valid_records_by_digest(
     store: &Store,
     digests: &[[u8; 16]],
-) -> Result<Vec<(i64, String, String, String, f64)>> {
+) -> Result<Vec<super::lookup::ImportedBest>> {
     let mut q = store.conn.prepare_cached(
         "SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost FROM records r
          JOIN workloads w ON w.id = r.workload_id WHERE r.digest = ?1 AND r.mean_cost IS NOT NULL",
