@@ -132,6 +132,19 @@ pub fn spec_like_source(kernel: &WorkloadSpec, source: &WorkloadSpec) -> Option<
             (EpilogueOp::Multiply { .. }, EpilogueOp::Multiply { operand_first }) => {
                 EpilogueOp::Multiply { operand_first }
             }
+            // the kernel's constant, the source's side of a commutative op (its stage order)
+            (
+                EpilogueOp::Scalar { op, value, .. },
+                EpilogueOp::Scalar {
+                    op: theirs,
+                    operand_first,
+                    ..
+                },
+            ) if op == theirs && op.commutative() => EpilogueOp::Scalar {
+                op,
+                value,
+                operand_first,
+            },
             (a, b) if a.class_name() == b.class_name() => a,
             _ => return None,
         };

@@ -1,10 +1,14 @@
 //! Element-wise ops that relay's FuseOps fuses after a reduction (the "epilogue" of a
-//! task): C++ broadcast binaries `T_add`, `T_multiply`, `T_subtract`, `T_divide` (axes
-//! `ax*`; an operand dim of 1 facing a larger output dim is indexed by 0),
-//! `T_expand_dims`, `T_relu` (`max(x, 0f)`), `T_tanh`, and the Python `topi.clip`
-//! (`compute(i*) = max(min(x, hi), lo)`: relu6). Same names in every era.
+//! task): C++ broadcast binaries `T_add`, `T_multiply`, `T_subtract`, `T_divide`, `T_power`
+//! (`include/tvm/topi/broadcast.h`, tag `broadcast`, axes `ax*`; an operand dim of 1 facing
+//! a larger output dim is indexed by 0), `T_expand_dims`, `T_relu` (`max(x, 0f)`), the
+//! unary `T_<op>` of `include/tvm/topi/elemwise.h` (tag `elemwise`: `T_tanh`, `T_sigmoid`,
+//! `T_exp`, `T_erf`, `T_sqrt`, each one `tir.<op>` call), the Python `topi.clip`
+//! (`compute(i*) = max(min(x, hi), lo)`: relu6), and the rank-0 `compile_engine_const()`
+//! stage relay's TE lowering makes of a scalar constant inside a fused function
+//! (`src/relay/backend/te_compiler_cache.cc`). Same names in every era.
 use super::util::{axes, check};
-use crate::ir::{BinOp, BuildError, DagBuilder, Expr, Intrinsic, Tensor};
+use crate::ir::{BinOp, BuildError, DType, DagBuilder, Expr, Intrinsic, Tensor};
 
 /// Output shape of a numpy-style broadcast, None if the shapes do not broadcast.
 pub fn broadcast_shape(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
@@ -57,6 +61,24 @@ pub fn broadcast_binary(
     y: &Tensor,
     name: &str,
 ) -> Result<Tensor, BuildError> {
+    broadcast_with(b, x, y, name, |l, r| Expr::binary(op, l, r))
+}
+
+/// `topi::power(a, b)`: `tvm::pow` is a `tir.pow` call (never folded).
+pub fn broadcast_power(b: &mut DagBuilder, x: &Tensor, y: &Tensor) -> Result<Tensor, BuildError> {
+    broadcast_with(b, x, y, "T_power", |l, r| {
+        Expr::call(Intrinsic::Pow, vec![l, r])
+    })
+}
+
+/// `detail::WithBroadcast`: `f(x[..], y[..])` over the broadcast shape.
+fn broadcast_with(
+    b: &mut DagBuilder,
+    x: &Tensor,
+    y: &Tensor,
+    name: &str,
+    f: impl FnOnce(Expr, Expr) -> Expr,
+) -> Result<Tensor, BuildError> {
     let out = broadcast_shape(&x.shape, &y.shape).ok_or_else(|| {
         BuildError(format!(
             "{name}: shapes {:?} and {:?} do not broadcast",
@@ -66,8 +88,22 @@ pub fn broadcast_binary(
     Ok(b.elementwise(name, "broadcast", axes("ax", &out), |v| {
         let l = x.at(broadcast_index(&x.shape, &out, v));
         let r = y.at(broadcast_index(&y.shape, &out, v));
-        Expr::binary(op, l, r)
+        f(l, r)
     }))
+}
+
+/// A rank-0 relay constant inside a fused function: `te::compute({}, c)` named
+/// `compile_engine_const`, tag `broadcast` (`LowerToTECompute::VisitExpr_(ConstantNode)`).
+/// The value is the constant's float32, widened exactly as `make_const` does.
+pub fn scalar_const(b: &mut DagBuilder, value: f64, dtype: DType) -> Tensor {
+    let value = if dtype == DType::F32 {
+        value as f32 as f64
+    } else {
+        value
+    };
+    b.elementwise("compile_engine_const", "broadcast", vec![], |_| {
+        Expr::constant(value, dtype)
+    })
 }
 
 /// `topi::expand_dims(x, axis, num_newaxis)`.
@@ -111,10 +147,16 @@ pub fn clip(b: &mut DagBuilder, x: &Tensor, lo: f64, hi: f64) -> Tensor {
     })
 }
 
-pub fn tanh(b: &mut DagBuilder, x: &Tensor) -> Tensor {
-    b.elementwise("T_tanh", "elemwise", axes("ax", &x.shape), |v| {
-        Expr::call(Intrinsic::Tanh, vec![x.at(v.to_vec())])
+/// `TOPI_DECLARE_UNARY_OP(op)`: `T_<op>(ax*) = tir.<op>(x[ax*])`.
+pub fn unary(b: &mut DagBuilder, x: &Tensor, f: Intrinsic) -> Tensor {
+    let name = format!("T_{}", f.op_name().trim_start_matches("tir."));
+    b.elementwise(&name, "elemwise", axes("ax", &x.shape), |v| {
+        Expr::call(f, vec![x.at(v.to_vec())])
     })
+}
+
+pub fn tanh(b: &mut DagBuilder, x: &Tensor) -> Tensor {
+    unary(b, x, Intrinsic::Tanh)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod conv2d_nchwc;
 pub mod dense;
 pub mod depthwise;
 pub mod epilogue;
+pub mod epilogue_op;
 pub mod era;
 pub mod pad;
 pub mod pool;
@@ -19,5 +20,5 @@ pub mod winograd;
 
 pub use era::Era;
 pub use pool::{PoolAttrs, PoolKind, PoolLayout};
-pub use registry::{Anchor, EpilogueOp, WorkloadSpec};
+pub use registry::{Anchor, EpilogueOp, ScalarOp, WorkloadSpec};
 pub use util::Window2d;

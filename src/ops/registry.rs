@@ -11,13 +11,13 @@ use super::conv2d::{conv2d_nchw, conv2d_nhwc};
 use super::conv2d_nchwc::conv2d_nchwc;
 use super::dense::{batch_matmul, dense};
 use super::depthwise::{depthwise_conv2d_nchwc, depthwise_conv2d_nhwc};
-use super::epilogue::{broadcast_binary, clip, expand_dims, relu, tanh};
+pub use super::epilogue_op::{EpilogueOp, ScalarOp};
 use super::era::Era;
 use super::pool::{adaptive_pool2d, pool2d, PoolAttrs, PoolKind, PoolLayout};
 use super::reduction::{mean, softmax, variance};
 use super::util::{check, Window2d};
 use super::winograd::conv2d_winograd_nhwc;
-use crate::ir::{BinOp, BuildError, DType, Dag, DagBuilder, Tensor};
+use crate::ir::{BuildError, DType, Dag, DagBuilder, Tensor};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -57,59 +57,6 @@ pub enum Anchor {
         keepdims: bool,
         unbiased: bool,
     },
-}
-
-/// One fused element-wise op after the anchor.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum EpilogueOp {
-    /// `add(prev, operand)`, or `add(operand, prev)` when `operand_first` (residual-first
-    /// keys); bias adds are broadcast adds of a `[1,1,1,C]`-like operand.
-    Add {
-        operand_first: bool,
-    },
-    Multiply {
-        operand_first: bool,
-    },
-    /// `add(prev, expand_dims(operand, 0, rank difference))` (relay bias_add on a 1-D bias).
-    ExpandAdd,
-    Relu,
-    /// `clip(prev, lo, hi)` (relu6 = clip 0..6).
-    Clip {
-        lo: f64,
-        hi: f64,
-    },
-    Tanh,
-}
-
-impl EpilogueOp {
-    pub fn takes_operand(self) -> bool {
-        matches!(
-            self,
-            EpilogueOp::Add { .. } | EpilogueOp::Multiply { .. } | EpilogueOp::ExpandAdd
-        )
-    }
-
-    fn operand_first(self) -> bool {
-        matches!(
-            self,
-            EpilogueOp::Add {
-                operand_first: true
-            } | EpilogueOp::Multiply {
-                operand_first: true
-            }
-        )
-    }
-
-    /// Name in a signature's op class; operand order is not part of the identity.
-    pub fn class_name(self) -> &'static str {
-        match self {
-            EpilogueOp::Add { .. } | EpilogueOp::ExpandAdd => "add",
-            EpilogueOp::Multiply { .. } => "multiply",
-            EpilogueOp::Relu => "relu",
-            EpilogueOp::Clip { .. } => "clip",
-            EpilogueOp::Tanh => "tanh",
-        }
-    }
 }
 
 impl Anchor {
@@ -363,33 +310,7 @@ impl WorkloadSpec {
             } else {
                 None
             };
-            prev = match (op, operand) {
-                (EpilogueOp::Add { operand_first }, Some(p)) => {
-                    if *operand_first {
-                        broadcast_binary(&mut b, BinOp::Add, &p, &prev, "T_add")?
-                    } else {
-                        broadcast_binary(&mut b, BinOp::Add, &prev, &p, "T_add")?
-                    }
-                }
-                (EpilogueOp::Multiply { operand_first }, Some(p)) => {
-                    if *operand_first {
-                        broadcast_binary(&mut b, BinOp::Mul, &p, &prev, "T_multiply")?
-                    } else {
-                        broadcast_binary(&mut b, BinOp::Mul, &prev, &p, "T_multiply")?
-                    }
-                }
-                (EpilogueOp::ExpandAdd, Some(p)) => {
-                    check(p.ndim() < prev.ndim(), || {
-                        "expand_dims bias must have a lower rank".into()
-                    })?;
-                    let e = expand_dims(&mut b, &p, 0, prev.ndim() - p.ndim())?;
-                    broadcast_binary(&mut b, BinOp::Add, &prev, &e, "T_add")?
-                }
-                (EpilogueOp::Relu, None) => relu(&mut b, &prev),
-                (EpilogueOp::Clip { lo, hi }, None) => clip(&mut b, &prev, *lo, *hi),
-                (EpilogueOp::Tanh, None) => tanh(&mut b, &prev),
-                _ => unreachable!("operand presence follows takes_operand"),
-            };
+            prev = op.build(&mut b, &prev, operand.as_ref(), self.dtype)?;
         }
         Ok(b.finish(&[&prev]))
     }

@@ -16,10 +16,19 @@ pub fn spec_signature(
     output: &[i64],
 ) -> WorkloadSignature {
     let mut attrs = spec.anchor.attrs(canonical);
+    let mut scalars = Vec::new();
     for op in &spec.epilogue {
-        if let EpilogueOp::Clip { lo, hi } = op {
-            attrs.insert("clip".into(), json!([lo, hi]));
+        match op {
+            EpilogueOp::Clip { lo, hi } => {
+                attrs.insert("clip".into(), json!([lo, hi]));
+            }
+            // the constants are the kernel's: `x / 2` and `x / 6` are different kernels
+            EpilogueOp::Scalar { value, .. } => scalars.push(json!(value)),
+            _ => {}
         }
+    }
+    if !scalars.is_empty() {
+        attrs.insert("scalars".into(), Value::Array(scalars));
     }
     // A lower-rank epilogue operand (a 1-D bias via expand_dims, or a right-aligned
     // broadcast) is the same data as its rank-padded form: `[768]` and `[1, 768]` biases
