@@ -3,7 +3,7 @@
 //! ordered most-likely first; recognition renders each one's PrintDAG and compares md5.
 use super::windows::{conv_windows, fits_unpadded, pool_windows, solve_padding};
 use crate::ops::epilogue::broadcast_shape;
-use crate::ops::{Anchor, EpilogueOp, PoolAttrs, PoolKind, PoolLayout, WorkloadSpec};
+use crate::ops::{Anchor, EpilogueOp, PoolAttrs, PoolKind, PoolLayout, ScalarOp, WorkloadSpec};
 
 /// A workload spec plus its inputs in canonical order.
 #[derive(Clone, Debug, PartialEq)]
@@ -207,50 +207,101 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
     v
 }
 
+/// Which chains a pass over the candidates enumerates. The base pass has the chains of
+/// every corpus key (bias / residual adds, BN multiplies, relu, relu6, tanh) and runs
+/// first, so recognizing those keys costs what it always did; the extended pass adds the
+/// other element-wise ops ttdb can build and is only reached by keys the base pass misses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    Base,
+    Extended,
+}
+
 /// Epilogue op kinds that fit an operand of shape `operand` against output `out`, for an
 /// operand-after (`first == false`) or operand-first position.
-fn operand_ops(operand: &[i64], out: &[i64], first: bool) -> Vec<EpilogueOp> {
+fn operand_ops(operand: &[i64], out: &[i64], first: bool, pass: Pass) -> Vec<EpilogueOp> {
     let Some(shape) = broadcast_shape(operand, out) else {
         return vec![];
     };
     if shape != out {
         return vec![];
     }
-    if first {
-        return vec![
-            EpilogueOp::Add {
-                operand_first: true,
-            },
-            EpilogueOp::Multiply {
-                operand_first: true,
-            },
-        ];
-    }
+    let f = first;
     let mut v = Vec::new();
-    if operand.len() < out.len() {
+    if !first && operand.len() < out.len() {
         v.push(EpilogueOp::ExpandAdd);
     }
-    v.push(EpilogueOp::Add {
-        operand_first: false,
-    });
-    v.push(EpilogueOp::Multiply {
-        operand_first: false,
-    });
+    v.push(EpilogueOp::Add { operand_first: f });
+    v.push(EpilogueOp::Multiply { operand_first: f });
+    if pass == Pass::Extended {
+        v.push(EpilogueOp::Subtract { operand_first: f });
+        v.push(EpilogueOp::Divide { operand_first: f });
+        v.push(EpilogueOp::Power { operand_first: f });
+    }
     v
 }
 
-/// Activations tried at the end of a chain.
-const ACTIVATIONS: [Option<EpilogueOp>; 4] = [
-    None,
-    Some(EpilogueOp::Relu),
-    Some(EpilogueOp::Clip { lo: 0.0, hi: 6.0 }),
-    Some(EpilogueOp::Tanh),
-];
+/// Ops tried at the end of a chain (at most one).
+fn tails(pass: Pass) -> Vec<Option<EpilogueOp>> {
+    let mut v = vec![
+        None,
+        Some(EpilogueOp::Relu),
+        Some(EpilogueOp::Clip { lo: 0.0, hi: 6.0 }),
+        Some(EpilogueOp::Tanh),
+    ];
+    if pass == Pass::Base {
+        return v;
+    }
+    v.extend(
+        [
+            EpilogueOp::Sigmoid,
+            EpilogueOp::Exp,
+            EpilogueOp::Erf,
+            EpilogueOp::Sqrt,
+        ]
+        .map(Some),
+    );
+    // A rank-0 constant prints its value into the PrintDAG text, so only values tried here
+    // can match: small ones models use (squares, halves, relu6's 6).
+    for op in ScalarOp::ALL {
+        for value in [0.5, 2.0, 3.0, 6.0] {
+            v.push(Some(EpilogueOp::Scalar {
+                op,
+                value,
+                operand_first: false,
+            }));
+        }
+    }
+    for op in [ScalarOp::Subtract, ScalarOp::Divide] {
+        v.push(Some(EpilogueOp::Scalar {
+            op,
+            value: 1.0,
+            operand_first: true,
+        }));
+    }
+    v
+}
 
-/// All candidates for key-order input shapes `ins` and output `out`, most likely first:
-/// two-input anchors before one-input ones, operand-after before operand-first, and for
-/// each chain every anchor. Activations are only tried at the end of the chain.
-pub fn candidates(ins: &[Vec<i64>], out: &[i64]) -> Vec<Candidate> {
+/// Whether the base pass already enumerates this chain.
+fn in_base(chain: &[EpilogueOp]) -> bool {
+    chain.iter().all(|op| {
+        matches!(
+            op,
+            EpilogueOp::Add { .. }
+                | EpilogueOp::Multiply { .. }
+                | EpilogueOp::ExpandAdd
+                | EpilogueOp::Relu
+                | EpilogueOp::Clip { .. }
+                | EpilogueOp::Tanh
+        )
+    })
+}
+
+/// All candidates of one pass for key-order input shapes `ins` and output `out`, most
+/// likely first: two-input anchors before one-input ones, operand-after before
+/// operand-first, and for each chain every anchor. The extended pass leaves out the
+/// chains of the base pass.
+pub fn candidates(ins: &[Vec<i64>], out: &[i64], pass: Pass) -> Vec<Candidate> {
     let mut result = Vec::new();
     for k in [2usize, 1] {
         if ins.len() < k {
@@ -280,15 +331,18 @@ pub fn candidates(ins: &[Vec<i64>], out: &[i64]) -> Vec<Candidate> {
                 continue;
             }
             let per_operand: Vec<Vec<EpilogueOp>> = (0..m)
-                .map(|j| operand_ops(&canonical[k + j], out, firsts[j]))
+                .map(|j| operand_ops(&canonical[k + j], out, firsts[j], pass))
                 .collect();
             if per_operand.iter().any(Vec::is_empty) {
                 continue;
             }
             for ops in cartesian(&per_operand) {
-                for act in ACTIVATIONS {
+                for tail in tails(pass) {
                     let mut epilogue = ops.clone();
-                    epilogue.extend(act);
+                    epilogue.extend(tail);
+                    if pass == Pass::Extended && in_base(&epilogue) {
+                        continue;
+                    }
                     for anchor in &anchor_list {
                         result.push(Candidate {
                             spec: WorkloadSpec::new(anchor.clone(), epilogue.clone()),
@@ -324,7 +378,7 @@ mod tests {
     #[test]
     fn conv_bias_relu_is_among_the_candidates() {
         let ins = vec![vec![1, 56, 56, 64], vec![3, 3, 64, 64], vec![1, 1, 1, 64]];
-        let c = candidates(&ins, &[1, 56, 56, 64]);
+        let c = candidates(&ins, &[1, 56, 56, 64], Pass::Base);
         let want = WorkloadSpec::new(
             Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
             vec![

@@ -3,8 +3,9 @@
 //!
 //! * Relay keys (`["<md5>", shapes...]`): candidate workloads are generated from the key's
 //!   shapes (op families x attributes derivable from shapes x epilogue chains, see
-//!   [`candidates`]), each is built for each plausible TVM era, its PrintDAG text rendered by
-//!   ttdb and hashed; a candidate whose md5 equals the key's hash is *the* DAG
+//!   [`candidates`]; the common chains first, the other element-wise ops in a second
+//!   pass), each is built for each plausible TVM era, its PrintDAG text rendered by ttdb
+//!   and hashed; a candidate whose md5 equals the key's hash is *the* DAG
 //!   ([`RecognizedBy::Md5`]). There is no table of known hashes: the match comes from the
 //!   rendered text.
 //! * Registered-function keys map by name ([`RecognizedBy::Registered`]).
@@ -22,7 +23,7 @@ use crate::ansor::{KeyForm, WorkloadKey};
 use crate::ir::{dag_hash, Dag};
 use crate::ops::{Anchor, EpilogueOp, Era, WorkloadSpec};
 use crate::signature::WorkloadSignature;
-use candidates::{candidates, Candidate};
+use candidates::{candidates, Candidate, Pass};
 pub use signature::signature_for;
 use std::collections::HashMap;
 use std::fmt;
@@ -191,9 +192,19 @@ fn recognize_relay(key: &WorkloadKey) -> Result<Recognized, RecognizeError> {
     let mut tried = 0usize;
     let mut first_buildable: Option<(Candidate, Era, Dag)> = None;
     let hypotheses = shape_hypotheses(key);
-    for shapes in &hypotheses {
+    // A hint knows the class: one pass over every candidate, the hinted class first.
+    let passes: &[&[Pass]] = if hint.is_some() {
+        &[&[Pass::Base, Pass::Extended]]
+    } else {
+        &[&[Pass::Base], &[Pass::Extended]]
+    };
+    for (shapes, pass) in passes
+        .iter()
+        .flat_map(|p| hypotheses.iter().map(move |h| (h, *p)))
+    {
         let (out, ins) = shapes.split_last().expect("at least two shapes");
-        let mut cands = candidates(ins, out);
+        let mut cands: Vec<Candidate> =
+            pass.iter().flat_map(|&p| candidates(ins, out, p)).collect();
         if let Some((class, _)) = &hint {
             // Stable: the hinted class first, the rest in their likelihood order.
             cands.sort_by_key(|c| c.spec.op_class() != *class);
