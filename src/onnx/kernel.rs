@@ -1,16 +1,18 @@
 //! Kernels: one per fused group, as Relay would hand them to the TE compiler / Ansor.
 //!
 //! A group around an anchor (conv, depthwise conv, dense, batch_matmul, pool, global pool,
-//! softmax, mean) whose epilogue is a chain of registry ops (add / multiply with an outside
-//! operand, relu, clip, tanh) becomes a *tuned* kernel: a [`WorkloadSpec`], its inputs in
+//! softmax, mean) whose epilogue is a chain of registry ops (add / subtract / multiply /
+//! divide / power with an outside or scalar operand, relu, clip and the unary math ops:
+//! [`super::chain`]) becomes a *tuned* kernel: a [`WorkloadSpec`], its inputs in
 //! canonical order (anchor inputs, then epilogue operands in chain order), the output shape
 //! and the normalized [`WorkloadSignature`] (`spec_signature`), which is what ttdb computes
 //! for imported Ansor keys. Anchored groups the registry cannot express are *untunable*
 //! with the reason; groups without an anchor (concat, reshape, layout_transform, plain
 //! element-wise) are *simple* kernels (Ansor does not tune them).
+use super::chain::chain_op;
 use super::layout::{Blocking, ConvChoice};
-use super::relay::{BinKind, Layout, OpGraph, OpId, OpKind, UnaryKind};
-use crate::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolLayout, WorkloadSpec};
+use super::relay::{Layout, OpGraph, OpId, OpKind};
+use crate::ops::{Anchor, Era, PoolAttrs, PoolLayout, WorkloadSpec};
 use crate::recognize::signature::spec_signature;
 use crate::signature::WorkloadSignature;
 use serde::Serialize;
@@ -255,48 +257,11 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         };
         visited.push(op);
         let o = &g.ops[op];
-        let e = match &o.kind {
-            OpKind::Unary(UnaryKind::Relu) => EpilogueOp::Relu,
-            OpKind::Unary(UnaryKind::Tanh) => EpilogueOp::Tanh,
-            OpKind::Unary(UnaryKind::Clip { lo, hi }) => EpilogueOp::Clip { lo: *lo, hi: *hi },
-            OpKind::Binary(b @ (BinKind::Add | BinKind::Multiply)) => {
-                if o.inputs.len() != 2 || o.inputs[0] == o.inputs[1] {
-                    return untunable(k, format!("{} of a value with itself", o.kind.name()));
-                }
-                let operand = o.inputs[1 - pos];
-                if in_group(operand) {
-                    return untunable(
-                        k,
-                        format!(
-                            "{} operand `{}` is computed inside the fused group",
-                            o.kind.name(),
-                            g.values[operand].name
-                        ),
-                    );
-                }
-                canonical.push(g.values[operand].phys.clone());
-                let first = pos == 1;
-                if *b == BinKind::Add {
-                    EpilogueOp::Add {
-                        operand_first: first,
-                    }
-                } else {
-                    EpilogueOp::Multiply {
-                        operand_first: first,
-                    }
-                }
-            }
-            other => {
-                return untunable(
-                    k,
-                    format!(
-                        "fused epilogue op `{}` is not in ttdb's op registry",
-                        other.name()
-                    ),
-                )
-            }
-        };
-        epilogue.push(e);
+        match chain_op(g, group, op, pos, epilogue.last().copied(), &mut canonical) {
+            Ok(Some(e)) => epilogue.push(e),
+            Ok(None) => {}
+            Err(reason) => return untunable(k, reason),
+        }
         cur = o.output;
     }
     if visited.len() != group.len() {

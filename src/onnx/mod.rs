@@ -14,6 +14,7 @@
 //! [`extract`] runs 2-6 on a loaded graph; [`with_blocking`] re-runs them with one conv's
 //! (ic_bn, oc_bn) chosen by the caller and returns the conv kernel plus the layout transforms
 //! that choice implies. [`writer`] builds small ONNX models (test fixtures).
+pub mod chain;
 pub mod error;
 pub mod fold;
 pub mod fuse;

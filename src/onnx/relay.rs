@@ -77,6 +77,7 @@ pub enum BinKind {
     Multiply,
     Subtract,
     Divide,
+    Power,
     Other(String),
 }
 
@@ -175,6 +176,7 @@ impl OpKind {
                 BinKind::Multiply => "multiply".into(),
                 BinKind::Subtract => "subtract".into(),
                 BinKind::Divide => "divide".into(),
+                BinKind::Power => "power".into(),
                 BinKind::Other(s) => s.clone(),
             },
             OpKind::Unary(u) => match u {
@@ -459,6 +461,7 @@ impl<'g> Lowering<'g> {
                     "Sub" => BinKind::Subtract,
                     "Mul" => BinKind::Multiply,
                     "Div" => BinKind::Divide,
+                    "Pow" => BinKind::Power,
                     other => BinKind::Other(other.to_lowercase()),
                 };
                 let ins: Vec<ValId> = (0..node.inputs.len())
