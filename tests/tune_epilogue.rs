@@ -1,0 +1,164 @@
+//! `ttdb kernels` and `ttdb tune` on models whose convs end in the new element-wise
+//! epilogues: a tiny squeeze-excitation-like model written with ttdb's ONNX writer (conv +
+//! bias + sigmoid; conv + bias - 0.5, squared: scalar constants), searched and verified
+//! end to end through the CLI; and the corpus models whose `conv2d+add+sigmoid` kernels
+//! were untunable before.
+mod common;
+use common::ttdb_on as ttdb;
+use std::path::{Path, PathBuf};
+use ttdb::onnx::writer::{attr_ints, attr_tensor, float_scalar, ModelBuilder};
+
+fn tiny_model(dir: &Path) -> PathBuf {
+    let mut b = ModelBuilder::new("tiny_epilogues", 14);
+    b.input("input", &[1, 8, 8, 8]);
+    b.weight("c1.weight", &[8, 8, 3, 3]).weight("c1.bias", &[8]);
+    b.weight("c2.weight", &[8, 8, 1, 1]).weight("c2.bias", &[8]);
+    for (name, v) in [("half", 0.5), ("two", 2.0)] {
+        b.node(
+            "Constant",
+            &format!("/{name}"),
+            &[],
+            &[name],
+            vec![attr_tensor("value", float_scalar(v))],
+        );
+    }
+    b.node(
+        "Conv",
+        "/c1/Conv",
+        &["input", "c1.weight", "c1.bias"],
+        &["c1"],
+        vec![
+            attr_ints("kernel_shape", &[3, 3]),
+            attr_ints("pads", &[1; 4]),
+        ],
+    );
+    b.node("Sigmoid", "/c1/Sigmoid", &["c1"], &["s1"], vec![]);
+    b.node(
+        "Conv",
+        "/c2/Conv",
+        &["s1", "c2.weight", "c2.bias"],
+        &["c2"],
+        vec![attr_ints("kernel_shape", &[1, 1])],
+    );
+    b.node("Sub", "/c2/Sub", &["c2", "half"], &["d"], vec![]);
+    b.node("Pow", "/c2/Pow", &["d", "two"], &["p"], vec![]);
+    b.output("p");
+    let path = dir.join("tiny_epilogues.onnx");
+    std::fs::write(&path, b.encode()).unwrap();
+    path
+}
+
+fn tuned_classes(v: &serde_json::Value) -> Vec<String> {
+    v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["kind"]["kind"] == "tuned")
+        .map(|k| k["class"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn tiny_model_kernels_tune_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let db = dir.path().join("t.db");
+    let (code, out, err) = ttdb(&db, &["kernels", model.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut classes = tuned_classes(&v);
+    classes.sort();
+    assert_eq!(
+        classes,
+        [
+            "conv2d_nchwc+add+sigmoid",
+            "conv2d_nchwc+add+subtract_scalar+power_scalar"
+        ],
+        "{v}"
+    );
+    let scalar = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["class"] == "conv2d_nchwc+add+subtract_scalar+power_scalar")
+        .unwrap();
+    // the constants are no task inputs, but they are part of the kernel's identity
+    assert_eq!(scalar["inputs"].as_array().unwrap().len(), 3, "{scalar}");
+    assert_eq!(
+        scalar["signature"]["attrs"]["scalars"],
+        serde_json::json!([0.5, 2.0])
+    );
+
+    let (code, out, err) = ttdb(
+        &db,
+        &[
+            "tune",
+            model.to_str().unwrap(),
+            "--trials",
+            "16",
+            "--batch",
+            "8",
+            "--population",
+            "16",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kernels = v["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 2, "{v}");
+    for k in kernels {
+        // a best time only comes from a verified trial
+        assert!(k["best_ms"].as_f64().is_some_and(|t| t > 0.0), "{k}");
+    }
+    let trials = v["trials"].as_u64().unwrap();
+    assert!(trials >= 16, "{v}");
+    let searched = common::measurements(&db, "search", "search trial ");
+    assert_eq!(searched as u64, trials);
+    // every measured trial verified: no stored search record failed
+    let store = ttdb::store::Store::open(&db).unwrap();
+    let failed: i64 = store
+        .connection_for_tests()
+        .query_row(
+            "SELECT COUNT(*) FROM records WHERE error_no != 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(failed, 0);
+}
+
+fn corpus_model(name: &str) -> PathBuf {
+    common::corpus_dir().join(format!("onnx/torchvision_more/{name}.onnx"))
+}
+
+/// The SE blocks' second conv (`conv + bias + sigmoid`, before the broadcast multiply) is a
+/// tuned kernel; only the SiLU diamonds (`x * sigmoid(x)`) stay untunable.
+#[test]
+fn corpus_se_convs_with_sigmoid_are_tunable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k.db");
+    for (model, sigmoid_kernels) in [("regnet_y_400mf", 7), ("efficientnet_b1", 9)] {
+        let (code, out, err) = ttdb(
+            &db,
+            &["kernels", corpus_model(model).to_str().unwrap(), "--json"],
+        );
+        assert_eq!(code, 0, "{model}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let classes = tuned_classes(&v);
+        let n = classes
+            .iter()
+            .filter(|c| *c == "conv2d_nchwc+add+sigmoid")
+            .count();
+        assert_eq!(n, sigmoid_kernels, "{model}: {classes:?}");
+        for k in v["kernels"].as_array().unwrap() {
+            if let Some(reason) = k["kind"]["reason"].as_str() {
+                assert!(
+                    reason.contains("not a chain"),
+                    "{model}: {} untunable: {reason}",
+                    k["name"]
+                );
+            }
+        }
+    }
+}
