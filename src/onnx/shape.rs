@@ -1,12 +1,16 @@
-//! Static shape inference (with constant folding of small integer tensors, so that
-//! `Shape -> Gather -> Unsqueeze -> Concat -> Reshape` chains and `ConstantOfShape` weights
-//! resolve) for the ops ttdb's corpus uses. Unsupported ops are an error naming the node.
+//! Static shape inference for the ops ttdb's corpus uses; the values of small constant
+//! tensors are folded along ([`consteval`]), so that `Shape -> Gather -> Unsqueeze -> Concat
+//! -> Reshape` chains and `ConstantOfShape` weights resolve. Unsupported ops are an error
+//! naming the node.
 //!
 //! All arithmetic on numbers read from the file is checked: a hostile file gets an error,
 //! never a panic or a huge allocation.
 use super::error::{OnnxError, Result};
 use super::graph::{dims_ok, dtype, numel, Attr, Data, Graph, Node, TensorInfo, MAX_KEPT_ELEMENTS};
 pub use super::window::{conv_params, pool_params, spatial_out, ConvParams, PoolParams, Window};
+
+#[path = "consteval.rs"]
+mod consteval;
 
 /// Infers every node's output types in order (ONNX requires topological order).
 pub fn infer(g: &mut Graph) -> Result<()> {
@@ -94,7 +98,10 @@ impl<'a> Ctx<'a> {
         let t = self.input(i)?;
         match t.data.as_ref().and_then(Data::as_ints) {
             Some(v) => Ok(v),
-            None => self.unsupported(format!("{what} (input {i}) must be a constant known at load time; it is computed at run time")),
+            None => {
+                let name = self.node.input(i).unwrap_or_default();
+                self.unsupported(consteval::unknown_values(t, name, what, i))
+            }
         }
     }
 
@@ -239,8 +246,14 @@ const BINARY: &[&str] = &[
     "BitShift",
 ];
 
-/// Output types of one node.
+/// Output types of one node, with their values when its inputs' values are known.
 pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result<Vec<TensorInfo>> {
+    let mut outs = infer_rule(node, ins, opset)?;
+    consteval::fold(&Ctx { node, ins, opset }, &mut outs)?;
+    Ok(outs)
+}
+
+fn infer_rule(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result<Vec<TensorInfo>> {
     let ctx = Ctx { node, ins, opset };
     if !node.domain.is_empty() && node.domain != "ai.onnx" {
         return ctx.unsupported(format!(
@@ -283,14 +296,7 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
         "Cast" => {
             let x = ctx.input(0)?;
             let to = node.int("to").unwrap_or(dtype::FLOAT as i64) as i32;
-            let data = x.data.as_ref().and_then(|d| {
-                if dtype::is_integer(to) {
-                    d.as_ints().map(Data::Ints)
-                } else {
-                    Some(Data::Floats(d.as_floats()))
-                }
-            });
-            one(ctx.out(x.shape.clone(), to, data))
+            one(ctx.out(x.shape.clone(), to, None))
         }
         "BatchNormalization" => {
             let x = ctx.input(0)?;
@@ -432,7 +438,7 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             }
             let data = x.data.as_ref().and_then(|d| {
                 let p: Vec<usize> = perm.iter().map(|&p| p as usize).collect();
-                remap(d, &x.shape, &shape, |out| {
+                consteval::remap(d, &x.shape, &shape, |out| {
                     p.iter().enumerate().fold(vec![0; r], |mut c, (i, &pi)| {
                         c[pi] = out[i];
                         c
@@ -603,7 +609,7 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             }
             one(ctx.out(shape, x.dtype, None))
         }
-        "Slice" => one(slice(&ctx)),
+        "Slice" => one(consteval::slice(&ctx)),
         "Split" => split(&ctx),
         "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
         | "ReduceL2" | "ReduceLogSumExp" | "ReduceSumSquare" => {
@@ -673,7 +679,10 @@ pub fn infer_node(node: &Node, ins: &[Option<TensorInfo>], opset: i64) -> Result
             one(ctx.out(shape, x.dtype, None))
         }
         "Resize" | "Upsample" => one(resize(&ctx)),
-        _ => ctx.unsupported("no shape rule for this op in ttdb's ONNX frontend"),
+        _ => match consteval::infer(&ctx) {
+            Some(outs) => outs,
+            None => ctx.unsupported("no shape rule for this op in ttdb's ONNX frontend"),
+        },
     }
 }
 
@@ -707,84 +716,7 @@ fn binary(ctx: &Ctx) -> Result<TensorInfo> {
     } else {
         present[0].dtype
     };
-    let data = fold_binary(op, &present, &shape);
-    ctx.out(shape, dt, data)
-}
-
-/// Element-wise folding of small known integer/float tensors (shape arithmetic).
-fn fold_binary(op: &str, ins: &[&TensorInfo], out: &[i64]) -> Option<Data> {
-    let n = numel(out)?;
-    if n > MAX_KEPT_ELEMENTS || ins.len() < 2 {
-        return None;
-    }
-    let vals: Vec<Vec<f64>> = ins
-        .iter()
-        .map(|t| t.data.as_ref().map(Data::as_floats))
-        .collect::<Option<_>>()?;
-    let ints = ins.iter().all(|t| matches!(t.data, Some(Data::Ints(_))));
-    let at = |k: usize, flat: i64| -> f64 {
-        // broadcast index of operand k
-        let s = &ins[k].shape;
-        let mut idx = 0i64;
-        let mut stride = 1i64;
-        let mut rem = flat;
-        let mut coords = vec![0i64; out.len()];
-        for i in (0..out.len()).rev() {
-            coords[i] = rem % out[i].max(1);
-            rem /= out[i].max(1);
-        }
-        for i in (0..s.len()).rev() {
-            let c = coords[i + out.len() - s.len()];
-            let c = if s[i] == 1 { 0 } else { c };
-            idx += c * stride;
-            stride *= s[i];
-        }
-        vals[k].get(idx as usize).copied().unwrap_or(0.0)
-    };
-    let mut res = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let (a, b) = (at(0, i), at(1, i));
-        let v = match op {
-            "Add" | "Sum" => a + b,
-            "Sub" => a - b,
-            "Mul" => a * b,
-            "Div" if ints => {
-                if b == 0.0 {
-                    return None;
-                }
-                (a / b).trunc()
-            }
-            "Div" => a / b,
-            "Max" => a.max(b),
-            "Min" => a.min(b),
-            "Equal" => (a == b) as i64 as f64,
-            "Less" => (a < b) as i64 as f64,
-            "Greater" => (a > b) as i64 as f64,
-            "Where" if ins.len() == 3 => {
-                if a != 0.0 {
-                    b
-                } else {
-                    at(2, i)
-                }
-            }
-            _ => return None,
-        };
-        res.push(v);
-    }
-    let int_result = (ints && op != "Where") || matches!(op, "Equal" | "Less" | "Greater");
-    if int_result
-        || (op == "Where"
-            && ins[1..]
-                .iter()
-                .all(|t| matches!(t.data, Some(Data::Ints(_)))))
-    {
-        if res.iter().any(|v| v.abs() > 9.0e15) {
-            return None;
-        }
-        Some(Data::Ints(res.into_iter().map(|v| v as i64).collect()))
-    } else {
-        Some(Data::Floats(res))
-    }
+    ctx.out(shape, dt, None)
 }
 
 fn matmul(ctx: &Ctx) -> Result<TensorInfo> {
@@ -880,23 +812,7 @@ fn concat(ctx: &Ctx) -> Result<TensorInfo> {
         }
         shape[axis] = checked(ctx, shape[axis].checked_add(t.shape[axis]))?;
     }
-    let data = if r == 1 {
-        let parts: Option<Vec<Data>> = ins.iter().map(|t| t.data.clone()).collect();
-        parts.map(|p| {
-            if p.iter().all(|d| matches!(d, Data::Ints(_))) {
-                Data::Ints(
-                    p.iter()
-                        .flat_map(|d| d.as_ints().unwrap_or_default())
-                        .collect(),
-                )
-            } else {
-                Data::Floats(p.iter().flat_map(Data::as_floats).collect())
-            }
-        })
-    } else {
-        None
-    };
-    ctx.out(shape, first.dtype, data)
+    ctx.out(shape, first.dtype, None)
 }
 
 fn gather(ctx: &Ctx) -> Result<TensorInfo> {
@@ -909,150 +825,13 @@ fn gather(ctx: &Ctx) -> Result<TensorInfo> {
     let mut shape = x.shape[..axis].to_vec();
     shape.extend(&idx.shape);
     shape.extend(&x.shape[axis + 1..]);
-    let data = match (&x.data, idx.data.as_ref().and_then(Data::as_ints)) {
-        (Some(d), Some(ix)) if r == 1 => {
-            let n = x.shape[0];
-            let picks: Option<Vec<usize>> = ix
-                .iter()
-                .map(|&i| {
-                    let j = if i < 0 { i + n } else { i };
-                    (0..n).contains(&j).then_some(j as usize)
-                })
-                .collect();
-            match (picks, d) {
-                (Some(p), Data::Ints(v)) => Some(Data::Ints(
-                    p.iter().filter_map(|&j| v.get(j).copied()).collect(),
-                )),
-                (Some(p), Data::Floats(v)) => Some(Data::Floats(
-                    p.iter().filter_map(|&j| v.get(j).copied()).collect(),
-                )),
-                (None, _) => return ctx.err(format!("index {ix:?} out of range for {n} elements")),
-            }
+    let n = x.shape[axis];
+    if let Some(ix) = idx.data.as_ref().and_then(Data::as_ints) {
+        if let Some(bad) = ix.iter().find(|&&i| !(-n..n).contains(&i)) {
+            return ctx.err(format!("index {bad} out of range for a dim of {n}"));
         }
-        _ => None,
-    };
-    ctx.out(shape, x.dtype, data)
-}
-
-/// Values of a data-movement op on a small known tensor: `src(out_coords)` gives the input
-/// coordinates each output element reads.
-fn remap(
-    d: &Data,
-    in_shape: &[i64],
-    out_shape: &[i64],
-    src: impl Fn(&[i64]) -> Vec<i64>,
-) -> Option<Data> {
-    let n = numel(out_shape)?;
-    if n > MAX_KEPT_ELEMENTS || d.len() as i64 != numel(in_shape)? {
-        return None;
     }
-    let mut idx = Vec::with_capacity(n as usize);
-    let mut coords = vec![0i64; out_shape.len()];
-    for flat in 0..n {
-        let mut rem = flat;
-        for i in (0..out_shape.len()).rev() {
-            coords[i] = rem % out_shape[i].max(1);
-            rem /= out_shape[i].max(1);
-        }
-        let c = src(&coords);
-        let mut f = 0i64;
-        for (i, &ci) in c.iter().enumerate() {
-            if ci < 0 || ci >= in_shape[i] {
-                return None;
-            }
-            f = f * in_shape[i] + ci;
-        }
-        idx.push(f as usize);
-    }
-    Some(match d {
-        Data::Ints(v) => Data::Ints(idx.iter().map(|&i| v[i]).collect()),
-        Data::Floats(v) => Data::Floats(idx.iter().map(|&i| v[i]).collect()),
-    })
-}
-
-fn slice(ctx: &Ctx) -> Result<TensorInfo> {
-    let x = ctx.input(0)?;
-    let node = ctx.node;
-    let (starts, ends, axes, steps) = if ctx.opset < 10 {
-        let g = |n: &str| node.ints(n).map(<[i64]>::to_vec);
-        (
-            g("starts").unwrap_or_default(),
-            g("ends").unwrap_or_default(),
-            g("axes"),
-            None,
-        )
-    } else {
-        let axes = if ctx.opt(3).is_some() {
-            Some(ctx.ints(3, "the axes")?)
-        } else {
-            None
-        };
-        let steps = if ctx.opt(4).is_some() {
-            Some(ctx.ints(4, "the steps")?)
-        } else {
-            None
-        };
-        (
-            ctx.ints(1, "the starts")?,
-            ctx.ints(2, "the ends")?,
-            axes,
-            steps,
-        )
-    };
-    let r = x.shape.len();
-    let axes: Vec<usize> = match axes {
-        Some(a) => a.iter().map(|&a| ctx.axis(a, r)).collect::<Result<_>>()?,
-        None => (0..starts.len().min(r)).collect(),
-    };
-    if starts.len() != axes.len() || ends.len() != axes.len() {
-        return ctx.err(format!(
-            "starts {starts:?}, ends {ends:?} and axes {axes:?} differ in length"
-        ));
-    }
-    let mut shape = x.shape.clone();
-    let mut ranges = Vec::new();
-    for (j, &a) in axes.iter().enumerate() {
-        let d = x.shape[a];
-        let step = steps.as_ref().and_then(|s| s.get(j).copied()).unwrap_or(1);
-        if step == 0 {
-            return ctx.err("step 0");
-        }
-        let norm = |v: i64, lo: i64, hi: i64| -> i64 {
-            let v = if v < 0 { v.saturating_add(d) } else { v };
-            v.clamp(lo, hi)
-        };
-        let (s, e) = if step > 0 {
-            (norm(starts[j], 0, d), norm(ends[j], 0, d))
-        } else {
-            (norm(starts[j], -1, d - 1), norm(ends[j], -1, d - 1))
-        };
-        let (s128, e128, st) = (s as i128, e as i128, step as i128);
-        let len = if st > 0 {
-            if e128 > s128 {
-                (e128 - s128 + st - 1) / st
-            } else {
-                0
-            }
-        } else if s128 > e128 {
-            (s128 - e128 - st - 1) / (-st)
-        } else {
-            0
-        };
-        let len = len as i64;
-        shape[a] = len;
-        ranges.push((s, step, len));
-    }
-    let data = x.data.as_ref().and_then(|d| {
-        remap(d, &x.shape, &shape, |out| {
-            let mut c = out.to_vec();
-            for (j, &a) in axes.iter().enumerate() {
-                let (s, step, _) = ranges[j];
-                c[a] = s + out[a] * step;
-            }
-            c
-        })
-    });
-    ctx.out(shape, x.dtype, data)
+    ctx.out(shape, x.dtype, None)
 }
 
 fn split(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
