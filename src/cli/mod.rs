@@ -22,6 +22,7 @@ mod workloads;
 pub use apply::render_apply;
 pub use bundle::{render_inspect, SignerView};
 pub use import::{render_import_summary, ImportSummary};
+pub use kernels::render_kernels;
 pub use match_cmd::{render_explain, render_match};
 pub use refine::render_refine;
 pub use stats::render_stats;
