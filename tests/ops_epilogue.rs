@@ -329,12 +329,23 @@ fn default_schedules_compile_and_verify() {
     let bias = EpilogueOp::Add {
         operand_first: false,
     };
-    let chains: Vec<(Vec<EpilogueOp>, usize)> = vec![
-        (vec![bias, EpilogueOp::Sigmoid], 0),
-        (vec![bias, EpilogueOp::Exp], 0),
-        (vec![bias, EpilogueOp::Erf], 0),
-        (vec![bias, EpilogueOp::Tanh], 0),
-        (vec![bias, EpilogueOp::Sigmoid, EpilogueOp::Sqrt], 0),
+    let full = vec![1, 2, 6, 6, 4];
+    let chains: Vec<(Vec<EpilogueOp>, Vec<Vec<i64>>)> = vec![
+        (vec![bias, EpilogueOp::Sigmoid], vec![]),
+        (vec![bias, EpilogueOp::Exp], vec![]),
+        (vec![bias, EpilogueOp::Erf], vec![]),
+        (vec![bias, EpilogueOp::Tanh], vec![]),
+        (vec![bias, EpilogueOp::Sigmoid, EpilogueOp::Sqrt], vec![]),
+        // a rank-0 placeholder (a scalar constant shared with another group)
+        (
+            vec![
+                bias,
+                EpilogueOp::Multiply {
+                    operand_first: false,
+                },
+            ],
+            vec![vec![]],
+        ),
         (
             vec![
                 bias,
@@ -345,7 +356,7 @@ fn default_schedules_compile_and_verify() {
                     operand_first: false,
                 },
             ],
-            2,
+            vec![full.clone(), full.clone()],
         ),
         (
             vec![
@@ -361,7 +372,7 @@ fn default_schedules_compile_and_verify() {
                     operand_first: false,
                 },
             ],
-            0,
+            vec![],
         ),
     ];
     let opts = EvalOptions {
@@ -371,7 +382,7 @@ fn default_schedules_compile_and_verify() {
     for (chain, operands) in chains {
         let spec = WorkloadSpec::new(conv.clone(), chain);
         let mut canonical = ins.clone();
-        canonical.extend((0..operands).map(|_| vec![1, 2, 6, 6, 4]));
+        canonical.extend(operands);
         let dag = spec.build(Era::V015, &canonical).unwrap();
         let reference = Reference::new(&dag, 3).unwrap();
         let e = evaluate_default(&dag, &reference, &opts);

@@ -1,6 +1,7 @@
 //! `ttdb kernels` and `ttdb tune` on models whose convs end in the new element-wise
 //! epilogues: a tiny squeeze-excitation-like model written with ttdb's ONNX writer (conv +
-//! bias + sigmoid; conv + bias - 0.5, squared: scalar constants), searched and verified
+//! bias + sigmoid; conv + bias - 0.5, to the power 2: a shared scalar constant, which is a
+//! rank-0 parameter, and a fused one), searched and verified
 //! end to end through the CLI; and the corpus models whose `conv2d+add+sigmoid` kernels
 //! were untunable before.
 mod common;
@@ -22,10 +23,13 @@ fn tiny_model(dir: &Path) -> PathBuf {
             vec![attr_tensor("value", float_scalar(v))],
         );
     }
+    // `half` is read here, outside the conv groups: relay passes it to the second conv's
+    // function as a rank-0 parameter instead of fusing it
+    b.node("Mul", "/scale", &["input", "half"], &["x"], vec![]);
     b.node(
         "Conv",
         "/c1/Conv",
-        &["input", "c1.weight", "c1.bias"],
+        &["x", "c1.weight", "c1.bias"],
         &["c1"],
         vec![
             attr_ints("kernel_shape", &[3, 3]),
@@ -72,7 +76,7 @@ fn tiny_model_kernels_tune_and_verify() {
         classes,
         [
             "conv2d_nchwc+add+sigmoid",
-            "conv2d_nchwc+add+subtract_scalar+power_scalar"
+            "conv2d_nchwc+add+subtract+power_scalar"
         ],
         "{v}"
     );
@@ -80,13 +84,16 @@ fn tiny_model_kernels_tune_and_verify() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|k| k["class"] == "conv2d_nchwc+add+subtract_scalar+power_scalar")
+        .find(|k| k["class"] == "conv2d_nchwc+add+subtract+power_scalar")
         .unwrap();
-    // the constants are no task inputs, but they are part of the kernel's identity
-    assert_eq!(scalar["inputs"].as_array().unwrap().len(), 3, "{scalar}");
+    // the fused constant is no task input, but part of the kernel's identity; the shared
+    // one is a rank-0 input
+    let inputs = scalar["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 4, "{scalar}");
+    assert_eq!(inputs[3], serde_json::json!([]), "{scalar}");
     assert_eq!(
         scalar["signature"]["attrs"]["scalars"],
-        serde_json::json!([0.5, 2.0])
+        serde_json::json!([2.0])
     );
 
     let (code, out, err) = ttdb(

@@ -6,7 +6,8 @@
 //!   `divide`, `power`, operands in the node's order;
 //! * an operand that is a rank-0 constant is fused into the function (FuseOps marks scalar
 //!   constants element-wise) and becomes a `compile_engine_const()` stage
-//!   ([`EpilogueOp::Scalar`]); other constants stay parameters (placeholders);
+//!   ([`EpilogueOp::Scalar`]), unless ops of other groups read it too; other constants
+//!   stay parameters (placeholders);
 //! * SimplifyExpr's `EliminateIdentityRewrite` drops `x + 0`, `0 + x`, `x - 0`, `x * 1`,
 //!   `1 * x` and `x / 1` with a scalar constant (`src/relay/transforms/simplify_expr.cc`);
 //! * its `SimplifyRSqrt` turns `y / sqrt(x)` into `y * rsqrt(x)`: rsqrt is not in the
@@ -94,11 +95,21 @@ pub(super) fn chain_op(
         if identity {
             return Ok(None);
         }
-        return Ok(Some(EpilogueOp::Scalar {
-            op: bin,
-            value: value as f32 as f64,
-            operand_first: first,
-        }));
+        // A constant also read outside the group has no post-dominator FuseOps can fuse it
+        // into (an anchor lies on the way): it stays a node of its own, and the function
+        // gets it as a rank-0 parameter, a placeholder like any tensor operand.
+        let shared = g
+            .ops
+            .iter()
+            .enumerate()
+            .any(|(i, r)| !group.contains(&i) && r.inputs.contains(&operand));
+        if !shared {
+            return Ok(Some(EpilogueOp::Scalar {
+                op: bin,
+                value: value as f32 as f64,
+                operand_first: first,
+            }));
+        }
     }
     canonical.push(v.phys.clone());
     let operand_first = first;
@@ -198,6 +209,31 @@ mod tests {
             .is_some());
         let err = op_of(BinKind::Add, false, None, &[]).unwrap_err();
         assert!(err.contains("not known"), "{err}");
+    }
+
+    #[test]
+    fn a_scalar_read_by_another_group_is_a_parameter() {
+        let (mut g, op) = chain(BinKind::Multiply, false, Some(3.0), &[]);
+        let c = g.ops[op].inputs[1];
+        g.add_op(
+            OpKind::Binary(BinKind::Add),
+            vec![c, 0],
+            "z".into(),
+            vec![1, 4],
+            vec![],
+        );
+        let mut canonical = Vec::new();
+        let e = chain_op(&g, &[0, 1], op, 0, None, &mut canonical).unwrap();
+        assert_eq!(
+            e,
+            Some(EpilogueOp::Multiply {
+                operand_first: false
+            })
+        );
+        assert_eq!(canonical, vec![Vec::<i64>::new()]);
+        // read twice inside the group: still fused
+        let e = chain_op(&g, &[0, 1, 2], op, 0, None, &mut Vec::new()).unwrap();
+        assert!(matches!(e, Some(EpilogueOp::Scalar { .. })));
     }
 
     #[test]
