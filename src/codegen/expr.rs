@@ -288,18 +288,28 @@ impl<'c> Tr<'c, '_> {
                 let s = bd.call_fn(intr("llvm.sqrt"), &args[..1]);
                 bd.fdiv(self.cfloat(t, 1.0, lanes), s)
             }
+            // TVM's `default.FLegalize` of tir.sigmoid (src/target/intrin_rule.cc)
             Intrinsic::Sigmoid => {
                 let e = bd.call_fn(intr("llvm.exp"), &[bd.fneg(args[0])]);
                 let d = bd.fadd(self.cfloat(t, 1.0, lanes), e);
                 bd.fdiv(self.cfloat(t, 1.0, lanes), d)
             }
-            Intrinsic::Tanh | Intrinsic::Erf => {
-                let name = match (f, t) {
-                    (Intrinsic::Tanh, DType::F32) => "tanhf",
-                    (Intrinsic::Tanh, _) => "tanh",
-                    (_, DType::F32) => "ttdb_erff",
-                    _ => "ttdb_erf",
-                };
+            // TVM's llvm rule for tir.tanh, `DispatchNumericalStableTanh`: both branches
+            // from exp(-2x) and exp(2x), selected by the sign
+            Intrinsic::Tanh => {
+                let x = args[0];
+                let one = self.cfloat(t, 1.0, lanes);
+                let e_neg =
+                    bd.call_fn(intr("llvm.exp"), &[bd.fmul(self.cfloat(t, -2.0, lanes), x)]);
+                let e_pos = bd.call_fn(intr("llvm.exp"), &[bd.fmul(self.cfloat(t, 2.0, lanes), x)]);
+                let pos = bd.fdiv(bd.fsub(one, e_neg), bd.fadd(one, e_neg));
+                let neg = bd.fdiv(bd.fsub(e_pos, one), bd.fadd(e_pos, one));
+                let ge = bd.fcmp(LLVMRealOGE, x, self.cfloat(t, 0.0, lanes));
+                bd.select(ge, pos, neg)
+            }
+            // tir.erf: TVM's `DispatchPureExtern<FloatSuffix>`, libm's erff / erf, per lane
+            Intrinsic::Erf => {
+                let name = if t == DType::F32 { "erff" } else { "erf" };
                 let st = self.scalar_ty(t);
                 let fty = self.cx.fn_type(st, &[st]);
                 let func = self

@@ -251,9 +251,7 @@ extern "C" fn rt_tanhf(x: f32) -> f32 {
 extern "C" fn rt_powf(x: f32, y: f32) -> f32 {
     x.powf(y)
 }
-extern "C" fn rt_erff(x: f32) -> f32 {
-    crate::loopnest::interp::erf_f32(x)
-}
+
 extern "C" fn rt_floorf(x: f32) -> f32 {
     x.floor()
 }
@@ -281,9 +279,7 @@ extern "C" fn rt_tanh(x: f64) -> f64 {
 extern "C" fn rt_pow(x: f64, y: f64) -> f64 {
     x.powf(y)
 }
-extern "C" fn rt_erf(x: f64) -> f64 {
-    crate::loopnest::interp::erf_f32(x as f32) as f64
-}
+
 extern "C" fn rt_floor(x: f64) -> f64 {
     x.floor()
 }
@@ -301,6 +297,9 @@ extern "C" fn rt_sqrt(x: f64) -> f64 {
 }
 
 extern "C" {
+    // libm's, the functions TVM's kernels call for tir.erf
+    fn erff(x: f32) -> f32;
+    fn erf(x: f64) -> f64;
     fn memset(d: *mut u8, c: i32, n: usize) -> *mut u8;
     fn memcpy(d: *mut u8, s: *const u8, n: usize) -> *mut u8;
     fn memmove(d: *mut u8, s: *const u8, n: usize) -> *mut u8;
@@ -310,8 +309,8 @@ extern "C" {
 pub fn symbols() -> Vec<(&'static str, usize)> {
     vec![
         ("ttdb_parallel_for", ttdb_parallel_for as *const () as usize),
-        ("ttdb_erff", rt_erff as *const () as usize),
-        ("ttdb_erf", rt_erf as *const () as usize),
+        ("erff", erff as *const () as usize),
+        ("erf", erf as *const () as usize),
         ("expf", rt_expf as *const () as usize),
         ("logf", rt_logf as *const () as usize),
         ("tanhf", rt_tanhf as *const () as usize),

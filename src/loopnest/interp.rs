@@ -150,22 +150,22 @@ pub fn eval_cmp_float(op: CmpOp, a: f64, b: f64) -> bool {
     }
 }
 
-/// erf for f32, shared by the interpreter and the JIT runtime (max abs error ~1.2e-7).
+/// erf for f32: libm's `erff`, the function the JIT's kernels call (as TVM's do).
 pub fn erf_f32(x: f32) -> f32 {
-    // Numerical Recipes erfc approximation (Chebyshev), evaluated in f64.
-    let z = (x as f64).abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let poly = -z * z - 1.265_512_23
-        + t * (1.000_023_68
-            + t * (0.374_091_96
-                + t * (0.096_784_18
-                    + t * (-0.186_288_06
-                        + t * (0.278_868_07
-                            + t * (-1.135_203_98
-                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
-    let erfc = t * poly.exp();
-    let r = 1.0 - erfc;
-    (if x < 0.0 { -r } else { r }) as f32
+    extern "C" {
+        fn erff(x: f32) -> f32;
+    }
+    // SAFETY: a pure libm function of one float
+    unsafe { erff(x) }
+}
+
+/// erf for f64: libm's `erf`.
+pub fn erf_f64(x: f64) -> f64 {
+    extern "C" {
+        fn erf(x: f64) -> f64;
+    }
+    // SAFETY: a pure libm function of one double
+    unsafe { erf(x) }
 }
 
 /// Float intrinsic evaluation at type `t` (F32 results rounded to single precision).
@@ -197,7 +197,7 @@ pub fn eval_call_float(f: Intrinsic, args: &[f64], t: DType) -> f64 {
             Intrinsic::Rsqrt => 1.0 / x.sqrt(),
             Intrinsic::Tanh => x.tanh(),
             Intrinsic::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            Intrinsic::Erf => erf_f32(x as f32) as f64,
+            Intrinsic::Erf => erf_f64(x),
             Intrinsic::Fabs => x.abs(),
             Intrinsic::Floor => x.floor(),
             Intrinsic::Ceil => x.ceil(),
