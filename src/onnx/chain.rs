@@ -10,6 +10,9 @@
 //!   stay parameters (placeholders);
 //! * SimplifyExpr's `EliminateIdentityRewrite` drops `x + 0`, `0 + x`, `x - 0`, `x * 1`,
 //!   `1 * x` and `x / 1` with a scalar constant (`src/relay/transforms/simplify_expr.cc`);
+//! * its `SwitchAddMultiply` and `SimplifyAdjacentMultiplyOrAdd` fold runs of scalar adds
+//!   and multiplies, `(x + a) * b` to `x * b + a*b`, `x * a * b` to `x * (a*b)`
+//!   ([`simplify_scalars`]);
 //! * its `SimplifyRSqrt` turns `y / sqrt(x)` into `y * rsqrt(x)`: rsqrt is not in the
 //!   registry, so such a chain is refused rather than built as TVM would not.
 use super::relay::{BinKind, OpGraph, OpId, OpKind, UnaryKind};
@@ -120,6 +123,66 @@ pub(super) fn chain_op(
         ScalarOp::Divide => EpilogueOp::Divide { operand_first },
         ScalarOp::Power => EpilogueOp::Power { operand_first },
     }))
+}
+
+/// SimplifyExpr on adjacent scalar adds and multiplies, to its fixed point: `(x + a) * b`
+/// becomes `x * b + (a*b)`, `x * a * b` becomes `x * (a*b)`, `x + a + b` becomes
+/// `x + (a+b)`, each folded constant a float32 (FoldConstant) and the rewritten call
+/// `op(x, c)`; a fold that leaves `x * 1` or `x + 0` vanishes (EliminateIdentityRewrite).
+pub(super) fn simplify_scalars(chain: &mut Vec<EpilogueOp>) {
+    let scalar = |op, value: f32| EpilogueOp::Scalar {
+        op,
+        value: value as f64,
+        operand_first: false,
+    };
+    loop {
+        let mut changed = false;
+        for i in 0..chain.len().saturating_sub(1) {
+            let (
+                EpilogueOp::Scalar {
+                    op: a, value: va, ..
+                },
+                EpilogueOp::Scalar {
+                    op: b, value: vb, ..
+                },
+            ) = (chain[i], chain[i + 1])
+            else {
+                continue;
+            };
+            let (va, vb) = (va as f32, vb as f32);
+            let new: Vec<EpilogueOp> = match (a, b) {
+                (ScalarOp::Add, ScalarOp::Multiply) => {
+                    vec![
+                        scalar(ScalarOp::Multiply, vb),
+                        scalar(ScalarOp::Add, va * vb),
+                    ]
+                }
+                (ScalarOp::Multiply, ScalarOp::Multiply) => {
+                    vec![scalar(ScalarOp::Multiply, va * vb)]
+                }
+                (ScalarOp::Add, ScalarOp::Add) => vec![scalar(ScalarOp::Add, va + vb)],
+                _ => continue,
+            };
+            let new: Vec<EpilogueOp> = new
+                .into_iter()
+                .filter(|e| {
+                    !matches!(
+                        e,
+                        EpilogueOp::Scalar { op: ScalarOp::Multiply, value, .. } if *value == 1.0
+                    ) && !matches!(
+                        e,
+                        EpilogueOp::Scalar { op: ScalarOp::Add, value, .. } if *value == 0.0
+                    )
+                })
+                .collect();
+            chain.splice(i..i + 2, new);
+            changed = true;
+            break;
+        }
+        if !changed {
+            return;
+        }
+    }
 }
 
 fn not_in_registry(kind: &OpKind) -> String {
@@ -234,6 +297,48 @@ mod tests {
         // read twice inside the group: still fused
         let e = chain_op(&g, &[0, 1, 2], op, 0, None, &mut Vec::new()).unwrap();
         assert!(matches!(e, Some(EpilogueOp::Scalar { .. })));
+    }
+
+    #[test]
+    fn runs_of_scalar_adds_and_multiplies_fold_like_simplify_expr() {
+        let s = |op, value: f64, operand_first| EpilogueOp::Scalar {
+            op,
+            value,
+            operand_first,
+        };
+        // (x + 1) * 2 * 3 -> x * 6 + 6
+        let mut chain = vec![
+            EpilogueOp::Relu,
+            s(ScalarOp::Add, 1.0, true),
+            s(ScalarOp::Multiply, 2.0, false),
+            s(ScalarOp::Multiply, 3.0, true),
+            EpilogueOp::Sigmoid,
+        ];
+        simplify_scalars(&mut chain);
+        assert_eq!(
+            chain,
+            vec![
+                EpilogueOp::Relu,
+                s(ScalarOp::Multiply, 6.0, false),
+                s(ScalarOp::Add, 6.0, false),
+                EpilogueOp::Sigmoid
+            ]
+        );
+        // x * 2 * 0.5 -> x; a subtract in between stops the fold
+        let mut chain = vec![
+            s(ScalarOp::Multiply, 2.0, false),
+            s(ScalarOp::Multiply, 0.5, false),
+        ];
+        simplify_scalars(&mut chain);
+        assert!(chain.is_empty());
+        let mut chain = vec![
+            s(ScalarOp::Add, 2.0, false),
+            s(ScalarOp::Subtract, 0.5, false),
+            s(ScalarOp::Add, 1.0, false),
+        ];
+        let before = chain.clone();
+        simplify_scalars(&mut chain);
+        assert_eq!(chain, before);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! for imported Ansor keys. Anchored groups the registry cannot express are *untunable*
 //! with the reason; groups without an anchor (concat, reshape, layout_transform, plain
 //! element-wise) are *simple* kernels (Ansor does not tune them).
-use super::chain::chain_op;
+use super::chain::{chain_op, simplify_scalars};
 use super::layout::{Blocking, ConvChoice};
 use super::relay::{Layout, OpGraph, OpId, OpKind};
 use crate::ops::{Anchor, Era, PoolAttrs, PoolLayout, WorkloadSpec};
@@ -279,6 +279,7 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         );
     }
     let output = g.values[cur].phys.clone();
+    simplify_scalars(&mut epilogue);
     let spec = WorkloadSpec::new(anchor, epilogue);
     k.class = spec.op_class();
     k.inputs = canonical.clone();
