@@ -364,6 +364,11 @@ fn target_of(line: &str) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// Whether a bundle file's bytes are zstd-compressed (its frame magic).
+pub fn is_zstd(bytes: &[u8]) -> bool {
+    bytes.starts_with(&ZSTD_MAGIC)
+}
+
 /// The text of a bundle file, decompressed if it is zstd, within `limits`.
 pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Vec<u8>, FormatError> {
     if bytes.len() as u64 > limits.max_bytes {
@@ -373,7 +378,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Vec<u8>, FormatError> {
             limits.max_bytes
         )));
     }
-    if !bytes.starts_with(&ZSTD_MAGIC) {
+    if !is_zstd(bytes) {
         return Ok(bytes.to_vec());
     }
     let decoder =

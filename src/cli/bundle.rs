@@ -103,6 +103,11 @@ fn fail(message: String) -> CliError {
 
 /// Reads and checks a bundle file; errors name the file, line and record.
 pub fn read_bundle(path: &Path) -> Result<Bundle, CliError> {
+    read_bundle_file(path).map(|(b, _)| b)
+}
+
+/// [`read_bundle`], and whether the file was zstd-compressed.
+fn read_bundle_file(path: &Path) -> Result<(Bundle, bool), CliError> {
     let limits = Limits::default();
     let size = std::fs::metadata(path)
         .map_err(|e| fail(format!("{}: {e}", path.display())))?
@@ -115,7 +120,9 @@ pub fn read_bundle(path: &Path) -> Result<Bundle, CliError> {
         )));
     }
     let bytes = std::fs::read(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
-    format::read(&bytes, &limits).map_err(|e: FormatError| fail(format!("{}: {e}", path.display())))
+    let bundle = format::read(&bytes, &limits)
+        .map_err(|e: FormatError| fail(format!("{}: {e}", path.display())))?;
+    Ok((bundle, format::is_zstd(&bytes)))
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees
@@ -135,12 +142,10 @@ pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
         BundleCommand::Inspect { file, json } => inspect(db, file, *json),
         BundleCommand::Import(args) => import(db, args),
         BundleCommand::Sign { file, key, output } => {
-            let mut b = read_bundle(file)?;
+            // Signed as it came: a compressed bundle stays compressed.
+            let (mut b, compressed) = read_bundle_file(file)?;
             let key = sign::read_secret_key(key).map_err(fail)?;
             sign::sign(&mut b, &key);
-            let compressed = std::fs::read(file)
-                .map(|b| b.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]))
-                .unwrap_or(false);
             let out = output.as_ref().unwrap_or(file);
             write_atomically(out, &b.to_bytes(compressed)?)?;
             eprintln!(

@@ -423,12 +423,10 @@ pub fn mutate_line(data: &mut Vec<u8>, rng: &mut Rng, donors: &[Vec<u8>]) {
     }
 }
 
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
 /// Mutates a bundle (plain or zstd): edits its text, then maybe reseals the hashes or
 /// rebuilds the manifest, then maybe (re)compresses it.
 pub fn mutate_bundle(data: &mut Vec<u8>, rng: &mut Rng, donors: &[Vec<u8>]) {
-    let compressed = data.starts_with(&ZSTD_MAGIC);
+    let compressed = ttdb::bundle::format::is_zstd(data);
     if compressed {
         // Damage to the compressed stream itself, a quarter of the time.
         let text = (rng.below(4) != 0)
