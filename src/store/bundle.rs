@@ -1,7 +1,7 @@
 //! The SQL behind schedule bundles (`src/bundle/`): which records a bundle carries and where
 //! they came from, importing a checked bundle in one transaction, what an import would do,
 //! and the trusted signing keys.
-use super::import::{import_in, record_digest, FileReport};
+use super::import::{import_in, in_import_transaction, record_digest, FileReport};
 use super::{now_rfc3339, Result, Store};
 use rusqlite::{params, OptionalExtension, Transaction};
 use std::collections::HashMap;
@@ -217,41 +217,32 @@ pub fn import_bundle(
         text.push_str(r.line);
         text.push('\n');
     }
-    store.conn.pragma_update(None, "foreign_keys", "OFF")?;
-    let outcome = (|| {
-        let tx = store
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let file = import_in(&tx, path, text.as_bytes(), "bundle", &|_| {})?;
-        let new_hosts = insert_hosts(&tx, hosts)?;
+    in_import_transaction(store, |tx| {
+        let file = import_in(tx, path, text.as_bytes(), "bundle", &|_| {})?;
+        let new_hosts = insert_hosts(tx, hosts)?;
         let mut new_origins = 0;
-        {
-            let mut find = tx.prepare_cached("SELECT id FROM records WHERE digest = ?1")?;
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO record_origins (record_id, kind, source, line, host) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            for r in records {
-                let digest = record_digest(r.line);
-                let Some(id) = find
-                    .query_row([&digest[..]], |row| row.get::<_, i64>(0))
-                    .optional()?
-                else {
-                    continue; // rejected by the import (kept in rejected_lines)
-                };
-                for o in &r.origins {
-                    new_origins += insert.execute(params![id, o.kind, o.source, o.line, o.host])?;
-                }
+        let mut find = tx.prepare_cached("SELECT id FROM records WHERE digest = ?1")?;
+        let mut insert = tx.prepare_cached(
+            "INSERT OR IGNORE INTO record_origins (record_id, kind, source, line, host) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for r in records {
+            let digest = record_digest(r.line);
+            let Some(id) = find
+                .query_row([&digest[..]], |row| row.get::<_, i64>(0))
+                .optional()?
+            else {
+                continue; // rejected by the import (kept in rejected_lines)
+            };
+            for o in &r.origins {
+                new_origins += insert.execute(params![id, o.kind, o.source, o.line, o.host])?;
             }
         }
-        tx.commit()?;
         Ok(BundleImport {
             file,
             new_origins,
             new_hosts,
         })
-    })();
-    store.conn.pragma_update(None, "foreign_keys", "ON")?;
-    outcome
+    })
 }
 
 fn insert_hosts(tx: &Transaction, hosts: &[HostRow]) -> Result<usize> {

@@ -298,16 +298,25 @@ pub fn import_bytes(
     kind: &str,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<FileReport> {
-    // Every id a record row refers to was just read or inserted in this transaction, so
-    // per-row foreign-key probes (a third of the insert cost) only re-check that.
+    in_import_transaction(store, |tx| import_in(tx, path, buf, kind, progress))
+}
+
+/// Runs `f` in one immediate (write) transaction, committed if `f` succeeds, with
+/// foreign-key checks off: every id an imported row refers to was just read or inserted in
+/// this transaction, so per-row foreign-key probes (a third of the insert cost) would only
+/// re-check that.
+pub(super) fn in_import_transaction<T>(
+    store: &mut Store,
+    f: impl FnOnce(&Transaction) -> Result<T>,
+) -> Result<T> {
     store.conn.pragma_update(None, "foreign_keys", "OFF")?;
     let outcome = (|| {
         let tx = store
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let report = import_in(&tx, path, buf, kind, progress)?;
+        let out = f(&tx)?;
         tx.commit()?;
-        Ok(report)
+        Ok(out)
     })();
     store.conn.pragma_update(None, "foreign_keys", "ON")?;
     outcome
