@@ -678,6 +678,18 @@ fn replays(line: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// Replays a record on its workload's DAG with split lengths re-targeted, as the matcher's
+/// class tier does.
+fn retargets(line: &str) -> Result<(), String> {
+    let r = Record::parse(line).unwrap();
+    let key = WorkloadKey::parse(&r.task.workload_key).unwrap();
+    let dag = ttdb::recognize::recognize(&key).unwrap().dag;
+    let inits = ttdb::schedule::stage_inits_from_dag(&dag);
+    ttdb::matcher::adapt::retarget(&inits, &r.steps)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// Runs ttdb on `db`, failing if it panics, fails, or takes longer than `seconds`.
 fn ttdb_within(db: &std::path::Path, args: &[&str], seconds: u64) -> String {
     use std::process::{Command, Stdio};
@@ -852,4 +864,108 @@ fn a_huge_unroll_pragma_is_refused_or_compiled_in_seconds() {
         ttdb_within(&db, &["import", log.to_str().unwrap()], 60);
         ttdb_within(&db, &["verify", "--all", "--json"], 60);
     }
+}
+
+/// The candidates of every kernel of `model`: (tier, source file, line), best first.
+fn match_sources(db: &std::path::Path, model: &str) -> Vec<Vec<(String, String, i64)>> {
+    let m = json(&ttdb_within(db, &["match", model, "--json"], 120));
+    m["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            k["candidates"]
+                .as_array()
+                .map(|cs| {
+                    cs.iter()
+                        .map(|c| {
+                            let s = &c["source"];
+                            let file = s["source_path"].as_str().unwrap();
+                            let file = std::path::Path::new(file).file_name().unwrap();
+                            (
+                                c["tier"].as_str().unwrap().to_string(),
+                                file.to_string_lossy().into_owned(),
+                                s["line"].as_i64().unwrap(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Records that fail replay (and re-targeting) yet claim the best costs fall through to the
+/// workload's next record: matching (exact and class tiers) picks the same candidates as without them, and
+/// `refine` starts from the real record.
+#[test]
+fn records_that_fail_replay_do_not_hide_the_valid_ones() {
+    let path = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let real = std::fs::read_to_string(&path).unwrap();
+    let mut hostile = String::new();
+    for line in real.lines() {
+        let steps = steps_of(line);
+        for (i, (_, s)) in hostile_steps(&steps).into_iter().enumerate() {
+            let l = with_steps(line, &s, 1e-8 * (1.0 + i as f64 / 100.0));
+            // Retargeting repairs split lengths (a class candidate may take such a record
+            // legitimately), so only records no tier can use.
+            if Record::parse(&l).is_ok() && replays(&l).is_err() && retargets(&l).is_err() {
+                hostile.push_str(&l);
+                hostile.push('\n');
+            }
+        }
+    }
+    assert!(
+        hostile.lines().count() > 100,
+        "hostile records of every workload"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (clean, dirty) = (dir.path().join("clean"), dir.path().join("dirty"));
+    for (d, text) in [(&clean, real.clone()), (&dirty, real.clone() + &hostile)] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("log.json"), text).unwrap();
+        let db = d.join("t.db");
+        ttdb_within(&db, &["import", d.join("log.json").to_str().unwrap()], 60);
+    }
+    let (clean_db, dirty_db) = (clean.join("t.db"), dirty.join("t.db"));
+    for model in [
+        common::corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx"),
+        std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/models/tiny_resnet.onnx"
+        )),
+    ] {
+        let model = model.to_str().unwrap();
+        let want = match_sources(&clean_db, model);
+        assert!(
+            want.iter().flatten().any(|c| c.0 == "exact") || !model.contains("resnet18"),
+            "resnet18 has exact matches: {want:?}"
+        );
+        assert!(want.iter().flatten().any(|c| c.0 == "class"), "{want:?}");
+        assert_eq!(match_sources(&dirty_db, model), want, "{model}");
+    }
+    let v = &victims()[0];
+    let key = WorkloadKey::parse(&Record::parse(v).unwrap().task.workload_key).unwrap();
+    let sig = ttdb::recognize::recognize(&key)
+        .unwrap()
+        .signature
+        .sha256_hex();
+    let line = 1 + real.lines().position(|l| l == v).unwrap();
+    let refine = json(&ttdb_within(
+        &dirty_db,
+        &[
+            "refine",
+            "--workload",
+            &sig[..16],
+            "--trials-per-kernel",
+            "2",
+            "--json",
+        ],
+        120,
+    ));
+    let start = refine["kernels"][0]["start_source"].as_str().unwrap_or("");
+    assert!(
+        start.contains(&format!("log.json:{line}")),
+        "refine starts from the real record (line {line}): {refine}"
+    );
 }

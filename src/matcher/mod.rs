@@ -74,6 +74,18 @@ pub struct Rejection {
     pub reason: String,
 }
 
+/// Why [`Matcher::candidate`] refused a record: its own steps, or the workload it belongs
+/// to (then every record of that workload would be refused alike).
+enum Refusal {
+    Record(Rejection),
+    Workload(Rejection),
+}
+
+/// How many more records of a workload matching tries when its best ones are refused (do
+/// not replay on the kernel): bounded, so a workload full of bad records costs a fixed
+/// amount of replay.
+const FALL_THROUGH: usize = 16;
+
 /// The match of one kernel.
 #[derive(Clone, Debug)]
 pub struct KernelMatch {
@@ -195,11 +207,19 @@ impl<'a> Matcher<'a> {
         kernel: &Kernel,
         tier: Tier,
         source: SourceRecord,
-    ) -> Result<Candidate, Rejection> {
+    ) -> Result<Candidate, Refusal> {
         let label = source.label();
-        let reject = |reason: String| Rejection {
-            source: label.clone(),
-            reason,
+        let reject = |reason: String| {
+            Refusal::Workload(Rejection {
+                source: label.clone(),
+                reason,
+            })
+        };
+        let reject_record = |reason: String| {
+            Refusal::Record(Rejection {
+                source: label.clone(),
+                reason,
+            })
         };
         let spec = kernel
             .spec
@@ -219,23 +239,23 @@ impl<'a> Matcher<'a> {
             .build(era, &kernel.inputs)
             .map_err(|e| reject(format!("cannot build the kernel in TVM {era}: {e}")))?;
         let record = Record::parse(&source.raw)
-            .map_err(|e| reject(format!("stored record unreadable: {e}")))?;
+            .map_err(|e| reject_record(format!("stored record unreadable: {e}")))?;
         // A target whose stage list differs by inlinable stages (a padded conv taking a 1x1
         // conv's schedule) gets the steps translated stage by stage.
         let mut record = record;
         match adapt::map_stages(&rec.dag, &dag, &record.steps) {
             Ok(Some(mapped)) => record.steps = mapped,
             Ok(None) => {}
-            Err(e) => return Err(reject(format!("stage structure differs: {e}"))),
+            Err(e) => return Err(reject_record(format!("stage structure differs: {e}"))),
         }
         let inits = crate::schedule::stage_inits_from_dag(&dag);
         let (steps, state, changed_steps) = if tier == Tier::Exact {
             let state = crate::schedule::replay(&inits, &record.steps)
-                .map_err(|e| reject(format!("replay failed: {e}")))?;
+                .map_err(|e| reject_record(format!("replay failed: {e}")))?;
             (record.steps.clone(), state, 0)
         } else {
             let r = adapt::retarget(&inits, &record.steps)
-                .map_err(|e| reject(format!("replay failed: {e}")))?;
+                .map_err(|e| reject_record(format!("replay failed: {e}")))?;
             let n = r.changes.len();
             (r.steps, r.state, n)
         };
@@ -254,6 +274,57 @@ impl<'a> Matcher<'a> {
             isa,
             compat,
         })
+    }
+
+    /// The first `want` candidates of `run` (one workload's records on one target group,
+    /// cheapest first) go to `out`. A record that does not replay on the kernel
+    /// falls through to the next, so a corrupt or hostile record claiming a tiny cost cannot
+    /// hide the valid ones; a refusal of the workload itself ends the run. The first
+    /// record refusals are listed, the rest counted.
+    fn first_candidates(
+        &mut self,
+        kernel: &Kernel,
+        tier: Tier,
+        run: Vec<SourceRecord>,
+        want: usize,
+        out: &mut Vec<Candidate>,
+        rejections: &mut Vec<Rejection>,
+    ) {
+        const SHOWN: usize = 2;
+        let (mut found, mut refused) = (0, 0);
+        let mut last = None;
+        for source in run {
+            if found == want {
+                break;
+            }
+            match self.candidate(kernel, tier, source) {
+                Ok(c) => {
+                    out.push(c);
+                    found += 1;
+                }
+                Err(Refusal::Record(r)) => {
+                    refused += 1;
+                    if refused <= SHOWN {
+                        rejections.push(r);
+                    } else {
+                        last = Some(r.source);
+                    }
+                }
+                Err(Refusal::Workload(r)) => {
+                    rejections.push(r);
+                    break;
+                }
+            }
+        }
+        if let Some(source) = last {
+            rejections.push(Rejection {
+                source,
+                reason: format!(
+                    "and {} more records of this workload were refused",
+                    refused - SHOWN
+                ),
+            });
+        }
     }
 
     /// Matches one kernel (index `index` of its list).
@@ -280,11 +351,17 @@ impl<'a> Matcher<'a> {
         }
         let groups = self.groups.clone().unwrap_or_default();
         // Exact: same signature on a compatible target.
-        for source in query::exact_records(self.store, hash, &self.opts, &groups)? {
-            match self.candidate(kernel, Tier::Exact, source) {
-                Ok(c) => m.candidates.push(c),
-                Err(r) => m.rejections.push(r),
-            }
+        let want = self.opts.records_per_workload;
+        for run in query::exact_records(self.store, hash, &self.opts, &groups, want + FALL_THROUGH)?
+        {
+            self.first_candidates(
+                kernel,
+                Tier::Exact,
+                run,
+                want,
+                &mut m.candidates,
+                &mut m.rejections,
+            );
         }
         m.candidates.sort_by(|a, b| {
             (a.compat.rank())
@@ -307,11 +384,9 @@ impl<'a> Matcher<'a> {
         .collect();
         let mut class = Vec::new();
         for w in nearest {
-            for source in query::best_records_of(self.store, w, &self.opts, &groups, 1)? {
-                match self.candidate(kernel, Tier::Class, source) {
-                    Ok(c) => class.push(c),
-                    Err(r) => m.rejections.push(r),
-                }
+            for run in query::best_records_of(self.store, w, &self.opts, &groups, 1 + FALL_THROUGH)?
+            {
+                self.first_candidates(kernel, Tier::Class, run, 1, &mut class, &mut m.rejections);
             }
         }
         class.sort_by(|a, b| {

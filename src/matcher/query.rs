@@ -33,42 +33,45 @@ impl TargetGroups {
     }
 }
 
-/// The best `records_per_workload` valid records of every workload with signature `hash`
-/// (of each target group).
+/// The best `n` valid records of every workload with signature `hash`, in runs: one per
+/// workload and target group (see [`best_records_of`]).
 pub fn exact_records(
     store: &Store,
     hash: &str,
     opts: &MatchOptions,
     groups: &TargetGroups,
-) -> Result<Vec<SourceRecord>> {
+    n: usize,
+) -> Result<Vec<Vec<SourceRecord>>> {
     let mut out = Vec::new();
     for id in lookup::workloads_with_signature(store, hash)? {
-        out.extend(best_records_of(
-            store,
-            id,
-            opts,
-            groups,
-            opts.records_per_workload,
-        )?);
+        out.extend(best_records_of(store, id, opts, groups, n)?);
     }
     Ok(out)
 }
 
-/// The best `n` valid records of one workload on compatible targets, of each target group
-/// when the targets' ISA verdicts differ.
+/// The best `n` valid records of one workload on compatible targets, cheapest first: one
+/// run per target group when the targets' ISA verdicts differ, else a single run.
 pub fn best_records_of(
     store: &Store,
     workload_id: i64,
     opts: &MatchOptions,
     groups: &TargetGroups,
     n: usize,
-) -> Result<Vec<SourceRecord>> {
+) -> Result<Vec<Vec<SourceRecord>>> {
     if !groups.mixed() {
-        return lookup::best_records_of(store, workload_id, &opts.compat, n);
+        return Ok(vec![lookup::best_records_of(
+            store,
+            workload_id,
+            &opts.compat,
+            n,
+        )?]);
     }
     let mut out = Vec::new();
     for ids in &groups.0 {
-        out.extend(lookup::best_records_on(store, workload_id, ids, n)?);
+        let run = lookup::best_records_on(store, workload_id, ids, n)?;
+        if !run.is_empty() {
+            out.push(run);
+        }
     }
     Ok(out)
 }

@@ -350,15 +350,15 @@ pub fn refinable_workloads(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// Where a refinement may start: the best `n` valid records of the workload imported from
-/// logs, and the best `n` that ttdb itself measured (earlier refinements, verifications),
-/// each set in cost order.
+/// Where a refinement may start, in two runs: the best `n` valid records of the workload
+/// imported from logs, and the best `n` that ttdb itself measured (earlier refinements,
+/// verifications), each in cost order.
 pub fn refine_starts(
     store: &Store,
     workload_id: i64,
     compat: &str,
     n: usize,
-) -> Result<Vec<SourceRecord>> {
+) -> Result<Vec<Vec<SourceRecord>>> {
     let mut out = Vec::new();
     for measured_here in [false, true] {
         let sql = format!(
@@ -370,7 +370,7 @@ pub fn refine_starts(
             params![workload_id, compat, n as i64, measured_here],
             source_of,
         )?;
-        out.extend(rows.collect::<rusqlite::Result<Vec<_>>>()?);
+        out.push(rows.collect::<rusqlite::Result<Vec<_>>>()?);
     }
     Ok(out)
 }

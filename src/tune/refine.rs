@@ -172,7 +172,49 @@ pub fn refine_schedules(
 #[derive(Clone, Debug)]
 pub struct RefineJob {
     pub workload: RefinableWorkload,
-    pub starts: Vec<SourceRecord>,
+    /// Cheapest first by stored cost, in runs: imported records, then ttdb's own
+    /// measurements. Each run holds [`START_FALL_THROUGH`] more than are wanted.
+    pub starts: Vec<Vec<SourceRecord>>,
+}
+
+/// How many more records per run `plan` fetches than the starts wanted, so records that do
+/// not replay (corrupt, or hostile ones claiming a tiny cost) fall through to the next.
+pub const START_FALL_THROUGH: usize = 16;
+
+impl RefineJob {
+    /// Up to `per_run` distinct schedules of each run that replay on `dag`, with their
+    /// records, cheapest first; and how many records were passed over because they do not
+    /// replay.
+    pub fn start_schedules(
+        &self,
+        dag: &Dag,
+        per_run: usize,
+    ) -> (Vec<(&SourceRecord, Vec<Step>)>, usize) {
+        let inits = stage_inits_from_dag(dag);
+        let (mut out, mut refused) = (Vec::new(), 0);
+        for run in &self.starts {
+            let mut taken = 0;
+            for s in run {
+                if taken == per_run {
+                    break;
+                }
+                let Ok(rec) = Record::parse(&s.raw) else {
+                    refused += 1;
+                    continue;
+                };
+                if out.iter().any(|(_, st)| *st == rec.steps) {
+                    continue;
+                }
+                if crate::schedule::replay(&inits, &rec.steps).is_err() {
+                    refused += 1;
+                    continue;
+                }
+                out.push((s, rec.steps));
+                taken += 1;
+            }
+        }
+        (out, refused)
+    }
 }
 
 /// Which workloads `plan` selects.
@@ -202,7 +244,7 @@ pub fn plan(
     )?
     .into_iter()
     .map(|w| {
-        let starts = lookup::refine_starts(store, w.id, compat, opts.starts)?;
+        let starts = lookup::refine_starts(store, w.id, compat, opts.starts + START_FALL_THROUGH)?;
         Ok(RefineJob {
             workload: w,
             starts,
@@ -344,22 +386,19 @@ fn refine_job(
     };
     row.inputs = r.signature.inputs.clone();
     row.output = r.signature.output.clone();
-    // The candidates, one per distinct step list.
-    let mut cands: Vec<(&SourceRecord, Vec<Step>)> = Vec::new();
-    let mut rewrite_option = None;
-    for s in &job.starts {
-        let Ok(rec) = Record::parse(&s.raw) else {
-            continue;
-        };
-        rewrite_option = rewrite_option.or(rec.task.layout_rewrite_option);
-        if !cands.iter().any(|(_, st)| *st == rec.steps) {
-            cands.push((s, rec.steps));
-        }
-    }
+    // The candidates, one per distinct step list that replays.
+    let (cands, refused) = job.start_schedules(&r.dag, opts.starts);
     if cands.is_empty() {
-        row.note = Some("no stored record parses".into());
+        row.note = Some(format!(
+            "no stored record replays on the workload ({refused} refused)"
+        ));
         return Ok(row);
     }
+    let rewrite_option = cands.iter().find_map(|(s, _)| {
+        Record::parse(&s.raw)
+            .ok()
+            .and_then(|r| r.task.layout_rewrite_option)
+    });
     // Weights pre-packed as TVM measured relay tasks (layout rewrite option 2; records
     // before v0.5 carry no option: relay keys meant 2, registered ones 1).
     let registered = r.recognized_by == crate::recognize::RecognizedBy::Registered;

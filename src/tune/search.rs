@@ -6,7 +6,7 @@
 //! and a second `tune` starts from them (they are seeds too).
 use super::record::{measurement_of, Sink};
 use super::refine::{recognized_workload, refine_schedules, RefineJob, RefineOptions};
-use crate::ansor::{Record, Step};
+use crate::ansor::Step;
 use crate::evaluate::Reference;
 use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
 use crate::search::droplet::KernelMeasurer;
@@ -135,7 +135,14 @@ pub(super) fn store_trials(
 
 impl SearchObserver for Keeper<'_> {
     fn round_done(&mut self, trials: &[SearchTrial]) {
-        store_trials(self.sink, self.key, self.flops, &mut self.stored, &mut self.error, trials);
+        store_trials(
+            self.sink,
+            self.key,
+            self.flops,
+            &mut self.stored,
+            &mut self.error,
+            trials,
+        );
     }
     fn progress(&mut self, trials: usize, best: f64) {
         self.progress.trials(trials, best);
@@ -240,7 +247,10 @@ pub fn search_kernel(
                 SearchSummary {
                     trials: s.trials.len(),
                     failed_trials: s.trials.iter().filter(|t| !t.evaluation.verified()).count(),
-                    best_ms: best.as_ref().and_then(|b| b.evaluation.median()).map(|m| m * 1e3),
+                    best_ms: best
+                        .as_ref()
+                        .and_then(|b| b.evaluation.median())
+                        .map(|m| m * 1e3),
                     seconds: t0.elapsed().as_secs_f64(),
                     note: best.is_none().then(|| "no candidate verified".into()),
                 },
@@ -294,7 +304,10 @@ pub fn tune_jobs(
         return Err(e);
     }
     Ok(TuneReport {
-        host: format!("{} ({}, {} cores)", host.cpu_model, host.llvm_cpu, host.cores),
+        host: format!(
+            "{} ({}, {} cores)",
+            host.cpu_model, host.llvm_cpu, host.cores
+        ),
         cost_model: model.summary(),
         trials: kernels.iter().map(|k| k.trials + k.droplet_trials).sum(),
         kernels,
@@ -305,7 +318,11 @@ pub fn tune_jobs(
 
 /// Trains `model` on what it has not been trained on yet and keeps it for the next run (not
 /// when the run started cold on purpose: a cold model would replace a warmer one).
-pub(super) fn keep_model(sink: &mut dyn Sink, opts: &SearchOptions, model: &mut CostModel) -> Result<(), StoreError> {
+pub(super) fn keep_model(
+    sink: &mut dyn Sink,
+    opts: &SearchOptions,
+    model: &mut CostModel,
+) -> Result<(), StoreError> {
     if opts.warm_start && opts.learned_model {
         model.maybe_retrain();
         sink.keep_cost_model(model)?;
@@ -349,14 +366,8 @@ fn tune_job(
     };
     row.inputs = r.signature.inputs.clone();
     row.output = r.signature.output.clone();
-    let mut seeds: Vec<Vec<Step>> = Vec::new();
-    for s in &job.starts {
-        if let Ok(rec) = Record::parse(&s.raw) {
-            if !seeds.contains(&rec.steps) {
-                seeds.push(rec.steps);
-            }
-        }
-    }
+    let (starts, _) = job.start_schedules(&r.dag, opts.refine.starts);
+    let seeds: Vec<Vec<Step>> = starts.into_iter().map(|(_, steps)| steps).collect();
     row.seeds = seeds.len();
     let flops = r.dag.flop_ct();
     let eval = opts.refine.eval();
@@ -418,9 +429,8 @@ fn tune_job(
     row.best_ms = row.searched_ms;
     row.gflops = best.evaluation.gflops(flops);
     if opts.droplet_trials > 0 && !interrupt::requested() {
-        let mut on_progress = |trials: usize, best: f64| {
-            keeper.progress.trials(row.trials + trials, best)
-        };
+        let mut on_progress =
+            |trials: usize, best: f64| keeper.progress.trials(row.trials + trials, best);
         match droplet_after_search(
             &r.dag,
             &reference,

@@ -128,7 +128,10 @@ pub fn interrupt_once_stored(
     let t0 = Instant::now();
     // The child creates a new database: it may not open until its migrations ran.
     while ttdb::store::Store::open(db).is_err() || stored(db) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(240), "no trial stored after 240 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(240),
+            "no trial stored after 240 s"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let kill = Command::new("kill")
