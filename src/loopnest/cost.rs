@@ -11,7 +11,10 @@ pub struct CostLimits {
     pub max_total_steps: u128,
     /// Maximum bytes of temporaries live at once (per executing thread).
     pub max_temp_bytes: i64,
-    /// Maximum statement nodes (code size) after unrolling.
+    /// Maximum statement nodes (code size) after unrolling. LLVM's time grows faster than
+    /// the code: on a Zen 4 host 4k statements compile in about 1 s, 8k in 5 s, 39k in 35 s
+    /// and 113k in more than 300 s. The largest real record in the corpus unrolls to 2.5k;
+    /// TVM's CPU search picks unroll steps of at most 512, ttdb's Droplet at most 1,024.
     pub max_stmt_nodes: usize,
 }
 
@@ -20,7 +23,7 @@ impl Default for CostLimits {
         CostLimits {
             max_total_steps: 200_000_000_000,
             max_temp_bytes: 4 << 30,
-            max_stmt_nodes: 2_000_000,
+            max_stmt_nodes: 16_384,
         }
     }
 }
