@@ -517,3 +517,47 @@ fn export_of_a_model_takes_only_its_kernels() {
         exported.difference(&resnet18).collect::<Vec<_>>()
     );
 }
+
+/// `bundle sign` and `bundle merge` report what they wrote as JSON, like `export`.
+#[test]
+fn sign_and_merge_report_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = resnet18_bundle(dir.path());
+    let db = dir.path().join("k.db");
+    let key = dir.path().join("team.key");
+    let (code, public, err) = ttdb_on(&db, &["key", "generate", "-o", key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let signed = dir.path().join("signed.ttdb");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (code, out, err) = ttdb_on(&db, args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let s = json(&[
+        "bundle",
+        "sign",
+        bundle.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "-o",
+        signed.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(s["signed_by"].as_str(), Some(public.trim()), "{s}");
+    assert_eq!(s["bytes"], std::fs::metadata(&signed).unwrap().len(), "{s}");
+    let merged = dir.path().join("merged.ttdb");
+    let m = json(&[
+        "bundle",
+        "merge",
+        bundle.to_str().unwrap(),
+        signed.to_str().unwrap(),
+        "-o",
+        merged.to_str().unwrap(),
+        "--json",
+    ]);
+    // The same records: merging a bundle with its signed copy changes nothing but the
+    // signature, which a merge drops.
+    assert_eq!(m["records"], s["records"], "{m}");
+    assert_eq!(m["bundle_sha256"], s["bundle_sha256"], "{m}");
+    assert_eq!(m["signed_by"], serde_json::Value::Null, "{m}");
+}

@@ -88,6 +88,17 @@ fn provenance(o: Origin) -> Provenance {
 /// Imports a bundle read (and so checked) by [`format::read`], recording `path` as its
 /// source. Signature policy is the caller's (see `sign::check`).
 pub fn import(store: &mut Store, path: &Path, bundle: &Bundle) -> Result<BundleImport, StoreError> {
+    import_with_progress(store, path, bundle, &|_| {})
+}
+
+/// [`import`], calling `progress(bytes)` as the records are stored: bytes of record lines
+/// (each with its newline) done, out of [`record_bytes`].
+pub fn import_with_progress(
+    store: &mut Store,
+    path: &Path,
+    bundle: &Bundle,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<BundleImport, StoreError> {
     let records: Vec<IncomingRecord> = bundle
         .records
         .iter()
@@ -119,7 +130,13 @@ pub fn import(store: &mut Store, path: &Path, bundle: &Bundle) -> Result<BundleI
             ttdb_version: h.ttdb_version.clone(),
         })
         .collect();
-    sql::import_bundle(store, path, &records, &hosts)
+    sql::import_bundle(store, path, &records, &hosts, progress)
+}
+
+/// Bytes of a bundle's record lines, each with its newline (the scale of
+/// [`import_with_progress`]'s progress).
+pub fn record_bytes(bundle: &Bundle) -> u64 {
+    bundle.records.iter().map(|r| r.line.len() as u64 + 1).sum()
 }
 
 /// What an import would do with one workload's records.

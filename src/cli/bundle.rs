@@ -32,6 +32,8 @@ pub enum BundleCommand {
         /// Write the signed bundle here (default: replace FILE).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
     /// The union of two bundles, deduplicated by record sha256, provenance kept (unsigned).
     Merge {
@@ -42,6 +44,8 @@ pub enum BundleCommand {
         /// zstd-compress the result.
         #[arg(long)]
         compress: bool,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -141,41 +145,61 @@ pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
         BundleCommand::Export(args) => export(&super::open_store(db)?, args),
         BundleCommand::Inspect { file, json } => inspect(db, file, *json),
         BundleCommand::Import(args) => import(db, args),
-        BundleCommand::Sign { file, key, output } => {
+        BundleCommand::Sign {
+            file,
+            key,
+            output,
+            json,
+        } => {
             // Signed as it came: a compressed bundle stays compressed.
             let (mut b, compressed) = read_bundle_file(file)?;
             let key = sign::read_secret_key(key).map_err(fail)?;
             sign::sign(&mut b, &key);
             let out = output.as_ref().unwrap_or(file);
-            write_atomically(out, &b.to_bytes(compressed)?)?;
-            eprintln!(
-                "signed {} ({} records) with key {}",
-                out.display(),
-                b.records.len(),
-                sign::public_hex(&key)
-            );
-            Ok(())
+            let bytes = b.to_bytes(compressed)?;
+            write_atomically(out, &bytes)?;
+            report_written(
+                &WrittenBundle {
+                    path: out,
+                    records: b.records.len(),
+                    bytes: bytes.len(),
+                    compressed,
+                    signed_by: Some(sign::public_hex(&key)),
+                    bundle_sha256: &b.sha256,
+                },
+                "signed",
+                *json,
+            )
         }
         BundleCommand::Merge {
             a,
             b,
             output,
             compress,
+            json,
         } => {
             let merged = bundle::merge(&read_bundle(a)?, &read_bundle(b)?);
-            write_atomically(output, &merged.to_bytes(*compress)?)?;
-            eprintln!(
-                "wrote {} ({} records)",
-                output.display(),
-                merged.records.len()
-            );
-            Ok(())
+            let bytes = merged.to_bytes(*compress)?;
+            write_atomically(output, &bytes)?;
+            report_written(
+                &WrittenBundle {
+                    path: output,
+                    records: merged.records.len(),
+                    bytes: bytes.len(),
+                    compressed: *compress,
+                    signed_by: None,
+                    bundle_sha256: &merged.sha256,
+                },
+                "wrote",
+                *json,
+            )
         }
     }
 }
 
+/// A bundle file just written (export, sign, merge), as `--json` prints it.
 #[derive(Serialize)]
-struct ExportSummary<'a> {
+struct WrittenBundle<'a> {
     path: &'a Path,
     records: usize,
     bytes: usize,
@@ -204,19 +228,27 @@ fn export(store: &Store, args: &ExportArgs) -> CliResult {
     }
     let bytes = b.to_bytes(args.compress)?;
     write_atomically(&args.output, &bytes)?;
-    let s = ExportSummary {
-        path: &args.output,
-        records: b.records.len(),
-        bytes: bytes.len(),
-        compressed: args.compress,
-        signed_by,
-        bundle_sha256: &b.sha256,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+    report_written(
+        &WrittenBundle {
+            path: &args.output,
+            records: b.records.len(),
+            bytes: bytes.len(),
+            compressed: args.compress,
+            signed_by,
+            bundle_sha256: &b.sha256,
+        },
+        "wrote",
+        args.json,
+    )
+}
+
+/// `ttdb: <verb> N records to F (bytes, zstd, signed by K)` on stderr, or the JSON on stdout.
+fn report_written(s: &WrittenBundle, verb: &str, json: bool) -> CliResult {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s)?);
     } else {
         eprintln!(
-            "wrote {} records to {} ({} bytes{}{})",
+            "{verb} {} records to {} ({} bytes{}{})",
             s.records,
             s.path.display(),
             s.bytes,
@@ -440,7 +472,22 @@ fn import(db: &Option<PathBuf>, args: &ImportArgs) -> CliResult {
     for (path, b) in &bundles {
         let signer = signer_view(b, Some(&store))?;
         check_signature(path, &signer, args.require_signed)?;
-        let report = bundle::import(&mut store, path, b)?;
+        let bar = super::progress_bar(
+            bundle::record_bytes(b),
+            "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        );
+        if let Some(bar) = &bar {
+            bar.set_message(format!("{} records", b.records.len()));
+        }
+        let report = bundle::import_with_progress(&mut store, path, b, &|done| {
+            if let Some(bar) = &bar {
+                bar.set_position(done);
+            }
+        });
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        let report = report?;
         let verify = if args.verify {
             Some(verify_imported(&mut store, b)?)
         } else {

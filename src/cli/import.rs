@@ -6,7 +6,6 @@ use crate::store::target::NormalizedTarget;
 use crate::store::Store;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 
 /// The summary of one `import` run, over all its files.
 #[derive(Debug, Default, Serialize)]
@@ -146,20 +145,6 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
     out
 }
 
-fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    Some(bar)
-}
-
 pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliResult {
     let files = collect_files(paths)?;
     let total: u64 = files
@@ -167,7 +152,10 @@ pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliRe
         .filter_map(|f| std::fs::metadata(f).ok())
         .map(|m| m.len())
         .sum();
-    let bar = progress_bar(total);
+    let bar = super::progress_bar(
+        total,
+        "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+    );
     let mut summary = ImportSummary::default();
     let mut done = 0u64;
     for f in &files {

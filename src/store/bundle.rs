@@ -205,12 +205,13 @@ pub struct BundleImport {
 
 /// Imports a bundle's records, hosts and provenance in one transaction (idempotent: records
 /// are deduplicated by digest, provenance and hosts by value). `path` names the bundle in
-/// the `sources` table.
+/// the `sources` table. `progress(bytes)` follows the records' text as it is imported.
 pub fn import_bundle(
     store: &mut Store,
     path: &Path,
     records: &[IncomingRecord],
     hosts: &[HostRow],
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<BundleImport> {
     let mut text = String::new();
     for r in records {
@@ -218,7 +219,7 @@ pub fn import_bundle(
         text.push('\n');
     }
     in_import_transaction(store, |tx| {
-        let file = import_in(tx, path, text.as_bytes(), "bundle", &|_| {})?;
+        let file = import_in(tx, path, text.as_bytes(), "bundle", progress)?;
         let new_hosts = insert_hosts(tx, hosts)?;
         let mut new_origins = 0;
         let mut find = tx.prepare_cached("SELECT id FROM records WHERE digest = ?1")?;
