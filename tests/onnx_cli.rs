@@ -83,3 +83,43 @@ fn kernels_errors_are_clear() {
     ]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// Output piped into a reader that stops early (`ttdb kernels M --json | head -c 10`) ends
+/// ttdb quietly by SIGPIPE, as any Unix tool, never with a panic.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/corpus/onnx/torchvision_graph_only/densenet121.onnx"
+    );
+    assert!(
+        std::path::Path::new(model).exists(),
+        "the corpus is missing: {model}"
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .args(["kernels", model, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    // The pipe's read end is closed now; the JSON (85 kB) does not fit in its buffer.
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        status.signal(),
+        Some(13),
+        "killed by SIGPIPE: {status} {err}"
+    );
+}

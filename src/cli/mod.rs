@@ -11,11 +11,11 @@ mod kernels;
 mod match_cmd;
 mod plot;
 mod refine;
-mod tune;
-mod tune_model;
 mod stats;
 mod table;
 mod trust;
+mod tune;
+mod tune_model;
 mod verify;
 mod workloads;
 
@@ -138,7 +138,10 @@ fn progress_bar(len: u64, template: &str) -> Option<indicatif::ProgressBar> {
 
 /// A bar over trials (refine, tune).
 fn trials_bar(len: u64) -> Option<indicatif::ProgressBar> {
-    progress_bar(len, "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}")
+    progress_bar(
+        len,
+        "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}",
+    )
 }
 
 /// Runs `f` with the database as the sink of what it measures (records of this host), or,
@@ -190,8 +193,29 @@ pub fn run(cli: Cli) -> CliResult {
     }
 }
 
+/// Output piped into a reader that stops early (`ttdb workloads | head`) ends the process
+/// quietly, as for any Unix tool, instead of a panic in `println!` (Rust starts programs
+/// with SIGPIPE ignored). An import killed this way loses nothing: its transaction is
+/// rolled back.
+#[cfg(target_os = "linux")]
+fn default_sigpipe() {
+    extern "C" {
+        fn signal(signum: i32, handler: usize) -> usize;
+    }
+    const SIGPIPE: i32 = 13;
+    const SIG_DFL: usize = 0;
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe {
+        signal(SIGPIPE, SIG_DFL);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn default_sigpipe() {}
+
 /// Entry point of the binary; returns the process exit code.
 pub fn main() -> i32 {
+    default_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => 0,
