@@ -132,7 +132,14 @@ impl Default for MatchOptions {
 /// The kernel's spec with the source's operand order (residual-first adds), so the DAG has
 /// the source's stage order. None when the epilogue chains differ.
 pub fn spec_like_source(kernel: &WorkloadSpec, source: &WorkloadSpec) -> Option<WorkloadSpec> {
-    if kernel.epilogue.len() != source.epilogue.len() {
+    if kernel.epilogue.len() != source.epilogue.len()
+        || kernel.prologue.len() != source.prologue.len()
+    {
+        return None;
+    }
+    let same = |a: &EpilogueOp, b: &EpilogueOp| a.class_name() == b.class_name();
+    let mut prologues = kernel.prologue.iter().zip(&source.prologue);
+    if !prologues.all(|(a, b)| same(a, b)) {
         return None;
     }
     let mut spec = kernel.clone();

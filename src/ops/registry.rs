@@ -97,6 +97,11 @@ impl Anchor {
         }
     }
 
+    /// Whether element-wise producers of its data fuse into it (relay `kCommReduce`).
+    pub fn takes_prologue(&self) -> bool {
+        matches!(self, Anchor::Mean { .. })
+    }
+
     /// Whether TVM of that era has this op (grouped conv2d_NCHWc only from v0.10 on).
     pub fn exists_in(&self, era: Era, inputs: &[Vec<i64>]) -> bool {
         match self {
@@ -235,6 +240,11 @@ impl Anchor {
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadSpec {
     pub anchor: Anchor,
+    /// Element-wise ops applied to a reduction's data before it reduces (FuseOps fuses
+    /// element-wise producers into a `kCommReduce` consumer: `mean(power(x, 2f))` of
+    /// LayerNorm's variance). Operand-free ops only (unary, scalar constants), so the
+    /// task's inputs are the anchor's; empty for every other anchor.
+    pub prologue: Vec<EpilogueOp>,
     pub epilogue: Vec<EpilogueOp>,
     pub dtype: DType,
 }
@@ -243,19 +253,29 @@ impl WorkloadSpec {
     pub fn new(anchor: Anchor, epilogue: Vec<EpilogueOp>) -> WorkloadSpec {
         WorkloadSpec {
             anchor,
+            prologue: Vec::new(),
             epilogue,
             dtype: DType::F32,
         }
+    }
+
+    /// The same task with `prologue` applied to the reduction's data.
+    pub fn with_prologue(mut self, prologue: Vec<EpilogueOp>) -> WorkloadSpec {
+        self.prologue = prologue;
+        self
     }
 
     pub fn num_inputs(&self) -> usize {
         self.anchor.num_inputs() + self.epilogue.iter().filter(|e| e.takes_operand()).count()
     }
 
-    /// `+`-joined class: `conv2d_nchwc+add+relu`.
+    /// `+`-joined class in data-flow order: `conv2d_nchwc+add+relu`, `power_scalar+mean`.
     pub fn op_class(&self) -> String {
-        std::iter::once(self.anchor.class_name())
-            .chain(self.epilogue.iter().map(|e| e.class_name().to_string()))
+        self.prologue
+            .iter()
+            .map(|e| e.class_name().to_string())
+            .chain(std::iter::once(self.anchor.class_name()))
+            .chain(self.epilogue.iter().map(|e| e.class_label()))
             .collect::<Vec<_>>()
             .join("+")
     }
@@ -295,22 +315,43 @@ impl WorkloadSpec {
         check(self.anchor.exists_in(era, inputs), || {
             format!("{} does not exist in TVM {era}", self.anchor.class_name())
         })?;
+        check(
+            self.prologue.is_empty() || self.anchor.takes_prologue(),
+            || format!("{} takes no fused prologue", self.anchor.class_name()),
+        )?;
+        check(self.prologue.iter().all(|op| !op.takes_operand()), || {
+            "a prologue op with a tensor operand is not in ttdb's op registry".into()
+        })?;
         let mut b = DagBuilder::new();
         let k = self.anchor.num_inputs();
-        let anchor_ins: Vec<Tensor> = (0..k)
+        let mut anchor_ins: Vec<Tensor> = (0..k)
             .map(|i| b.placeholder(era.placeholder_name(i), &inputs[i], self.dtype))
             .collect();
+        for op in &self.prologue {
+            anchor_ins[0] = op.build(&mut b, &anchor_ins[0], None, self.dtype)?;
+        }
         let mut prev = self.anchor.build(&mut b, era, &anchor_ins)?;
+        // values[i]: the anchor's output (0), then each epilogue op's (for rejoins)
+        let mut values = vec![prev.clone()];
         let mut next = k;
         for op in &self.epilogue {
             let operand = if op.takes_operand() {
                 let t = b.placeholder(era.placeholder_name(next), &inputs[next], self.dtype);
                 next += 1;
                 Some(t)
+            } else if let EpilogueOp::Rejoin { with, .. } = op {
+                let v = values.get(usize::from(*with)).ok_or_else(|| {
+                    BuildError(format!(
+                        "{}: epilogue value {with} does not exist yet",
+                        self.op_class()
+                    ))
+                })?;
+                Some(v.clone())
             } else {
                 None
             };
             prev = op.build(&mut b, &prev, operand.as_ref(), self.dtype)?;
+            values.push(prev.clone());
         }
         Ok(b.finish(&[&prev]))
     }

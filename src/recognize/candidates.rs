@@ -353,7 +353,30 @@ pub fn candidates(ins: &[Vec<i64>], out: &[i64], pass: Pass) -> Vec<Candidate> {
             }
         }
     }
+    if pass == Pass::Extended {
+        result.extend(prologue_candidates(ins, out));
+    }
     result
+}
+
+/// Prologues tried before a one-input reduction (extended pass): LayerNorm's `x^2`.
+fn prologue_candidates(ins: &[Vec<i64>], out: &[i64]) -> Vec<Candidate> {
+    let [x] = ins else {
+        return vec![];
+    };
+    let square = EpilogueOp::Scalar {
+        op: ScalarOp::Power,
+        value: 2.0,
+        operand_first: false,
+    };
+    one_input_anchors(x, out)
+        .into_iter()
+        .filter(Anchor::takes_prologue)
+        .map(|a| Candidate {
+            spec: WorkloadSpec::new(a, vec![]).with_prologue(vec![square]),
+            canonical: ins.to_vec(),
+        })
+        .collect()
 }
 
 fn cartesian(choices: &[Vec<EpilogueOp>]) -> Vec<Vec<EpilogueOp>> {

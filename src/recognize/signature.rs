@@ -30,6 +30,18 @@ pub fn spec_signature(
     if !scalars.is_empty() {
         attrs.insert("scalars".into(), Value::Array(scalars));
     }
+    // `mean(x^2)` and `mean(x^3)` are different kernels too
+    let prologue: Vec<Value> = spec
+        .prologue
+        .iter()
+        .filter_map(|op| match op {
+            EpilogueOp::Scalar { value, .. } => Some(json!(value)),
+            _ => None,
+        })
+        .collect();
+    if !prologue.is_empty() {
+        attrs.insert("prologue_scalars".into(), Value::Array(prologue));
+    }
     // A lower-rank epilogue operand (a 1-D bias via expand_dims, or a right-aligned
     // broadcast) is the same data as its rank-padded form: `[768]` and `[1, 768]` biases
     // of one dense kernel must give one signature.

@@ -172,6 +172,7 @@ fn anchor_out(spec: &WorkloadSpec, era: Era, ins: &[Vec<i64>]) -> Result<Vec<i64
     let k = spec.anchor.num_inputs();
     let dag = WorkloadSpec {
         anchor: spec.anchor.clone(),
+        prologue: vec![],
         epilogue: vec![],
         dtype: spec.dtype,
     }
