@@ -130,6 +130,13 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
         out.push_str(&format!("  {n:>4}  {class}\n"));
     }
     for f in &s.per_file {
+        for g in &f.refuted_guesses {
+            out.push_str(&format!(
+                "unrecognized {}: {}\n",
+                f.path.display(),
+                g.reason
+            ));
+        }
         for r in &f.rejected {
             out.push_str(&format!(
                 "rejected {}:{}: {}\n",

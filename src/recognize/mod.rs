@@ -24,7 +24,7 @@ use crate::ir::{dag_hash, Dag};
 use crate::ops::{Anchor, EpilogueOp, Era, WorkloadSpec};
 use crate::signature::WorkloadSignature;
 use candidates::{candidates, Candidate, Pass};
-pub use signature::signature_for;
+pub use signature::{signature_for, unknown_signature};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};

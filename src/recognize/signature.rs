@@ -92,19 +92,22 @@ pub fn registered_signature(
 pub fn signature_for(key: &crate::ansor::WorkloadKey) -> (WorkloadSignature, &'static str) {
     match super::recognize_signature(key) {
         Ok(found) => found,
-        Err(e) => {
-            let mut attrs = BTreeMap::new();
-            attrs.insert("key".to_string(), Value::from(key.raw.as_str()));
-            attrs.insert("reason".to_string(), Value::from(e.to_string()));
-            let sig = WorkloadSignature {
-                op_class: "unknown".into(),
-                attrs,
-                inputs: key.nested_shapes().unwrap_or_default(),
-                output: vec![],
-                dtype: String::new(),
-                layout: String::new(),
-            };
-            (sig, "unknown")
-        }
+        Err(e) => (unknown_signature(key, &e.to_string()), "unknown"),
+    }
+}
+
+/// The signature of a key no DAG is known for: class `unknown`, the key and `reason` as
+/// attributes (so distinct unknown keys stay distinct), the key's shapes as inputs.
+pub fn unknown_signature(key: &crate::ansor::WorkloadKey, reason: &str) -> WorkloadSignature {
+    let mut attrs = BTreeMap::new();
+    attrs.insert("key".to_string(), Value::from(key.raw.as_str()));
+    attrs.insert("reason".to_string(), Value::from(reason));
+    WorkloadSignature {
+        op_class: "unknown".into(),
+        attrs,
+        inputs: key.nested_shapes().unwrap_or_default(),
+        output: vec![],
+        dtype: String::new(),
+        layout: String::new(),
     }
 }

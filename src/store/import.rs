@@ -41,6 +41,9 @@ pub struct FileReport {
     #[serde(skip)]
     pub workload_ids: Vec<i64>,
     pub new_workloads: usize,
+    /// Workloads recognized by shape only whose records do not replay on the guess: stored
+    /// as `unknown` (see [`super::structural`]).
+    pub refuted_guesses: Vec<super::structural::RefutedGuess>,
 }
 
 /// What the parse thread hands to the insert thread for one record line. Everything that
@@ -437,6 +440,7 @@ pub fn import_in(
         )?;
     }
     report.workload_ids.sort_unstable();
+    report.refuted_guesses = super::structural::check_guesses(tx, &report.workload_ids)?;
     Ok(report)
 }
 

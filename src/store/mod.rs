@@ -13,6 +13,7 @@ pub mod import;
 pub mod lookup;
 pub mod measurement;
 pub mod query;
+pub mod structural;
 pub mod target;
 
 pub use import::{import_file, FileReport, Rejected};
@@ -174,6 +175,8 @@ impl Store {
                 ])?;
             }
         }
+        let ids: Vec<i64> = stale.iter().map(|(id, _)| *id).collect();
+        structural::check_guesses(&tx, &ids)?;
         tx.commit()?;
         Ok(stale.len())
     }
