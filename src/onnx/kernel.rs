@@ -11,6 +11,7 @@
 //! element-wise) are *simple* kernels (Ansor does not tune them).
 use super::chain::{chain_op, simplify_scalars};
 use super::layout::{Blocking, ConvChoice};
+use super::prologue::{prologue_of, prologue_ops};
 use super::relay::{Layout, OpGraph, OpId, OpKind};
 use crate::ops::{Anchor, Era, PoolAttrs, PoolLayout, WorkloadSpec};
 use crate::recognize::signature::spec_signature;
@@ -224,11 +225,19 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         Err(reason) => return untunable(k, reason),
     };
     let mut canonical: Vec<Vec<i64>> = a.inputs.iter().map(|&v| g.values[v].phys.clone()).collect();
+    let prologue = match prologue_of(g, group, anchor_op, &anchor) {
+        Ok(p) => p,
+        Err(reason) => return untunable(k, reason),
+    };
+    if let Some(&(first, pos, _)) = prologue.first() {
+        canonical[0] = g.values[g.ops[first].inputs[pos]].phys.clone();
+    }
     k.inputs = canonical.clone();
     // walk the epilogue chain
     let mut epilogue = Vec::new();
     let mut cur = a.output;
     let mut visited = vec![anchor_op];
+    visited.extend(prologue.iter().map(|p| p.0));
     loop {
         let readers: Vec<(OpId, usize)> = group
             .iter()
@@ -280,7 +289,7 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
     }
     let output = g.values[cur].phys.clone();
     simplify_scalars(&mut epilogue);
-    let spec = WorkloadSpec::new(anchor, epilogue);
+    let spec = WorkloadSpec::new(anchor, epilogue).with_prologue(prologue_ops(prologue));
     k.class = spec.op_class();
     k.inputs = canonical.clone();
     k.output = output.clone();

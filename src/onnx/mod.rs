@@ -22,6 +22,7 @@ pub mod graph;
 pub mod kernel;
 pub mod layout;
 pub mod load;
+pub mod prologue;
 pub mod proto;
 pub mod relay;
 pub mod shape;
