@@ -123,3 +123,55 @@ fn output_into_a_closed_pipe_ends_quietly() {
         "killed by SIGPIPE: {status} {err}"
     );
 }
+
+/// `match` lists the untunable kernels with the reason, and `match --explain` on one says
+/// which op of which ONNX nodes makes it untunable (pnet's PReLU is not in the registry).
+#[test]
+fn match_explains_untunable_kernels() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/corpus/onnx/odd/pnet.onnx"
+    );
+    assert!(
+        std::path::Path::new(model).exists(),
+        "the corpus is missing: {model}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("empty.db");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "--db",
+            db.to_str().unwrap(),
+            "match",
+            model,
+            "--input-shape",
+            "input_1=1,12,12,3",
+        ];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        ttdb(&a)
+    };
+    let (code, out, err) = run(args(&[]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("untunable, not matched (3 kernels, 3 occurrences):"),
+        "{out}"
+    );
+    assert!(
+        out.contains("conv2d (conv2d+add+prelu): fused epilogue op `prelu`"),
+        "{out}"
+    );
+    let (code, out, err) = run(args(&["--explain", "conv2d"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ONNX nodes: conv2d, p_re_lu"), "{out}");
+    assert!(
+        out.contains("untunable: fused epilogue op `prelu`"),
+        "{out}"
+    );
+    let (code, _, err) = run(args(&["--explain", "no_such_node"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("no kernel named"), "{err}");
+}

@@ -5,6 +5,7 @@ use super::table::{io_shapes, Table};
 use super::{CliError, CliResult};
 use crate::host::IsaCompat;
 use crate::matcher::{MatchOptions, ModelMatch, Tier};
+use crate::onnx::{KernelKind, KernelList};
 use crate::store::Store;
 use serde::Serialize;
 
@@ -149,7 +150,54 @@ pub fn render_match(m: &ModelMatch) -> String {
             conv_hit(Tier::None)
         ));
     }
+    let untunable: Vec<_> = m
+        .list
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::Untunable { reason } => Some((k, reason)),
+            _ => None,
+        })
+        .collect();
+    if !untunable.is_empty() {
+        out.push_str(&format!(
+            "untunable, not matched ({} kernels, {} occurrences):\n",
+            untunable.len(),
+            untunable
+                .iter()
+                .map(|(k, _)| k.multiplicity())
+                .sum::<usize>()
+        ));
+        for (k, reason) in untunable {
+            out.push_str(&format!("  {} ({}): {reason}\n", k.name, k.class));
+        }
+    }
     out
+}
+
+/// `--explain` on a kernel that is not matched because it is not tuned: why.
+fn explain_not_tuned(list: &KernelList, which: &str) -> Option<String> {
+    let k = list.kernels.iter().find(|k| k.name == which)?;
+    let why = match &k.kind {
+        KernelKind::Tuned => return None,
+        KernelKind::Untunable { reason } => format!(
+            "untunable: {reason}; ttdb can neither match nor tune it (it runs TVM's default schedule)"
+        ),
+        KernelKind::Simple => {
+            "a simple (injective or element-wise) kernel: not an Ansor task, so not tuned".into()
+        }
+    };
+    Some(format!(
+        "kernel {} ({}), {} occurrence(s)\n  shapes {}\n  ONNX nodes: {}\n  {why}\n",
+        k.name,
+        k.class,
+        k.multiplicity(),
+        io_shapes(&k.inputs, &k.output),
+        k.occurrences
+            .first()
+            .map(|o| o.join(", "))
+            .unwrap_or_default()
+    ))
 }
 
 pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String> {
@@ -209,12 +257,14 @@ pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String
 pub fn run(store: &Store, args: &MatchArgs) -> CliResult {
     let m = match_layouts(store, &args.model, host_match_options())?;
     if let Some(which) = &args.explain {
-        let text = render_explain(&m, which, args.show).ok_or_else(|| CliError {
-            message: format!(
-                "no tuned kernel named or with a signature starting `{which}` (see `ttdb kernels`)"
-            ),
-            code: 2,
-        })?;
+        let text = render_explain(&m, which, args.show)
+            .or_else(|| explain_not_tuned(&m.list, which))
+            .ok_or_else(|| CliError {
+                message: format!(
+                    "no kernel named or with a signature starting `{which}` (see `ttdb kernels`)"
+                ),
+                code: 2,
+            })?;
         print!("{text}");
         return Ok(());
     }
