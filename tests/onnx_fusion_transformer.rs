@@ -1,0 +1,193 @@
+//! Fusion of transformer blocks, on small graphs written with ttdb's ONNX writer: the
+//! kernels ttdb extracts are the groups TVM's FuseOps (`src/relay/transforms/fuse_ops.cc`)
+//! forms, written out here from its rules:
+//!
+//! * a `kCommReduce` op is never fused into what follows it, but an element-wise or
+//!   broadcast producer whose post-dominator is the reduction fuses into it (phase 0,
+//!   `group_node->pattern <= kBroadcast` with a `kCommReduce` parent): LayerNorm's
+//!   `power` joins the variance's `mean`;
+//! * a broadcast op fuses into its post-dominator only if every op on the way is injective
+//!   or element-wise (`fcond` of non-sink nodes): LayerNorm's `x - mean` also reaches the
+//!   `divide` through the variance's reduction, so it stays alone;
+//! * an out-element-wise-fusable anchor (dense, batch_matmul) takes the element-wise chain
+//!   after it when the edge into it is element-wise (an operand of the output's shape or a
+//!   scalar): GELU after a dense, the `1/sqrt(d)` scaling after `q @ k^T`;
+//! * softmax is `kOpaque`: a group of its own.
+use ttdb::onnx::writer::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
+use ttdb::onnx::{self, KernelKind, Options};
+
+/// (class, kind, ONNX nodes of the first occurrence) of each kernel, in graph order.
+fn groups(b: &ModelBuilder) -> Vec<(String, String, Vec<String>)> {
+    let g = onnx::load_bytes(&b.encode(), &[]).unwrap();
+    let list = onnx::extract(&g, &Options::default()).unwrap();
+    list.kernels
+        .iter()
+        .map(|k| {
+            let kind = match &k.kind {
+                KernelKind::Tuned => "tuned".to_string(),
+                KernelKind::Simple => "simple".to_string(),
+                KernelKind::Untunable { reason } => format!("untunable: {reason}"),
+            };
+            (k.class.clone(), kind, k.occurrences[0].clone())
+        })
+        .collect()
+}
+
+fn constant(b: &mut ModelBuilder, name: &str, v: f32) {
+    b.node(
+        "Constant",
+        &format!("/{name}"),
+        &[],
+        &[name],
+        vec![attr_tensor("value", float_scalar(v))],
+    );
+}
+
+fn nodes(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// LayerNorm as PyTorch exports it (no LayerNormalization op before opset 17).
+fn layer_norm() -> ModelBuilder {
+    let mut b = ModelBuilder::new("layer_norm", 14);
+    b.input("x", &[1, 8, 32]);
+    b.weight("gamma", &[32]).weight("beta", &[32]);
+    constant(&mut b, "two", 2.0);
+    constant(&mut b, "eps", 1e-5);
+    let mean = |b: &mut ModelBuilder, name: &str, x: &str, y: &str| {
+        b.node(
+            "ReduceMean",
+            name,
+            &[x],
+            &[y],
+            vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)],
+        );
+    };
+    mean(&mut b, "/ln/ReduceMean", "x", "m");
+    b.node("Sub", "/ln/Sub", &["x", "m"], &["d"], vec![]);
+    b.node("Pow", "/ln/Pow", &["d", "two"], &["p"], vec![]);
+    mean(&mut b, "/ln/ReduceMean_1", "p", "v");
+    b.node("Add", "/ln/Add", &["v", "eps"], &["ve"], vec![]);
+    b.node("Sqrt", "/ln/Sqrt", &["ve"], &["s"], vec![]);
+    b.node("Div", "/ln/Div", &["d", "s"], &["n"], vec![]);
+    b.node("Mul", "/ln/Mul", &["n", "gamma"], &["g"], vec![]);
+    b.node("Add", "/ln/Add_1", &["g", "beta"], &["y"], vec![]);
+    b.output("y");
+    b
+}
+
+/// `mean | subtract | power+mean | add+sqrt+divide+multiply+add`. The last group is a
+/// simple kernel either way; relay's SimplifyExpr (`SimplifyRSqrt`, run before FuseOps)
+/// makes it `add, rsqrt, multiply, multiply, add`, ttdb lists it under the ONNX ops' names.
+#[test]
+fn layer_norm_groups_follow_fuse_ops() {
+    let got = groups(&layer_norm());
+    let want = vec![
+        ("mean", "tuned", nodes(&["/ln/ReduceMean"])),
+        ("subtract", "simple", nodes(&["/ln/Sub"])),
+        (
+            "power_scalar+mean",
+            "tuned",
+            nodes(&["/ln/Pow", "/ln/ReduceMean_1"]),
+        ),
+        (
+            "add+sqrt+divide+multiply+add",
+            "simple",
+            nodes(&["/ln/Add", "/ln/Sqrt", "/ln/Div", "/ln/Mul", "/ln/Add_1"]),
+        ),
+    ];
+    let want: Vec<(String, String, Vec<String>)> = want
+        .into_iter()
+        .map(|(c, k, n)| (c.to_string(), k.to_string(), n))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// GELU (erf form) after a 2-D MatMul + bias, as PyTorch exports `nn.GELU()`.
+fn gelu() -> ModelBuilder {
+    let mut b = ModelBuilder::new("gelu", 14);
+    b.input("x", &[8, 16]);
+    b.weight("w", &[16, 32]).weight("bias", &[32]);
+    constant(&mut b, "sqrt2", std::f32::consts::SQRT_2);
+    constant(&mut b, "one", 1.0);
+    constant(&mut b, "half", 0.5);
+    b.node("MatMul", "/fc/MatMul", &["x", "w"], &["h0"], vec![]);
+    b.node("Add", "/fc/Add", &["bias", "h0"], &["h"], vec![]);
+    b.node("Div", "/act/Div", &["h", "sqrt2"], &["a"], vec![]);
+    b.node("Erf", "/act/Erf", &["a"], &["e"], vec![]);
+    b.node("Add", "/act/Add", &["e", "one"], &["e1"], vec![]);
+    b.node("Mul", "/act/Mul", &["h", "e1"], &["g"], vec![]);
+    b.node("Mul", "/act/Mul_1", &["g", "half"], &["y"], vec![]);
+    b.output("y");
+    b
+}
+
+/// Scaled dot-product attention on `[heads, seq, dim]` tensors.
+fn attention() -> ModelBuilder {
+    let mut b = ModelBuilder::new("attention", 14);
+    b.input("q", &[2, 8, 4])
+        .input("kt", &[2, 4, 8])
+        .input("v", &[2, 8, 4]);
+    constant(&mut b, "scale", 2.0);
+    b.node("MatMul", "/attn/MatMul", &["q", "kt"], &["s"], vec![]);
+    b.node("Div", "/attn/Div", &["s", "scale"], &["s1"], vec![]);
+    b.node(
+        "Softmax",
+        "/attn/Softmax",
+        &["s1"],
+        &["p"],
+        vec![attr_int("axis", -1)],
+    );
+    b.node("MatMul", "/attn/MatMul_1", &["p", "v"], &["y"], vec![]);
+    b.output("y");
+    b
+}
+
+/// The whole GELU joins the dense: bias add, `/ sqrt2`, erf, `+ 1`, the multiply by the
+/// dense's value again (a diamond of element-wise ops: FuseOps fuses up to the
+/// post-dominator) and `* 0.5`.
+#[test]
+fn gelu_fuses_into_the_dense() {
+    let got = groups(&gelu());
+    assert_eq!(got.len(), 1, "{got:?}");
+    let (_, kind, names) = &got[0];
+    assert_eq!(
+        names,
+        &nodes(&[
+            "/fc/MatMul",
+            "/fc/Add",
+            "/act/Div",
+            "/act/Erf",
+            "/act/Add",
+            "/act/Mul",
+            "/act/Mul_1"
+        ])
+    );
+    // an anchored kernel (tuned once the registry expresses the diamond)
+    assert_ne!(kind, "simple");
+}
+
+/// `q @ k^T / scale`, softmax, `@ v`: relay's ONNX MatMul on 3-D inputs is an NT
+/// batch_matmul of a transposed right operand (`use_nt_batch_matmul`); the transpose of a
+/// graph input is an injective group of its own (its post-dominator is the batch_matmul,
+/// not injective); the scalar divide joins the first batch_matmul; softmax is opaque.
+#[test]
+fn attention_groups_follow_fuse_ops() {
+    let got = groups(&attention());
+    let want = vec![
+        ("transpose", "simple", nodes(&["/attn/MatMul"])),
+        (
+            "batch_matmul+divide_scalar",
+            "tuned",
+            nodes(&["/attn/MatMul", "/attn/Div"]),
+        ),
+        ("softmax", "tuned", nodes(&["/attn/Softmax"])),
+        ("transpose", "simple", nodes(&["/attn/MatMul_1"])),
+        ("batch_matmul", "tuned", nodes(&["/attn/MatMul_1"])),
+    ];
+    let want: Vec<(String, String, Vec<String>)> = want
+        .into_iter()
+        .map(|(c, k, n)| (c.to_string(), k.to_string(), n))
+        .collect();
+    assert_eq!(got, want);
+}
