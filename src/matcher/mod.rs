@@ -164,7 +164,7 @@ pub fn spec_like_source(kernel: &WorkloadSpec, source: &WorkloadSpec) -> Option<
                 value,
                 operand_first,
             },
-            (a, b) if a.class_name() == b.class_name() => a,
+            (a, b) if a.class_label() == b.class_label() => a,
             _ => return None,
         };
     }

@@ -86,6 +86,15 @@ pub enum EpilogueOp {
         value: f64,
         operand_first: bool,
     },
+    /// `op(prev, v)`, or `op(v, prev)` when `with_first`, where `v` is an earlier value of
+    /// the epilogue: 0 the anchor's output, `i` the output of epilogue op `i - 1`. This is
+    /// how a DAG epilogue is written (SiLU `x * sigmoid(x)`, hardswish `x * clip(..)`):
+    /// every op reads the value before it, a rejoin also one computed earlier. No operand.
+    Rejoin {
+        op: ScalarOp,
+        with: u8,
+        with_first: bool,
+    },
 }
 
 impl EpilogueOp {
@@ -141,6 +150,28 @@ impl EpilogueOp {
                 (ScalarOp::Divide, r) => pick(r, "rdivide_scalar", "divide_scalar"),
                 (ScalarOp::Power, r) => pick(r, "rpower_scalar", "power_scalar"),
             },
+            EpilogueOp::Rejoin { op, .. } => op.name(),
+        }
+    }
+
+    /// Name in a signature's op class: [`Self::class_name`], and for a rejoin also the
+    /// value it reads (`multiply@1`: times the value after the first epilogue op), since
+    /// `x * sigmoid(x)` and `sigmoid(x) * sigmoid(x)` are different kernels.
+    pub fn class_label(self) -> String {
+        match self {
+            EpilogueOp::Rejoin {
+                op,
+                with,
+                with_first,
+            } => {
+                let r = if with_first && !op.commutative() {
+                    "r"
+                } else {
+                    ""
+                };
+                format!("{r}{}@{with}", op.name())
+            }
+            other => other.class_name().to_string(),
         }
     }
 
@@ -156,7 +187,8 @@ impl EpilogueOp {
         })
     }
 
-    /// Builds the op on `prev`; `operand` is the placeholder iff [`Self::takes_operand`].
+    /// Builds the op on `prev`; `operand` is the placeholder iff [`Self::takes_operand`],
+    /// or for a [`EpilogueOp::Rejoin`] the earlier value it reads.
     pub(crate) fn build(
         self,
         b: &mut DagBuilder,
@@ -201,6 +233,10 @@ impl EpilogueOp {
                 })?;
                 let e = expand_dims(b, p, 0, prev.ndim() - p.ndim())?;
                 broadcast_binary(b, BinOp::Add, prev, &e, "T_add")
+            }
+            (EpilogueOp::Rejoin { op, with_first, .. }, Some(v)) => {
+                let (l, r) = sides(v, with_first);
+                binary(b, op, &l, &r)
             }
             (EpilogueOp::Relu, None) => Ok(relu(b, prev)),
             (EpilogueOp::Clip { lo, hi }, None) => Ok(clip(b, prev, lo, hi)),

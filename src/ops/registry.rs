@@ -275,7 +275,7 @@ impl WorkloadSpec {
             .iter()
             .map(|e| e.class_name().to_string())
             .chain(std::iter::once(self.anchor.class_name()))
-            .chain(self.epilogue.iter().map(|e| e.class_name().to_string()))
+            .chain(self.epilogue.iter().map(|e| e.class_label()))
             .collect::<Vec<_>>()
             .join("+")
     }
@@ -331,16 +331,27 @@ impl WorkloadSpec {
             anchor_ins[0] = op.build(&mut b, &anchor_ins[0], None, self.dtype)?;
         }
         let mut prev = self.anchor.build(&mut b, era, &anchor_ins)?;
+        // values[i]: the anchor's output (0), then each epilogue op's (for rejoins)
+        let mut values = vec![prev.clone()];
         let mut next = k;
         for op in &self.epilogue {
             let operand = if op.takes_operand() {
                 let t = b.placeholder(era.placeholder_name(next), &inputs[next], self.dtype);
                 next += 1;
                 Some(t)
+            } else if let EpilogueOp::Rejoin { with, .. } = op {
+                let v = values.get(usize::from(*with)).ok_or_else(|| {
+                    BuildError(format!(
+                        "{}: epilogue value {with} does not exist yet",
+                        self.op_class()
+                    ))
+                })?;
+                Some(v.clone())
             } else {
                 None
             };
             prev = op.build(&mut b, &prev, operand.as_ref(), self.dtype)?;
+            values.push(prev.clone());
         }
         Ok(b.finish(&[&prev]))
     }
