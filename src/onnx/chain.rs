@@ -125,6 +125,31 @@ pub(super) fn chain_op(
     }))
 }
 
+/// The [`EpilogueOp::Rejoin`] of a binary op `op` on two fused values: the value before it
+/// and the earlier value number `with`, at input `with_pos` (relay keeps the node's order).
+pub(super) fn rejoin_op(
+    g: &OpGraph,
+    op: OpId,
+    with_pos: usize,
+    with: usize,
+) -> Result<EpilogueOp, String> {
+    let o = &g.ops[op];
+    let op_kind = match &o.kind {
+        OpKind::Binary(BinKind::Add) => ScalarOp::Add,
+        OpKind::Binary(BinKind::Subtract) => ScalarOp::Subtract,
+        OpKind::Binary(BinKind::Multiply) => ScalarOp::Multiply,
+        OpKind::Binary(BinKind::Divide) => ScalarOp::Divide,
+        OpKind::Binary(BinKind::Power) => ScalarOp::Power,
+        other => return Err(not_in_registry(other)),
+    };
+    let with = u8::try_from(with).map_err(|_| "an epilogue of more than 255 ops".to_string())?;
+    Ok(EpilogueOp::Rejoin {
+        op: op_kind,
+        with,
+        with_first: with_pos == 0,
+    })
+}
+
 /// SimplifyExpr on adjacent scalar adds and multiplies, to its fixed point: `(x + a) * b`
 /// becomes `x * b + (a*b)`, `x * a * b` becomes `x * (a*b)`, `x + a + b` becomes
 /// `x + (a+b)`, each folded constant a float32 (FoldConstant) and the rewritten call
@@ -149,6 +174,12 @@ pub(super) fn simplify_scalars(chain: &mut Vec<EpilogueOp>) {
             else {
                 continue;
             };
+            // value i + 1 (between the two) read again by a rejoin: not a run to fold
+            if chain.iter().any(
+                |e| matches!(e, EpilogueOp::Rejoin { with, .. } if usize::from(*with) == i + 1),
+            ) {
+                continue;
+            }
             let (va, vb) = (va as f32, vb as f32);
             let new: Vec<EpilogueOp> = match (a, b) {
                 (ScalarOp::Add, ScalarOp::Multiply) => {
@@ -175,6 +206,15 @@ pub(super) fn simplify_scalars(chain: &mut Vec<EpilogueOp>) {
                     )
                 })
                 .collect();
+            // rejoins after the run read values renumbered by the splice
+            let n = new.len();
+            for e in chain.iter_mut().skip(i + 2) {
+                if let EpilogueOp::Rejoin { with, .. } = e {
+                    if usize::from(*with) >= i + 2 {
+                        *with = (usize::from(*with) + n - 2) as u8;
+                    }
+                }
+            }
             chain.splice(i..i + 2, new);
             changed = true;
             break;

@@ -9,11 +9,11 @@
 //! for imported Ansor keys. Anchored groups the registry cannot express are *untunable*
 //! with the reason; groups without an anchor (concat, reshape, layout_transform, plain
 //! element-wise) are *simple* kernels (Ansor does not tune them).
-use super::chain::{chain_op, simplify_scalars};
+use super::chain::{chain_op, rejoin_op, simplify_scalars};
 use super::layout::{Blocking, ConvChoice};
 use super::prologue::{prologue_of, prologue_ops};
 use super::relay::{Layout, OpGraph, OpId, OpKind};
-use crate::ops::{Anchor, Era, PoolAttrs, PoolLayout, WorkloadSpec};
+use crate::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolLayout, WorkloadSpec};
 use crate::recognize::signature::spec_signature;
 use crate::signature::WorkloadSignature;
 use serde::Serialize;
@@ -233,62 +233,16 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         canonical[0] = g.values[g.ops[first].inputs[pos]].phys.clone();
     }
     k.inputs = canonical.clone();
-    // walk the epilogue chain
-    let mut epilogue = Vec::new();
-    let mut cur = a.output;
-    let mut visited = vec![anchor_op];
-    visited.extend(prologue.iter().map(|p| p.0));
-    loop {
-        let readers: Vec<(OpId, usize)> = group
-            .iter()
-            .flat_map(|&o| {
-                g.ops[o]
-                    .inputs
-                    .iter()
-                    .enumerate()
-                    .filter(move |(_, &v)| v == cur)
-                    .map(move |(i, _)| (o, i))
-            })
-            .collect();
-        let (op, pos) = match readers.as_slice() {
-            [] => break,
-            [one] => *one,
-            _ => {
-                return untunable(
-                    k,
-                    format!(
-                        "the value after {} is read by {} fused ops (not a chain)",
-                        g.ops[visited[visited.len() - 1]].kind.name(),
-                        readers.len()
-                    ),
-                )
-            }
-        };
-        visited.push(op);
-        let o = &g.ops[op];
-        match chain_op(g, group, op, pos, epilogue.last().copied(), &mut canonical) {
-            Ok(Some(e)) => epilogue.push(e),
-            Ok(None) => {}
-            Err(reason) => return untunable(k, reason),
-        }
-        cur = o.output;
-    }
-    if visited.len() != group.len() {
-        let extra: Vec<String> = group
-            .iter()
-            .filter(|o| !visited.contains(o))
-            .map(|&o| g.ops[o].kind.name())
-            .collect();
-        return untunable(
-            k,
-            format!(
-                "ops fused outside the anchor's epilogue chain: {}",
-                extra.join(", ")
-            ),
-        );
-    }
+    let after: Vec<OpId> = group
+        .iter()
+        .copied()
+        .filter(|&o| prologue.iter().all(|p| p.0 != o))
+        .collect();
+    let (epilogue, cur) = match walk_epilogue(g, &after, anchor_op, &mut canonical) {
+        Ok(found) => found,
+        Err(reason) => return untunable(k, reason),
+    };
     let output = g.values[cur].phys.clone();
-    simplify_scalars(&mut epilogue);
     let spec = WorkloadSpec::new(anchor, epilogue).with_prologue(prologue_ops(prologue));
     k.class = spec.op_class();
     k.inputs = canonical.clone();
@@ -315,6 +269,81 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
     k.spec = Some(spec);
     k.kind = KernelKind::Tuned;
     k
+}
+
+/// The epilogue of a group as FuseOps formed it: its ops in topological order, each reading
+/// the value before it and, for a binary op on two fused values, an earlier one
+/// ([`EpilogueOp::Rejoin`]: diamonds such as `x * sigmoid(x)`). Returns the ops after
+/// SimplifyExpr and the group's output value. An op whose only fused input is not the
+/// value before it (two branches of unary ops) is refused: the registry has no such form.
+fn walk_epilogue(
+    g: &OpGraph,
+    group: &[OpId],
+    anchor_op: OpId,
+    canonical: &mut Vec<Vec<i64>>,
+) -> Result<(Vec<EpilogueOp>, usize), String> {
+    let mut rest: Vec<OpId> = group.iter().copied().filter(|&o| o != anchor_op).collect();
+    // ops are numbered in topological order
+    rest.sort_unstable();
+    // value -> its epilogue number (0: the anchor's output, i: after epilogue op i - 1)
+    let mut number: HashMap<usize, usize> = HashMap::from([(g.ops[anchor_op].output, 0)]);
+    let mut epilogue: Vec<EpilogueOp> = Vec::new();
+    let (mut cur, mut latest) = (g.ops[anchor_op].output, 0);
+    let mut visited = vec![anchor_op];
+    for op in rest {
+        let o = &g.ops[op];
+        let fused: Vec<(usize, usize)> = o
+            .inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, v)| number.get(v).map(|&n| (pos, n)))
+            .collect();
+        let e = match fused.as_slice() {
+            [] => continue, // reported below as fused outside the epilogue
+            [(pos, n)] if *n == latest => {
+                chain_op(g, group, op, *pos, epilogue.last().copied(), canonical)?
+            }
+            [_, _] if fused.iter().any(|&(_, n)| n == latest) => {
+                // the latest value is the op's own input; the other one is read again
+                let (other_pos, with) = if fused[1].1 == latest {
+                    fused[0]
+                } else {
+                    fused[1]
+                };
+                Some(rejoin_op(g, op, other_pos, with)?)
+            }
+            _ => {
+                return Err(format!(
+                    "`{}` ({}) reads a fused value other than the one before it: a branch ttdb's epilogue cannot express",
+                    o.nodes.first().map(String::as_str).unwrap_or("?"),
+                    o.kind.name()
+                ))
+            }
+        };
+        visited.push(op);
+        match e {
+            Some(e) => {
+                epilogue.push(e);
+                latest = epilogue.len();
+            }
+            None => {} // SimplifyExpr removed it: its output is its input
+        }
+        number.insert(o.output, latest);
+        cur = o.output;
+    }
+    if visited.len() != group.len() {
+        let extra: Vec<String> = group
+            .iter()
+            .filter(|o| !visited.contains(o))
+            .map(|&o| g.ops[o].kind.name())
+            .collect();
+        return Err(format!(
+            "ops fused outside the anchor's epilogue chain: {}",
+            extra.join(", ")
+        ));
+    }
+    simplify_scalars(&mut epilogue);
+    Ok((epilogue, cur))
 }
 
 /// Merges identical kernels (same signature, or same class / shapes for the others),

@@ -363,9 +363,16 @@ impl<'a> Pass<'a> {
                 let tensors: Vec<usize> = (0..ins.len())
                     .filter(|&k| !self.out.values[ins[k]].constant)
                     .collect();
-                let rank_ok = tensors
-                    .iter()
-                    .all(|&k| self.out.values[ins[k]].shape == out_shape);
+                // BinaryBroadcastLayout keeps a blocked layout for operands of the output's
+                // rank that broadcast on spatial axes only (SE gates `[1, C, 1, 1]`)
+                let rank_ok = tensors.iter().all(|&k| {
+                    let s = &self.out.values[ins[k]].shape;
+                    s.len() == out_shape.len()
+                        && s.iter()
+                            .zip(&out_shape)
+                            .enumerate()
+                            .all(|(axis, (&d, &o))| d == o || (d == 1 && axis != 1))
+                });
                 let mut layout = match tensors.first() {
                     Some(&k) if rank_ok => self.out.values[ins[k]].layout,
                     _ => Layout::Plain,

@@ -9,6 +9,7 @@ use super::graph::{Data, Graph, Node};
 use super::shape::{conv_params, pool_params};
 use crate::ops::{PoolKind, Window2d};
 use std::collections::HashMap;
+mod hard;
 
 pub type ValId = usize;
 pub type OpId = usize;
@@ -425,6 +426,7 @@ impl<'g> Lowering<'g> {
                 let x = input(self, 0)?;
                 self.emit(node, OpKind::Unary(UnaryKind::Relu), vec![x])?;
             }
+            "HardSigmoid" | "HardSwish" => hard::lower(self, node)?,
             "Tanh" => {
                 let x = input(self, 0)?;
                 self.emit(node, OpKind::Unary(UnaryKind::Tanh), vec![x])?;
@@ -725,10 +727,11 @@ impl<'g> Lowering<'g> {
                 let x = input(self, 0)?;
                 let kind = match op {
                     "Sigmoid" | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "Exp" | "Log" | "Sqrt"
-                    | "Neg" | "Abs" | "Erf" | "HardSigmoid" | "HardSwish" | "Softplus"
-                    | "Softsign" | "Floor" | "Ceil" | "Round" | "Reciprocal" | "Not" | "Sin"
-                    | "Cos" | "Sign" | "Mish" | "Gelu" | "Cast" | "Shrink" | "ThresholdedRelu"
-                    | "IsNaN" | "IsInf" => OpKind::Unary(UnaryKind::Other(op.to_lowercase())),
+                    | "Neg" | "Abs" | "Erf" | "Softplus" | "Softsign" | "Floor" | "Ceil"
+                    | "Round" | "Reciprocal" | "Not" | "Sin" | "Cos" | "Sign" | "Mish" | "Gelu"
+                    | "Cast" | "Shrink" | "ThresholdedRelu" | "IsNaN" | "IsInf" => {
+                        OpKind::Unary(UnaryKind::Other(op.to_lowercase()))
+                    }
                     "Reshape" | "Squeeze" | "Unsqueeze" | "Transpose" | "Pad" | "Slice"
                     | "Expand" | "Tile" | "Gather" | "Resize" | "Upsample" => {
                         OpKind::Injective(match op {
