@@ -150,3 +150,37 @@ fn power_mean_default_schedule_verifies() {
         assert!(e.verified(), "{}: {:?}", spec.op_class(), e.failure);
     }
 }
+
+/// Ansor's sketch rules on the kernel: the power and its constant are strictly inlinable
+/// (`RuleAlwaysInline`), so every sketch inlines both into the reduction.
+#[test]
+fn sketches_inline_the_prologue() {
+    use ttdb::ansor::Step;
+    use ttdb::search::sketch::{generate_sketches, HardwareParams};
+    let dag = mean_last(vec![square()])
+        .build(Era::V015, &[vec![1, 128, 768]])
+        .unwrap();
+    let power = dag.find("T_power").unwrap();
+    let constant = dag.find("compile_engine_const").unwrap();
+    let sketches = generate_sketches(
+        &dag,
+        &HardwareParams {
+            num_cores: 2,
+            vector_lanes: 8,
+        },
+    )
+    .unwrap();
+    assert!(!sketches.is_empty());
+    for sk in &sketches {
+        let inlined: Vec<usize> = sk
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::ComputeInline(ci) => Some(ci.stage_id as usize),
+                _ => None,
+            })
+            .collect();
+        assert!(inlined.contains(&power.0), "{:?}", sk.steps);
+        assert!(inlined.contains(&constant.0), "{:?}", sk.steps);
+    }
+}

@@ -184,6 +184,24 @@ fn classes() -> Vec<(&'static str, Dag)> {
             ),
         ),
         (
+            // LayerNorm's variance: a power prologue (and its constant stage) before the sum
+            "power+mean",
+            WorkloadSpec::new(
+                Anchor::Mean {
+                    axes: vec![2],
+                    keepdims: true,
+                },
+                vec![],
+            )
+            .with_prologue(vec![EpilogueOp::Scalar {
+                op: ttdb::ops::ScalarOp::Power,
+                value: 2.0,
+                operand_first: false,
+            }])
+            .build(Era::V010, &[vec![2, 3, 40]])
+            .unwrap(),
+        ),
+        (
             "winograd_nhwc",
             spec(
                 Anchor::WinogradNhwc {

@@ -1,0 +1,173 @@
+//! LayerNorm's variance kernel (`power_scalar+mean`: an element-wise prologue fused into a
+//! reduction) through the whole pipeline on a writer-built LayerNorm model: `ttdb kernels`
+//! lists it as tuned, `ttdb tune model.onnx` searches it (sketches with the power and
+//! constant stages inlined) and every measured trial verifies against the reference,
+//! `ttdb tune --workload` searches it again seeded with the stored records, `ttdb apply`
+//! picks a verified schedule for it.
+mod common;
+use common::ttdb_on as ttdb;
+use std::path::{Path, PathBuf};
+use ttdb::onnx::writer::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
+
+fn layer_norm_model(dir: &Path) -> PathBuf {
+    let mut b = ModelBuilder::new("tiny_layer_norm", 14);
+    b.input("x", &[1, 16, 64]);
+    b.weight("gamma", &[64]).weight("beta", &[64]);
+    for (name, v) in [("two", 2.0), ("eps", 1e-5)] {
+        b.node(
+            "Constant",
+            &format!("/{name}"),
+            &[],
+            &[name],
+            vec![attr_tensor("value", float_scalar(v))],
+        );
+    }
+    let mean = |b: &mut ModelBuilder, name: &str, x: &str, y: &str| {
+        b.node(
+            "ReduceMean",
+            name,
+            &[x],
+            &[y],
+            vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)],
+        );
+    };
+    mean(&mut b, "/ln/ReduceMean", "x", "m");
+    b.node("Sub", "/ln/Sub", &["x", "m"], &["d"], vec![]);
+    b.node("Pow", "/ln/Pow", &["d", "two"], &["p"], vec![]);
+    mean(&mut b, "/ln/ReduceMean_1", "p", "v");
+    b.node("Add", "/ln/Add", &["v", "eps"], &["ve"], vec![]);
+    b.node("Sqrt", "/ln/Sqrt", &["ve"], &["s"], vec![]);
+    b.node("Div", "/ln/Div", &["d", "s"], &["n"], vec![]);
+    b.node("Mul", "/ln/Mul", &["n", "gamma"], &["g"], vec![]);
+    b.node("Add", "/ln/Add_1", &["g", "beta"], &["y"], vec![]);
+    b.output("y");
+    let path = dir.join("tiny_layer_norm.onnx");
+    std::fs::write(&path, b.encode()).unwrap();
+    path
+}
+
+fn json(args: &[&str], db: &Path) -> serde_json::Value {
+    let (code, out, err) = ttdb(db, args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+#[test]
+fn layer_norm_variance_tunes_verifies_and_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = layer_norm_model(dir.path());
+    let m = model.to_str().unwrap();
+    let db = dir.path().join("t.db");
+    let v = json(&["kernels", m, "--json"], &db);
+    let tuned: Vec<&serde_json::Value> = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["kind"]["kind"] == "tuned")
+        .collect();
+    let classes: Vec<&str> = tuned.iter().map(|k| k["class"].as_str().unwrap()).collect();
+    assert_eq!(classes, ["mean", "power_scalar+mean"], "{v}");
+    let var = tuned[1];
+    assert_eq!(var["inputs"], serde_json::json!([[1, 16, 64]]), "{var}");
+    assert_eq!(
+        var["signature"]["attrs"]["prologue_scalars"],
+        serde_json::json!([2.0])
+    );
+
+    let v = json(
+        &[
+            "tune",
+            m,
+            "--trials",
+            "16",
+            "--batch",
+            "8",
+            "--population",
+            "16",
+            "--json",
+        ],
+        &db,
+    );
+    let kernels = v["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 2, "{v}");
+    for k in kernels {
+        // a best time only comes from a verified trial
+        assert!(k["best_ms"].as_f64().is_some_and(|t| t > 0.0), "{k}");
+    }
+    let store = ttdb::store::Store::open(&db).unwrap();
+    let failed: i64 = store
+        .connection_for_tests()
+        .query_row(
+            "SELECT COUNT(*) FROM records WHERE error_no != 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(failed, 0, "every measured trial verified");
+    drop(store);
+
+    // the stored workload searched again by signature
+    let sig = var["signature_hash"].as_str().unwrap();
+    let v = json(
+        &[
+            "tune",
+            "--workload",
+            &sig[..12],
+            "--trials",
+            "8",
+            "--batch",
+            "8",
+            "--population",
+            "8",
+            "--json",
+        ],
+        &db,
+    );
+    let s = v.to_string();
+    assert!(s.contains("power_scalar+mean"), "{s}");
+
+    // Droplet over the knobs of its best schedule
+    let v = json(
+        &[
+            "refine",
+            "--workload",
+            &sig[..12],
+            "--trials-per-kernel",
+            "8",
+            "--batch",
+            "4",
+            "--samples",
+            "3",
+            "--json",
+        ],
+        &db,
+    );
+    let s = v.to_string();
+    assert!(s.contains("power_scalar+mean"), "{s}");
+    assert!(!s.contains("\"error\""), "{s}");
+    let k = &v["kernels"][0];
+    assert_eq!(k["op_class"], "power_scalar+mean", "{s}");
+    assert!(k["knobs"].as_u64().unwrap() > 0, "{s}");
+    assert!(k["trials"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(k["failed_trials"], 0, "{s}");
+
+    // apply: transfer from the stored records, measured and verified
+    let v = json(&["apply", m, "--top-k", "2", "--json"], &db);
+    let s = v.to_string();
+    assert!(s.contains("power_scalar+mean"), "{s}");
+    let applied = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["class"] == "power_scalar+mean")
+        .unwrap();
+    assert_eq!(applied["verified"], true, "{applied}");
+    // the tuned records of this very signature are exact candidates, measured and verified
+    let trials = applied["trials"].as_array().unwrap();
+    assert!(
+        trials
+            .iter()
+            .any(|t| t["tier"] == "exact" && t["verified"] == true),
+        "{applied}"
+    );
+}
