@@ -191,3 +191,36 @@ fn attention_groups_follow_fuse_ops() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// The corpus's transformers and convnext: every LayerNorm's variance is a tuned kernel
+/// (`power_scalar+mean`), and no anchored kernel is left untunable.
+#[test]
+fn layer_norm_models_have_no_untunable_kernels() {
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/onnx");
+    let opts = Options::default().with_default_tophub().unwrap();
+    for (model, variances) in [
+        ("transformers/distilbert_like", 1),
+        ("transformers/gpt2_like", 1),
+        ("transformers/roberta_small_like", 1),
+        ("torchvision_more/vit_b_16", 1),
+        ("torchvision_more/convnext_tiny", 5),
+    ] {
+        let path = corpus.join(format!("{model}.onnx"));
+        let list = onnx::kernels_for_file(&path, &[], &opts).unwrap();
+        let untunable: Vec<String> = list
+            .kernels
+            .iter()
+            .filter_map(|k| match &k.kind {
+                KernelKind::Untunable { reason } => Some(format!("{}: {reason}", k.name)),
+                _ => None,
+            })
+            .collect();
+        assert!(untunable.is_empty(), "{model}: {untunable:?}");
+        let tuned = list
+            .kernels
+            .iter()
+            .filter(|k| k.class == "power_scalar+mean" && k.kind == KernelKind::Tuned)
+            .count();
+        assert_eq!(tuned, variances, "{model}");
+    }
+}
