@@ -224,3 +224,60 @@ fn layer_norm_models_have_no_untunable_kernels() {
         assert_eq!(tuned, variances, "{model}");
     }
 }
+
+/// A mean over `op(x)`: unary ops and scalar constants make a prologue; a tensor operand
+/// (another task input) or a constant other groups read too (a rank-0 parameter) is
+/// refused, naming the ONNX node.
+#[test]
+fn reduction_prologues_and_their_refusals() {
+    let build = |mid: &dyn Fn(&mut ModelBuilder)| {
+        let mut b = ModelBuilder::new("prologue", 14);
+        b.input("x", &[1, 4, 16]).input("w", &[1, 4, 16]);
+        constant(&mut b, "two", 2.0);
+        mid(&mut b);
+        b.node(
+            "ReduceMean",
+            "/ReduceMean",
+            &["p"],
+            &["y"],
+            vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)],
+        );
+        b.output("y");
+        b
+    };
+    // the reduction's group
+    let only = |b: &ModelBuilder| {
+        groups(b)
+            .into_iter()
+            .find(|g| g.2.iter().any(|n| n == "/ReduceMean"))
+            .unwrap()
+    };
+    // exp, then a scalar multiply: a two-op prologue
+    let (class, kind, names) = only(&build(&|b| {
+        b.node("Exp", "/Exp", &["x"], &["e"], vec![]);
+        b.node("Mul", "/Mul", &["two", "e"], &["p"], vec![]);
+    }));
+    assert_eq!(
+        (class.as_str(), kind.as_str()),
+        ("exp+multiply_scalar+mean", "tuned")
+    );
+    assert_eq!(names, nodes(&["/Exp", "/Mul", "/ReduceMean"]));
+    // a tensor operand
+    let (_, kind, _) = only(&build(&|b| {
+        b.node("Mul", "/Mul", &["x", "w"], &["p"], vec![]);
+    }));
+    assert!(
+        kind.starts_with("untunable") && kind.contains("`/Mul`") && kind.contains("tensor operand"),
+        "{kind}"
+    );
+    // the exponent is also read by another group: a rank-0 parameter of the function
+    let (_, kind, _) = only(&build(&|b| {
+        b.node("Pow", "/Pow", &["x", "two"], &["p"], vec![]);
+        b.node("Add", "/Other", &["w", "two"], &["o"], vec![]);
+        b.output("o");
+    }));
+    assert!(
+        kind.starts_with("untunable") && kind.contains("`/Pow`"),
+        "{kind}"
+    );
+}
