@@ -24,7 +24,8 @@ use ttdb::ops::{EpilogueOp, Era, ScalarOp};
 
 const SILU: &str = "conv2d_nchwc+add+sigmoid+multiply@1";
 const HARDSWISH: &str = "conv2d_nchwc+add+multiply_scalar+add_scalar+clip+multiply@1";
-const HARDSIGMOID: &str = "conv2d_nchwc+add+multiply_scalar+add_scalar+clip";
+/// The hardsigmoid's `* alpha` right after conv + bias goes into the weights (FoldScaleAxis).
+const HARDSIGMOID: &str = "conv2d_nchwc+add+add_scalar+clip";
 
 fn conv(b: &mut ModelBuilder, name: &str, x: &str, cin: i64, cout: i64, k: i64) -> String {
     let (w, bias, out) = (
@@ -206,31 +207,79 @@ fn hardswish_and_hardsigmoid_expand_as_relay_does() {
             }
         ]
     );
+    // FoldScaleAxis moved the SE gate's `* 1/6` into the conv: only `+ 0.5` and the clip
     assert_eq!(
         spec(HARDSIGMOID).epilogue,
-        vec![
-            bias,
-            scalar(ScalarOp::Multiply, 1.0 / 6.0),
-            scalar(ScalarOp::Add, 0.5),
-            clip
-        ]
+        vec![bias, scalar(ScalarOp::Add, 0.5), clip]
     );
-    // ONNX's HardSigmoid defaults (alpha 0.2) when the attribute is absent
+    // ONNX's HardSigmoid defaults (alpha 0.2) when the attribute is absent; `x *
+    // hardsigmoid(x)` reads the bias add twice, so no scale is folded
     let mut b = ModelBuilder::new("hardsigmoid_default", 14);
     b.input("input", &[1, 8, 4, 4]);
     let c = conv(&mut b, "c", "input", 8, 8, 1);
-    b.node("HardSigmoid", "/c/HardSigmoid", &[&c], &["out"], vec![]);
+    b.node("HardSigmoid", "/c/HardSigmoid", &[&c], &["h"], vec![]);
+    b.node("Mul", "/c/Mul", &[&c, "h"], &["out"], vec![]);
     b.output("out");
     let list = kernels(&b.encode());
     let k = list.kernels.iter().find(|k| k.is_tuned()).unwrap();
     assert_eq!(
-        k.spec.as_ref().unwrap().epilogue[1],
-        scalar(ScalarOp::Multiply, 0.2)
+        k.spec.as_ref().unwrap().epilogue,
+        vec![
+            bias,
+            scalar(ScalarOp::Multiply, 0.2),
+            scalar(ScalarOp::Add, 0.5),
+            clip,
+            EpilogueOp::Rejoin {
+                op: ScalarOp::Multiply,
+                with: 1,
+                with_first: true
+            }
+        ]
     );
     assert_eq!(
         k.signature.as_ref().unwrap().attrs["scalars"],
         serde_json::json!([0.2f32 as f64, 0.5])
     );
+}
+
+/// BackwardFoldScaleAxis: a scalar multiply after conv + bias (+ relu, for a positive
+/// scale) whose values nothing else reads leaves the graph; a negative one after a relu
+/// stays (TVM requires a positive scale there).
+#[test]
+fn scalar_scales_fold_into_the_conv() {
+    for (relu, value, folded) in [(false, 3.0, true), (true, 3.0, true), (true, -3.0, false)] {
+        let mut b = ModelBuilder::new("scaled_conv", 14);
+        b.input("input", &[1, 8, 4, 4]);
+        let c = conv(&mut b, "c", "input", 8, 8, 1);
+        let x = if relu {
+            b.node("Relu", "/c/Relu", &[&c], &["r"], vec![]);
+            "r".to_string()
+        } else {
+            c
+        };
+        b.node(
+            "Constant",
+            "/k",
+            &[],
+            &["k"],
+            vec![onnx::writer::attr_tensor(
+                "value",
+                onnx::writer::float_scalar(value),
+            )],
+        );
+        b.node("Mul", "/c/Mul", &[&x, "k"], &["out"], vec![]);
+        b.output("out");
+        let list = kernels(&b.encode());
+        let k = list.kernels.iter().find(|k| k.is_tuned()).unwrap();
+        let want = match (relu, folded) {
+            (false, _) => "conv2d_nchwc+add",
+            (true, true) => "conv2d_nchwc+add+relu",
+            (true, false) => "conv2d_nchwc+add+relu+multiply_scalar",
+        };
+        assert_eq!(k.class, want, "relu {relu}, scale {value}");
+        // the multiply's node is still covered by the kernel
+        assert!(k.occurrences[0].contains(&"/c/Mul".to_string()), "{k:?}");
+    }
 }
 
 /// TOPI's stages: `T_multiply` of the bias add and the sigmoid (the diamond's two

@@ -5,7 +5,8 @@
 //! 1. [`load`]: prost decode ([`proto`]), dims of initializers (external data never read),
 //!    input-shape overrides, then [`shape`] inference with constant folding of shape chains;
 //! 2. [`fold`]: Identity/Dropout removal, `Conv -> BatchNormalization` folding;
-//! 3. [`relay`]: lowering to Relay-like ops with fusion pattern kinds;
+//! 3. [`relay`]: lowering to Relay-like ops with fusion pattern kinds; [`scale_fold`]:
+//!    scalar scales after a conv or dense go into its weights (FoldScaleAxis);
 //! 4. [`layout`]: NCHWc (x86 AlterOpLayout, blocks from [`tophub`] or the fallback rule),
 //!    NHWC (ConvertLayout, winograd) or plain NCHW, with layout_transform insertion;
 //! 5. [`fuse`]: Relay FuseOps (post-dominator based, three phases);
@@ -25,6 +26,7 @@ pub mod load;
 pub mod prologue;
 pub mod proto;
 pub mod relay;
+pub mod scale_fold;
 pub mod shape;
 pub mod tophub;
 pub mod window;
@@ -130,7 +132,8 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
     let mut g = graph.clone();
     fold::remove_identities(&mut g);
     fold::fold_batchnorm(&mut g);
-    let og = relay::lower(&g)?;
+    let mut og = relay::lower(&g)?;
+    scale_fold::fold_scalar_scales(&mut og);
     let lo = layout::LayoutOptions {
         mode: opts.layout,
         lanes: opts.lanes,
