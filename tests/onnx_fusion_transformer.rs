@@ -163,8 +163,12 @@ fn gelu_fuses_into_the_dense() {
             "/act/Mul_1"
         ])
     );
-    // an anchored kernel (tuned once the registry expresses the diamond)
-    assert_ne!(kind, "simple");
+    // the multiply by `h` rejoins the dense's biased output: a tuned DAG epilogue
+    assert_eq!(kind, "tuned", "{got:?}");
+    assert_eq!(
+        got[0].0,
+        "dense+add+divide_scalar+erf+add_scalar+multiply@1+multiply_scalar"
+    );
 }
 
 /// `q @ k^T / scale`, softmax, `@ v`: relay's ONNX MatMul on 3-D inputs is an NT
