@@ -3,7 +3,9 @@
 //! A group around an anchor (conv, depthwise conv, dense, batch_matmul, pool, global pool,
 //! softmax, mean) whose epilogue is a chain of registry ops (add / subtract / multiply /
 //! divide / power with an outside or scalar operand, relu, clip and the unary math ops:
-//! [`super::chain`]) becomes a *tuned* kernel: a [`WorkloadSpec`], its inputs in
+//! [`super::chain`]), and for a mean whose operand-free element-wise producers FuseOps fused
+//! into it a prologue ([`super::prologue`]: LayerNorm's `mean(x^2)`), becomes a *tuned*
+//! kernel: a [`WorkloadSpec`], its inputs in
 //! canonical order (anchor inputs, then epilogue operands in chain order), the output shape
 //! and the normalized [`WorkloadSignature`] (`spec_signature`), which is what ttdb computes
 //! for imported Ansor keys. Anchored groups the registry cannot express are *untunable*
@@ -108,11 +110,19 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
             match data_layout {
                 Layout::Nchwc(_) if c.depthwise => Anchor::DepthwiseNchwc(*window),
                 Layout::Nchwc(_) => Anchor::Conv2dNchwc(*window),
-                Layout::Nhwc if c.winograd => Anchor::WinogradNhwc { padding: window.padding },
+                Layout::Nhwc if c.winograd => Anchor::WinogradNhwc {
+                    padding: window.padding,
+                },
                 Layout::Nhwc if c.depthwise => Anchor::DepthwiseNhwc(*window),
                 Layout::Nhwc if *groups == 1 => Anchor::Conv2dNhwc(*window),
-                Layout::Nhwc => return Err(format!("grouped conv (groups={groups}) in NHWC: group_conv2d_nhwc is not in ttdb's op registry")),
-                Layout::Plain => Anchor::Conv2dNchw { window: *window, groups: *groups },
+                Layout::Nhwc => Anchor::GroupConv2dNhwc {
+                    window: *window,
+                    groups: *groups,
+                },
+                Layout::Plain => Anchor::Conv2dNchw {
+                    window: *window,
+                    groups: *groups,
+                },
             }
         }
         OpKind::Dense => Anchor::Dense,
