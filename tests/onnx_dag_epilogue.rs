@@ -16,11 +16,13 @@
 //! reference evaluator; the PrintDAG text of the SiLU and hardswish tasks is TOPI's.
 mod common;
 use std::path::Path;
+use ttdb::ansor::WorkloadKey;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
-use ttdb::ir::print_dag;
+use ttdb::ir::{dag_hash, print_dag};
 use ttdb::onnx::writer::{attr_float, attr_ints, ModelBuilder};
 use ttdb::onnx::{self, KernelKind, KernelList, Options};
 use ttdb::ops::{EpilogueOp, Era, ScalarOp};
+use ttdb::recognize::{recognize_uncached, RecognizedBy};
 
 const SILU: &str = "conv2d_nchwc+add+sigmoid+multiply@1";
 const HARDSWISH: &str = "conv2d_nchwc+add+multiply_scalar+add_scalar+clip+multiply@1";
@@ -443,4 +445,44 @@ fn kernels_of_mobilenet_v3_small() {
         assert!(list.kernels.iter().any(|k| k.class == class), "{class}");
     }
     insta::assert_snapshot!(table);
+}
+
+/// Keys of these kernels (the md5 of their PrintDAG text) are recognized by md5, as the
+/// same class and signature: ttdb's own tuning records and TVM's keys of SiLU, hardswish
+/// and hardsigmoid tasks find their workload, so `ttdb apply` matches them exactly.
+#[test]
+fn dag_epilogue_keys_are_recognized_by_md5() {
+    let mut seen = Vec::new();
+    for bytes in [se_model("HardSigmoid"), se_model("Sigmoid"), dense_model()] {
+        for k in kernels(&bytes).tuned() {
+            let dag = k
+                .spec
+                .as_ref()
+                .unwrap()
+                .build(Era::V015, &k.inputs)
+                .unwrap();
+            let v: Vec<serde_json::Value> = std::iter::once(serde_json::json!(dag_hash(&dag)))
+                .chain(dag.io_shapes().iter().map(|s| serde_json::json!(s)))
+                .collect();
+            let key = WorkloadKey::parse(&serde_json::to_string(&v).unwrap()).unwrap();
+            let r = recognize_uncached(&key).unwrap();
+            assert_eq!(r.recognized_by, RecognizedBy::Md5, "{}", k.class);
+            assert_eq!(r.signature.op_class, k.class);
+            assert_eq!(
+                Some(r.signature.sha256_hex()),
+                k.signature_hash,
+                "{}",
+                k.class
+            );
+            seen.push(k.class.clone());
+        }
+    }
+    for class in [
+        SILU,
+        HARDSWISH,
+        HARDSIGMOID,
+        "dense+add+multiply_scalar+add_scalar+clip+multiply@1",
+    ] {
+        assert!(seen.iter().any(|c| c == class), "{class}: {seen:?}");
+    }
 }

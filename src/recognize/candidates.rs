@@ -241,13 +241,15 @@ fn operand_ops(operand: &[i64], out: &[i64], first: bool, pass: Pass) -> Vec<Epi
     v
 }
 
-/// Ops tried at the end of a chain (at most one).
-fn tails(pass: Pass) -> Vec<Option<EpilogueOp>> {
-    let mut v = vec![
-        None,
-        Some(EpilogueOp::Relu),
-        Some(EpilogueOp::Clip { lo: 0.0, hi: 6.0 }),
-        Some(EpilogueOp::Tanh),
+/// Ops tried at the end of a chain: at most one, or in the extended pass one of the
+/// activations relay expands into several ops; `n` is the number of the value the tail
+/// starts from (0: the anchor's output), which a DAG tail reads again.
+fn tails(pass: Pass, n: usize) -> Vec<Vec<EpilogueOp>> {
+    let mut v: Vec<Vec<EpilogueOp>> = vec![
+        vec![],
+        vec![EpilogueOp::Relu],
+        vec![EpilogueOp::Clip { lo: 0.0, hi: 6.0 }],
+        vec![EpilogueOp::Tanh],
     ];
     if pass == Pass::Base {
         return v;
@@ -259,27 +261,61 @@ fn tails(pass: Pass) -> Vec<Option<EpilogueOp>> {
             EpilogueOp::Erf,
             EpilogueOp::Sqrt,
         ]
-        .map(Some),
+        .map(|op| vec![op]),
     );
     // A rank-0 constant prints its value into the PrintDAG text, so only values tried here
     // can match: small ones models use (squares, halves, relu6's 6).
+    let scalar = |op, value: f64| EpilogueOp::Scalar {
+        op,
+        value,
+        operand_first: false,
+    };
     for op in ScalarOp::ALL {
         for value in [0.5, 2.0, 3.0, 6.0] {
-            v.push(Some(EpilogueOp::Scalar {
-                op,
-                value,
-                operand_first: false,
-            }));
+            v.push(vec![scalar(op, value)]);
         }
     }
     for op in [ScalarOp::Subtract, ScalarOp::Divide] {
-        v.push(Some(EpilogueOp::Scalar {
+        v.push(vec![EpilogueOp::Scalar {
             op,
             value: 1.0,
             operand_first: true,
-        }));
+        }]);
     }
+    v.extend(dag_tails(n));
     v
+}
+
+/// The activations relay's ONNX frontend expands into several ops: SiLU `x * sigmoid(x)`
+/// (either operand order), hardswish `x * clip(x * 1/6 + 0.5, 0, 1)` and hardsigmoid
+/// `clip(x * alpha + beta, 0, 1)` (alpha 1/6 as PyTorch exports it, or ONNX's default
+/// 0.2; without the multiply when FoldScaleAxis moved it into the weights), constants as
+/// float32.
+fn dag_tails(n: usize) -> Vec<Vec<EpilogueOp>> {
+    let Ok(with) = u8::try_from(n) else {
+        return vec![];
+    };
+    let scalar = |op, value: f64| EpilogueOp::Scalar {
+        op,
+        value: value as f32 as f64,
+        operand_first: false,
+    };
+    let times_x = |with_first| EpilogueOp::Rejoin {
+        op: ScalarOp::Multiply,
+        with,
+        with_first,
+    };
+    let clip = EpilogueOp::Clip { lo: 0.0, hi: 1.0 };
+    let sixth = scalar(ScalarOp::Multiply, 1.0 / 6.0);
+    let half = scalar(ScalarOp::Add, 0.5);
+    vec![
+        vec![EpilogueOp::Sigmoid, times_x(true)],
+        vec![EpilogueOp::Sigmoid, times_x(false)],
+        vec![sixth, half, clip, times_x(true)],
+        vec![half, clip],
+        vec![sixth, half, clip],
+        vec![scalar(ScalarOp::Multiply, 0.2), half, clip],
+    ]
 }
 
 /// Whether the base pass already enumerates this chain.
@@ -337,7 +373,7 @@ pub fn candidates(ins: &[Vec<i64>], out: &[i64], pass: Pass) -> Vec<Candidate> {
                 continue;
             }
             for ops in cartesian(&per_operand) {
-                for tail in tails(pass) {
+                for tail in tails(pass, ops.len()) {
                     let mut epilogue = ops.clone();
                     epilogue.extend(tail);
                     if pass == Pass::Extended && in_base(&epilogue) {
