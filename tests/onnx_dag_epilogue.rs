@@ -486,3 +486,55 @@ fn dag_epilogue_keys_are_recognized_by_md5() {
         assert!(seen.iter().any(|c| c == class), "{class}: {seen:?}");
     }
 }
+
+/// Ansor's sketch rules treat the new stages like the chain ones: every element-wise stage
+/// before the output (the bias add read twice, the sigmoid, the `compile_engine_const`
+/// scalars, the clip) is always inlined; the conv, its padding and the output are not.
+#[test]
+fn sketches_inline_every_dag_epilogue_stage() {
+    use ttdb::ansor::Step;
+    use ttdb::search::sketch::{generate_sketches, HardwareParams};
+    let hw = HardwareParams {
+        num_cores: 4,
+        vector_lanes: 16,
+    };
+    let list = kernels(&se_model("Sigmoid"));
+    for (class, want) in [
+        (SILU, vec!["T_add", "T_sigmoid"]),
+        (
+            HARDSWISH,
+            vec![
+                "T_add",
+                "compile_engine_const",
+                "T_multiply",
+                "compile_engine_const",
+                "T_add",
+                "compute",
+            ],
+        ),
+    ] {
+        let k = list.kernels.iter().find(|k| k.class == class).unwrap();
+        let dag = k
+            .spec
+            .as_ref()
+            .unwrap()
+            .build(Era::V015, &k.inputs)
+            .unwrap();
+        let sketches = generate_sketches(&dag, &hw).unwrap();
+        assert!(!sketches.is_empty(), "{class}");
+        for s in &sketches {
+            let inlined: Vec<&str> = s
+                .steps
+                .iter()
+                .filter_map(|st| match st {
+                    Step::ComputeInline(ci) => Some(dag.stages[ci.stage_id as usize].name.as_str()),
+                    _ => None,
+                })
+                .collect();
+            // the rule visits stages from the output back
+            let mut want = want.clone();
+            want.reverse();
+            assert_eq!(inlined, want, "{class}: {:?}", s.steps);
+        }
+    }
+}
