@@ -1,6 +1,8 @@
 //! Direct 2-D convolutions in plain layouts: `topi.nn.conv2d_nhwc` (kernel HWIO, the x86
 //! NHWC tutorial path), `topi.nn.conv2d_nchw` (kernel OIHW, e.g. the `conv2d_layer`
-//! tutorial) and `topi.nn.group_conv2d_nchw`. All three always keep the pad stage.
+//! tutorial), `topi.nn.group_conv2d_nchw` and `topi.nn.group_conv2d_nhwc` (kernel HWIO
+//! `[KH, KW, CI/groups, CO]`, relay's x86 strategy for grouped NHWC convs). All keep the pad
+//! stage.
 //!
 //! Names per era: NHWC `PaddedInput`/`Conv2dOutput` until v0.8, then the generic
 //! `topi.nn.conv` (v0.9+) names `pad_temp`/`conv2d_nhwc`; NCHW ops are unnamed (`compute`)
@@ -18,8 +20,46 @@ pub fn conv2d_nhwc(
     kernel: &Tensor,
     w: &Window2d,
 ) -> Result<Tensor, BuildError> {
-    rank(&data.shape, 4, "conv2d_nhwc data")?;
-    rank(&kernel.shape, 4, "conv2d_nhwc kernel")?;
+    nhwc_conv(b, era, data, kernel, w, 1)
+}
+
+/// Grouped conv2d NHWC (groups > 1): data [N,H,W,CI], kernel [KH,KW,CI/g,CO] ->
+/// [N,OH,OW,CO]; input channel `ff / (CO/g) * (CI/g) + rc`. TVM has it from v0.9 on (the
+/// generic `topi.nn.conv`); unlike `conv2d_nhwc`, relay does not let Ansor rewrite its
+/// kernel layout (no `layout_free_placeholders`).
+pub fn group_conv2d_nhwc(
+    b: &mut DagBuilder,
+    era: Era,
+    data: &Tensor,
+    kernel: &Tensor,
+    w: &Window2d,
+    groups: i64,
+) -> Result<Tensor, BuildError> {
+    check(groups > 1, || {
+        format!("group_conv2d_nhwc: groups {groups} must be > 1")
+    })?;
+    check(era > Era::V08, || {
+        "group_conv2d_nhwc: TVM before v0.9 has no generic grouped NHWC conv".into()
+    })?;
+    nhwc_conv(b, era, data, kernel, w, groups)
+}
+
+/// The NHWC conv of both: reduction (ry, rx, rc) as TVM's generic conv orders it for NHWC.
+fn nhwc_conv(
+    b: &mut DagBuilder,
+    era: Era,
+    data: &Tensor,
+    kernel: &Tensor,
+    w: &Window2d,
+    groups: i64,
+) -> Result<Tensor, BuildError> {
+    let what = if groups == 1 {
+        "conv2d_nhwc"
+    } else {
+        "group_conv2d_nhwc"
+    };
+    rank(&data.shape, 4, &format!("{what} data"))?;
+    rank(&kernel.shape, 4, &format!("{what} kernel"))?;
     let (n, h, wd, ci) = (data.shape[0], data.shape[1], data.shape[2], data.shape[3]);
     let (kh, kw, kci, co) = (
         kernel.shape[0],
@@ -27,15 +67,18 @@ pub fn conv2d_nhwc(
         kernel.shape[2],
         kernel.shape[3],
     );
-    check(kci == ci, || {
-        format!("conv2d_nhwc: kernel in-channels {kci} != data channels {ci}")
+    check(ci % groups == 0 && co % groups == 0, || {
+        format!("{what}: groups {groups} must divide {ci} and {co}")
+    })?;
+    check(kci * groups == ci, || {
+        format!("{what}: kernel in-channels {kci} x groups {groups} != data channels {ci}")
     })?;
     let [oh, ow] = w.out_hw([h, wd], [kh, kw]);
-    check(oh > 0 && ow > 0, || "conv2d_nhwc: empty output".into())?;
-    let (pad_name, conv_name) = if era <= Era::V08 {
-        ("PaddedInput", "Conv2dOutput")
-    } else {
-        ("pad_temp", "conv2d_nhwc")
+    check(oh > 0 && ow > 0, || format!("{what}: empty output"))?;
+    let (pad_name, conv_name) = match (era <= Era::V08, groups == 1) {
+        (true, _) => ("PaddedInput", "Conv2dOutput"),
+        (false, true) => ("pad_temp", "conv2d_nhwc"),
+        (false, false) => ("pad_temp", "group_conv2d_nhwc"),
     };
     let [pt, pl, pb, pr] = w.padding;
     let padded = pad(
@@ -47,28 +90,37 @@ pub fn conv2d_nhwc(
         pad_name,
         PadFlavor::Python,
     )?;
-    let attrs = ComputeAttrs {
-        layout_free_placeholders: vec![kernel.id],
-        ..Default::default()
+    let attrs = if groups == 1 {
+        ComputeAttrs {
+            layout_free_placeholders: vec![kernel.id],
+            ..Default::default()
+        }
+    } else {
+        ComputeAttrs::default()
     };
     Ok(b.reduce(
         conv_name,
-        "conv2d_nhwc",
+        what,
         named_axes(&["nn", "yy", "xx", "ff"], &[n, oh, ow, co]),
         vec![
             IterVar::new("ry", kh),
             IterVar::new("rx", kw),
-            IterVar::new("rc", ci),
+            IterVar::new("rc", kci),
         ],
         Combiner::Sum,
         attrs,
         |v, r| {
             let (ry, rx, rc) = (r[0].clone(), r[1].clone(), r[2].clone());
+            let channel = if groups == 1 {
+                rc.clone()
+            } else {
+                Expr::floordiv(v[3].clone(), co / groups) * kci + rc.clone()
+            };
             padded.at(vec![
                 v[0].clone(),
                 window_index(v[1].clone(), w.stride[0], ry.clone(), w.dilation[0]),
                 window_index(v[2].clone(), w.stride[1], rx.clone(), w.dilation[1]),
-                rc.clone(),
+                channel,
             ]) * kernel.at(vec![ry, rx, rc, v[3].clone()])
         },
     ))

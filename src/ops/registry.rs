@@ -7,7 +7,7 @@
 //! order (`p0, p1, ...`), but the stage order (and so the key's argument order) puts the
 //! operands of operand-first ops (`add(residual, x)`) before everything else:
 //! [`WorkloadSpec::key_order`].
-use super::conv2d::{conv2d_nchw, conv2d_nhwc};
+use super::conv2d::{conv2d_nchw, conv2d_nhwc, group_conv2d_nhwc};
 use super::conv2d_nchwc::conv2d_nchwc;
 use super::dense::{batch_matmul, dense};
 use super::depthwise::{depthwise_conv2d_nchwc, depthwise_conv2d_nhwc};
@@ -31,6 +31,11 @@ pub enum Anchor {
         groups: i64,
     },
     Conv2dNchwc(Window2d),
+    /// `group_conv2d_nhwc` (groups > 1, kernel HWIO `[KH, KW, CI/groups, CO]`).
+    GroupConv2dNhwc {
+        window: Window2d,
+        groups: i64,
+    },
     DepthwiseNhwc(Window2d),
     DepthwiseNchwc(Window2d),
     /// Pre-transformed kernel `[alpha, alpha, CO, CI]`; 3x3, stride 1.
@@ -77,6 +82,7 @@ impl Anchor {
             Anchor::Conv2dNchw { groups: 1, .. } => "conv2d_nchw".into(),
             Anchor::Conv2dNchw { .. } => "group_conv2d_nchw".into(),
             Anchor::Conv2dNchwc(_) => "conv2d_nchwc".into(),
+            Anchor::GroupConv2dNhwc { .. } => "group_conv2d_nhwc".into(),
             Anchor::DepthwiseNhwc(_) => "depthwise_conv2d_nhwc".into(),
             Anchor::DepthwiseNchwc(_) => "depthwise_conv2d_nchwc".into(),
             Anchor::WinogradNhwc { .. } => "conv2d_winograd_nhwc".into(),
@@ -110,6 +116,8 @@ impl Anchor {
                 d.len() == 5 && k.len() == 6 && d[1] * d[4] == k[1] * k[4]
             }
             Anchor::Pool(p) if era == Era::V07 => p.dilation == [1, 1],
+            // The generic `topi.nn.conv` behind it came with v0.9.
+            Anchor::GroupConv2dNhwc { .. } => era > Era::V08,
             _ => true,
         }
     }
@@ -117,9 +125,10 @@ impl Anchor {
     /// Data layout in TVM notation, from the data shape.
     pub fn layout(&self, data: &[i64]) -> String {
         match self {
-            Anchor::Conv2dNhwc(_) | Anchor::DepthwiseNhwc(_) | Anchor::WinogradNhwc { .. } => {
-                "NHWC".into()
-            }
+            Anchor::Conv2dNhwc(_)
+            | Anchor::GroupConv2dNhwc { .. }
+            | Anchor::DepthwiseNhwc(_)
+            | Anchor::WinogradNhwc { .. } => "NHWC".into(),
             Anchor::Conv2dNchw { .. } => "NCHW".into(),
             Anchor::Conv2dNchwc(_) | Anchor::DepthwiseNchwc(_) => format!("NCHW{}c", data[4]),
             Anchor::Dense => "NC".into(),
@@ -145,9 +154,9 @@ impl Anchor {
             m.insert("kernel".into(), json!(kernel));
         };
         match self {
-            Anchor::Conv2dNhwc(w) | Anchor::DepthwiseNhwc(w) => {
-                window(w, [inputs[1][0], inputs[1][1]])
-            }
+            Anchor::Conv2dNhwc(w)
+            | Anchor::DepthwiseNhwc(w)
+            | Anchor::GroupConv2dNhwc { window: w, .. } => window(w, [inputs[1][0], inputs[1][1]]),
             Anchor::Conv2dNchw { window: w, .. } => window(w, [inputs[1][2], inputs[1][3]]),
             Anchor::Conv2dNchwc(w) | Anchor::DepthwiseNchwc(w) => {
                 window(w, [inputs[1][2], inputs[1][3]])
@@ -187,7 +196,7 @@ impl Anchor {
             }
             Anchor::Dense | Anchor::BatchMatmul => {}
         }
-        if let Anchor::Conv2dNchw { groups, .. } = self {
+        if let Anchor::Conv2dNchw { groups, .. } | Anchor::GroupConv2dNhwc { groups, .. } = self {
             m.insert("groups".into(), json!(groups));
         }
         if matches!(
@@ -212,6 +221,9 @@ impl Anchor {
                 conv2d_nchw(b, era, &ins[0], &ins[1], window, *groups)
             }
             Anchor::Conv2dNchwc(w) => conv2d_nchwc(b, era, &ins[0], &ins[1], w),
+            Anchor::GroupConv2dNhwc { window, groups } => {
+                group_conv2d_nhwc(b, era, &ins[0], &ins[1], window, *groups)
+            }
             Anchor::DepthwiseNhwc(w) => depthwise_conv2d_nhwc(b, era, &ins[0], &ins[1], w),
             Anchor::DepthwiseNchwc(w) => depthwise_conv2d_nchwc(b, era, &ins[0], &ins[1], w),
             Anchor::WinogradNhwc { padding } => {
