@@ -185,6 +185,21 @@ fn kernels_of_roberta_small_like() {
     insta::assert_snapshot!(kernels_table("transformers/roberta_small_like.onnx"));
 }
 
+#[test]
+fn kernels_of_distilbert_like() {
+    insta::assert_snapshot!(kernels_table("transformers/distilbert_like.onnx"));
+}
+
+#[test]
+fn kernels_of_gpt2_like() {
+    insta::assert_snapshot!(kernels_table("transformers/gpt2_like.onnx"));
+}
+
+#[test]
+fn kernels_of_convnext_tiny() {
+    insta::assert_snapshot!(kernels_table("torchvision_more/convnext_tiny.onnx"));
+}
+
 /// ttdb's load-time folding against onnxruntime (`fixtures/onnx_fold/`, written by
 /// `tools/ort_fold_reference.py`): the shape of every small integer tensor agrees, and every
 /// one that is constant in ttdb's graph is folded, to the same values.
