@@ -9,10 +9,11 @@ use common::ttdb_on as ttdb;
 use std::path::{Path, PathBuf};
 use ttdb::onnx::writer::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
 
-fn layer_norm_model(dir: &Path) -> PathBuf {
-    let mut b = ModelBuilder::new("tiny_layer_norm", 14);
-    b.input("x", &[1, 16, 64]);
-    b.weight("gamma", &[64]).weight("beta", &[64]);
+fn layer_norm_model(dir: &Path, seq: i64, width: i64) -> PathBuf {
+    let name = format!("tiny_layer_norm_{seq}x{width}");
+    let mut b = ModelBuilder::new(&name, 14);
+    b.input("x", &[1, seq, width]);
+    b.weight("gamma", &[width]).weight("beta", &[width]);
     for (name, v) in [("two", 2.0), ("eps", 1e-5)] {
         b.node(
             "Constant",
@@ -41,7 +42,7 @@ fn layer_norm_model(dir: &Path) -> PathBuf {
     b.node("Mul", "/ln/Mul", &["n", "gamma"], &["g"], vec![]);
     b.node("Add", "/ln/Add_1", &["g", "beta"], &["y"], vec![]);
     b.output("y");
-    let path = dir.join("tiny_layer_norm.onnx");
+    let path = dir.join(format!("{name}.onnx"));
     std::fs::write(&path, b.encode()).unwrap();
     path
 }
@@ -55,7 +56,7 @@ fn json(args: &[&str], db: &Path) -> serde_json::Value {
 #[test]
 fn layer_norm_variance_tunes_verifies_and_applies() {
     let dir = tempfile::tempdir().unwrap();
-    let model = layer_norm_model(dir.path());
+    let model = layer_norm_model(dir.path(), 16, 64);
     let m = model.to_str().unwrap();
     let db = dir.path().join("t.db");
     let v = json(&["kernels", m, "--json"], &db);
@@ -168,6 +169,28 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
         trials
             .iter()
             .any(|t| t["tier"] == "exact" && t["verified"] == true),
+        "{applied}"
+    );
+
+    // another LayerNorm width: the stored records transfer by class (split lengths moved
+    // to the new extents), measured and verified
+    let other = layer_norm_model(dir.path(), 8, 48);
+    let v = json(
+        &["apply", other.to_str().unwrap(), "--top-k", "2", "--json"],
+        &db,
+    );
+    let applied = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["class"] == "power_scalar+mean")
+        .unwrap();
+    assert_eq!(applied["verified"], true, "{applied}");
+    let trials = applied["trials"].as_array().unwrap();
+    assert!(
+        trials
+            .iter()
+            .any(|t| t["tier"] == "class" && t["verified"] == true),
         "{applied}"
     );
 }
