@@ -252,7 +252,11 @@ impl EpilogueOp {
                 let (l, r) = sides(&c, operand_first);
                 binary(b, op, &l, &r)
             }
-            _ => unreachable!("operand presence follows takes_operand"),
+            // a rejoin outside an epilogue (a prologue) has no earlier value to read
+            (op, _) => Err(BuildError(format!(
+                "{}: its operand is missing (or given to an op that takes none)",
+                op.class_label()
+            ))),
         }
     }
 }
@@ -262,5 +266,43 @@ fn pick(cond: bool, yes: &'static str, no: &'static str) -> &'static str {
         yes
     } else {
         no
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Anchor, Era, WorkloadSpec};
+
+    fn rejoin(with: u8) -> EpilogueOp {
+        EpilogueOp::Rejoin {
+            op: ScalarOp::Multiply,
+            with,
+            with_first: true,
+        }
+    }
+
+    /// A rejoin that reads a value not computed yet, or sits in a prologue, is a build
+    /// error naming the op, never a panic.
+    #[test]
+    fn misplaced_rejoins_are_errors() {
+        let ins = [vec![3, 5], vec![4, 5]];
+        let spec = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::Sigmoid, rejoin(2)]);
+        let err = spec.build(Era::V015, &ins).unwrap_err();
+        assert!(err.0.contains("value 2"), "{}", err.0);
+        let spec = WorkloadSpec::new(
+            Anchor::Mean {
+                axes: vec![1],
+                keepdims: true,
+            },
+            vec![],
+        )
+        .with_prologue(vec![rejoin(0)]);
+        let err = spec.build(Era::V015, &[vec![3, 5]]).unwrap_err();
+        assert!(err.0.contains("multiply@0"), "{}", err.0);
+        // in range: x * sigmoid(x) builds
+        let spec = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::Sigmoid, rejoin(0)]);
+        assert_eq!(spec.op_class(), "dense+sigmoid+multiply@0");
+        assert!(spec.build(Era::V015, &ins).is_ok());
     }
 }
