@@ -174,7 +174,10 @@ pub(super) fn simplify_scalars(chain: &mut Vec<EpilogueOp>) {
             else {
                 continue;
             };
-            // value i + 1 (between the two) read again by a rejoin: not a run to fold
+            // value i + 1 (between the two) read again by a rejoin: relay would still fold
+            // (its pattern rewrites ignore other readers), leaving two branches from `x`
+            // that a rejoin cannot write; ttdb keeps the run (a known deviation, in no
+            // corpus model)
             if chain.iter().any(
                 |e| matches!(e, EpilogueOp::Rejoin { with, .. } if usize::from(*with) == i + 1),
             ) {
@@ -375,6 +378,62 @@ mod tests {
             s(ScalarOp::Add, 2.0, false),
             s(ScalarOp::Subtract, 0.5, false),
             s(ScalarOp::Add, 1.0, false),
+        ];
+        let before = chain.clone();
+        simplify_scalars(&mut chain);
+        assert_eq!(chain, before);
+    }
+
+    /// Rejoins keep reading the same value across SimplifyExpr's folds: a value after a
+    /// folded run is renumbered, one inside the run stops the fold.
+    #[test]
+    fn scalar_folds_renumber_rejoins() {
+        let s = |op, value: f64| EpilogueOp::Scalar {
+            op,
+            value,
+            operand_first: false,
+        };
+        let rejoin = |with| EpilogueOp::Rejoin {
+            op: ScalarOp::Multiply,
+            with,
+            with_first: true,
+        };
+        // relu, x*2*3 (value 3), sigmoid, value 3 * sigmoid -> the product is value 2
+        let mut chain = vec![
+            EpilogueOp::Relu,
+            s(ScalarOp::Multiply, 2.0),
+            s(ScalarOp::Multiply, 3.0),
+            EpilogueOp::Sigmoid,
+            rejoin(3),
+        ];
+        simplify_scalars(&mut chain);
+        assert_eq!(
+            chain,
+            vec![
+                EpilogueOp::Relu,
+                s(ScalarOp::Multiply, 6.0),
+                EpilogueOp::Sigmoid,
+                rejoin(2)
+            ]
+        );
+        // a rejoin of the relu (value 1, before the run) is untouched
+        let mut chain = vec![
+            EpilogueOp::Relu,
+            s(ScalarOp::Multiply, 2.0),
+            s(ScalarOp::Multiply, 3.0),
+            rejoin(1),
+        ];
+        simplify_scalars(&mut chain);
+        assert_eq!(
+            chain,
+            vec![EpilogueOp::Relu, s(ScalarOp::Multiply, 6.0), rejoin(1)]
+        );
+        // x*2 read again (value 2, inside the run): no fold
+        let mut chain = vec![
+            EpilogueOp::Relu,
+            s(ScalarOp::Multiply, 2.0),
+            s(ScalarOp::Multiply, 3.0),
+            rejoin(2),
         ];
         let before = chain.clone();
         simplify_scalars(&mut chain);
