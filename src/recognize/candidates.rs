@@ -151,6 +151,17 @@ fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
                             .map(Anchor::Conv2dNhwc),
                     );
                 }
+                // grouped conv2d NHWC, kernel HWIO [KH,KW,CI/g,CO]
+                if b[2] > 0 && b[2] < a[3] && a[3] % b[2] == 0 && b[3] == out[3] {
+                    let groups = a[3] / b[2];
+                    if out[3] % groups == 0 {
+                        v.extend(
+                            conv_windows(in_hw, [b[0], b[1]], out_hw)
+                                .into_iter()
+                                .map(|window| Anchor::GroupConv2dNhwc { window, groups }),
+                        );
+                    }
+                }
                 // depthwise NHWC, kernel [KH,KW,C,M]
                 if b[2] == a[3] && a[3] * b[3] == out[3] {
                     v.extend(

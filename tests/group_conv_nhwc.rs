@@ -1,0 +1,145 @@
+//! Grouped convolutions in NHWC (`topi.nn.group_conv2d_nhwc`, relay's x86 strategy for
+//! NHWC convs with groups > 1): regnet_x_400mf's grouped convs under `--layout nhwc` are
+//! tuned kernels; their keys are recognized by md5 with the kernel's signature, their
+//! default schedules verify against the reference, and `ttdb tune` searches them.
+mod common;
+use ttdb::ansor::WorkloadKey;
+use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
+use ttdb::ir::dag_hash;
+use ttdb::onnx::{self, KernelList, LayoutMode, Options};
+use ttdb::ops::Era;
+use ttdb::recognize::{recognize_uncached, RecognizedBy};
+
+fn regnet() -> std::path::PathBuf {
+    common::corpus_dir().join("onnx/torchvision_more/regnet_x_400mf.onnx")
+}
+
+fn nhwc_kernels() -> KernelList {
+    let opts = Options {
+        layout: LayoutMode::Nhwc,
+        ..Options::default()
+    };
+    onnx::kernels_for_file(regnet(), &[], &opts).unwrap()
+}
+
+#[test]
+fn grouped_nhwc_convs_are_tuned_and_recognized_by_md5() {
+    let list = nhwc_kernels();
+    let untunable: Vec<_> = list
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.kind, onnx::KernelKind::Untunable { .. }))
+        .map(|k| (&k.name, &k.kind))
+        .collect();
+    assert!(untunable.is_empty(), "{untunable:?}");
+    let grouped: Vec<_> = list
+        .tuned()
+        .filter(|k| k.class.starts_with("group_conv2d_nhwc"))
+        .collect();
+    assert!(grouped.len() >= 5, "{} grouped NHWC kernels", grouped.len());
+    let opts = EvalOptions {
+        verify_only: true,
+        ..EvalOptions::default()
+    };
+    for (i, k) in grouped.iter().enumerate() {
+        let sig = k.signature.as_ref().unwrap();
+        assert_eq!(
+            sig.attrs["groups"],
+            serde_json::json!(k.inputs[0][3] / k.inputs[1][2])
+        );
+        let dag = k
+            .spec
+            .as_ref()
+            .unwrap()
+            .build(Era::V015, &k.inputs)
+            .unwrap();
+        let v: Vec<serde_json::Value> = std::iter::once(serde_json::json!(dag_hash(&dag)))
+            .chain(dag.io_shapes().iter().map(|s| serde_json::json!(s)))
+            .collect();
+        let key = WorkloadKey::parse(&serde_json::to_string(&v).unwrap()).unwrap();
+        let r = recognize_uncached(&key).unwrap();
+        assert_eq!(r.recognized_by, RecognizedBy::Md5, "{}", k.class);
+        assert_eq!(
+            Some(r.signature.sha256_hex()),
+            k.signature_hash,
+            "{}",
+            k.class
+        );
+        // Default schedules of the two smallest (the reference evaluator is slow).
+        if i >= grouped.len() - 2 {
+            let reference = Reference::new(&dag, 5).unwrap();
+            let e = evaluate_default(&dag, &reference, &opts);
+            assert!(e.verified(), "{}: {:?}", k.class, e.failure);
+        }
+    }
+    // Before v0.9 TVM had no generic grouped NHWC conv: no DAG is claimed for that era.
+    let k = grouped[0];
+    assert!(k.spec.as_ref().unwrap().build(Era::V08, &k.inputs).is_err());
+}
+
+/// A grouped 3x3 conv (32 channels, 4 groups) + bias + relu, written with ttdb's writer.
+fn grouped_conv_model() -> Vec<u8> {
+    use ttdb::onnx::writer::{attr_int, attr_ints, ModelBuilder};
+    let mut b = ModelBuilder::new("grouped_conv", 14);
+    b.input("input", &[1, 32, 14, 14]);
+    b.weight("w", &[32, 8, 3, 3]).weight("bias", &[32]);
+    b.node(
+        "Conv",
+        "/g/Conv",
+        &["input", "w", "bias"],
+        &["conv"],
+        vec![
+            attr_ints("kernel_shape", &[3, 3]),
+            attr_ints("pads", &[1; 4]),
+            attr_int("group", 4),
+        ],
+    );
+    b.node("Relu", "/g/Relu", &["conv"], &["out"], vec![]);
+    b.output("out");
+    b.encode()
+}
+
+/// `ttdb tune --layout nhwc` searches a grouped NHWC conv end to end, every trial verified.
+#[test]
+fn tune_searches_a_grouped_nhwc_conv() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("grouped.onnx");
+    std::fs::write(&model, grouped_conv_model()).unwrap();
+    let db = dir.path().join("g.db");
+    let (code, out, err) = common::ttdb_on(
+        &db,
+        &[
+            "tune",
+            model.to_str().unwrap(),
+            "--layout",
+            "nhwc",
+            "--trials",
+            "16",
+            "--batch",
+            "8",
+            "--population",
+            "16",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kernels = v["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 1, "{v}");
+    assert_eq!(kernels[0]["class"], "group_conv2d_nhwc+add+relu", "{v}");
+    assert_eq!(kernels[0]["failed_trials"], 0, "{v}");
+    assert!(
+        kernels[0]["best_ms"].as_f64().is_some_and(|t| t > 0.0),
+        "{v}"
+    );
+    let store = ttdb::store::Store::open(&db).unwrap();
+    let failed: i64 = store
+        .connection_for_tests()
+        .query_row(
+            "SELECT COUNT(*) FROM records WHERE error_no != 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(failed, 0);
+}
