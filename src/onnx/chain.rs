@@ -13,6 +13,8 @@
 //! * its `SwitchAddMultiply` and `SimplifyAdjacentMultiplyOrAdd` fold runs of scalar adds
 //!   and multiplies, `(x + a) * b` to `x * b + a*b`, `x * a * b` to `x * (a*b)`
 //!   ([`simplify_scalars`]);
+//! * a binary op whose two inputs are both fused values reads an earlier one again
+//!   ([`rejoin_op`]: SiLU, hardswish);
 //! * its `SimplifyRSqrt` turns `y / sqrt(x)` into `y * rsqrt(x)`: rsqrt is not in the
 //!   registry, so such a chain is refused rather than built as TVM would not.
 use super::relay::{BinKind, OpGraph, OpId, OpKind, UnaryKind};

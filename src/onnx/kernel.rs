@@ -1,9 +1,10 @@
 //! Kernels: one per fused group, as Relay would hand them to the TE compiler / Ansor.
 //!
 //! A group around an anchor (conv, depthwise conv, dense, batch_matmul, pool, global pool,
-//! softmax, mean) whose epilogue is a chain of registry ops (add / subtract / multiply /
+//! softmax, mean) whose epilogue is a DAG of registry ops (add / subtract / multiply /
 //! divide / power with an outside or scalar operand, relu, clip and the unary math ops:
-//! [`super::chain`]), and for a mean whose operand-free element-wise producers FuseOps fused
+//! [`super::chain`]; a binary op on two fused values, as in SiLU `x * sigmoid(x)`, is an
+//! [`EpilogueOp::Rejoin`]), and for a mean whose operand-free element-wise producers FuseOps fused
 //! into it a prologue ([`super::prologue`]: LayerNorm's `mean(x^2)`), becomes a *tuned*
 //! kernel: a [`WorkloadSpec`], its inputs in
 //! canonical order (anchor inputs, then epilogue operands in chain order), the output shape
