@@ -161,14 +161,16 @@ fn match_explains_untunable_kernels() {
         "{out}"
     );
     assert!(
-        out.contains("conv2d (conv2d+add+prelu): fused epilogue op `prelu`"),
+        out.contains(
+            "conv2d (conv2d+add+prelu): node `p_re_lu` (prelu): fused epilogue op `prelu`"
+        ),
         "{out}"
     );
     let (code, out, err) = run(args(&["--explain", "conv2d"]));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("ONNX nodes: conv2d, p_re_lu"), "{out}");
     assert!(
-        out.contains("untunable: fused epilogue op `prelu`"),
+        out.contains("untunable: node `p_re_lu` (prelu): fused epilogue op `prelu`"),
         "{out}"
     );
     let (code, _, err) = run(args(&["--explain", "no_such_node"]));

@@ -312,7 +312,8 @@ fn walk_epilogue(
         let e = match fused.as_slice() {
             [] => continue, // reported below as fused outside the epilogue
             [(pos, n)] if *n == latest => {
-                chain_op(g, group, op, *pos, epilogue.last().copied(), canonical)?
+                chain_op(g, group, op, *pos, epilogue.last().copied(), canonical)
+                    .map_err(|e| at_node(o, e))?
             }
             [_, _] if fused.iter().any(|&(_, n)| n == latest) => {
                 // the latest value is the op's own input; the other one is read again
@@ -321,7 +322,7 @@ fn walk_epilogue(
                 } else {
                     fused[1]
                 };
-                Some(rejoin_op(g, op, other_pos, with)?)
+                Some(rejoin_op(g, op, other_pos, with).map_err(|e| at_node(o, e))?)
             }
             _ => {
                 return Err(format!(
@@ -373,4 +374,13 @@ pub fn dedup(kernels: Vec<Kernel>) -> Vec<Kernel> {
         }
     }
     out
+}
+
+/// `why`, naming the ONNX node of fused op `o` that causes it.
+fn at_node(o: &super::relay::Op, why: String) -> String {
+    format!(
+        "node `{}` ({}): {why}",
+        o.nodes.first().map(String::as_str).unwrap_or("?"),
+        o.kind.name()
+    )
 }
