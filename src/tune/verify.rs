@@ -98,7 +98,9 @@ impl std::fmt::Display for VerifyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             VerifyError::Store(e) => e.fmt(f),
-            VerifyError::NothingSelected => f.write_str("no valid CPU record matches"),
+            VerifyError::NothingSelected => f.write_str(
+                "no valid imported CPU record matches (records ttdb measured itself, by tune, refine or apply, were verified when they were measured)",
+            ),
             VerifyError::BadRecord { record_id, reason } => {
                 write!(f, "record {record_id}: {reason}")
             }
