@@ -34,7 +34,13 @@ def main():
     feeds = {}
     for i in sess.get_inputs():
         shape = [d if isinstance(d, int) else 1 for d in i.shape]
-        feeds[i.name] = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        if "int" in i.type:  # token ids, masks, positions: zeros are valid for all
+            dtype = np.int64 if "int64" in i.type else np.int32
+            feeds[i.name] = np.zeros(shape, dtype)
+            if "mask" in i.name:
+                feeds[i.name] += 1
+        else:
+            feeds[i.name] = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     for _ in range(5):
         sess.run(None, feeds)
     times = []
