@@ -5,10 +5,10 @@
 mod common;
 use ttdb::ansor::WorkloadKey;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
-use ttdb::ir::dag_hash;
 use ttdb::onnx::{self, KernelList, LayoutMode, Options};
 use ttdb::ops::Era;
 use ttdb::recognize::{recognize_uncached, RecognizedBy};
+use ttdb::tune::apply::workload_key_of;
 
 fn regnet() -> std::path::PathBuf {
     common::corpus_dir().join("onnx/torchvision_more/regnet_x_400mf.onnx")
@@ -53,10 +53,7 @@ fn grouped_nhwc_convs_are_tuned_and_recognized_by_md5() {
             .unwrap()
             .build(Era::V015, &k.inputs)
             .unwrap();
-        let v: Vec<serde_json::Value> = std::iter::once(serde_json::json!(dag_hash(&dag)))
-            .chain(dag.io_shapes().iter().map(|s| serde_json::json!(s)))
-            .collect();
-        let key = WorkloadKey::parse(&serde_json::to_string(&v).unwrap()).unwrap();
+        let key = WorkloadKey::parse(&workload_key_of(&dag)).unwrap();
         let r = recognize_uncached(&key).unwrap();
         assert_eq!(r.recognized_by, RecognizedBy::Md5, "{}", k.class);
         assert_eq!(
@@ -132,14 +129,6 @@ fn tune_searches_a_grouped_nhwc_conv() {
         kernels[0]["best_ms"].as_f64().is_some_and(|t| t > 0.0),
         "{v}"
     );
-    let store = ttdb::store::Store::open(&db).unwrap();
-    let failed: i64 = store
-        .connection_for_tests()
-        .query_row(
-            "SELECT COUNT(*) FROM records WHERE error_no != 0",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let failed = common::failed_records(&db);
     assert_eq!(failed, 0);
 }

@@ -18,11 +18,12 @@ mod common;
 use std::path::Path;
 use ttdb::ansor::WorkloadKey;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
-use ttdb::ir::{dag_hash, print_dag};
+use ttdb::ir::print_dag;
 use ttdb::onnx::writer::{attr_float, attr_ints, ModelBuilder};
 use ttdb::onnx::{self, KernelKind, KernelList, Options};
 use ttdb::ops::{EpilogueOp, Era, ScalarOp};
 use ttdb::recognize::{recognize_uncached, RecognizedBy};
+use ttdb::tune::apply::workload_key_of;
 
 const SILU: &str = "conv2d_nchwc+add+sigmoid+multiply@1";
 const HARDSWISH: &str = "conv2d_nchwc+add+multiply_scalar+add_scalar+clip+multiply@1";
@@ -385,15 +386,7 @@ fn dag_epilogue_kernels_tune_and_verify() {
     for k in kernels {
         assert!(k["best_ms"].as_f64().is_some_and(|t| t > 0.0), "{k}");
     }
-    let store = ttdb::store::Store::open(&db).unwrap();
-    let failed: i64 = store
-        .connection_for_tests()
-        .query_row(
-            "SELECT COUNT(*) FROM records WHERE error_no != 0",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let failed = common::failed_records(&db);
     assert_eq!(failed, 0);
 }
 
@@ -461,10 +454,7 @@ fn dag_epilogue_keys_are_recognized_by_md5() {
                 .unwrap()
                 .build(Era::V015, &k.inputs)
                 .unwrap();
-            let v: Vec<serde_json::Value> = std::iter::once(serde_json::json!(dag_hash(&dag)))
-                .chain(dag.io_shapes().iter().map(|s| serde_json::json!(s)))
-                .collect();
-            let key = WorkloadKey::parse(&serde_json::to_string(&v).unwrap()).unwrap();
+            let key = WorkloadKey::parse(&workload_key_of(&dag)).unwrap();
             let r = recognize_uncached(&key).unwrap();
             assert_eq!(r.recognized_by, RecognizedBy::Md5, "{}", k.class);
             assert_eq!(r.signature.op_class, k.class);

@@ -123,15 +123,7 @@ fn tiny_model_kernels_tune_and_verify() {
     let searched = common::measurements(&db, "search", "search trial ");
     assert_eq!(searched as u64, trials);
     // every measured trial verified: no stored search record failed
-    let store = ttdb::store::Store::open(&db).unwrap();
-    let failed: i64 = store
-        .connection_for_tests()
-        .query_row(
-            "SELECT COUNT(*) FROM records WHERE error_no != 0",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let failed = common::failed_records(&db);
     assert_eq!(failed, 0);
 }
 

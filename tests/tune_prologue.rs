@@ -95,17 +95,8 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
         // a best time only comes from a verified trial
         assert!(k["best_ms"].as_f64().is_some_and(|t| t > 0.0), "{k}");
     }
-    let store = ttdb::store::Store::open(&db).unwrap();
-    let failed: i64 = store
-        .connection_for_tests()
-        .query_row(
-            "SELECT COUNT(*) FROM records WHERE error_no != 0",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let failed = common::failed_records(&db);
     assert_eq!(failed, 0, "every measured trial verified");
-    drop(store);
 
     // the stored workload searched again by signature
     let sig = var["signature_hash"].as_str().unwrap();

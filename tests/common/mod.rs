@@ -144,3 +144,16 @@ pub fn interrupt_once_stored(
     let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{stderr}"));
     (out.status.code(), report, stderr)
 }
+
+/// Records whose measurement failed (`error_no != 0`) in `db`.
+pub fn failed_records(db: &Path) -> i64 {
+    ttdb::store::Store::open(db)
+        .unwrap()
+        .connection_for_tests()
+        .query_row(
+            "SELECT COUNT(*) FROM records WHERE error_no != 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}

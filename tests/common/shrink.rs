@@ -67,6 +67,13 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
                 vec![occ, icc / g, k[2], k[3], icb, ocb],
             ]
         }
+        Anchor::GroupConv2dNhwc { window: w, groups } => {
+            let (d, k) = (&ins[0], &ins[1]);
+            let [h, wd] = hw(d, [k[0], k[1]], w, 1, 2);
+            let g = *groups;
+            let (cig, cog) = (cap(d[3] / g, 16), cap(k[3] / g, 32));
+            vec![vec![1, h, wd, cig * g], vec![k[0], k[1], cig, cog * g]]
+        }
         Anchor::DepthwiseNhwc(w) => {
             let (d, k) = (&ins[0], &ins[1]);
             let [h, wd] = hw(d, [k[0], k[1]], w, 1, 2);
