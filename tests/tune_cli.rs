@@ -85,9 +85,17 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
     );
     assert_eq!(search_measurements(&db), 48);
     // ... and its cost model starts warm from the first run's programs.
-    assert_eq!(v2["cost_model"]["warm_programs"], 24, "{}", v2["cost_model"]);
+    assert_eq!(
+        v2["cost_model"]["warm_programs"], 24,
+        "{}",
+        v2["cost_model"]
+    );
     assert_eq!(v2["cost_model"]["programs"], 48, "{}", v2["cost_model"]);
-    assert!(v2["cost_model"]["trees"].as_u64().unwrap() > 0, "{}", v2["cost_model"]);
+    assert!(
+        v2["cost_model"]["trees"].as_u64().unwrap() > 0,
+        "{}",
+        v2["cost_model"]
+    );
     // A dry run starts from the stored model too, and stores nothing (neither trials nor
     // the model: a third run starts from the same 48).
     let mut dry = TUNE.to_vec();
@@ -95,11 +103,18 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
     let (code, out, err) = ttdb(&db, &dry);
     assert_eq!(code, 0, "{err}");
     let v3: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v3["cost_model"]["warm_programs"], 48, "{}", v3["cost_model"]);
+    assert_eq!(
+        v3["cost_model"]["warm_programs"], 48,
+        "{}",
+        v3["cost_model"]
+    );
     assert_eq!(search_measurements(&db), 48);
     let stored = ttdb::store::Store::open(&db).unwrap();
     let host = ttdb::measure::detect_host();
-    assert_eq!(stored.cost_model(&host.class()).unwrap().unwrap().programs, 48);
+    assert_eq!(
+        stored.cost_model(&host.class()).unwrap().unwrap().programs,
+        48
+    );
 }
 
 #[test]
@@ -162,7 +177,10 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
     assert!((v["kernel_sum_ms"].as_f64().unwrap() - sum).abs() < 1e-9);
     let csv = std::fs::read_to_string(&curve).unwrap();
     let rows: Vec<&str> = csv.lines().collect();
-    assert_eq!(rows[0], "trial,wall_s,kernel,kernel_name,kernel_best_ms,model_ms");
+    assert_eq!(
+        rows[0],
+        "trial,wall_s,kernel,kernel_name,kernel_best_ms,model_ms"
+    );
     assert!(rows.len() > kernels.len(), "{csv}");
     // The last point's model time is the report's kernel sum.
     let last: Vec<&str> = rows.last().unwrap().split(',').collect();
@@ -172,13 +190,25 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
     // best-latency line (the blue polyline; the axes and ticks are black ones), labelled.
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg"), "{svg}");
-    let series = svg.lines().filter(|l| l.starts_with("<polyline") && l.contains("stroke=\"#1F77B4\""));
+    let series = svg
+        .lines()
+        .filter(|l| l.starts_with("<polyline") && l.contains("stroke=\"#1F77B4\""));
     assert_eq!(series.count(), 2, "{svg}");
-    for label in ["trials", "wall time (s)", "best model latency, kernel sum (ms)"] {
-        assert!(svg.contains(&format!(">\n{label}\n</text>")), "{label}: {svg}");
+    for label in [
+        "trials",
+        "wall time (s)",
+        "best model latency, kernel sum (ms)",
+    ] {
+        assert!(
+            svg.contains(&format!(">\n{label}\n</text>")),
+            "{label}: {svg}"
+        );
     }
     let host = v["host"].as_str().unwrap();
-    assert!(svg.contains("tiny_resnet") && svg.contains(host.split(" (").next().unwrap()), "{svg}");
+    assert!(
+        svg.contains("tiny_resnet") && svg.contains(host.split(" (").next().unwrap()),
+        "{svg}"
+    );
     // Only the model mode has a curve to plot.
     let (code, _, err) = ttdb(&db, &["tune", "--all", "--plot", plot.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
@@ -191,7 +221,13 @@ fn apply_tune_searches_kernels_without_a_candidate() {
     let db = dir.path().join("t.db");
     let (code, out, err) = ttdb(
         &db,
-        &["apply", fixture_model().to_str().unwrap(), "--tune", "24", "--json"],
+        &[
+            "apply",
+            fixture_model().to_str().unwrap(),
+            "--tune",
+            "24",
+            "--json",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -200,7 +236,10 @@ fn apply_tune_searches_kernels_without_a_candidate() {
         // Every kernel is searched; the searched schedule is kept only when it beats the
         // default (a tiny dense can stay faster without parallel threads).
         assert!(k["search"]["trials"].as_u64().unwrap() > 0, "{k}");
-        let (tuned, untuned) = (k["tuned_ms"].as_f64().unwrap(), k["untuned_ms"].as_f64().unwrap());
+        let (tuned, untuned) = (
+            k["tuned_ms"].as_f64().unwrap(),
+            k["untuned_ms"].as_f64().unwrap(),
+        );
         assert!(tuned <= untuned, "{k}");
         let chose_search = k["chosen"].as_str().unwrap().starts_with("search");
         assert_eq!(chose_search, tuned < untuned, "{k}");
@@ -209,10 +248,18 @@ fn apply_tune_searches_kernels_without_a_candidate() {
     assert!(searched_chosen >= 1, "{v}");
     assert!(v["tuned_total_ms"].as_f64().unwrap() < v["untuned_total_ms"].as_f64().unwrap());
     // One cost model learned from every kernel's search and was kept for this host class.
-    let searched: i64 = v["kernels"].as_array().unwrap().iter().map(|k| k["search"]["trials"].as_i64().unwrap()).sum();
+    let searched: i64 = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["search"]["trials"].as_i64().unwrap())
+        .sum();
     let stored = Store::open(&db).unwrap();
     let host = ttdb::measure::detect_host();
-    assert_eq!(stored.cost_model(&host.class()).unwrap().unwrap().programs, searched);
+    assert_eq!(
+        stored.cost_model(&host.class()).unwrap().unwrap().programs,
+        searched
+    );
 }
 
 #[test]
@@ -221,11 +268,67 @@ fn ctrl_c_stops_a_tune_cleanly_and_keeps_every_trial() {
     let db = dir.path().join("t.db");
     let (code, v, stderr) = common::interrupt_once_stored(
         &db,
-        &["tune", fixture_model().to_str().unwrap(), "--trials", "5000", "--batch", "8", "--population", "16", "--json"],
+        &[
+            "tune",
+            fixture_model().to_str().unwrap(),
+            "--trials",
+            "5000",
+            "--batch",
+            "8",
+            "--population",
+            "16",
+            "--json",
+        ],
         search_measurements,
     );
     assert_eq!(code, Some(130), "{stderr}");
     assert_eq!(v["interrupted"], true);
-    assert_eq!(search_measurements(&db) as u64, v["trials"].as_u64().unwrap());
+    assert_eq!(
+        search_measurements(&db) as u64,
+        v["trials"].as_u64().unwrap()
+    );
     assert_eq!(Store::open(&db).unwrap().integrity_check().unwrap(), "ok");
+}
+
+/// `tune MODEL` reads models with symbolic input dims as `kernels` and `apply` do
+/// (`--input-shape`), and takes the blocking's lanes (`--mcpu`, `--lanes`).
+#[test]
+fn tune_a_model_with_symbolic_dims_takes_input_shapes() {
+    let model = common::corpus_dir().join("onnx/odd/rnet.onnx");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let m = model.to_str().unwrap();
+    let (code, _, err) = ttdb(&db, &["tune", m, "--trials", "8"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--input-shape input_2="), "{err}");
+    let (code, out, err) = ttdb(
+        &db,
+        &[
+            "tune",
+            m,
+            "--input-shape",
+            "input_2=1,24,24,3",
+            "--lanes",
+            "16",
+            "--trials",
+            "16",
+            "--batch",
+            "8",
+            "--population",
+            "8",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kernels = v["kernels"].as_array().unwrap();
+    assert!(!kernels.is_empty(), "{v}");
+    assert!(
+        kernels
+            .iter()
+            .any(|k| k["best_ms"].as_f64().is_some_and(|t| t > 0.0)),
+        "{v}"
+    );
+    let (code, _, err) = ttdb(&db, &["tune", "--all", "--lanes", "16"]);
+    assert_ne!(code, 0, "--lanes needs a model: {err}");
 }

@@ -18,6 +18,16 @@ pub struct TuneArgs {
     /// Layout of the model's kernels (nchwc, nhwc, auto).
     #[arg(long, default_value = "auto")]
     pub layout: String,
+    /// With MODEL: shape of a graph input with symbolic dims, NAME=d0,d1,... (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", requires = "model")]
+    pub input_shape: Vec<String>,
+    /// With MODEL: target -mcpu, which sets the SIMD lanes of the NCHWc fallback blocking
+    /// (16 AVX-512, 8 AVX2, 4 without -mcpu, as TVM's `llvm` target does).
+    #[arg(long, requires = "model")]
+    pub mcpu: Option<String>,
+    /// With MODEL: SIMD 32-bit lanes of the NCHWc blocking (overrides --mcpu).
+    #[arg(long, requires = "model")]
+    pub lanes: Option<i64>,
     /// With MODEL: write the tuning curve (trial, wall time, kernel, its best ms, model ms).
     #[arg(long, value_name = "out.csv")]
     pub curve: Option<PathBuf>,
@@ -90,7 +100,9 @@ impl TuneArgs {
         o.search.learned_model = !self.no_cost_model;
         o.search.warm_start = !self.cold_model;
         o.search.max_timeout = Duration::from_secs_f64(self.timeout.max(0.1));
-        o.search.time_budget = self.time_budget.map(|s| Duration::from_secs_f64(s.max(0.0)));
+        o.search.time_budget = self
+            .time_budget
+            .map(|s| Duration::from_secs_f64(s.max(0.0)));
         o.droplet_trials = self.droplet;
         o.refine.starts = self.seeds.max(1);
         o.refine.droplet.max_timeout = o.search.max_timeout;
@@ -151,7 +163,6 @@ pub fn render_tune(r: &TuneReport, peak_gflops: Option<f64>) -> String {
     out
 }
 
-
 struct Bar {
     bar: Option<indicatif::ProgressBar>,
     per_kernel: u64,
@@ -199,8 +210,12 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
         return super::tune_model::run(
             store,
             &super::tune_model::ModelRun {
-                model: m,
-                layout: &args.layout,
+                model: super::kernels::ModelArgs {
+                    input_shape: args.input_shape.clone(),
+                    mcpu: args.mcpu.clone(),
+                    lanes: args.lanes,
+                    ..super::kernels::ModelArgs::for_model(m.clone(), &args.layout)
+                },
                 base: args.options(),
                 trials: args.trials,
                 droplet: args.droplet,
@@ -242,7 +257,9 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
         label: String::new(),
         done_before: 0,
     };
-    let report = super::with_sink(store, args.dry_run, |sink| tune_jobs(&jobs, &opts, sink, &mut progress))?;
+    let report = super::with_sink(store, args.dry_run, |sink| {
+        tune_jobs(&jobs, &opts, sink, &mut progress)
+    })?;
     if let Some(b) = progress.bar.take() {
         b.finish_and_clear();
     }

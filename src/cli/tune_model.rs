@@ -12,18 +12,8 @@ use std::path::Path;
 
 pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
     let mut t = Table::new(&[
-        "kernel",
-        "class",
-        "shapes",
-        ">x",
-        ">seeds",
-        ">rounds",
-        ">trials",
-        ">failed",
-        ">best ms",
-        ">GFLOP/s",
-        ">% peak",
-        "note",
+        "kernel", "class", "shapes", ">x", ">seeds", ">rounds", ">trials", ">failed", ">best ms",
+        ">GFLOP/s", ">% peak", "note",
     ]);
     for k in &r.kernels {
         t.row(vec![
@@ -99,8 +89,8 @@ impl ModelTuneProgress for Bar {
 
 /// What `tune MODEL.onnx` was asked (parsed by `super::tune`).
 pub struct ModelRun<'a> {
-    pub model: &'a Path,
-    pub layout: &'a str,
+    /// The model and how to read it (layout, input shapes, lanes).
+    pub model: ModelArgs,
     /// Per-task options from the shared flags.
     pub base: TuneOptions,
     pub trials: Option<usize>,
@@ -114,9 +104,8 @@ pub struct ModelRun<'a> {
 }
 
 pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
-    let model = args.model;
-    let margs = ModelArgs::for_model(model.to_path_buf(), args.layout);
-    let m = match_layouts(store, &margs, super::match_cmd::host_match_options())?;
+    let model = args.model.model.as_path();
+    let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
     if m.matches.is_empty() {
         return Err(CliError {
             message: format!("{}: no tunable kernel", model.display()),
@@ -135,7 +124,9 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
     crate::search::interrupt::install();
     let bar = super::trials_bar(opts.trials as u64);
     let mut progress = Bar(bar);
-    let report = super::with_sink(store, args.dry_run, |sink| tune_model(&m, &opts, sink, &mut progress))?;
+    let report = super::with_sink(store, args.dry_run, |sink| {
+        tune_model(&m, &opts, sink, &mut progress)
+    })?;
     if let Some(b) = progress.0.take() {
         b.finish_and_clear();
     }
