@@ -75,28 +75,10 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
         serde_json::json!([2.0])
     );
 
-    let v = json(
-        &[
-            "tune",
-            m,
-            "--trials",
-            "16",
-            "--batch",
-            "8",
-            "--population",
-            "16",
-            "--json",
-        ],
-        &db,
-    );
+    // Every kernel gets a best time (only a verified trial gives one), no trial failed.
+    let v = common::tune_small_model(&db, Path::new(m), 16, 16, &[]);
     let kernels = v["kernels"].as_array().unwrap();
     assert_eq!(kernels.len(), 2, "{v}");
-    for k in kernels {
-        // a best time only comes from a verified trial
-        assert!(k["best_ms"].as_f64().is_some_and(|t| t > 0.0), "{k}");
-    }
-    let failed = common::failed_records(&db);
-    assert_eq!(failed, 0, "every measured trial verified");
 
     // the stored workload searched again by signature
     let sig = var["signature_hash"].as_str().unwrap();

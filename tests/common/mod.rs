@@ -157,3 +157,36 @@ pub fn failed_records(db: &Path) -> i64 {
         )
         .unwrap()
 }
+
+/// `ttdb tune MODEL --trials T --batch 8 --population P [extra...] --json` on `db`: the
+/// report, once checked that the run succeeded, that every kernel got a best time (which
+/// only a verified trial gives) and that no stored trial failed.
+pub fn tune_small_model(
+    db: &Path,
+    model: &Path,
+    trials: usize,
+    population: usize,
+    extra: &[&str],
+) -> serde_json::Value {
+    let (trials, population) = (trials.to_string(), population.to_string());
+    let mut args = vec![
+        "tune",
+        model.to_str().unwrap(),
+        "--trials",
+        &trials,
+        "--batch",
+        "8",
+        "--population",
+        &population,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = ttdb_on(db, &args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    for k in v["kernels"].as_array().unwrap() {
+        assert!(k["best_ms"].as_f64().is_some_and(|t| t > 0.0), "{k}");
+    }
+    assert_eq!(failed_records(db), 0, "every measured trial verified");
+    v
+}
