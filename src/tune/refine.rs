@@ -181,17 +181,25 @@ pub struct RefineJob {
 /// not replay (corrupt, or hostile ones claiming a tiny cost) fall through to the next.
 pub const START_FALL_THROUGH: usize = 16;
 
+/// The schedules a refinement or search may start from ([`RefineJob::start_schedules`]).
+pub struct StartSchedules<'a> {
+    /// Distinct step lists that replay, with their records, cheapest first.
+    pub schedules: Vec<(&'a SourceRecord, Vec<Step>)>,
+    /// Records passed over because they do not parse or replay.
+    pub refused: usize,
+    /// The first layout rewrite option the kept records carry.
+    pub layout_rewrite_option: Option<i64>,
+}
+
 impl RefineJob {
-    /// Up to `per_run` distinct schedules of each run that replay on `dag`, with their
-    /// records, cheapest first; and how many records were passed over because they do not
-    /// replay.
-    pub fn start_schedules(
-        &self,
-        dag: &Dag,
-        per_run: usize,
-    ) -> (Vec<(&SourceRecord, Vec<Step>)>, usize) {
+    /// Up to `per_run` distinct schedules of each run that replay on `dag`.
+    pub fn start_schedules(&self, dag: &Dag, per_run: usize) -> StartSchedules<'_> {
         let inits = stage_inits_from_dag(dag);
-        let (mut out, mut refused) = (Vec::new(), 0);
+        let mut out = StartSchedules {
+            schedules: Vec::new(),
+            refused: 0,
+            layout_rewrite_option: None,
+        };
         for run in &self.starts {
             let mut taken = 0;
             for s in run {
@@ -199,21 +207,23 @@ impl RefineJob {
                     break;
                 }
                 let Ok(rec) = Record::parse(&s.raw) else {
-                    refused += 1;
+                    out.refused += 1;
                     continue;
                 };
-                if out.iter().any(|(_, st)| *st == rec.steps) {
+                if out.schedules.iter().any(|(_, st)| *st == rec.steps) {
                     continue;
                 }
                 if crate::schedule::replay(&inits, &rec.steps).is_err() {
-                    refused += 1;
+                    out.refused += 1;
                     continue;
                 }
-                out.push((s, rec.steps));
+                out.layout_rewrite_option =
+                    out.layout_rewrite_option.or(rec.task.layout_rewrite_option);
+                out.schedules.push((s, rec.steps));
                 taken += 1;
             }
         }
-        (out, refused)
+        out
     }
 }
 
@@ -387,18 +397,15 @@ fn refine_job(
     row.inputs = r.signature.inputs.clone();
     row.output = r.signature.output.clone();
     // The candidates, one per distinct step list that replays.
-    let (cands, refused) = job.start_schedules(&r.dag, opts.starts);
+    let starts = job.start_schedules(&r.dag, opts.starts);
+    let (cands, refused) = (&starts.schedules, starts.refused);
     if cands.is_empty() {
         row.note = Some(format!(
             "no stored record replays on the workload ({refused} refused)"
         ));
         return Ok(row);
     }
-    let rewrite_option = cands.iter().find_map(|(s, _)| {
-        Record::parse(&s.raw)
-            .ok()
-            .and_then(|r| r.task.layout_rewrite_option)
-    });
+    let rewrite_option = starts.layout_rewrite_option;
     // Weights pre-packed as TVM measured relay tasks (layout rewrite option 2; records
     // before v0.5 carry no option: relay keys meant 2, registered ones 1).
     let registered = r.recognized_by == crate::recognize::RecognizedBy::Registered;

@@ -366,8 +366,12 @@ fn tune_job(
     };
     row.inputs = r.signature.inputs.clone();
     row.output = r.signature.output.clone();
-    let (starts, _) = job.start_schedules(&r.dag, opts.refine.starts);
-    let seeds: Vec<Vec<Step>> = starts.into_iter().map(|(_, steps)| steps).collect();
+    let seeds: Vec<Vec<Step>> = job
+        .start_schedules(&r.dag, opts.refine.starts)
+        .schedules
+        .into_iter()
+        .map(|(_, steps)| steps)
+        .collect();
     row.seeds = seeds.len();
     let flops = r.dag.flop_ct();
     let eval = opts.refine.eval();
