@@ -9,6 +9,9 @@
 //! printing the curve (best ms at 64, 128, 256, ... trials, with wall time), the
 //! trials per second, and the best against onnxruntime's median for the same op
 //! (`benches/ort_op.py`, same thread count) and the machine's peak. `cargo bench --bench search`.
+/// What the `ttdb` binary allocates with (src/main.rs).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[path = "common/onnxruntime.rs"]
 mod onnxruntime;
 #[path = "common/workloads.rs"]
