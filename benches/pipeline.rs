@@ -27,25 +27,47 @@ fn geomean(v: &[f64]) -> f64 {
 
 fn main() {
     let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/ansor");
-    assert!(corpus.is_dir(), "the shared corpus is missing at {}", corpus.display());
+    assert!(
+        corpus.is_dir(),
+        "the shared corpus is missing at {}",
+        corpus.display()
+    );
     let pipelines: Vec<String> = std::env::var("TTDB_PIPELINES")
         .map(|s| s.split(';').map(str::to_string).collect())
         .unwrap_or_else(|_| vec!["default<O3>".into(), CodegenOptions::default().pipeline]);
-    let limit: usize = std::env::var("TTDB_PIPELINE_LIMIT").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let limit: usize = std::env::var("TTDB_PIPELINE_LIMIT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
     let host = ttdb::measure::detect_host();
-    println!("host: {} ({}, {} cores)", host.cpu_model, host.llvm_cpu, host.cores);
+    println!(
+        "host: {} ({}, {} cores)",
+        host.cpu_model, host.llvm_cpu, host.cores
+    );
     for (i, p) in pipelines.iter().enumerate() {
         println!("pipeline {}: {p}", (b'A' + i as u8) as char);
     }
-    let measure = MeasureOptions { warmup: 1, repeat: 1, min_repeat_ms: 20, ..MeasureOptions::default() };
+    let measure = MeasureOptions {
+        warmup: 1,
+        repeat: 1,
+        min_repeat_ms: 20,
+        ..MeasureOptions::default()
+    };
     let (mut run_ratio, mut compile_ratio) = (Vec::new(), Vec::new());
-    println!("\n{:<14} {:<38} {:>9} {:>9} {:>7} {:>11} {:>11}", "log", "workload", "A ms", "B ms", "B/A", "A build ms", "B build ms");
+    println!(
+        "\n{:<14} {:<38} {:>9} {:>9} {:>7} {:>11} {:>11}",
+        "log", "workload", "A ms", "B ms", "B/A", "A build ms", "B build ms"
+    );
     for log in LOGS {
         let text = std::fs::read_to_string(corpus.join(log)).expect("corpus log");
         // The best valid record of each workload, in order of first appearance.
         let mut best: Vec<Record> = Vec::new();
         let mut at: HashMap<String, usize> = HashMap::new();
-        for r in text.lines().filter_map(|l| Record::parse(l).ok()).filter(|r| r.result.is_valid()) {
+        for r in text
+            .lines()
+            .filter_map(|l| Record::parse(l).ok())
+            .filter(|r| r.result.is_valid())
+        {
             match at.get(&r.task.workload_key) {
                 Some(&i) if best[i].result.mean_cost() <= r.result.mean_cost() => {}
                 Some(&i) => best[i] = r,
@@ -56,15 +78,24 @@ fn main() {
             }
         }
         for r in best.iter().take(limit) {
-            let Ok(key) = WorkloadKey::parse(&r.task.workload_key) else { continue };
-            let Ok(rec) = ttdb::recognize::recognize(&key) else { continue };
-            let Ok(reference) = Reference::new(&rec.dag, 7) else { continue };
+            let Ok(key) = WorkloadKey::parse(&r.task.workload_key) else {
+                continue;
+            };
+            let Ok(rec) = ttdb::recognize::recognize(&key) else {
+                continue;
+            };
+            let Ok(reference) = Reference::new(&rec.dag, 7) else {
+                continue;
+            };
             let builds: Vec<_> = pipelines
                 .iter()
                 .map(|p| {
                     let opts = EvalOptions {
                         measure: measure.clone(),
-                        codegen: CodegenOptions { pipeline: p.clone(), ..CodegenOptions::default() },
+                        codegen: CodegenOptions {
+                            pipeline: p.clone(),
+                            ..CodegenOptions::default()
+                        },
                         ..EvalOptions::default()
                     };
                     let t = Instant::now();
@@ -77,7 +108,12 @@ fn main() {
                 match b.prepare(&reference, opts) {
                     Ok(p) => prepared.push(p),
                     Err(e) => {
-                        println!("{:<14} {:<38} skipped: {:?}", short(log), rec.signature.op_class, e.failure);
+                        println!(
+                            "{:<14} {:<38} skipped: {:?}",
+                            short(log),
+                            rec.signature.op_class,
+                            e.failure
+                        );
                         break;
                     }
                 }
@@ -128,11 +164,20 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn short(log: &str) -> String {
     let (dir, file) = log.split_once('/').unwrap_or(("", log));
-    format!("{}/{}", &dir[dir.len().saturating_sub(5)..], file.split('.').next().unwrap_or(file))
+    format!(
+        "{}/{}",
+        &dir[dir.len().saturating_sub(5)..],
+        file.split('.').next().unwrap_or(file)
+    )
 }
 
 /// The key's argument list, shortened for a table cell.
 fn short_shape(key: &str) -> String {
-    let s: String = key.split_once(',').map_or(key, |x| x.1).chars().filter(|c| !c.is_whitespace()).collect();
+    let s: String = key
+        .split_once(',')
+        .map_or(key, |x| x.1)
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
     s.chars().take(24).collect()
 }

@@ -73,7 +73,12 @@ pub(super) fn matmul(ctx: &Ctx) -> Result<TensorInfo> {
     ctx.out(shape, a.dtype, None)
 }
 
-pub(super) fn reshape(ctx: &Ctx, input: &[i64], target: &[i64], allowzero: bool) -> Result<Vec<i64>> {
+pub(super) fn reshape(
+    ctx: &Ctx,
+    input: &[i64],
+    target: &[i64],
+    allowzero: bool,
+) -> Result<Vec<i64>> {
     let mut shape = Vec::with_capacity(target.len());
     let mut infer = None;
     for (i, &d) in target.iter().enumerate() {
