@@ -15,8 +15,11 @@
 //! workloads, or on the same conv's Part A trials (an earlier run). Reported: median best ms
 //! at 32/64/128/256 trials, wall time, and the trials each seed needs to come within 10% of
 //! the best any run found.
+#[path = "common/stats.rs"]
+mod stats;
 #[path = "common/workloads.rs"]
 mod workloads;
+use stats::median;
 use std::time::Instant;
 use ttdb::evaluate::Reference;
 use ttdb::ir::Dag;
@@ -264,11 +267,11 @@ fn main() {
     for &(label, ..) in &configs {
         let mine: Vec<_> = runs.iter().filter(|r| r.0 == label).collect();
         let at = |t: usize| {
-            median(
-                mine.iter()
-                    .filter_map(|r| r.1.iter().rfind(|p| p.0 <= t).map(|p| p.2))
-                    .collect(),
-            )
+            let best: Vec<f64> = mine
+                .iter()
+                .filter_map(|r| r.1.iter().rfind(|p| p.0 <= t).map(|p| p.2))
+                .collect();
+            median(&best)
         };
         let reach: Vec<String> = mine
             .iter()
@@ -278,7 +281,7 @@ fn main() {
                     .map_or("-".to_string(), |p| p.0.to_string())
             })
             .collect();
-        let wall = median(mine.iter().map(|r| r.2).collect());
+        let wall = median(&mine.iter().map(|r| r.2).collect::<Vec<_>>());
         println!(
             "{:<22} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8.0} {:>18}",
             label,
@@ -289,18 +292,5 @@ fn main() {
             wall,
             reach.join(" ")
         );
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }

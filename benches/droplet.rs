@@ -17,6 +17,9 @@
 //!
 //! `cargo bench --bench droplet [-- resnet_50 mobilenet_v2]` (default: both); env
 //! `TTDB_DROPLET_TRIALS`, `TTDB_DROPLET_TASKS` (at most this many tasks per network).
+#[path = "common/stats.rs"]
+mod stats;
+use stats::geomean;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -98,10 +101,6 @@ fn timed_best(
         .collect();
     out.sort_by(|a, b| a.1.total_cmp(&b.1));
     out
-}
-
-fn geomean(v: &[f64]) -> f64 {
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
 fn main() {

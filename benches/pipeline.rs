@@ -7,6 +7,9 @@
 //!
 //! `cargo bench --bench pipeline` compares `default<O3>` with ttdb's default pipeline;
 //! `TTDB_PIPELINES='P1;P2'` names others, `TTDB_PIPELINE_LIMIT` caps workloads per log (8).
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{geomean, median};
 use std::collections::HashMap;
 use std::time::Instant;
 use ttdb::ansor::{Record, WorkloadKey};
@@ -20,10 +23,6 @@ const LOGS: [&str; 4] = [
     "tvm_ansor_bench_nhwc/resnet_50.best.json",
     "bert_cpu/ansor-bert-tuning.stage1.log",
 ];
-
-fn geomean(v: &[f64]) -> f64 {
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len().max(1) as f64).exp()
-}
 
 fn main() {
     let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/ansor");
@@ -129,13 +128,7 @@ fn main() {
                     }
                 }
             }
-            let med: Vec<f64> = samples
-                .iter_mut()
-                .map(|s| {
-                    s.sort_by(f64::total_cmp);
-                    s.get(s.len() / 2).copied().unwrap_or(f64::NAN) * 1e3
-                })
-                .collect();
+            let med: Vec<f64> = samples.iter().map(|s| median(s) * 1e3).collect();
             let (a, b) = (med[0], *med.get(1).unwrap_or(&med[0]));
             let (ca, cb) = (builds[0].1, builds.get(1).map_or(builds[0].1, |x| x.1));
             run_ratio.push(b / a);
@@ -152,14 +145,9 @@ fn main() {
         "\n{} workloads: run time B/A geomean {:.3} (median {:.3}); build time B/A geomean {:.3}",
         run_ratio.len(),
         geomean(&run_ratio),
-        median(&mut run_ratio.clone()),
+        median(&run_ratio),
         geomean(&compile_ratio)
     );
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn short(log: &str) -> String {
