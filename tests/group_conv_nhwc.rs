@@ -3,12 +3,9 @@
 //! tuned kernels; their keys are recognized by md5 with the kernel's signature, their
 //! default schedules verify against the reference, and `ttdb tune` searches them.
 mod common;
-use ttdb::ansor::WorkloadKey;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
 use ttdb::onnx::{self, KernelList, LayoutMode, Options};
 use ttdb::ops::Era;
-use ttdb::recognize::{recognize_uncached, RecognizedBy};
-use ttdb::tune::apply::workload_key_of;
 
 fn regnet() -> std::path::PathBuf {
     common::corpus_dir().join("onnx/torchvision_more/regnet_x_400mf.onnx")
@@ -47,21 +44,8 @@ fn grouped_nhwc_convs_are_tuned_and_recognized_by_md5() {
             sig.attrs["groups"],
             serde_json::json!(k.inputs[0][3] / k.inputs[1][2])
         );
-        let dag = k
-            .spec
-            .as_ref()
-            .unwrap()
-            .build(Era::V015, &k.inputs)
-            .unwrap();
-        let key = WorkloadKey::parse(&workload_key_of(&dag)).unwrap();
-        let r = recognize_uncached(&key).unwrap();
-        assert_eq!(r.recognized_by, RecognizedBy::Md5, "{}", k.class);
-        assert_eq!(
-            Some(r.signature.sha256_hex()),
-            k.signature_hash,
-            "{}",
-            k.class
-        );
+        let dag = common::kernel_dag(k);
+        common::recognized_by_md5(k, &dag);
         // Default schedules of the two smallest (the reference evaluator is slow).
         if i >= grouped.len() - 2 {
             let reference = Reference::new(&dag, 5).unwrap();

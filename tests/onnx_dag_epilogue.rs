@@ -16,14 +16,11 @@
 //! reference evaluator; the PrintDAG text of the SiLU and hardswish tasks is TOPI's.
 mod common;
 use std::path::Path;
-use ttdb::ansor::WorkloadKey;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
 use ttdb::ir::print_dag;
 use ttdb::onnx::writer::{attr_float, attr_ints, ModelBuilder};
 use ttdb::onnx::{self, KernelKind, KernelList, Options};
 use ttdb::ops::{EpilogueOp, Era, ScalarOp};
-use ttdb::recognize::{recognize_uncached, RecognizedBy};
-use ttdb::tune::apply::workload_key_of;
 
 const SILU: &str = "conv2d_nchwc+add+sigmoid+multiply@1";
 const HARDSWISH: &str = "conv2d_nchwc+add+multiply_scalar+add_scalar+clip+multiply@1";
@@ -293,12 +290,7 @@ fn dag_epilogues_print_like_tvm() {
     let list = kernels(&se_model("Sigmoid"));
     let text = |class: &str| {
         let k = list.kernels.iter().find(|k| k.class == class).unwrap();
-        let dag = k
-            .spec
-            .as_ref()
-            .unwrap()
-            .build(Era::V015, &k.inputs)
-            .unwrap();
+        let dag = common::kernel_dag(k);
         let t = print_dag(&dag);
         // from the bias add on
         t[t.find("T_add(").unwrap()..].to_string()
@@ -427,22 +419,8 @@ fn dag_epilogue_keys_are_recognized_by_md5() {
     let mut seen = Vec::new();
     for bytes in [se_model("HardSigmoid"), se_model("Sigmoid"), dense_model()] {
         for k in kernels(&bytes).tuned() {
-            let dag = k
-                .spec
-                .as_ref()
-                .unwrap()
-                .build(Era::V015, &k.inputs)
-                .unwrap();
-            let key = WorkloadKey::parse(&workload_key_of(&dag)).unwrap();
-            let r = recognize_uncached(&key).unwrap();
-            assert_eq!(r.recognized_by, RecognizedBy::Md5, "{}", k.class);
+            let r = common::recognized_by_md5(k, &common::kernel_dag(k));
             assert_eq!(r.signature.op_class, k.class);
-            assert_eq!(
-                Some(r.signature.sha256_hex()),
-                k.signature_hash,
-                "{}",
-                k.class
-            );
             seen.push(k.class.clone());
         }
     }
@@ -483,12 +461,7 @@ fn sketches_inline_every_dag_epilogue_stage() {
         ),
     ] {
         let k = list.kernels.iter().find(|k| k.class == class).unwrap();
-        let dag = k
-            .spec
-            .as_ref()
-            .unwrap()
-            .build(Era::V015, &k.inputs)
-            .unwrap();
+        let dag = common::kernel_dag(k);
         let sketches = generate_sketches(&dag, &hw).unwrap();
         assert!(!sketches.is_empty(), "{class}");
         for s in &sketches {

@@ -129,21 +129,8 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
     let v = json(&["apply", m, "--top-k", "2", "--json"], &db);
     let s = v.to_string();
     assert!(s.contains("power_scalar+mean"), "{s}");
-    let applied = v["kernels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["class"] == "power_scalar+mean")
-        .unwrap();
-    assert_eq!(applied["verified"], true, "{applied}");
     // the tuned records of this very signature are exact candidates, measured and verified
-    let trials = applied["trials"].as_array().unwrap();
-    assert!(
-        trials
-            .iter()
-            .any(|t| t["tier"] == "exact" && t["verified"] == true),
-        "{applied}"
-    );
+    assert_applied_with_verified(&v, "exact");
 
     // another LayerNorm width: the stored records transfer by class (split lengths moved
     // to the new extents), measured and verified
@@ -152,6 +139,12 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
         &["apply", other.to_str().unwrap(), "--top-k", "2", "--json"],
         &db,
     );
+    assert_applied_with_verified(&v, "class");
+}
+
+/// `apply --json` chose a verified schedule for the `power_scalar+mean` kernel, and among
+/// its measured candidates is a verified one of match tier `tier`.
+fn assert_applied_with_verified(v: &serde_json::Value, tier: &str) {
     let applied = v["kernels"]
         .as_array()
         .unwrap()
@@ -163,7 +156,7 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
     assert!(
         trials
             .iter()
-            .any(|t| t["tier"] == "class" && t["verified"] == true),
+            .any(|t| t["tier"] == tier && t["verified"] == true),
         "{applied}"
     );
 }

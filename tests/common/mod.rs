@@ -190,3 +190,31 @@ pub fn tune_small_model(
     assert_eq!(failed_records(db), 0, "every measured trial verified");
     v
 }
+
+/// A tuned kernel's DAG, with TVM v0.15's names.
+pub fn kernel_dag(k: &ttdb::onnx::Kernel) -> ttdb::ir::Dag {
+    k.spec
+        .as_ref()
+        .expect("a tuned kernel has a workload spec")
+        .build(ttdb::ops::Era::V015, &k.inputs)
+        .unwrap()
+}
+
+/// Recognizes the TVM workload key of `dag` (kernel `k`'s DAG) afresh and checks that its
+/// md5 finds it, under `k`'s own signature.
+pub fn recognized_by_md5(
+    k: &ttdb::onnx::Kernel,
+    dag: &ttdb::ir::Dag,
+) -> ttdb::recognize::Recognized {
+    use ttdb::recognize::{recognize_uncached, RecognizedBy};
+    let key = ttdb::ansor::WorkloadKey::parse(&ttdb::tune::apply::workload_key_of(dag)).unwrap();
+    let r = recognize_uncached(&key).unwrap();
+    assert_eq!(r.recognized_by, RecognizedBy::Md5, "{}", k.class);
+    assert_eq!(
+        Some(r.signature.sha256_hex()),
+        k.signature_hash,
+        "{}",
+        k.class
+    );
+    r
+}
