@@ -42,10 +42,16 @@ const RELEVANT: &[&str] = &[
 ];
 
 /// Logical cores available to this process (at least 1).
+///
+/// Read once per process: std reads the affinity mask and cgroup quota files on every call
+/// (ten system calls), and every kernel run asks.
 pub fn available_cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
 }
 
 impl HostFingerprint {
