@@ -12,6 +12,7 @@ pub mod cache;
 pub mod expr;
 pub mod jit;
 pub mod llvm;
+mod pool;
 pub mod runtime;
 pub mod translate;
 pub mod vector;

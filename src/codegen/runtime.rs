@@ -9,6 +9,7 @@
 //!
 //! Status codes: 0 = ok, 1 = aborted (abort flag seen), 2 = scratch allocation failed.
 
+use super::pool::{Job, Pool};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -23,27 +24,19 @@ pub type BodyFn =
 
 /// Per-run context handed (as an opaque pointer) to the kernel and back to the launcher.
 pub struct RunCtx {
-    pub pool: Arc<rayon::ThreadPool>,
+    pub pool: Arc<Pool>,
     pub threads: usize,
 }
 
 /// Persistent pools, one per requested thread count (created on first use, never dropped).
-pub fn pool(threads: usize) -> Arc<rayon::ThreadPool> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+pub fn pool(threads: usize) -> Arc<Pool> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<Pool>>>> = OnceLock::new();
     let mut m = POOLS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     m.entry(threads.max(1))
-        .or_insert_with(|| {
-            Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads.max(1))
-                    .thread_name(|i| format!("ttdb-kernel-{i}"))
-                    .build()
-                    .expect("thread pool"),
-            )
-        })
+        .or_insert_with(|| Arc::new(Pool::new(threads.max(1))))
         .clone()
 }
 
@@ -105,8 +98,8 @@ unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Parallel launch callback registered into the JIT. Splits `[0, extent)` into contiguous
-/// chunks (4 per thread) run on the persistent pool with work stealing; each worker gets its
-/// own zeroed scratch block for the body's large temporaries.
+/// chunks (4 per thread) that the calling thread and the pool's workers claim in turn; each
+/// chunk gets its own zeroed scratch block for the body's large temporaries.
 ///
 /// # Safety
 /// Called only by generated code with the pointers it received from `CompiledKernel::run`.
@@ -125,7 +118,7 @@ pub unsafe extern "C" fn ttdb_parallel_for(
     // SAFETY: `ctx` points to the RunCtx owned by the running `run` call.
     let ctx = unsafe { &*ctx };
     let threads = ctx.threads as i64;
-    // Over-decompose (4 chunks per thread, work-stealing) so that a thread slowed down by
+    // Over-decompose (4 chunks per thread, claimed in turn) so that a thread slowed down by
     // other processes does not stall the whole launch; one thread runs inline.
     let n = if threads <= 1 {
         1
@@ -134,10 +127,10 @@ pub unsafe extern "C" fn ttdb_parallel_for(
     };
     let status = AtomicI32::new(STATUS_OK);
     let (ptrs, vars, abort) = (SendPtr(ptrs), SendPtr(vars), SendPtr(abort));
-    let run_chunk = |scratch: &mut Option<Scratch>, c: i64| {
+    let run_chunk = |c: i64| {
         let begin = extent * c / n;
         let end = extent * (c + 1) / n;
-        let Some(s) = scratch.as_ref() else {
+        let Some(s) = Scratch::new(scratch_bytes.max(0) as usize) else {
             status.store(STATUS_NO_MEMORY, Ordering::Relaxed);
             return;
         };
@@ -149,18 +142,10 @@ pub unsafe extern "C" fn ttdb_parallel_for(
             status.fetch_max(r, Ordering::Relaxed);
         }
     };
-    let new_scratch = || Scratch::new(scratch_bytes.max(0) as usize);
-    if n == 1 {
-        run_chunk(&mut new_scratch(), 0);
-    } else {
-        use rayon::prelude::*;
-        ctx.pool.install(|| {
-            (0..n as usize)
-                .into_par_iter()
-                .with_max_len(1)
-                .for_each_init(new_scratch, |s, c| run_chunk(s, c as i64));
-        });
-    }
+    ctx.pool.run(&Job {
+        chunks: n,
+        run: &run_chunk,
+    });
     status.load(Ordering::Relaxed)
 }
 
@@ -169,6 +154,9 @@ pub unsafe extern "C" fn ttdb_parallel_for(
 struct WatchState {
     next_id: u64,
     entries: Vec<(u64, Instant, Arc<AtomicI32>)>,
+    /// When the watchdog thread wakes next: a later deadline needs no wake-up now (it is
+    /// seen then), so a kernel run back to back costs no thread switch.
+    wakes_at: Option<Instant>,
 }
 
 struct Watchdog {
@@ -183,6 +171,7 @@ fn watchdog() -> &'static Watchdog {
             state: Mutex::new(WatchState {
                 next_id: 0,
                 entries: Vec::new(),
+                wakes_at: None,
             }),
             cv: Condvar::new(),
         }));
@@ -205,6 +194,7 @@ fn watchdog() -> &'static Watchdog {
                     .map(|(_, d, _)| d.saturating_duration_since(now))
                     .min()
                     .unwrap_or(Duration::from_secs(3600));
+                st.wakes_at = now.checked_add(wait);
                 let _unused =
                     w.cv.wait_timeout(st, wait)
                         .unwrap_or_else(|p| p.into_inner());
@@ -225,7 +215,9 @@ pub fn arm_watchdog(deadline: Instant, flag: Arc<AtomicI32>) -> WatchGuard {
     let id = st.next_id;
     st.next_id += 1;
     st.entries.push((id, deadline, flag));
-    w.cv.notify_all();
+    if st.wakes_at.is_none_or(|at| deadline < at) {
+        w.cv.notify_all();
+    }
     WatchGuard { id }
 }
 
