@@ -16,7 +16,9 @@
 //! least as fast as B on >= 80% of tasks, and geomean(B / A) >= 1.0.
 //!
 //! `cargo bench --bench droplet [-- resnet_50 mobilenet_v2]` (default: both); env
-//! `TTDB_DROPLET_TRIALS`, `TTDB_DROPLET_TASKS` (at most this many tasks per network).
+//! `TTDB_DROPLET_TRIALS`, `TTDB_DROPLET_TASKS` (at most this many tasks per network),
+//! `TTDB_DROPLET_TILE_MOVES=0` (only +-1 moves), `TTDB_DROPLET_ONLY` (only tasks whose row label contains this), `TTDB_DROPLET_TRACE`
+//! (print every trial: batch, change, median ms, accepted).
 #[path = "common/stats.rs"]
 mod stats;
 use stats::geomean;
@@ -117,6 +119,8 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
+    let only = std::env::var("TTDB_DROPLET_ONLY").ok();
+    let trace = std::env::var_os("TTDB_DROPLET_TRACE").is_some();
     let max_tasks: usize = std::env::var("TTDB_DROPLET_TASKS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -136,6 +140,8 @@ fn main() {
         .join("../shared/corpus/ansor/tvm_ansor_bench_full_nchwc");
     let mut opts = RefineOptions::default();
     opts.droplet.max_trials = trials;
+    opts.droplet.tile_moves = std::env::var("TTDB_DROPLET_TILE_MOVES").map_or(true, |v| v != "0");
+    println!("Droplet: {trials} trials, tile-size moves {}", opts.droplet.tile_moves);
     let final_eval = EvalOptions {
         measure: MeasureOptions {
             warmup: 1,
@@ -181,6 +187,11 @@ fn main() {
             if !class.contains("conv") {
                 continue;
             }
+            let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
+            let hash = format!("{}:{}", &task.key[2..8], out.join("x"));
+            if only.as_ref().is_some_and(|o| !hash.contains(o.as_str())) {
+                continue;
+            }
             n += 1;
             logged += task.total;
             let t0 = Instant::now();
@@ -194,8 +205,6 @@ fn main() {
             };
             // The first 300 records of the task's history (the valid ones among them).
             let first = task.records.iter().filter(|r| r.0 < 300).count();
-            let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
-            let hash = format!("{}:{}", &task.key[2..8], out.join("x"));
             let starts = timed_best(&mut m, &task.records, 300, 10);
             let Some((start, _)) = starts.first().cloned() else {
                 println!("{hash:<22} {class:<26} no valid schedule in the first 300 verifies here");
@@ -232,6 +241,17 @@ fn main() {
                 }
             };
             spent += trials_used;
+            if let (true, Ok(r)) = (trace, &refined) {
+                for t in &r.trials {
+                    let m = ms(&t.evaluation).map_or("failed".into(), |v| format!("{v:.4}"));
+                    let acc = if t.accepted { " accepted" } else { "" };
+                    println!("  batch {:>2} {:>9} ms  {}{acc}", t.batch, m, t.change);
+                }
+            }
+            if trace {
+                let text = |s: &[Step]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
+                println!("  A: {}\n  B: {}", text(&a_steps), text(&b_steps));
+            }
             // Side by side, one run: first-300, A, B.
             let mut fm = KernelMeasurer {
                 dag: &rec.dag,

@@ -3,9 +3,11 @@
 //! TACO 2024; "Explore as a Storm, Exploit as a Raindrop", 2024; spec `search.md` §6).
 //!
 //! From the start point of a [`Space`], the neighbours at step size f are the points one knob
-//! away by +-f (coordinates wrap), then points two knobs away; each batch takes the next
-//! unvisited ones, growing f while too few are left. A batch is built in parallel and run one
-//! candidate at a time (verify, then time), after a fresh timing of the incumbent. The
+//! away by +-f (coordinates wrap) and, at f = 1, Ansor's tile-size moves (a prime factor
+//! passed between two lengths of a split, or to or from its outer loop), then points two
+//! knobs away; each batch takes the next unvisited ones, growing f while too few are left. A
+//! batch is built in parallel and run one candidate at a time (verify, then time), after a
+//! fresh timing of the incumbent. The
 //! fastest candidate whose mean beats the incumbent's with a Welch t-test p <= alpha becomes
 //! the incumbent, and its neighbours the frontier (f = 1). The search stops after `patience`
 //! batches without such an improvement (1, as in Droplet), at the trial or time budget, when
@@ -44,6 +46,9 @@ pub struct DropletOptions {
     pub max_timeout: Duration,
     /// Seed of the neighbour order.
     pub seed: u64,
+    /// Ansor's tile-size moves ([`Space::factor_moves`]) join the +-1 moves around each
+    /// incumbent.
+    pub tile_moves: bool,
 }
 
 impl Default for DropletOptions {
@@ -56,6 +61,7 @@ impl Default for DropletOptions {
             time_budget: None,
             max_timeout: Duration::from_secs(10),
             seed: 0x5eed,
+            tile_moves: true,
         }
     }
 }
@@ -316,9 +322,15 @@ fn samples(e: &Evaluation) -> Option<&[f64]> {
     e.measurement.as_ref().map(|m| m.samples.as_slice())
 }
 
-/// The points one knob away from `center` by +-f (shuffled), then as many two knobs away
-/// (random pairs and signs). Coordinates wrap.
-pub fn neighbours(center: &[u16], f: usize, sizes: &[usize], rng_state: &mut u64) -> Vec<Point> {
+/// The points one knob away from `center` by +-f and the `extra` points (shuffled
+/// together), then as many two knobs away (random pairs and signs). Coordinates wrap.
+pub fn neighbours(
+    center: &[u16],
+    f: usize,
+    sizes: &[usize],
+    extra: Vec<Point>,
+    rng_state: &mut u64,
+) -> Vec<Point> {
     let mut rng = Rng(*rng_state | 1);
     let step = |p: &mut Point, i: usize, up: bool| {
         let n = sizes[i];
@@ -338,6 +350,7 @@ pub fn neighbours(center: &[u16], f: usize, sizes: &[usize], rng_state: &mut u64
             singles.push(p);
         }
     }
+    singles.extend(extra);
     rng.shuffle(&mut singles);
     let mut out = singles;
     if movable.len() >= 2 {
@@ -365,25 +378,34 @@ struct Frontier {
     max_f: usize,
     sizes: Vec<usize>,
     rng: u64,
+    tile_moves: bool,
 }
 
 impl Frontier {
-    fn new(center: Point, sizes: Vec<usize>, seed: u64) -> Frontier {
+    fn new(space: &Space, seed: u64, tile_moves: bool) -> Frontier {
+        let sizes = space.sizes();
         let mut fr = Frontier {
             max_f: sizes.iter().copied().max().unwrap_or(1),
-            center: center.clone(),
+            center: space.start.clone(),
             pending: VecDeque::new(),
             f: 1,
             sizes,
             rng: seed | 1,
+            tile_moves,
         };
-        fr.recenter(center);
+        fr.recenter(space.start.clone(), space);
         fr
     }
 
-    fn recenter(&mut self, center: Point) {
+    /// Around `center`: its +-1 moves (and Ansor's tile-size moves) first.
+    fn recenter(&mut self, center: Point, space: &Space) {
         self.f = 1;
-        self.pending = neighbours(&center, 1, &self.sizes, &mut self.rng).into();
+        let extra = if self.tile_moves {
+            space.factor_moves(&center)
+        } else {
+            vec![]
+        };
+        self.pending = neighbours(&center, 1, &self.sizes, extra, &mut self.rng).into();
         self.center = center;
     }
 
@@ -413,7 +435,7 @@ impl Frontier {
                 return out;
             }
             self.f += 1;
-            let more = neighbours(&self.center, self.f, &self.sizes, &mut self.rng);
+            let more = neighbours(&self.center, self.f, &self.sizes, vec![], &mut self.rng);
             self.pending.extend(more);
         }
     }
@@ -452,7 +474,7 @@ pub fn refine(
         start_samples,
     );
     let mut visited: HashSet<Point> = HashSet::from([space.start.clone()]);
-    let mut frontier = Frontier::new(space.start.clone(), space.sizes(), opts.seed);
+    let mut frontier = Frontier::new(space, opts.seed, opts.tile_moves);
     let (mut trials, mut invalid, mut batches, mut idle) = (Vec::new(), 0, 0, 0);
     let stop = loop {
         if observer.interrupted() {
@@ -517,7 +539,7 @@ pub fn refine(
                 trial.evaluation.clone(),
                 s,
             );
-            frontier.recenter(point.clone());
+            frontier.recenter(point.clone(), space);
             idle = 0;
         } else {
             idle += 1;

@@ -127,7 +127,7 @@ fn the_neighbourhood_reaches_every_knob_both_ways() {
     let sp = space();
     let sizes = sp.sizes();
     let mut rng = 7;
-    let ns = neighbours(&sp.start, 1, &sizes, &mut rng);
+    let ns = neighbours(&sp.start, 1, &sizes, vec![], &mut rng);
     for (i, &n) in sizes.iter().enumerate() {
         let moved: HashSet<u16> = ns
             .iter()

@@ -229,6 +229,57 @@ impl Space {
         Ok(steps)
     }
 
+    /// Ansor's tile-size mutation as moves of this space: a prime factor of one length of a
+    /// split moves to another length of the same split, or to or from its outer loop (one
+    /// length alone). Exact tiles stay exact, so these moves are often good ones, but one of
+    /// them may be many values away in a length's list, or change two knobs at once.
+    pub fn factor_moves(&self, p: &[u16]) -> Vec<Point> {
+        let mut out = Vec::new();
+        let value = |k: usize, i: u16| self.knobs[k].values[i as usize];
+        let index_of = |k: usize, v: i64| {
+            self.knobs[k]
+                .values
+                .binary_search(&v)
+                .ok()
+                .map(|i| i as u16)
+        };
+        for a in 0..self.knobs.len() {
+            let KnobKind::SplitLength { step, extent, .. } = self.knobs[a].kind else {
+                continue;
+            };
+            let va = value(a, p[a]);
+            let mut moved = |n: Point| out.push(n);
+            // To the outer loop (the length shrinks) and from it (the length grows).
+            let shrink = prime_factors(va).into_iter().map(|q| va / q);
+            let grow = prime_factors(extent).into_iter().map(|q| va * q);
+            for v in shrink.chain(grow) {
+                if let Some(i) = index_of(a, v) {
+                    let mut n = p.to_vec();
+                    n[a] = i;
+                    moved(n);
+                }
+            }
+            // To another length of the same split.
+            for b in 0..self.knobs.len() {
+                let same_split = matches!(self.knobs[b].kind,
+                    KnobKind::SplitLength { step: s, .. } if s == step);
+                if b == a || !same_split {
+                    continue;
+                }
+                for q in prime_factors(va) {
+                    let vb = value(b, p[b]);
+                    if let (Some(i), Some(j)) = (index_of(a, va / q), index_of(b, vb * q)) {
+                        let mut n = p.to_vec();
+                        n[a] = i;
+                        n[b] = j;
+                        moved(n);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// What point `p` changes from the start: `SP@3[1] 8->16, parallel@20 3->2`.
     pub fn describe(&self, p: &[u16]) -> String {
         let parts: Vec<String> = self
@@ -251,6 +302,30 @@ impl Space {
             parts.join(", ")
         }
     }
+}
+
+/// The distinct prime factors of `n` (> 0).
+fn prime_factors(mut n: i64) -> Vec<i64> {
+    let mut out = Vec::new();
+    let mut d = 2;
+    while d * d <= n {
+        if n % d == 0 {
+            out.push(d);
+            while n % d == 0 {
+                n /= d;
+            }
+        }
+        d += 1;
+    }
+    if n > 1 {
+        out.push(n);
+    }
+    out
+}
+
+#[cfg(test)]
+fn is_prime(n: i64) -> bool {
+    n > 1 && prime_factors(n) == [n]
 }
 
 /// What no knob can change: the kinds of steps and the stages they touch, compute
@@ -635,6 +710,57 @@ pub(crate) mod tests {
         assert_eq!(steps.len(), 22);
         assert_eq!(steps[19].to_string(), r#"["FU", 3, [20, 21]]"#);
         assert_eq!(steps[20].to_string(), r#"["AN", 3, 20, 2]"#);
+    }
+
+    /// Ansor's tile-size moves: a prime factor passes between two lengths of one split (its
+    /// product, the tile, stays) or to and from the outer loop (one length moves by a prime).
+    #[test]
+    fn factor_moves_pass_a_prime_between_lengths_of_one_split() {
+        let (_, sp) = space();
+        let moves = sp.factor_moves(&sp.start);
+        let lengths = |p: &[u16]| -> Vec<(usize, i64)> {
+            sp.knobs
+                .iter()
+                .zip(p)
+                .filter_map(|(k, &i)| match k.kind {
+                    KnobKind::SplitLength { step, .. } => Some((step, k.values[i as usize])),
+                    _ => None,
+                })
+                .collect()
+        };
+        let start = lengths(&sp.start);
+        let (mut within, mut outer) = (0, 0);
+        for m in &moves {
+            let changed: Vec<usize> = (0..m.len()).filter(|&i| m[i] != sp.start[i]).collect();
+            let now = lengths(m);
+            let diffs: Vec<(usize, i64, i64)> = start
+                .iter()
+                .zip(&now)
+                .filter(|(a, b)| a.1 != b.1)
+                .map(|(a, b)| (a.0, a.1, b.1))
+                .collect();
+            assert_eq!(diffs.len(), changed.len(), "{}", sp.describe(m));
+            let ratio = |(_, a, b): (usize, i64, i64)| if a > b { a / b } else { b / a };
+            match diffs[..] {
+                [d] => {
+                    assert!(is_prime(ratio(d)), "{}", sp.describe(m));
+                    outer += 1;
+                }
+                [a, b] => {
+                    assert_eq!(a.0, b.0, "two splits moved: {}", sp.describe(m));
+                    assert_eq!(a.1 * b.1, a.2 * b.2, "tile changed: {}", sp.describe(m));
+                    within += 1;
+                }
+                _ => panic!("{} knobs moved: {}", diffs.len(), sp.describe(m)),
+            }
+        }
+        assert!(within > 0 && outer > 0, "{within} within, {outer} outer");
+        // SP@3 [2, 1, 2] of extent 8: a 2 passes from length 0 to length 1.
+        assert!(
+            moves.iter().any(|m| sp.describe(m) == "SP@3[0] 2->1, SP@3[1] 1->2"),
+            "{:?}",
+            moves.iter().map(|m| sp.describe(m)).collect::<Vec<_>>()
+        );
     }
 
     /// Distinct points give distinct step lists: the visited set keyed by points is exact.
