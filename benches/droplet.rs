@@ -19,6 +19,9 @@
 //! `TTDB_DROPLET_TRIALS`, `TTDB_DROPLET_TASKS` (at most this many tasks per network),
 //! `TTDB_DROPLET_TILE_MOVES=0` (only +-1 moves), `TTDB_DROPLET_ONLY` (only tasks whose row label contains this), `TTDB_DROPLET_TRACE`
 //! (print every trial: batch, change, median ms, accepted).
+// The allocator of the ttdb binary (kernel builds are allocation-heavy).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[path = "common/stats.rs"]
 mod stats;
 use stats::geomean;
@@ -217,6 +220,18 @@ fn main() {
                 println!("{hash:<22} {class:<26} no schedule verifies here");
                 continue;
             };
+            if trace {
+                // Starts and B by structure (a short hash of `knobs::structure`).
+                let id = |s: &[Step]| {
+                    let k = ttdb::search::knobs::structure(s);
+                    k.bytes()
+                        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+                };
+                for (s, t) in &starts {
+                    println!("  start {t:.4} ms  structure {:08x}", id(s));
+                }
+                println!("  B structure {:08x}", id(&b_steps));
+            }
             let starts: Vec<Vec<Step>> = starts.into_iter().map(|(s, _)| s).collect();
             let refined = refine_schedules(
                 &rec.dag,

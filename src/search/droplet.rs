@@ -183,9 +183,24 @@ impl Measurer for KernelMeasurer<'_> {
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
         let profile = std::env::var_os("TTDB_PROFILE").is_some();
         let t_build = Instant::now();
+        // TTDB_PROFILE=builds: each build's steps when it starts, and its time when done
+        // (a build that never ends is the last started without a done line).
+        let each = std::env::var_os("TTDB_PROFILE").is_some_and(|v| v == "builds");
         let builds: Vec<Build> = schedules
             .par_iter()
-            .map(|s| build_steps(self.dag, s, &self.eval))
+            .enumerate()
+            .map(|(i, s)| {
+                if each {
+                    let text: Vec<String> = s.iter().map(|x| x.to_string()).collect();
+                    eprintln!("profile: build {i} starts: [{}]", text.join(", "));
+                }
+                let b = build_steps(self.dag, s, &self.eval);
+                if each {
+                    let secs = (b.lower_time + b.compile_time).as_secs_f64();
+                    eprintln!("profile: build {i} done in {secs:.2} s");
+                }
+                b
+            })
             .collect();
         let build_wall = t_build.elapsed();
         let t_verify = Instant::now();
