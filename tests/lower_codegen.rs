@@ -167,3 +167,43 @@ fn resnet50_tasks_lower_and_compile_quickly() {
     assert_eq!(rows.len(), 26);
     assert!(max_lower < 100.0, "lowering took {max_lower:.1} ms");
 }
+
+/// A Droplet candidate on a ResNet-50 1x1 conv (two inner loops fused and vectorized, 512
+/// unroll steps) translates to 747k LLVM instructions in one function: LLVM's loop vectorizer
+/// spent more than ten minutes on it. The size guard refuses it before the pipeline runs.
+#[test]
+fn code_too_large_for_llvm_is_refused_before_the_pipeline() {
+    let path = common::corpus_dir().join("ansor/tvm_ansor_bench_full_nchwc/resnet_50.json");
+    let text = std::fs::read(&path).unwrap();
+    let record = lines(&text)
+        .filter_map(|(_, b)| match parse_line(b) {
+            LogLine::Record { record, .. } => Some(record),
+            _ => None,
+        })
+        .find(|r| {
+            r.task.workload_key.starts_with(r#"["56243f87a374639e0c94f50873d7257f", [1, 32, 28, 28, 4]"#)
+        })
+        .expect("resnet_50's 1x1 conv 32x28x28x4 -> 16x28x28x32 in the corpus");
+    let dag = recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap())
+        .unwrap()
+        .dag;
+    let steps = r#"[["CI", 6], ["CI", 4], ["SP", 2, 0, 1, [1, 1, 1], 1], ["SP", 2, 4, 16, [2, 1, 2], 1],
+ ["SP", 2, 8, 28, [2, 2, 1], 1], ["SP", 2, 12, 28, [1, 14, 2], 1], ["SP", 2, 16, 32, [2, 1, 8], 1],
+ ["SP", 2, 20, 128, [16], 1], ["SP", 2, 22, 1, [1], 1], ["SP", 2, 24, 1, [1], 1],
+ ["RE", 2, [0, 4, 8, 12, 16, 1, 5, 9, 13, 17, 20, 22, 24, 2, 6, 10, 14, 18, 21, 23, 25, 3, 7, 11, 15, 19]],
+ ["CR", 7], ["FU", 2, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]], ["AN", 2, 0, 3], ["FU", 7, [0, 1, 2]],
+ ["AN", 7, 0, 3], ["PR", 2, 0, "auto_unroll_max_step$512"], ["FU", 2, [15, 16]], ["AN", 2, 15, 2]]"#;
+    let steps: Vec<ttdb::ansor::Step> = serde_json::from_str::<serde_json::Value>(steps)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| ttdb::ansor::Step::from_json(s).unwrap())
+        .collect();
+    let state = replay(&stage_inits_from_dag(&dag), &steps).unwrap();
+    let k = lower(&dag, &state, &LowerOptions::default()).unwrap();
+    let t = Instant::now();
+    let err = compile(&k, &CodegenOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("LLVM instructions in one function"), "{err}");
+    println!("refused in {:.1} s: {err}", t.elapsed().as_secs_f64());
+}

@@ -34,6 +34,7 @@ fn opts() -> LowerOptions {
             max_total_steps: 2_000_000_000,
             max_temp_bytes: 64 << 20,
             max_stmt_nodes: 200_000,
+            ..CostLimits::default()
         },
         ..LowerOptions::default()
     }

@@ -361,6 +361,29 @@ impl<'c> Module<'c> {
         // SAFETY: returns a fresh message.
         take_message(unsafe { LLVMPrintModuleToString(self.raw) })
     }
+    /// Instructions in the largest function of the module.
+    pub fn largest_function(&self) -> usize {
+        let mut largest = 0;
+        // SAFETY: walks the live module's functions, blocks and instructions read-only.
+        unsafe {
+            let mut f = LLVMGetFirstFunction(self.raw);
+            while !f.is_null() {
+                let mut n = 0;
+                let mut bb = LLVMGetFirstBasicBlock(f);
+                while !bb.is_null() {
+                    let mut i = LLVMGetFirstInstruction(bb);
+                    while !i.is_null() {
+                        n += 1;
+                        i = LLVMGetNextInstruction(i);
+                    }
+                    bb = LLVMGetNextBasicBlock(bb);
+                }
+                largest = largest.max(n);
+                f = LLVMGetNextFunction(f);
+            }
+        }
+        largest
+    }
     /// Run a new-pass-manager pipeline, e.g. "default<O3>".
     pub fn run_passes(
         &self,

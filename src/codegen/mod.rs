@@ -393,6 +393,13 @@ fn compile_prepared(
     m.verify()
         .map_err(|e| CodegenError::Llvm(format!("module verification failed: {e}")))?;
     let t1 = Instant::now();
+    let size = m.largest_function();
+    if size > opts.limits.max_ir_instructions {
+        return Err(CodegenError::Cost(format!(
+            "{size} LLVM instructions in one function (limit {}): too long to compile",
+            opts.limits.max_ir_instructions
+        )));
+    }
     m.run_passes(&opts.pipeline, tm, opts.llvm_vectorizers, opts.llvm_unroll)
         .map_err(CodegenError::Llvm)?;
     let t15 = Instant::now();

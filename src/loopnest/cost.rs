@@ -16,6 +16,12 @@ pub struct CostLimits {
     /// and 113k in more than 300 s. The largest real record in the corpus unrolls to 2.5k;
     /// TVM's CPU search picks unroll steps of at most 512, ttdb's Droplet at most 1,024.
     pub max_stmt_nodes: usize,
+    /// Maximum LLVM instructions of one function before optimization (checked by codegen):
+    /// statements scalarized or with large expressions can translate to far more code than
+    /// their count says. The best corpus records of ResNet-50 and MobileNet-v2 translate to
+    /// at most 21k; a Droplet candidate of 747k kept LLVM's loop vectorizer busy for more
+    /// than ten minutes.
+    pub max_ir_instructions: usize,
 }
 
 impl Default for CostLimits {
@@ -24,6 +30,7 @@ impl Default for CostLimits {
             max_total_steps: 200_000_000_000,
             max_temp_bytes: 4 << 30,
             max_stmt_nodes: 16_384,
+            max_ir_instructions: 100_000,
         }
     }
 }
