@@ -144,7 +144,10 @@ fn main() {
     let mut opts = RefineOptions::default();
     opts.droplet.max_trials = trials;
     opts.droplet.tile_moves = std::env::var("TTDB_DROPLET_TILE_MOVES").map_or(true, |v| v != "0");
-    println!("Droplet: {trials} trials, tile-size moves {}", opts.droplet.tile_moves);
+    println!(
+        "Droplet: {trials} trials, tile-size moves {}",
+        opts.droplet.tile_moves
+    );
     let final_eval = EvalOptions {
         measure: MeasureOptions {
             warmup: 1,
@@ -264,7 +267,12 @@ fn main() {
                 }
             }
             if trace {
-                let text = |s: &[Step]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
+                let text = |s: &[Step]| {
+                    s.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
                 println!("  A: {}\n  B: {}", text(&a_steps), text(&b_steps));
             }
             // Side by side, one run: first-300, A, B.

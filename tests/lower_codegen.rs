@@ -181,7 +181,9 @@ fn code_too_large_for_llvm_is_refused_before_the_pipeline() {
             _ => None,
         })
         .find(|r| {
-            r.task.workload_key.starts_with(r#"["56243f87a374639e0c94f50873d7257f", [1, 32, 28, 28, 4]"#)
+            r.task
+                .workload_key
+                .starts_with(r#"["56243f87a374639e0c94f50873d7257f", [1, 32, 28, 28, 4]"#)
         })
         .expect("resnet_50's 1x1 conv 32x28x28x4 -> 16x28x28x32 in the corpus");
     let dag = recognize(&WorkloadKey::parse(&record.task.workload_key).unwrap())
@@ -203,7 +205,9 @@ fn code_too_large_for_llvm_is_refused_before_the_pipeline() {
     let state = replay(&stage_inits_from_dag(&dag), &steps).unwrap();
     let k = lower(&dag, &state, &LowerOptions::default()).unwrap();
     let t = Instant::now();
-    let err = compile(&k, &CodegenOptions::default()).unwrap_err().to_string();
+    let err = compile(&k, &CodegenOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("LLVM instructions in one function"), "{err}");
     println!("refused in {:.1} s: {err}", t.elapsed().as_secs_f64());
 }

@@ -176,8 +176,7 @@ fn worker(s: &Shared) {
             continue;
         }
         // Join unless the caller closed the generation in between.
-        if s
-            .state
+        if s.state
             .compare_exchange(state, state + 1, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {

@@ -757,7 +757,9 @@ pub(crate) mod tests {
         assert!(within > 0 && outer > 0, "{within} within, {outer} outer");
         // SP@3 [2, 1, 2] of extent 8: a 2 passes from length 0 to length 1.
         assert!(
-            moves.iter().any(|m| sp.describe(m) == "SP@3[0] 2->1, SP@3[1] 1->2"),
+            moves
+                .iter()
+                .any(|m| sp.describe(m) == "SP@3[0] 2->1, SP@3[1] 1->2"),
             "{:?}",
             moves.iter().map(|m| sp.describe(m)).collect::<Vec<_>>()
         );
