@@ -18,6 +18,25 @@ pub fn divisors(n: i64) -> Vec<i64> {
     small
 }
 
+/// The distinct prime factors of `n` (>= 1), ascending.
+pub fn prime_factors(mut n: i64) -> Vec<i64> {
+    let mut out = Vec::new();
+    let mut d = 2;
+    while d * d <= n {
+        if n % d == 0 {
+            out.push(d);
+            while n % d == 0 {
+                n /= d;
+            }
+        }
+        d += 1;
+    }
+    if n > 1 {
+        out.push(n);
+    }
+    out
+}
+
 /// Largest divisor of `n` that is at most `cap` (1 when `n` or `cap` is below 1).
 pub fn largest_divisor_at_most(n: i64, cap: i64) -> i64 {
     if n < 1 || cap < 1 {
@@ -50,6 +69,14 @@ mod tests {
         assert_eq!(divisors(12), [1, 2, 3, 4, 6, 12]);
         assert_eq!(divisors(1), [1]);
         assert_eq!(divisors(49), [1, 7, 49]);
+    }
+
+    #[test]
+    fn distinct_prime_factors_ascending() {
+        assert_eq!(prime_factors(1), [0i64; 0]);
+        assert_eq!(prime_factors(28), [2, 7]);
+        assert_eq!(prime_factors(64), [2]);
+        assert_eq!(prime_factors(97), [97]);
     }
 
     #[test]

@@ -7,12 +7,12 @@
 //! passed between two lengths of a split, or to or from its outer loop), then points two
 //! knobs away; each batch takes the next unvisited ones, growing f while too few are left. A
 //! batch is built in parallel and run one candidate at a time (verify, then time), after a
-//! fresh timing of the incumbent. The
-//! fastest candidate whose mean beats the incumbent's with a Welch t-test p <= alpha becomes
-//! the incumbent, and its neighbours the frontier (f = 1). The search stops after `patience`
-//! batches without such an improvement (1, as in Droplet), at the trial or time budget, when
-//! no unvisited point is left, or when interrupted. A last head-to-head timing keeps the
-//! start unless the result is faster: refining never returns a slower schedule.
+//! fresh timing of the incumbent. The fastest candidate whose mean beats the incumbent's with
+//! a Welch t-test p <= alpha becomes the incumbent, and its neighbours the frontier (f = 1).
+//! The search stops after `patience` batches without such an improvement (1, as in
+//! Droplet), at the trial or time budget, when no unvisited point is left, or when
+//! interrupted. A last head-to-head timing keeps the start unless the result is faster:
+//! refining never returns a slower schedule.
 //!
 //! Beyond the artifacts (which move only the last 5 knobs and key visited points
 //! non-injectively): every knob moves, points are the visited set's keys (distinct points
@@ -181,11 +181,12 @@ impl Measurer for KernelMeasurer<'_> {
     /// After the first round, kernels [`HOPELESS`]ly slower than the batch's fastest keep
     /// their one timing. An interrupt drops the whole batch (nothing half-timed is reported).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
-        let profile = std::env::var_os("TTDB_PROFILE").is_some();
-        let t_build = Instant::now();
+        let profile_var = std::env::var_os("TTDB_PROFILE");
+        let profile = profile_var.is_some();
         // TTDB_PROFILE=builds: each build's steps when it starts, and its time when done
         // (a build that never ends is the last started without a done line).
-        let each = std::env::var_os("TTDB_PROFILE").is_some_and(|v| v == "builds");
+        let each = profile_var.is_some_and(|v| v == "builds");
+        let t_build = Instant::now();
         let builds: Vec<Build> = schedules
             .par_iter()
             .enumerate()

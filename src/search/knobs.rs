@@ -15,7 +15,7 @@
 //! whose steps do not replay is invalid, never measured.
 use crate::ansor::step::FuseStep;
 use crate::ansor::{Annotation, Step};
-use crate::schedule::divisors::divisors;
+use crate::schedule::divisors::{divisors, prime_factors};
 use crate::schedule::{replay, IterKind, StageInit, State};
 
 /// One index per knob into its values.
@@ -108,15 +108,6 @@ fn split_values(extent: i64, current: i64, lanes: i64) -> (Vec<i64>, u16) {
 
 const UNROLL_VALUES: [i64; 8] = [0, 16, 32, 64, 128, 256, 512, 1024];
 
-/// Stages inserted by these steps shift every later stage id: a fuse knob before one would
-/// have to rewrite them all, so there is none.
-fn adds_stages(s: &Step) -> bool {
-    matches!(
-        s,
-        Step::CacheRead(_) | Step::CacheWrite(_) | Step::Rfactor(_)
-    )
-}
-
 impl Space {
     /// The knobs of `steps` (a record that replays on `inits`), for a host with `lanes` fp32
     /// lanes. Errors when the steps do not replay.
@@ -151,9 +142,11 @@ impl Space {
                         push(&mut knobs, KnobKind::Unroll { step: q }, values);
                     }
                 }
+                // Stages a later step inserts shift every later stage id: a fuse knob before
+                // one would have to rewrite them all, so there is none.
                 Step::Annotation(an)
                     if matches!(an.annotation, Annotation::Parallel | Annotation::Vectorize)
-                        && !steps[q + 1..].iter().any(adds_stages) =>
+                        && !steps[q + 1..].iter().any(Step::adds_stage) =>
                 {
                     if let Some((kind, values)) = fuse_knob(inits, &state, steps, q, lanes) {
                         push(&mut knobs, kind, values);
@@ -248,33 +241,31 @@ impl Space {
                 continue;
             };
             let va = value(a, p[a]);
-            let mut moved = |n: Point| out.push(n);
-            // To the outer loop (the length shrinks) and from it (the length grows).
-            let shrink = prime_factors(va).into_iter().map(|q| va / q);
-            let grow = prime_factors(extent).into_iter().map(|q| va * q);
-            for v in shrink.chain(grow) {
-                if let Some(i) = index_of(a, v) {
-                    let mut n = p.to_vec();
-                    n[a] = i;
-                    moved(n);
+            let factors = prime_factors(va);
+            let with = |moves: &[(usize, i64)]| -> Option<Point> {
+                let mut n = p.to_vec();
+                for &(k, v) in moves {
+                    n[k] = index_of(k, v)?;
                 }
-            }
+                Some(n)
+            };
+            // To the outer loop (the length shrinks) and from it (the length grows).
+            let shrink = factors.iter().map(|q| va / q);
+            let grow = prime_factors(extent).into_iter().map(|q| va * q);
+            out.extend(shrink.chain(grow).filter_map(|v| with(&[(a, v)])));
             // To another length of the same split.
-            for b in 0..self.knobs.len() {
-                let same_split = matches!(self.knobs[b].kind,
-                    KnobKind::SplitLength { step: s, .. } if s == step);
+            for (b, (knob, &ib)) in self.knobs.iter().zip(p).enumerate() {
+                let same_split =
+                    matches!(knob.kind, KnobKind::SplitLength { step: s, .. } if s == step);
                 if b == a || !same_split {
                     continue;
                 }
-                for q in prime_factors(va) {
-                    let vb = value(b, p[b]);
-                    if let (Some(i), Some(j)) = (index_of(a, va / q), index_of(b, vb * q)) {
-                        let mut n = p.to_vec();
-                        n[a] = i;
-                        n[b] = j;
-                        moved(n);
-                    }
-                }
+                let vb = knob.values[ib as usize];
+                out.extend(
+                    factors
+                        .iter()
+                        .filter_map(|q| with(&[(a, va / q), (b, vb * q)])),
+                );
             }
         }
         out
@@ -302,25 +293,6 @@ impl Space {
             parts.join(", ")
         }
     }
-}
-
-/// The distinct prime factors of `n` (> 0).
-fn prime_factors(mut n: i64) -> Vec<i64> {
-    let mut out = Vec::new();
-    let mut d = 2;
-    while d * d <= n {
-        if n % d == 0 {
-            out.push(d);
-            while n % d == 0 {
-                n /= d;
-            }
-        }
-        d += 1;
-    }
-    if n > 1 {
-        out.push(n);
-    }
-    out
 }
 
 #[cfg(test)]
