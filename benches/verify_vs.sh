@@ -15,7 +15,10 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 workloads=$("${bins[0]}" --db "$db" workloads --json | grep -o "\"signature\":\"[0-9a-f]*\"" | grep -o "[0-9a-f]\{12,\}" | sort -u)
+total=$(echo "$workloads" | wc -w) done_n=0
 for w in $workloads; do
+  done_n=$((done_n + 1))
+  printf '\rworkload %d/%d (%s)' "$done_n" "$total" "${w:0:12}" >&2
   for r in $(seq "$rounds"); do
     for i in "${!bins[@]}"; do
       ms=$("${bins[$i]}" --db "$db" verify --workload "${w:0:12}" --no-naive --dry-run --peak 1 --json 2>/dev/null \
@@ -24,6 +27,7 @@ for w in $workloads; do
     done
   done
 done
+printf '\n' >&2
 awk -v n="${#bins[@]}" '
   { t[$1, $2, ++c[$1, $2]] = $3; if (!($1 in w)) { w[$1] = 1; order[++nw] = $1 } }
   function median(k, i,   m, a, j, x) {
