@@ -28,7 +28,7 @@ use ttdb::search::cost_model::{pairwise_accuracy, program_features, CostModel, P
 use ttdb::search::droplet::KernelMeasurer;
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions, Searched};
 use ttdb::search::sketch::HardwareParams;
-use ttdb::tune::search::{host_hardware, TuneOptions};
+use ttdb::tune::search::TuneOptions;
 use workloads::{conv_nchwc as conv, matmul_512 as matmul};
 
 fn env(name: &str, default: usize) -> usize {
@@ -101,7 +101,7 @@ fn top_recall(items: &[(u32, f64, f64)]) -> f64 {
 }
 
 fn main() {
-    let hw = host_hardware();
+    let hw = HardwareParams::of_host();
     let host = ttdb::measure::detect_host();
     let lanes = hw.vector_lanes as i64;
     println!(

@@ -17,7 +17,8 @@
 //!
 //! `cargo bench --bench droplet [-- resnet_50 mobilenet_v2]` (default: both); env
 //! `TTDB_DROPLET_TRIALS`, `TTDB_DROPLET_TASKS` (at most this many tasks per network),
-//! `TTDB_DROPLET_TILE_MOVES=0` (only +-1 moves), `TTDB_DROPLET_ONLY` (only tasks whose row label contains this), `TTDB_DROPLET_TRACE`
+//! `TTDB_DROPLET_TILE_MOVES=0` (only +-1 moves), `TTDB_DROPLET_MODEL=0` (neighbours in
+//! Droplet's own order, not ranked by the cost model), `TTDB_DROPLET_ONLY` (only tasks whose row label contains this), `TTDB_DROPLET_TRACE`
 //! (print every trial: batch, change, median ms, accepted).
 // The allocator of the ttdb binary (kernel builds are allocation-heavy).
 #[global_allocator]
@@ -31,6 +32,7 @@ use std::time::Instant;
 use ttdb::ansor::{Record, Step, WorkloadKey};
 use ttdb::evaluate::{EvalOptions, Evaluation, Reference};
 use ttdb::measure::runner::MeasureOptions;
+use ttdb::search::cost_model::CostModel;
 use ttdb::search::droplet::{KernelMeasurer, Measurer};
 use ttdb::tune::record::Discard;
 use ttdb::tune::refine::{refine_schedules, RefineOptions};
@@ -144,9 +146,11 @@ fn main() {
     let mut opts = RefineOptions::default();
     opts.droplet.max_trials = trials;
     opts.droplet.tile_moves = std::env::var("TTDB_DROPLET_TILE_MOVES").map_or(true, |v| v != "0");
+    opts.rank_by_model = std::env::var("TTDB_DROPLET_MODEL").map_or(true, |v| v != "0");
     println!(
-        "Droplet: {trials} trials, tile-size moves {}",
-        opts.droplet.tile_moves
+        "Droplet: {trials} trials, tile-size moves {}, neighbours ranked by a cost model {} \
+         (one cold model per network, learning from every trial)",
+        opts.droplet.tile_moves, opts.rank_by_model
     );
     let final_eval = EvalOptions {
         measure: MeasureOptions {
@@ -179,6 +183,7 @@ fn main() {
         let (mut ratios, mut first_ratios, mut a_wins, mut spent, mut n) =
             (vec![], vec![], 0, 0, 0);
         let mut logged = 0;
+        let mut model = CostModel::new();
         for task in tasks {
             if n >= max_tasks {
                 break;
@@ -244,6 +249,7 @@ fn main() {
                 None,
                 "bench",
                 &opts,
+                &mut model,
                 &mut Discard,
                 &mut |_, _| {},
             );

@@ -21,7 +21,8 @@ use ttdb::ansor::Step;
 use ttdb::evaluate::{Evaluation, Reference};
 use ttdb::search::droplet::{KernelMeasurer, Measurer};
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
-use ttdb::tune::search::{host_hardware, TuneOptions};
+use ttdb::search::sketch::HardwareParams;
+use ttdb::tune::search::TuneOptions;
 
 struct Curve {
     t0: Instant,
@@ -54,7 +55,7 @@ fn onnxruntime_ms(op: &str, threads: usize) -> Option<f64> {
 }
 
 fn main() {
-    let hw = host_hardware();
+    let hw = HardwareParams::of_host();
     let host = ttdb::measure::detect_host();
     let peak = ttdb::measure::peak::measure_peak(&Default::default())
         .map(|p| p.gflops_all)
@@ -67,9 +68,16 @@ fn main() {
         "host: {} ({}, {} cores, {} fp32 lanes); fp32 FMA peak {peak:.0} GFLOP/s",
         host.cpu_model, host.llvm_cpu, hw.num_cores, hw.vector_lanes
     );
-    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     for (name, op, dag) in [
-        ("conv3x3 64->64 @56 +bias+relu", "conv", workloads::conv_nchwc(hw.vector_lanes as i64, 64, 64, 56, 3)),
+        (
+            "conv3x3 64->64 @56 +bias+relu",
+            "conv",
+            workloads::conv_nchwc(hw.vector_lanes as i64, 64, 64, 56, 3),
+        ),
         ("matmul 512^3", "matmul", workloads::matmul_512()),
     ] {
         if !only.is_empty() && !only.iter().any(|o| o == op) {
@@ -103,10 +111,24 @@ fn main() {
             inner: &mut measurer,
             seconds: 0.0,
         };
-        let out = search_task(&dag, hw, &[], &mut timed, &opts, &mut curve, &mut ttdb::search::cost_model::CostModel::new()).expect("search");
+        let out = search_task(
+            &dag,
+            hw,
+            &[],
+            &mut timed,
+            &opts,
+            &mut curve,
+            &mut ttdb::search::cost_model::CostModel::new(),
+        )
+        .expect("search");
         let measuring = timed.seconds;
         let flops = dag.flop_ct();
-        println!("\n== {name}: {} sketches, {} trials, stop: {}", out.sketches, out.trials.len(), out.stop.as_str());
+        println!(
+            "\n== {name}: {} sketches, {} trials, stop: {}",
+            out.sketches,
+            out.trials.len(),
+            out.stop.as_str()
+        );
         println!(
             "{:>7} {:>9} {:>9} {:>9} {:>7} {:>10}",
             "trials", "wall s", "best ms", "GFLOP/s", "%peak", "vs onnxrt"

@@ -5,8 +5,11 @@
 //! From the start point of a [`Space`], the neighbours at step size f are the points one knob
 //! away by +-f (coordinates wrap) and, at f = 1, Ansor's tile-size moves (a prime factor
 //! passed between two lengths of a split, or to or from its outer loop), then points two
-//! knobs away; each batch takes the next unvisited ones, growing f while too few are left. A
-//! batch is built in parallel and run one candidate at a time (verify, then time), after a
+//! knobs away; each batch takes the next unvisited ones, growing f while too few are left.
+//! With a [`Ranker`] (the learned cost model, `super::model_ranker`), a batch is the ranker's
+//! best of a pool of `ranked_pool` times as many unvisited neighbours, every fourth slot kept
+//! in frontier order ([`choose`]); the ranker learns from every measurement. A batch is
+//! built in parallel and run one candidate at a time (verify, then time), after a
 //! fresh timing of the incumbent. The fastest candidate whose mean beats the incumbent's with
 //! a Welch t-test p <= alpha becomes the incumbent, and its neighbours the frontier (f = 1).
 //! The search stops after `patience` batches without such an improvement (1, as in
@@ -16,7 +19,8 @@
 //!
 //! Beyond the artifacts (which move only the last 5 knobs and key visited points
 //! non-injectively): every knob moves, points are the visited set's keys (distinct points
-//! are distinct step lists, see [`Space`]), and Welch's test replaces Student's.
+//! are distinct step lists, see [`Space`]), Welch's test replaces Student's, and a cost
+//! model may choose which neighbours to measure (as TVM's searches use theirs).
 use super::knobs::{Point, Space};
 use super::rng::Rng;
 use super::stats::{mean, welch};
@@ -49,6 +53,9 @@ pub struct DropletOptions {
     /// Ansor's tile-size moves ([`Space::factor_moves`]) join the +-1 moves around each
     /// incumbent.
     pub tile_moves: bool,
+    /// With a [`Ranker`] that has an opinion, each batch is the best of this many times its
+    /// size of unvisited neighbours (the rest stay in the frontier).
+    pub ranked_pool: usize,
 }
 
 impl Default for DropletOptions {
@@ -62,6 +69,7 @@ impl Default for DropletOptions {
             max_timeout: Duration::from_secs(10),
             seed: 0x5eed,
             tile_moves: true,
+            ranked_pool: 4,
         }
     }
 }
@@ -159,6 +167,64 @@ pub trait Observer {
 /// An observer that sees nothing.
 pub struct Quiet;
 impl Observer for Quiet {}
+
+/// Predicts which neighbours are worth a trial (a cost model), and learns from every
+/// measurement. Ranking is free next to a trial: lowering a candidate takes about a
+/// millisecond, timing it a few hundred.
+pub trait Ranker {
+    /// Has it an opinion yet (a trained model)? Without one, batches are not pooled.
+    fn ready(&self) -> bool;
+    /// A score per schedule, higher for faster; `None` without an opinion.
+    fn scores(&mut self, schedules: &[Vec<Step>]) -> Option<Vec<f64>>;
+    /// A measured schedule (failed ones included).
+    fn learn(&mut self, steps: &[Step], evaluation: &Evaluation);
+}
+
+/// No ranking: the frontier's own order (Droplet as published).
+pub struct Unranked;
+impl Ranker for Unranked {
+    fn ready(&self) -> bool {
+        false
+    }
+    fn scores(&mut self, _: &[Vec<Step>]) -> Option<Vec<f64>> {
+        None
+    }
+    fn learn(&mut self, _: &[Step], _: &Evaluation) {}
+}
+
+/// Of `pool` (in frontier order), the `want` to measure: the ranker's best, except that
+/// every fourth slot takes the next in frontier order, so a misleading model cannot keep
+/// the descent from every move it underrates. Returns (chosen, the rest in frontier order).
+pub(super) fn choose<T>(pool: Vec<T>, want: usize, scores: Option<Vec<f64>>) -> (Vec<T>, Vec<T>) {
+    let Some(scores) = scores.filter(|s| s.len() == pool.len() && pool.len() > want) else {
+        let mut pool = pool;
+        let rest = pool.split_off(want.min(pool.len()));
+        return (pool, rest);
+    };
+    let mut by_score: Vec<usize> = (0..pool.len()).collect();
+    by_score.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let mut taken = vec![false; pool.len()];
+    let (mut ranked, mut in_order) = (by_score.into_iter(), 0..pool.len());
+    for slot in 0..want {
+        let next = if slot % 4 == 3 {
+            in_order.find(|&i| !taken[i])
+        } else {
+            ranked.find(|&i| !taken[i])
+        };
+        if let Some(i) = next {
+            taken[i] = true;
+        }
+    }
+    let (mut chosen, mut rest) = (Vec::new(), Vec::new());
+    for (i, x) in pool.into_iter().enumerate() {
+        if taken[i] {
+            chosen.push(x);
+        } else {
+            rest.push(x);
+        }
+    }
+    (chosen, rest)
+}
 
 /// A kernel whose first timing is more than this many times its batch's fastest first timing
 /// is not timed again ([`KernelMeasurer`]): it can be neither the best nor, having one
@@ -457,6 +523,16 @@ impl Frontier {
     }
 }
 
+impl Frontier {
+    /// Points taken but not measured go back to the front, in their order, unvisited.
+    fn put_back(&mut self, points: Vec<(Point, Vec<Step>)>, visited: &mut HashSet<Point>) {
+        for (p, _) in points.into_iter().rev() {
+            visited.remove(&p);
+            self.pending.push_front(p);
+        }
+    }
+}
+
 fn timeout_for(incumbent_s: f64, opts: &DropletOptions) -> Duration {
     Duration::from_secs_f64((incumbent_s * 50.0).max(1.0)).min(opts.max_timeout)
 }
@@ -466,6 +542,7 @@ fn timeout_for(incumbent_s: f64, opts: &DropletOptions) -> Duration {
 pub fn refine(
     space: &Space,
     measurer: &mut dyn Measurer,
+    ranker: &mut dyn Ranker,
     opts: &DropletOptions,
     observer: &mut dyn Observer,
 ) -> Result<Refined, String> {
@@ -476,6 +553,7 @@ pub fn refine(
         .pop()
         .flatten()
         .ok_or("interrupted before the start was timed")?;
+    ranker.learn(&start_steps, &start);
     let Some(start_samples) = samples(&start).map(<[f64]>::to_vec) else {
         let why = start
             .failure
@@ -503,7 +581,20 @@ pub fn refine(
             break Stop::Time;
         }
         let want = opts.batch.max(1).min(opts.max_trials - trials.len());
-        let batch = frontier.take(want, &mut visited, space, &mut invalid);
+        let pooled = if ranker.ready() {
+            want * opts.ranked_pool.max(1)
+        } else {
+            want
+        };
+        let pool = frontier.take(pooled, &mut visited, space, &mut invalid);
+        let scores = if pool.len() > want {
+            let steps: Vec<Vec<Step>> = pool.iter().map(|(_, s)| s.clone()).collect();
+            ranker.scores(&steps)
+        } else {
+            None
+        };
+        let (batch, rest) = choose(pool, want, scores);
+        frontier.put_back(rest, &mut visited);
         if batch.is_empty() {
             break Stop::Exhausted;
         }
@@ -521,6 +612,7 @@ pub fn refine(
         let mut done = Vec::new();
         for (k, ((point, steps), run)) in batch.into_iter().zip(runs.drain(1..)).enumerate() {
             let Some(evaluation) = run else { continue };
+            ranker.learn(&steps, &evaluation);
             if let Some(s) = samples(&evaluation) {
                 let m = mean(s);
                 let significant = welch(s, &inc.3).is_some_and(|w| w.p <= opts.alpha);

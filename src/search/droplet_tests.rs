@@ -155,7 +155,7 @@ fn it_descends_and_never_measures_a_point_twice() {
         max_trials: 200,
         ..DropletOptions::default()
     };
-    let r = refine(&sp, &mut m, &opts, &mut Quiet).unwrap();
+    let r = refine(&sp, &mut m, &mut Unranked, &opts, &mut Quiet).unwrap();
     assert!(r.improved, "{:?}", r.stop);
     let best_truth = m.truth(&r.best_steps);
     assert!(
@@ -184,7 +184,14 @@ fn it_descends_and_never_measures_a_point_twice() {
 fn a_locally_best_start_is_kept_after_one_batch() {
     let sp = space();
     let mut m = Synthetic::new(start_lengths(), 0.01);
-    let r = refine(&sp, &mut m, &DropletOptions::default(), &mut Quiet).unwrap();
+    let r = refine(
+        &sp,
+        &mut m,
+        &mut Unranked,
+        &DropletOptions::default(),
+        &mut Quiet,
+    )
+    .unwrap();
     assert!(!r.improved);
     assert_eq!(r.stop, Stop::NoImprovement);
     assert_eq!(r.batches, 1);
@@ -204,7 +211,7 @@ fn noise_does_not_fool_the_test_and_the_result_is_never_slower() {
             seed,
             ..DropletOptions::default()
         };
-        let r = refine(&sp, &mut m, &opts, &mut Quiet).unwrap();
+        let r = refine(&sp, &mut m, &mut Unranked, &opts, &mut Quiet).unwrap();
         let (start, best) = (
             m.truth(&sp.steps_at(&sp.start).unwrap()),
             m.truth(&r.best_steps),
@@ -233,7 +240,14 @@ fn faults_are_failed_trials_and_the_descent_goes_on() {
             None
         }
     };
-    let r = refine(&sp, &mut m, &DropletOptions::default(), &mut Quiet).unwrap();
+    let r = refine(
+        &sp,
+        &mut m,
+        &mut Unranked,
+        &DropletOptions::default(),
+        &mut Quiet,
+    )
+    .unwrap();
     let codes: HashSet<u8> = r
         .trials
         .iter()
@@ -255,7 +269,14 @@ fn a_start_that_does_not_verify_is_an_error() {
     let sp = space();
     let mut m = Synthetic::new(far_target(), 0.01);
     m.fault = |_| Some(5);
-    let e = refine(&sp, &mut m, &DropletOptions::default(), &mut Quiet).unwrap_err();
+    let e = refine(
+        &sp,
+        &mut m,
+        &mut Unranked,
+        &DropletOptions::default(),
+        &mut Quiet,
+    )
+    .unwrap_err();
     assert!(e.contains("does not verify"), "{e}");
 }
 
@@ -281,7 +302,14 @@ fn an_interrupt_stops_cleanly_with_every_trial_reported() {
         batches: 2,
         seen: 0,
     };
-    let r = refine(&sp, &mut m, &DropletOptions::default(), &mut obs).unwrap();
+    let r = refine(
+        &sp,
+        &mut m,
+        &mut Unranked,
+        &DropletOptions::default(),
+        &mut obs,
+    )
+    .unwrap();
     assert_eq!(r.stop, Stop::Interrupted);
     assert_eq!(r.batches, 2);
     assert_eq!(obs.seen, r.trials.len());
@@ -295,14 +323,14 @@ fn budgets_bound_the_trials() {
         max_trials: 20,
         ..DropletOptions::default()
     };
-    let r = refine(&sp, &mut m, &opts, &mut Quiet).unwrap();
+    let r = refine(&sp, &mut m, &mut Unranked, &opts, &mut Quiet).unwrap();
     assert!(r.trials.len() <= 20);
     assert!(matches!(r.stop, Stop::Trials | Stop::NoImprovement));
     let opts = DropletOptions {
         time_budget: Some(Duration::ZERO),
         ..DropletOptions::default()
     };
-    let r = refine(&sp, &mut m, &opts, &mut Quiet).unwrap();
+    let r = refine(&sp, &mut m, &mut Unranked, &opts, &mut Quiet).unwrap();
     assert_eq!((r.stop, r.trials.len()), (Stop::Time, 0));
 }
 
@@ -343,11 +371,102 @@ fn restarts_from_another_structure_use_the_budget_left() {
     );
     let mut m = Synthetic::new(OTHER.to_vec(), 0.01);
     m.fault = |l| (l != FIRST && l != OTHER).then_some(2);
-    let r = refine_from(&spaces, &mut m, &DropletOptions::default(), &mut Quiet).unwrap();
+    let r = refine_from(
+        &spaces,
+        &mut m,
+        &mut Unranked,
+        &DropletOptions::default(),
+        &mut Quiet,
+    )
+    .unwrap();
     assert_eq!(r.descents, 2);
     assert!(r.improved);
     assert_eq!(r.best_steps, other);
     assert!(r.trials.len() <= DropletOptions::default().max_trials);
     let (a, b) = r.medians();
     assert!(b < a);
+}
+
+#[test]
+fn a_ranked_batch_is_the_rankers_best_with_every_fourth_slot_in_frontier_order() {
+    let pool: Vec<usize> = (0..12).collect();
+    // Scores rise with the index: the ranker prefers the end of the frontier.
+    let scores: Vec<f64> = (0..12).map(|i| i as f64).collect();
+    let (chosen, rest) = choose(pool.clone(), 8, Some(scores));
+    assert_eq!(chosen.len(), 8);
+    // Slots 0-2 and 4-6 by score (11, 10, 9, 8, 7, 6); slots 3 and 7 the frontier's first.
+    assert_eq!(chosen, vec![0, 1, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(rest, vec![2, 3, 4, 5], "the rest keep their frontier order");
+    // No opinion, or nothing to choose from: the frontier's order.
+    assert_eq!(
+        choose(pool.clone(), 8, None),
+        (pool[..8].to_vec(), pool[8..].to_vec())
+    );
+    assert_eq!(
+        choose(pool[..5].to_vec(), 8, Some(vec![0.0; 5])).0,
+        pool[..5].to_vec()
+    );
+}
+
+/// Ranks by a known cost: the oracle a learned model approximates.
+struct Oracle {
+    target: Vec<i64>,
+    ready: bool,
+    learned: usize,
+}
+impl Ranker for Oracle {
+    fn ready(&self) -> bool {
+        self.ready
+    }
+    fn scores(&mut self, schedules: &[Vec<Step>]) -> Option<Vec<f64>> {
+        let m = Synthetic::new(self.target.clone(), 0.0);
+        self.ready
+            .then(|| schedules.iter().map(|s| -m.truth(s)).collect())
+    }
+    fn learn(&mut self, _: &[Step], _: &Evaluation) {
+        self.learned += 1;
+    }
+}
+
+#[test]
+fn a_ranker_that_knows_the_costs_gets_further_on_the_same_budget() {
+    let sp = space();
+    let opts = DropletOptions {
+        max_trials: 48,
+        ..DropletOptions::default()
+    };
+    let run = |ranker: &mut dyn Ranker| {
+        let mut m = Synthetic::new(far_target(), 0.01);
+        let r = refine(&sp, &mut m, ranker, &opts, &mut Quiet).unwrap();
+        (m.truth(&r.best_steps), r)
+    };
+    let (plain, plain_run) = run(&mut Unranked);
+    let mut oracle = Oracle {
+        target: far_target(),
+        ready: true,
+        learned: 0,
+    };
+    let (ranked, ranked_run) = run(&mut oracle);
+    assert!(ranked < plain, "ranked {ranked} vs unranked {plain}");
+    // It learned from the start and from every trial; no point was measured twice.
+    assert_eq!(oracle.learned, 1 + ranked_run.trials.len());
+    let mut seen = HashSet::new();
+    assert!(ranked_run
+        .trials
+        .iter()
+        .all(|t| seen.insert(format!("{:?}", t.steps))));
+    // A ranker without an opinion changes nothing.
+    let mut idle = Oracle {
+        target: far_target(),
+        ready: false,
+        learned: 0,
+    };
+    let (_, idle_run) = run(&mut idle);
+    let changes = |r: &Refined| {
+        r.trials
+            .iter()
+            .map(|t| t.change.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(changes(&idle_run), changes(&plain_run));
 }

@@ -5,7 +5,8 @@
 //!   pack-sum [`gbdt`]); a model's kernels share rounds through the task [`scheduler`].
 //! * Refinement: Droplet search (coordinate descent with a significance test, [`droplet`])
 //!   over the knobs of a step list ([`knobs`]), from the fastest start of each distinct
-//!   structure ([`restarts`]).
+//!   structure ([`restarts`]); its neighbours ranked by the same cost model
+//!   ([`model_ranker`]).
 pub mod cost_model;
 pub mod draft;
 pub mod droplet;
@@ -21,6 +22,7 @@ mod droplet_tests;
 mod policy_tests;
 pub mod interrupt;
 pub mod knobs;
+pub mod model_ranker;
 pub mod restarts;
 pub mod scheduler;
 pub mod rng;

@@ -5,7 +5,7 @@
 //! descends from the fastest of each distinct structure, then from the next fastest starts,
 //! in turn while the trial budget lasts (a descent that keeps improving may spend it all),
 //! then times the first start and every descent's result side by side and keeps the fastest.
-use super::droplet::{refine, DropletOptions, Measurer, Observer, Refined, Stop, Trial};
+use super::droplet::{refine, DropletOptions, Measurer, Observer, Ranker, Refined, Stop, Trial};
 use super::knobs::{structure, Space};
 use crate::ansor::Step;
 use std::time::Instant;
@@ -57,6 +57,7 @@ pub fn start_order(spaces: Vec<Space>, starts: &[Vec<Step>], max: usize) -> Vec<
 pub fn refine_from(
     spaces: &[Space],
     measurer: &mut dyn Measurer,
+    ranker: &mut dyn Ranker,
     opts: &DropletOptions,
     observer: &mut dyn Observer,
 ) -> Result<Refined, String> {
@@ -79,7 +80,7 @@ pub fn refine_from(
             inner: observer,
             before: used,
         };
-        match refine(space, measurer, &o, &mut offset) {
+        match refine(space, measurer, ranker, &o, &mut offset) {
             Ok(r) => {
                 used += r.trials.len();
                 runs.push(r);

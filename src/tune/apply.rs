@@ -204,11 +204,11 @@ pub fn apply(
     let mut results: Vec<Option<KernelResult>> = vec![None; m.matches.len()];
     let mut exhausted = false;
     let mut failed = None;
-    // `--tune`: one cost model for the run's searches, loaded and kept once.
-    let mut cost = opts
-        .tune
-        .as_ref()
-        .map(|t| starting_model(t.search.warm_start, || sink.load_cost_model()));
+    // `--tune` and `--droplet`: one cost model for the run's searches and refinements,
+    // loaded and kept once.
+    let warm = opts.tune.as_ref().is_none_or(|t| t.search.warm_start);
+    let mut cost = (opts.tune.is_some() || opts.droplet.is_some())
+        .then(|| starting_model(warm, || sink.load_cost_model()));
     for (n, &i) in order.iter().enumerate() {
         let km = &m.matches[i];
         let k = &m.list.kernels[km.kernel];
@@ -225,8 +225,13 @@ pub fn apply(
         }
     }
     // Once per run, even when storing a measurement failed.
-    if let (Some(t), Some(c)) = (&opts.tune, cost.as_mut()) {
-        keep_model(sink, &t.search, c)?;
+    match (&opts.tune, &opts.droplet, cost.as_mut()) {
+        (Some(t), _, Some(c)) => keep_model(sink, &t.search, c)?,
+        (None, Some(d), Some(c)) if d.rank_by_model => {
+            c.maybe_retrain();
+            sink.keep_cost_model(c)?;
+        }
+        _ => {}
     }
     if let Some(e) = failed {
         return Err(e);
@@ -419,7 +424,7 @@ fn apply_kernel(
             r.chosen_tier = Some(c.tier);
             r.verified = true;
             r.gflops = gflops;
-            if let Some(dopts) = &opts.droplet {
+            if let (Some(dopts), Some(cost)) = (&opts.droplet, cost) {
                 let reference = references.get(&c.dag).expect("measured above");
                 // The other verified candidates of the same DAG, fastest first.
                 let mut others: Vec<(f64, usize)> = verified
@@ -432,7 +437,7 @@ fn apply_kernel(
                     .iter()
                     .map(|&(_, j)| candidates[j].steps.clone())
                     .collect();
-                refine_chosen(&mut r, c, &others, reference, dopts, sink, progress);
+                refine_chosen(&mut r, c, &others, reference, dopts, cost, sink, progress);
             }
         }
         _ => {
@@ -443,7 +448,9 @@ fn apply_kernel(
                     "no transferred schedule beat the default (the naive default has no knobs)",
                 ));
             }
-            if let (Some(topts), Some(cost), false) = (&opts.tune, cost, stop || interrupt::requested()) {
+            if let (Some(topts), Some(cost), false) =
+                (&opts.tune, cost, stop || interrupt::requested())
+            {
                 if let Ok(reference) = references.get(&default_dag) {
                     search_default(&mut r, &default_dag, reference, topts, cost, sink, progress)?;
                 }
@@ -508,12 +515,14 @@ impl DropletSummary {
 /// TT + Droplet: refines the chosen candidate `c` on this machine (with the other verified
 /// candidates of its DAG, `others`, fastest first, as further starts); the kernel's time
 /// becomes the refined schedule's.
+#[allow(clippy::too_many_arguments)]
 fn refine_chosen(
     r: &mut KernelResult,
     c: &Candidate,
     others: &[Vec<Step>],
     reference: &Reference,
     opts: &RefineOptions,
+    model: &mut CostModel,
     sink: &mut dyn Sink,
     progress: &dyn ApplyProgress,
 ) {
@@ -535,6 +544,7 @@ fn refine_chosen(
         Some(c.source.record_id),
         &what,
         opts,
+        model,
         sink,
         &mut |trials, best| progress.droplet(trials, best),
     );

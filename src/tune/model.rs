@@ -7,15 +7,15 @@
 use super::apply::workload_key_of;
 use super::record::Sink;
 use super::refine::RefineOptions;
-use super::search::{droplet_after_search, host_hardware, keep_model, store_trials};
+use super::search::{droplet_after_search, keep_model, store_trials};
 use crate::ansor::Step;
 use crate::evaluate::Reference;
 use crate::ir::{dag_hash, Dag};
 use crate::matcher::ModelMatch;
 use crate::schedule::{replay, stage_inits_from_dag};
+use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
 use crate::search::droplet::KernelMeasurer;
 use crate::search::interrupt;
-use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
 use crate::search::policy::{SearchObserver, SearchOptions, SearchTrial, TaskSearch};
 use crate::search::scheduler::{schedule, ScheduleStop, SchedulerOptions, Tasks};
 use crate::store::StoreError;
@@ -100,7 +100,14 @@ struct Store<'s> {
 
 impl SearchObserver for Store<'_> {
     fn round_done(&mut self, trials: &[SearchTrial]) {
-        store_trials(self.sink, &self.key, self.flops, &mut self.stored, &mut self.error, trials);
+        store_trials(
+            self.sink,
+            &self.key,
+            self.flops,
+            &mut self.stored,
+            &mut self.error,
+            trials,
+        );
     }
 }
 
@@ -187,7 +194,7 @@ pub fn tune_model(
 ) -> Result<ModelTuneReport, StoreError> {
     let t0 = Instant::now();
     let host = crate::measure::detect_host();
-    let hw = host_hardware();
+    let hw = crate::search::sketch::HardwareParams::of_host();
     let mut rows = Vec::new();
     let mut dags = Vec::new();
     let mut references = Vec::new();
@@ -217,7 +224,10 @@ pub fn tune_model(
             .spec
             .as_ref()
             .ok_or_else(|| "no workload spec".to_string())
-            .and_then(|s| s.build(crate::ops::Era::V010, &k.inputs).map_err(|e| e.to_string()))
+            .and_then(|s| {
+                s.build(crate::ops::Era::V010, &k.inputs)
+                    .map_err(|e| e.to_string())
+            })
             .and_then(|d| Reference::new(&d, 11).map(|r| (d, r)));
         let built = built.and_then(|(d, r)| {
             crate::search::sketch::generate_sketches(&d, &hw)
@@ -282,7 +292,12 @@ pub fn tune_model(
         let row = &mut rows[task_rows[t]];
         row.rounds = sched.rounds[t];
         row.trials = s.out.trials.len();
-        row.failed_trials = s.out.trials.iter().filter(|t| !t.evaluation.verified()).count();
+        row.failed_trials = s
+            .out
+            .trials
+            .iter()
+            .filter(|t| !t.evaluation.verified())
+            .count();
         if let Some(b) = s.out.best_trial() {
             row.best_ms = b.evaluation.median().map(|x| x * 1e3);
             row.gflops = b.evaluation.gflops(dags[t].flop_ct());
@@ -306,6 +321,7 @@ pub fn tune_model(
                 &s.out,
                 opts.droplet_trials,
                 &opts.refine,
+                &mut tasks.cost,
                 tasks.store.sink,
                 &mut |_, _| {},
             );
@@ -327,7 +343,10 @@ pub fn tune_model(
         .sum();
     Ok(ModelTuneReport {
         model: m.list.model.clone(),
-        host: format!("{} ({}, {} cores)", host.cpu_model, host.llvm_cpu, host.cores),
+        host: format!(
+            "{} ({}, {} cores)",
+            host.cpu_model, host.llvm_cpu, host.cores
+        ),
         kernels_without_schedule: rows.iter().filter(|r| r.best_ms.is_none()).count(),
         trials: tasks.trials + rows.iter().map(|r| r.droplet_trials).sum::<usize>(),
         kernels: rows,

@@ -10,12 +10,15 @@ use crate::evaluate::{EvalOptions, Evaluation, Reference};
 use crate::ir::Dag;
 use crate::measure::runner::MeasureOptions;
 use crate::schedule::stage_inits_from_dag;
+use crate::search::cost_model::CostModel;
 use crate::search::droplet::{
-    DropletOptions, KernelMeasurer, Measurer, Observer, Refined, Stop, Trial,
+    DropletOptions, KernelMeasurer, Measurer, Observer, Ranker, Refined, Stop, Trial, Unranked,
 };
 use crate::search::interrupt;
 use crate::search::knobs::Space;
+use crate::search::model_ranker::ModelRanker;
 use crate::search::restarts::{refine_from, start_order};
+use crate::search::sketch::HardwareParams;
 use crate::store::lookup::{self, RefinableWorkload, SourceRecord};
 use crate::store::{Store, StoreError};
 use serde::Serialize;
@@ -35,6 +38,9 @@ pub struct RefineOptions {
     pub max_starts: usize,
     /// Pre-pack layout-free weights as TVM measured relay tasks.
     pub prepack: bool,
+    /// Rank each batch's neighbours with the learned cost model
+    /// (`crate::search::model_ranker`); off: Droplet's own frontier order.
+    pub rank_by_model: bool,
 }
 
 impl Default for RefineOptions {
@@ -46,6 +52,7 @@ impl Default for RefineOptions {
             starts: 5,
             max_starts: 5,
             prepack: true,
+            rank_by_model: true,
         }
     }
 }
@@ -117,6 +124,8 @@ impl Observer for Keeper<'_> {
 /// fastest first): from the fastest of each distinct structure while the trial budget lasts
 /// (`crate::search::restarts`). Every trial goes to `sink` as it is measured. `what` names
 /// the start in the trials' provenance; `progress(trials, best seconds)` follows the search.
+/// `model` ranks the neighbours (when `opts.rank_by_model`) and learns from every trial; one
+/// model for a whole run lets each workload start from what the others taught it.
 #[allow(clippy::too_many_arguments)]
 pub fn refine_schedules(
     dag: &Dag,
@@ -126,6 +135,7 @@ pub fn refine_schedules(
     origin: Option<i64>,
     what: &str,
     opts: &RefineOptions,
+    model: &mut CostModel,
     sink: &mut dyn Sink,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<Refined, String> {
@@ -161,7 +171,18 @@ pub fn refine_schedules(
         error: None,
         progress,
     };
-    let refined = refine_from(&spaces, &mut measurer, &opts.droplet, &mut keeper)?;
+    let mut ranker = ModelRanker {
+        dag,
+        task: key,
+        hw: HardwareParams::of_host(),
+        model,
+    };
+    let ranker: &mut dyn Ranker = if opts.rank_by_model {
+        &mut ranker
+    } else {
+        &mut Unranked
+    };
+    let refined = refine_from(&spaces, &mut measurer, ranker, &opts.droplet, &mut keeper)?;
     match keeper.error {
         Some(e) => Err(format!("storing the trials: {e}")),
         None => Ok(refined),
@@ -322,14 +343,36 @@ pub fn refine_jobs(
     let t0 = Instant::now();
     let host = crate::measure::detect_host();
     let mut kernels = Vec::new();
+    // One model for the run, from the one stored for this host class; kept at the end with
+    // what this run taught it (the search's next run starts from it too).
+    let mut model = if opts.rank_by_model {
+        sink.load_cost_model()
+    } else {
+        CostModel::new()
+    };
+    let mut failed = None;
     for (i, job) in jobs.iter().enumerate() {
         if interrupt::requested() {
             break;
         }
         progress.kernel(i, jobs.len(), &job.workload.op_class);
-        let k = refine_job(job, opts, sink, progress)?;
-        progress.kernel_done(k.trials);
-        kernels.push(k);
+        match refine_job(job, opts, &mut model, sink, progress) {
+            Ok(k) => {
+                progress.kernel_done(k.trials);
+                kernels.push(k);
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    if opts.rank_by_model {
+        model.maybe_retrain();
+        sink.keep_cost_model(&model)?;
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     Ok(RefineReport {
         host: format!(
@@ -361,6 +404,7 @@ fn ms(e: &Evaluation) -> Option<f64> {
 fn refine_job(
     job: &RefineJob,
     opts: &RefineOptions,
+    model: &mut CostModel,
     sink: &mut dyn Sink,
     progress: &mut dyn RefineProgress,
 ) -> Result<RefinedKernel, StoreError> {
@@ -474,6 +518,7 @@ fn refine_job(
         Some(source.record_id),
         &what,
         opts,
+        model,
         sink,
         &mut on_progress,
     ) {

@@ -43,15 +43,6 @@ impl Default for TuneOptions {
     }
 }
 
-/// The host's parameters for the sketch rules.
-pub fn host_hardware() -> HardwareParams {
-    let host = crate::measure::detect_host();
-    HardwareParams {
-        num_cores: host.cores.max(1),
-        vector_lanes: host.f32_lanes().max(1) as usize,
-    }
-}
-
 #[derive(Clone, Debug, Serialize)]
 pub struct TunedKernel {
     pub signature: String,
@@ -162,6 +153,7 @@ pub(super) fn droplet_after_search(
     searched: &Searched,
     trials: usize,
     refine: &RefineOptions,
+    model: &mut CostModel,
     sink: &mut dyn Sink,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<crate::search::droplet::Refined, String> {
@@ -175,6 +167,7 @@ pub(super) fn droplet_after_search(
         None,
         "the search's best",
         &opts,
+        model,
         sink,
         progress,
     )
@@ -230,7 +223,7 @@ pub fn search_kernel(
     };
     let searched = search_task(
         dag,
-        host_hardware(),
+        HardwareParams::of_host(),
         seeds,
         &mut measurer,
         &opts.search,
@@ -392,7 +385,7 @@ fn tune_job(
     };
     let searched = search_task(
         &r.dag,
-        host_hardware(),
+        HardwareParams::of_host(),
         &seeds,
         &mut measurer,
         &opts.search,
@@ -442,6 +435,7 @@ fn tune_job(
             &searched,
             opts.droplet_trials,
             &opts.refine,
+            model,
             keeper.sink,
             &mut on_progress,
         ) {

@@ -31,6 +31,15 @@ pub struct HardwareParams {
 }
 
 impl HardwareParams {
+    /// This machine's cores and vector width.
+    pub fn of_host() -> HardwareParams {
+        let host = crate::measure::detect_host();
+        HardwareParams {
+            num_cores: host.cores.max(1),
+            vector_lanes: host.f32_lanes().max(1) as usize,
+        }
+    }
+
     /// The longest inner loop (product of fused loops) vectorized by the initial population:
     /// two registers' worth (TVM's fixed 16 on AVX2, 32 on AVX-512).
     pub fn max_vectorize_size(&self) -> i64 {
