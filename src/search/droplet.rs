@@ -14,8 +14,8 @@
 //! a Welch t-test p <= alpha becomes the incumbent, and its neighbours the frontier (f = 1).
 //! The search stops after `patience` batches without such an improvement (1, as in
 //! Droplet), at the trial or time budget, when no unvisited point is left, or when
-//! interrupted. A last head-to-head timing keeps the start unless the result is faster:
-//! refining never returns a slower schedule.
+//! interrupted. A last head-to-head timing (each on [`PICK_BUILDS`] builds) keeps the start
+//! unless the result is faster: refining never returns a slower schedule.
 //!
 //! Beyond the artifacts (which move only the last 5 knobs and key visited points
 //! non-injectively): every knob moves, points are the visited set's keys (distinct points
@@ -122,6 +122,9 @@ pub struct Refined {
     pub start_steps: Vec<Step>,
     pub start: Evaluation,
     pub best_steps: Vec<Step>,
+    /// The best schedule's point in the space refined (the start's when nothing better was
+    /// found), to continue a descent from.
+    pub best_point: Point,
     /// The best schedule's timing (the start's when nothing better was found).
     pub best: Evaluation,
     /// Did a candidate replace the start?
@@ -151,6 +154,48 @@ pub trait Measurer {
     /// with per-run `timeout`. None for a schedule left unrun (interrupted).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>>;
 }
+
+/// Times `schedules` side by side, each on `builds` builds (one batch: every build's
+/// timings interleaved in rounds), each schedule's samples pooled over its builds. Builds of
+/// one schedule differ by a few percent (`benches/stability.rs`: 6% between the fastest and
+/// slowest of 6, typically), as their code and buffers land elsewhere; a pick between close
+/// schedules on one build each is partly a pick of that luck. A schedule keeps its first
+/// build's evaluation with the pooled samples, or the failure of a build that failed; None
+/// when interrupted.
+pub fn time_pooled(
+    measurer: &mut dyn Measurer,
+    schedules: &[Vec<Step>],
+    builds: usize,
+    timeout: Duration,
+) -> Vec<Option<Evaluation>> {
+    let (k, builds) = (schedules.len(), builds.max(1));
+    let all: Vec<Vec<Step>> = (0..builds)
+        .flat_map(|_| schedules.iter().cloned())
+        .collect();
+    let mut runs = measurer.measure(&all, timeout);
+    (0..k)
+        .map(|i| {
+            let mut first = runs[i].take()?;
+            let Some(m) = first.measurement.clone() else {
+                return Some(first);
+            };
+            let mut samples = m.samples;
+            for b in 1..builds {
+                let e = runs[b * k + i].take()?;
+                match e.measurement {
+                    Some(more) if e.failure.is_none() => samples.extend(more.samples),
+                    _ => return Some(e),
+                }
+            }
+            first.measurement = Some(Measurement::from_samples(samples, m.number));
+            Some(first)
+        })
+        .collect()
+}
+
+/// Builds per schedule when Droplet compares its result with its start, and the restarts
+/// their results ([`time_pooled`]).
+pub const PICK_BUILDS: usize = 2;
 
 /// What the caller sees of a running search.
 pub trait Observer {
@@ -496,6 +541,7 @@ impl Frontier {
         &mut self,
         n: usize,
         visited: &mut HashSet<Point>,
+        seen: &HashSet<String>,
         space: &Space,
         invalid: &mut usize,
     ) -> Vec<(Point, Vec<Step>)> {
@@ -506,6 +552,7 @@ impl Frontier {
                     continue;
                 }
                 match space.steps_at(&p) {
+                    Ok(steps) if seen.contains(&steps_key(&steps)) => {}
                     Ok(steps) => out.push((p, steps)),
                     Err(_) => *invalid += 1,
                 }
@@ -537,6 +584,22 @@ fn timeout_for(incumbent_s: f64, opts: &DropletOptions) -> Duration {
     Duration::from_secs_f64((incumbent_s * 50.0).max(1.0)).min(opts.max_timeout)
 }
 
+/// The identity of a step list across knob spaces (two spaces may hold one schedule at
+/// different points): its record text.
+pub fn steps_key(steps: &[Step]) -> String {
+    let parts: Vec<String> = steps.iter().map(|s| s.to_string()).collect();
+    parts.join(",")
+}
+
+/// What a descent knows before it starts ([`refine_with`]).
+pub struct Prior<'a> {
+    /// The start's timing, when taken already (else the descent times it).
+    pub start: Option<Evaluation>,
+    /// Step lists measured already (by earlier descents): never measured again. The
+    /// descent adds its start and every candidate it measures.
+    pub seen: &'a mut HashSet<String>,
+}
+
 /// Refines the start point of `space` (see the module docs). Errors when the start schedule
 /// does not replay or does not verify here.
 pub fn refine(
@@ -546,14 +609,40 @@ pub fn refine(
     opts: &DropletOptions,
     observer: &mut dyn Observer,
 ) -> Result<Refined, String> {
+    let mut seen = HashSet::new();
+    let prior = Prior {
+        start: None,
+        seen: &mut seen,
+    };
+    refine_with(space, measurer, ranker, opts, observer, prior)
+}
+
+/// [`refine`], after earlier descents: with the start's timing when known, and never
+/// measuring a step list of `prior.seen` again.
+pub fn refine_with(
+    space: &Space,
+    measurer: &mut dyn Measurer,
+    ranker: &mut dyn Ranker,
+    opts: &DropletOptions,
+    observer: &mut dyn Observer,
+    prior: Prior<'_>,
+) -> Result<Refined, String> {
     let t0 = Instant::now();
     let start_steps = space.steps_at(&space.start)?;
-    let start = measurer
-        .measure(std::slice::from_ref(&start_steps), opts.max_timeout)
-        .pop()
-        .flatten()
-        .ok_or("interrupted before the start was timed")?;
-    ranker.learn(&start_steps, &start);
+    let seen = prior.seen;
+    seen.insert(steps_key(&start_steps));
+    let start = match prior.start {
+        Some(e) => e,
+        None => {
+            let e = measurer
+                .measure(std::slice::from_ref(&start_steps), opts.max_timeout)
+                .pop()
+                .flatten()
+                .ok_or("interrupted before the start was timed")?;
+            ranker.learn(&start_steps, &e);
+            e
+        }
+    };
     let Some(start_samples) = samples(&start).map(<[f64]>::to_vec) else {
         let why = start
             .failure
@@ -586,7 +675,7 @@ pub fn refine(
         } else {
             want
         };
-        let pool = frontier.take(pooled, &mut visited, space, &mut invalid);
+        let pool = frontier.take(pooled, &mut visited, seen, space, &mut invalid);
         let scores = if pool.len() > want {
             let steps: Vec<Vec<Step>> = pool.iter().map(|(_, s)| s.clone()).collect();
             ranker.scores(&steps)
@@ -598,6 +687,7 @@ pub fn refine(
         if batch.is_empty() {
             break Stop::Exhausted;
         }
+        seen.extend(batch.iter().map(|(_, s)| steps_key(s)));
         // The incumbent is timed again first: both sides of each test see the same machine.
         let mut schedules = vec![inc.1.clone()];
         schedules.extend(batch.iter().map(|(_, s)| s.clone()));
@@ -670,10 +760,12 @@ pub fn refine(
     } else {
         (start.clone(), start_steps.clone(), start, false)
     };
+    let best_point = if improved { inc.0 } else { space.start.clone() };
     Ok(Refined {
         start_steps,
         start,
         best_steps,
+        best_point,
         best,
         improved,
         trials,
@@ -686,7 +778,7 @@ pub fn refine(
     })
 }
 
-/// The result against the start, timed back to back: the start stays unless the result is
+/// The result against the start, timed back to back ([`time_pooled`]): the start stays unless the result is
 /// faster now too (the incumbent chain compared each step with a fresh timing, not with the
 /// start's). Returns (start timing, steps, timing, improved), from this side-by-side timing
 /// when it ran.
@@ -699,7 +791,7 @@ fn final_check(
     opts: &DropletOptions,
 ) -> (Evaluation, Vec<Step>, Evaluation, bool) {
     let pair = [start_steps.to_vec(), best_steps.clone()];
-    let mut runs = measurer.measure(&pair, opts.max_timeout);
+    let mut runs = time_pooled(measurer, &pair, PICK_BUILDS, opts.max_timeout);
     // Medians, as every report shows them.
     let median = |r: &Option<Evaluation>| r.as_ref().and_then(|e| e.median());
     match (median(&runs[0]), median(&runs[1])) {

@@ -57,6 +57,9 @@ pub(super) fn split_lengths(steps: &[Step]) -> Vec<i64> {
 /// timing noise; schedules for which `fault` says so fail with that error code.
 struct Synthetic {
     target: Vec<i64>,
+    /// Instead of the distance to `target`: 1 ms everywhere (a plateau) but at these
+    /// lengths, 0.5 ms.
+    needle: Option<Vec<i64>>,
     noise: f64,
     rng: u64,
     fault: fn(&[i64]) -> Option<u8>,
@@ -67,6 +70,7 @@ impl Synthetic {
     fn new(target: Vec<i64>, noise: f64) -> Synthetic {
         Synthetic {
             target,
+            needle: None,
             noise,
             rng: 0x1234_5678,
             fault: |_| None,
@@ -76,6 +80,9 @@ impl Synthetic {
 
     fn truth(&self, steps: &[Step]) -> f64 {
         let l = split_lengths(steps);
+        if let Some(needle) = &self.needle {
+            return if l == *needle { 0.5e-3 } else { 1e-3 };
+        }
         1e-3 * (1.0
             + l.iter()
                 .zip(&self.target)
@@ -334,17 +341,9 @@ fn budgets_bound_the_trials() {
     assert_eq!((r.stop, r.trials.len()), (Stop::Time, 0));
 }
 
-/// A second start of another structure (the pad not inlined) nearer the optimum: the first
-/// descent stalls (every move of it fails), the budget left goes to the second start, and
-/// the faster schedule wins the side-by-side timing.
-#[test]
-fn restarts_from_another_structure_use_the_budget_left() {
-    use super::restarts::{refine_from, start_order};
-    const FIRST: [i64; 15] = [1, 1, 1, 1, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
-    const OTHER: [i64; 15] = [1, 1, 1, 2, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
-    let (dag, steps) = super::knobs::tests::conv_and_sketch();
-    assert_eq!(split_lengths(&steps), FIRST);
-    let inits = stage_inits_from_dag(&dag);
+/// The schedule of [`restarts_from_another_structure_use_the_budget_left`]'s other
+/// structure (the pad not inlined, the 8-extent split at [2, 2, 2]).
+fn other_structure(steps: &[Step]) -> Vec<Step> {
     let mut other: Vec<Step> = steps
         .iter()
         .filter(|s| s.to_string() != r#"["CI", 1]"#)
@@ -356,35 +355,178 @@ fn restarts_from_another_structure_use_the_budget_left() {
     {
         sp.lengths = vec![2, 2, 2];
     }
+    other
+}
+
+const FIRST: [i64; 15] = [1, 1, 1, 1, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
+const OTHER: [i64; 15] = [1, 1, 1, 2, 2, 2, 2, 1, 2, 2, 2, 4, 3, 1, 4];
+
+/// A second start of another structure nearer the optimum: the first descent stalls (every
+/// move of it fails), the budget left goes to the second start, and the faster schedule
+/// wins the side-by-side timing.
+#[test]
+fn restarts_from_another_structure_use_the_budget_left() {
+    use super::restarts::{descent_order, refine_from, RestartOptions};
+    let (dag, steps) = super::knobs::tests::conv_and_sketch();
+    assert_eq!(split_lengths(&steps), FIRST);
+    let inits = stage_inits_from_dag(&dag);
+    let other = other_structure(&steps);
     assert_eq!(split_lengths(&other), OTHER);
     let starts = vec![steps.clone(), steps.clone(), other.clone()];
-    let spaces: Vec<Space> = starts
+    // Fastest first; another structure before another start of the first one.
+    let order = descent_order(&starts, &[Some(1.0), Some(1.1), Some(1.2)], 1.5, 2);
+    assert_eq!(order, vec![0, 2]);
+    // Too slow a start is not descended from; untimed ones neither.
+    assert_eq!(
+        descent_order(&starts, &[Some(1.0), None, Some(1.6)], 1.5, 5),
+        vec![0]
+    );
+    assert_eq!(
+        descent_order(&starts, &[Some(2.0), Some(1.0), None], 1.5, 5),
+        vec![1]
+    );
+    let spaces: Vec<Space> = [&steps, &other]
         .iter()
         .map(|s| Space::new(&inits, s, 8).unwrap())
         .collect();
-    let spaces = start_order(spaces, &starts, 2);
-    assert_eq!(spaces.len(), 2);
-    assert_eq!(
-        super::knobs::structure(&spaces[1].steps_at(&spaces[1].start).unwrap()),
-        super::knobs::structure(&other),
-        "another structure comes before another start of the first one"
-    );
-    let mut m = Synthetic::new(OTHER.to_vec(), 0.01);
-    m.fault = |l| (l != FIRST && l != OTHER).then_some(2);
-    let r = refine_from(
-        &spaces,
-        &mut m,
-        &mut Unranked,
-        &DropletOptions::default(),
-        &mut Quiet,
-    )
-    .unwrap();
-    assert_eq!(r.descents, 2);
-    assert!(r.improved);
-    assert_eq!(r.best_steps, other);
-    assert!(r.trials.len() <= DropletOptions::default().max_trials);
-    let (a, b) = r.medians();
-    assert!(b < a);
+    // The first start is 2x the other's time (one length off by 2x).
+    let run = |start_slack: f64| {
+        let mut m = Synthetic::new(OTHER.to_vec(), 0.01);
+        m.fault = |l| (l != FIRST && l != OTHER).then_some(2);
+        let restarts = RestartOptions {
+            continue_best: false,
+            start_slack,
+            ..RestartOptions::default()
+        };
+        refine_from(
+            &spaces,
+            &mut m,
+            &mut Unranked,
+            &DropletOptions::default(),
+            &restarts,
+            &mut Quiet,
+        )
+        .unwrap()
+    };
+    // Within the slack both starts are descended from; past it only the faster one.
+    for (slack, descents) in [(3.0, 2), (1.5, 1)] {
+        let r = run(slack);
+        assert_eq!(r.descents, descents, "slack {slack}");
+        assert!(r.improved);
+        assert_eq!(r.best_steps, other);
+        assert_eq!(r.start_steps, steps, "the first start is the reference");
+        assert!(r.trials.len() <= DropletOptions::default().max_trials);
+        let (a, b) = r.medians();
+        assert!(b < a);
+    }
+}
+
+/// The budget a stalled descent leaves goes on from its result: later batches measure new
+/// points only (never one an earlier descent measured) and spend the whole budget.
+#[test]
+fn the_budget_left_continues_from_the_best_result() {
+    use super::restarts::{refine_from, RestartOptions};
+    let sp = space();
+    let opts = DropletOptions {
+        max_trials: 80,
+        ..DropletOptions::default()
+    };
+    let run = |continue_best: bool| {
+        let mut m = Synthetic::new(far_target(), 0.01);
+        let restarts = RestartOptions {
+            continue_best,
+            ..RestartOptions::default()
+        };
+        let r = refine_from(
+            std::slice::from_ref(&sp),
+            &mut m,
+            &mut Unranked,
+            &opts,
+            &restarts,
+            &mut Quiet,
+        )
+        .unwrap();
+        (m.truth(&r.best_steps), r)
+    };
+    let (_, once) = run(false);
+    assert_eq!(once.descents, 1);
+    let (best, on) = run(true);
+    // With 1% noise and a far target the plain descent may use the budget itself; the
+    // continuation only ever adds trials, and never measures a step list twice.
+    assert!(on.trials.len() >= once.trials.len());
+    assert!(on.trials.len() <= 80);
+    if once.trials.len() + opts.batch <= 80 {
+        assert_eq!(on.descents, 2);
+        assert!(on.trials.len() > once.trials.len());
+    }
+    let mut seen = HashSet::from([steps_key(&on.start_steps)]);
+    for t in &on.trials {
+        assert!(
+            seen.insert(steps_key(&t.steps)),
+            "measured twice: {}",
+            t.change
+        );
+    }
+    let start_truth = Synthetic::new(far_target(), 0.0).truth(&on.start_steps);
+    assert!(best < start_truth);
+}
+
+/// On a plateau (every neighbour as fast as the start) with one faster neighbour the first
+/// batch missed, a lone descent stops after that batch; the continuation measures the rest
+/// of the neighbourhood and finds it.
+#[test]
+fn a_continuation_crosses_a_plateau_a_lone_descent_stops_at() {
+    use super::restarts::{refine_from, RestartOptions};
+    let sp = space();
+    let opts = DropletOptions {
+        max_trials: 96,
+        ..DropletOptions::default()
+    };
+    let run = |continue_best: bool, needle: Option<Vec<i64>>| {
+        let mut m = Synthetic::new(start_lengths(), 0.01);
+        m.needle = needle;
+        let restarts = RestartOptions {
+            continue_best,
+            ..RestartOptions::default()
+        };
+        let r = refine_from(
+            std::slice::from_ref(&sp),
+            &mut m,
+            &mut Unranked,
+            &opts,
+            &restarts,
+            &mut Quiet,
+        )
+        .unwrap();
+        (m.truth(&r.best_steps), r)
+    };
+    // The flat plateau: one batch, then Droplet's stop.
+    let (_, flat) = run(false, Some(vec![]));
+    assert_eq!((flat.stop, flat.batches), (Stop::NoImprovement, 1));
+    let measured: Vec<Vec<i64>> = flat
+        .trials
+        .iter()
+        .map(|t| split_lengths(&t.steps))
+        .collect();
+    // A one-knob neighbour of the start with other split lengths, not in that batch.
+    let sizes = sp.sizes();
+    let needle = (0..sizes.len())
+        .filter(|&i| sizes[i] > 1)
+        .filter_map(|i| {
+            let mut p = sp.start.clone();
+            p[i] = ((p[i] as usize + 1) % sizes[i]) as u16;
+            let l = split_lengths(&sp.steps_at(&p).ok()?);
+            (l != start_lengths() && !measured.contains(&l)).then_some(l)
+        })
+        .next()
+        .expect("a neighbour the first batch did not measure");
+    let (plain, plain_run) = run(false, Some(needle.clone()));
+    assert_eq!(plain_run.batches, 1, "the same first batch misses it");
+    assert_eq!(plain, 1e-3);
+    let (cont, cont_run) = run(true, Some(needle));
+    assert_eq!(cont, 0.5e-3, "{} trials", cont_run.trials.len());
+    assert_eq!(cont_run.descents, 2);
+    assert!(cont_run.improved);
 }
 
 #[test]
@@ -469,4 +611,50 @@ fn a_ranker_that_knows_the_costs_gets_further_on_the_same_budget() {
             .collect::<Vec<_>>()
     };
     assert_eq!(changes(&idle_run), changes(&plain_run));
+}
+
+/// Pooled timings: each schedule's samples over its builds (5 per build here), a failed
+/// build's failure wins, and the schedules keep their order.
+#[test]
+fn pooled_timings_gather_every_builds_samples() {
+    let sp = space();
+    let start = sp.steps_at(&sp.start).unwrap();
+    let mut m = Synthetic::new(start_lengths(), 0.01);
+    let runs = time_pooled(
+        &mut m,
+        std::slice::from_ref(&start),
+        3,
+        Duration::from_secs(1),
+    );
+    let samples = &runs[0]
+        .as_ref()
+        .unwrap()
+        .measurement
+        .as_ref()
+        .unwrap()
+        .samples;
+    assert_eq!(samples.len(), 15);
+    assert_eq!(m.measured.len(), 3, "three builds of the one schedule");
+    // A schedule that fails keeps its failure; the other is timed.
+    let other = {
+        let mut p = sp.start.clone();
+        let i = sp.sizes().iter().position(|&n| n > 1).unwrap();
+        p[i] = ((p[i] as usize + 1) % sp.sizes()[i]) as u16;
+        sp.steps_at(&p).unwrap()
+    };
+    let mut m = Synthetic::new(start_lengths(), 0.01);
+    let bad = split_lengths(&other);
+    m.fault = |l| (l != FIRST).then_some(2);
+    assert_ne!(bad, FIRST.to_vec());
+    let runs = time_pooled(&mut m, &[start, other], 2, Duration::from_secs(1));
+    assert!(runs[0].as_ref().unwrap().median().is_some());
+    assert_eq!(
+        runs[1]
+            .as_ref()
+            .unwrap()
+            .failure
+            .as_ref()
+            .map(|f| f.error_no),
+        Some(2)
+    );
 }

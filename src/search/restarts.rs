@@ -1,14 +1,48 @@
-//! Droplet from several starts. Its knobs move tile sizes, unrolling and fuse groups, never
-//! a compute location or a cache stage: a start of another structure (see
-//! [`super::knobs::structure`]) is another basin, and so, often, is another good start of
-//! the same structure. Given the start candidates timed here, fastest first, [`refine_from`]
-//! descends from the fastest of each distinct structure, then from the next fastest starts,
-//! in turn while the trial budget lasts (a descent that keeps improving may spend it all),
-//! then times the first start and every descent's result side by side and keeps the fastest.
-use super::droplet::{refine, DropletOptions, Measurer, Observer, Ranker, Refined, Stop, Trial};
-use super::knobs::{structure, Space};
+//! Droplet from several starts, sharing one trial budget. Its knobs move tile sizes,
+//! unrolling and fuse groups, never a compute location or a cache stage: a start of another
+//! structure (see [`super::knobs::structure`]) is another basin, and so, often, is another
+//! good start of the same structure.
+//!
+//! [`refine_from`] times every start side by side (not trials), keeps those within
+//! [`RestartOptions::start_slack`] of the fastest, and descends from the fastest of each
+//! distinct structure, then from the next fastest starts, in turn while the budget lasts.
+//! A descent stops as Droplet does (one batch without a significant improvement); the
+//! budget left then continues from the best result so far, batch after batch, never
+//! measuring a step list twice. Last, the first start and every descent's result are timed
+//! side by side and the fastest is kept.
+use super::droplet::{
+    refine_with, time_pooled, DropletOptions, Measurer, Observer, Prior, Ranker, Refined, Stop,
+    Trial, PICK_BUILDS,
+};
+use super::knobs::{structure, Point, Space};
 use crate::ansor::Step;
+use crate::evaluate::Evaluation;
+use std::collections::HashSet;
 use std::time::Instant;
+
+/// How descents share the budget.
+#[derive(Clone, Debug)]
+pub struct RestartOptions {
+    /// Descents from distinct starts at most.
+    pub max_starts: usize,
+    /// A start is descended from only when timed within this factor of the fastest start:
+    /// on a budget of ~100 trials a descent from a much slower start seldom ends ahead of
+    /// one from the fastest.
+    pub start_slack: f64,
+    /// After the descents, the budget left continues from the best result so far, past
+    /// batches without an improvement, until the budget or the neighbourhood ends.
+    pub continue_best: bool,
+}
+
+impl Default for RestartOptions {
+    fn default() -> Self {
+        RestartOptions {
+            max_starts: 5,
+            start_slack: 1.5,
+            continue_best: true,
+        }
+    }
+}
 
 /// Passes trials on with the counts of earlier descents added.
 struct Offset<'a> {
@@ -28,108 +62,221 @@ impl Observer for Offset<'_> {
     }
 }
 
-/// The order descents start from: the first (fastest) space of each distinct structure,
-/// then the other spaces in their order (another basin of the same structure), at most
-/// `max` in all.
-pub fn start_order(spaces: Vec<Space>, starts: &[Vec<Step>], max: usize) -> Vec<Space> {
+/// The starts to descend from, as indices into `starts`: those timed (`seconds`) within
+/// `slack` of the fastest, fastest first, the first of each distinct structure before the
+/// others (another basin of a structure already descended), at most `max`.
+pub fn descent_order(
+    starts: &[Vec<Step>],
+    seconds: &[Option<f64>],
+    slack: f64,
+    max: usize,
+) -> Vec<usize> {
+    let mut timed: Vec<(usize, f64)> = seconds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some((i, (*s)?)))
+        .collect();
+    timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let Some(&(_, fastest)) = timed.first() else {
+        return vec![];
+    };
     let mut seen = Vec::new();
-    let (firsts, rest): (Vec<_>, Vec<_>) = spaces.into_iter().zip(starts).partition(|(_, s)| {
-        let k = structure(s);
-        let new = !seen.contains(&k);
-        if new {
-            seen.push(k);
-        }
-        new
-    });
-    firsts
+    let (firsts, rest): (Vec<_>, Vec<_>) = timed
         .into_iter()
-        .chain(rest)
-        .map(|(sp, _)| sp)
-        .take(max.max(1))
-        .collect()
+        .filter(|&(_, s)| s <= slack * fastest)
+        .map(|(i, _)| i)
+        .partition(|&i| {
+            let k = structure(&starts[i]);
+            let new = !seen.contains(&k);
+            if new {
+                seen.push(k);
+            }
+            new
+        });
+    firsts.into_iter().chain(rest).take(max.max(1)).collect()
 }
 
-/// Droplet from each of `spaces` (their start points, fastest first), sharing
-/// `opts.max_trials`; a later start needs at least one batch of budget. The result's
-/// `start` is the first space's start and `best` the fastest of it and every descent's
-/// result, timed side by side (so it is never slower than the first start). Errors when the
-/// first start does not verify.
+/// Droplet from the start points of `spaces` (see the module docs). The result's `start` is
+/// the first space's start (the caller's reference) and `best` the fastest of it and every
+/// descent's result, timed side by side, so it is never slower than the first start as
+/// timed then. `best_point` is a point of the space of the descent that found it. Errors
+/// when the first start does not verify.
 pub fn refine_from(
     spaces: &[Space],
     measurer: &mut dyn Measurer,
     ranker: &mut dyn Ranker,
     opts: &DropletOptions,
+    restarts: &RestartOptions,
     observer: &mut dyn Observer,
 ) -> Result<Refined, String> {
     let t0 = Instant::now();
-    let mut runs: Vec<Refined> = Vec::new();
+    let starts: Vec<Vec<Step>> = spaces
+        .iter()
+        .map(|sp| sp.steps_at(&sp.start))
+        .collect::<Result<_, _>>()?;
+    if starts.is_empty() {
+        return Err("no start schedule".into());
+    }
+    let mut timed = measurer.measure(&starts, opts.max_timeout);
+    if timed.first().is_none_or(Option::is_none) {
+        return Err("interrupted before the start was timed".into());
+    }
+    for (s, e) in starts.iter().zip(&timed) {
+        if let Some(e) = e {
+            ranker.learn(s, e);
+        }
+    }
+    let seconds: Vec<Option<f64>> = timed.iter().map(|e| e.as_ref()?.median()).collect();
+    if seconds[0].is_none() {
+        let why = timed[0]
+            .as_ref()
+            .and_then(|e| e.failure.as_ref())
+            .map_or("not timed".to_string(), |f| f.message.clone());
+        return Err(format!("the start schedule does not verify here: {why}"));
+    }
+    let order = descent_order(&starts, &seconds, restarts.start_slack, restarts.max_starts);
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut runs: Vec<(usize, Refined)> = Vec::new();
     let mut used = 0;
-    for (i, space) in spaces.iter().enumerate() {
-        let left = opts.max_trials.saturating_sub(used);
-        let elapsed = t0.elapsed();
-        let out_of_time = opts.time_budget.is_some_and(|b| elapsed >= b);
-        if i > 0 && (left < opts.batch.max(1) || observer.interrupted() || out_of_time) {
+    let left_after = |used: usize| opts.max_trials.saturating_sub(used);
+    let time_left = |t0: Instant| opts.time_budget.map(|b| b.saturating_sub(t0.elapsed()));
+    let room_for_more = |used: usize, runs: &[(usize, Refined)], observer: &dyn Observer| {
+        left_after(used) >= opts.batch.max(1)
+            && !observer.interrupted()
+            && time_left(t0).is_none_or(|t| !t.is_zero())
+            && runs.last().is_none_or(|(_, r)| r.stop != Stop::Interrupted)
+    };
+    for &i in &order {
+        if !runs.is_empty() && !room_for_more(used, &runs, observer) {
             break;
         }
         let o = DropletOptions {
-            max_trials: left,
-            time_budget: opts.time_budget.map(|b| b.saturating_sub(elapsed)),
+            max_trials: left_after(used),
+            time_budget: time_left(t0),
             ..opts.clone()
         };
         let mut offset = Offset {
             inner: observer,
             before: used,
         };
-        match refine(space, measurer, ranker, &o, &mut offset) {
-            Ok(r) => {
-                used += r.trials.len();
-                runs.push(r);
-            }
-            // A later start that does not verify here is skipped; the first is required.
-            Err(e) if i == 0 => return Err(e),
-            Err(_) => {}
-        }
-        if runs.last().is_some_and(|r| r.stop == Stop::Interrupted) {
-            break;
-        }
-    }
-    let mut first = runs.remove(0);
-    if runs.is_empty() {
-        return Ok(first);
-    }
-    // Side by side: the first start, then each descent's result.
-    let mut contenders: Vec<Vec<Step>> = vec![first.start_steps.clone()];
-    for r in std::iter::once(&first).chain(&runs) {
-        if !contenders.contains(&r.best_steps) {
-            contenders.push(r.best_steps.clone());
-        }
-    }
-    let mut timed = measurer.measure(&contenders, opts.max_timeout);
-    // Medians: what every report shows, and robust to a stray slow timing.
-    let medians: Vec<Option<f64>> = timed.iter().map(|e| e.as_ref()?.median()).collect();
-    let winner = medians
-        .iter()
-        .enumerate()
-        .filter_map(|(i, m)| m.map(|m| (i, m)))
-        .min_by(|a, b| a.1.total_cmp(&b.1));
-    for r in runs {
-        first.trials.extend(r.trials);
-        first.batches += r.batches;
-        first.invalid_points += r.invalid_points;
-        first.stop = r.stop;
-        first.descents += 1;
-    }
-    first.seconds = t0.elapsed().as_secs_f64();
-    // Both sides from the one side-by-side timing, when the first start was timed in it.
-    if let (Some((w, _)), Some(_)) = (winner, medians[0]) {
-        first.start = timed[0].take().expect("timed start");
-        first.best = if w == 0 {
-            first.start.clone()
-        } else {
-            timed[w].take().expect("timed winner")
+        let prior = Prior {
+            start: timed[i].clone(),
+            seen: &mut seen,
         };
-        first.best_steps = contenders[w].clone();
-        first.improved = w != 0;
+        let r = refine_with(&spaces[i], measurer, ranker, &o, &mut offset, prior)?;
+        used += r.trials.len();
+        runs.push((i, r));
     }
-    Ok(first)
+    // The budget left: on from the best result (by its own timing), past idle batches.
+    if restarts.continue_best && room_for_more(used, &runs, observer) {
+        let (i, best) = runs
+            .iter()
+            .min_by(|a, b| a.1.medians().1.total_cmp(&b.1.medians().1))
+            .expect("one descent ran");
+        let mut space = spaces[*i].clone();
+        space.start = best.best_point.clone();
+        let o = DropletOptions {
+            max_trials: left_after(used),
+            time_budget: time_left(t0),
+            patience: usize::MAX,
+            ..opts.clone()
+        };
+        let mut offset = Offset {
+            inner: observer,
+            before: used,
+        };
+        let prior = Prior {
+            start: Some(best.best.clone()),
+            seen: &mut seen,
+        };
+        let i = *i;
+        let r = refine_with(&space, measurer, ranker, &o, &mut offset, prior)?;
+        runs.push((i, r));
+    }
+    let first = (
+        &spaces[0],
+        starts[0].as_slice(),
+        timed[0].take().expect("timed"),
+    );
+    Ok(side_by_side(first, runs, measurer, opts, t0))
+}
+
+/// One result from the descents: the first start and each descent's result timed side by
+/// side on [`PICK_BUILDS`] builds each, the fastest kept (medians: what every report shows,
+/// and robust to a stray slow timing). A lone descent from the first start has made that comparison already.
+fn side_by_side(
+    first: (&Space, &[Step], Evaluation),
+    runs: Vec<(usize, Refined)>,
+    measurer: &mut dyn Measurer,
+    opts: &DropletOptions,
+    t0: Instant,
+) -> Refined {
+    let (space, first_steps, first_timing) = first;
+    let mut contenders: Vec<(Vec<Step>, Point)> = vec![(first_steps.to_vec(), space.start.clone())];
+    for (_, r) in &runs {
+        if !contenders.iter().any(|(s, _)| *s == r.best_steps) {
+            contenders.push((r.best_steps.clone(), r.best_point.clone()));
+        }
+    }
+    // (start timing, index of the result among the contenders, its timing)
+    let (start, w, best) = if runs.len() == 1 && runs[0].0 == 0 {
+        let r = &runs[0].1;
+        let w = contenders.iter().position(|(s, _)| *s == r.best_steps);
+        (r.start.clone(), w.unwrap_or(0), r.best.clone())
+    } else if contenders.len() == 1 {
+        (first_timing.clone(), 0, first_timing)
+    } else {
+        let schedules: Vec<Vec<Step>> = contenders.iter().map(|(s, _)| s.clone()).collect();
+        let mut timed = time_pooled(measurer, &schedules, PICK_BUILDS, opts.max_timeout);
+        let medians: Vec<Option<f64>> = timed.iter().map(|e| e.as_ref()?.median()).collect();
+        let fastest = medians
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((i, (*m)?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        match (fastest, medians[0]) {
+            (Some((w, _)), Some(_)) => {
+                let start = timed[0].take().expect("timed start");
+                let best = if w == 0 {
+                    start.clone()
+                } else {
+                    timed[w].take().expect("timed result")
+                };
+                (start, w, best)
+            }
+            // Not comparable now (interrupted): the descent whose own timing was fastest.
+            _ => {
+                let r = runs
+                    .iter()
+                    .map(|(_, r)| r)
+                    .min_by(|a, b| a.medians().1.total_cmp(&b.medians().1))
+                    .expect("one descent ran");
+                let w = contenders.iter().position(|(s, _)| *s == r.best_steps);
+                (first_timing, w.unwrap_or(0), r.best.clone())
+            }
+        }
+    };
+    let (best_steps, best_point) = contenders.swap_remove(w);
+    let mut out = Refined {
+        start_steps: first_steps.to_vec(),
+        start,
+        improved: w != 0,
+        best_steps,
+        best_point,
+        best,
+        trials: vec![],
+        batches: 0,
+        knobs: space.knobs.len(),
+        invalid_points: 0,
+        stop: Stop::NoImprovement,
+        seconds: t0.elapsed().as_secs_f64(),
+        descents: runs.len(),
+    };
+    for (_, r) in runs {
+        out.trials.extend(r.trials);
+        out.batches += r.batches;
+        out.invalid_points += r.invalid_points;
+        out.stop = r.stop;
+    }
+    out
 }

@@ -17,7 +17,7 @@ use crate::search::droplet::{
 use crate::search::interrupt;
 use crate::search::knobs::Space;
 use crate::search::model_ranker::ModelRanker;
-use crate::search::restarts::{refine_from, start_order};
+use crate::search::restarts::{refine_from, RestartOptions};
 use crate::search::sketch::HardwareParams;
 use crate::store::lookup::{self, RefinableWorkload, SourceRecord};
 use crate::store::{Store, StoreError};
@@ -34,8 +34,8 @@ pub struct RefineOptions {
     pub min_repeat_ms: u64,
     /// Records re-measured per source (imported, ttdb's own) to find the starts.
     pub starts: usize,
-    /// Descents at most (`crate::search::restarts::start_order`).
-    pub max_starts: usize,
+    /// How descents from several starts share the budget (`crate::search::restarts`).
+    pub restarts: RestartOptions,
     /// Pre-pack layout-free weights as TVM measured relay tasks.
     pub prepack: bool,
     /// Rank each batch's neighbours with the learned cost model
@@ -50,7 +50,7 @@ impl Default for RefineOptions {
             samples: 5,
             min_repeat_ms: 25,
             starts: 5,
-            max_starts: 5,
+            restarts: RestartOptions::default(),
             prepack: true,
             rank_by_model: true,
         }
@@ -120,8 +120,9 @@ impl Observer for Keeper<'_> {
     }
 }
 
-/// Droplet on `dag` (the workload of TVM key `key`) from `starts` (schedules timed here,
-/// fastest first): from the fastest of each distinct structure while the trial budget lasts
+/// Droplet on `dag` (the workload of TVM key `key`) from `starts` (timed again side by side;
+/// the first is the reference the result is compared with): from the fastest of each
+/// distinct structure, then on from the best result, while the trial budget lasts
 /// (`crate::search::restarts`). Every trial goes to `sink` as it is measured. `what` names
 /// the start in the trials' provenance; `progress(trials, best seconds)` follows the search.
 /// `model` ranks the neighbours (when `opts.rank_by_model`) and learns from every trial; one
@@ -142,18 +143,13 @@ pub fn refine_schedules(
     let lanes = crate::measure::detect_host().f32_lanes() as i64;
     let inits = stage_inits_from_dag(dag);
     let mut spaces = Vec::new();
-    let mut kept = Vec::new();
     for (i, s) in starts.iter().enumerate() {
         match Space::new(&inits, s, lanes) {
-            Ok(sp) => {
-                spaces.push(sp);
-                kept.push(s.clone());
-            }
+            Ok(sp) => spaces.push(sp),
             Err(e) if i == 0 => return Err(e),
             Err(_) => {}
         }
     }
-    let spaces = start_order(spaces, &kept, opts.max_starts);
     let interrupted = || interrupt::requested();
     let mut measurer = KernelMeasurer {
         dag,
@@ -182,7 +178,14 @@ pub fn refine_schedules(
     } else {
         &mut Unranked
     };
-    let refined = refine_from(&spaces, &mut measurer, ranker, &opts.droplet, &mut keeper)?;
+    let refined = refine_from(
+        &spaces,
+        &mut measurer,
+        ranker,
+        &opts.droplet,
+        &opts.restarts,
+        &mut keeper,
+    )?;
     match keeper.error {
         Some(e) => Err(format!("storing the trials: {e}")),
         None => Ok(refined),
