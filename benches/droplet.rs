@@ -11,15 +11,23 @@
 //! * **B**: the 10 best of *all* the task's records by logged cost, timed here, the fastest
 //!   kept (what the full 1000-trials-per-task search gives).
 //!
-//! The three schedules are then timed back to back, in one run (10 timings of >= 50 ms
-//! each), and compared as ratios; % of the machine's fp32 peak is given too. The bar: A at
+//! The three schedules are then timed back to back, in one run (each built twice, 10
+//! timings of >= 50 ms per build, interleaved, pooled: `time_pooled`), and compared as
+//! ratios of medians; % of the machine's fp32 peak is given too. The bar: A at
 //! least as fast as B on >= 80% of tasks, and geomean(B / A) >= 1.0.
 //!
 //! `cargo bench --bench droplet [-- resnet_50 mobilenet_v2]` (default: both); env
 //! `TTDB_DROPLET_TRIALS`, `TTDB_DROPLET_TASKS` (at most this many tasks per network),
 //! `TTDB_DROPLET_TILE_MOVES=0` (only +-1 moves), `TTDB_DROPLET_MODEL=0` (neighbours in
-//! Droplet's own order, not ranked by the cost model), `TTDB_DROPLET_ONLY` (only tasks whose row label contains this), `TTDB_DROPLET_TRACE`
-//! (print every trial: batch, change, median ms, accepted).
+//! Droplet's own order, not ranked by the cost model), `TTDB_DROPLET_SLACK=X` (descend from
+//! starts within X of the fastest), `TTDB_DROPLET_CONTINUE=0` (no continuation from the best
+//! result), `TTDB_DROPLET_ONLY=a,b` (only tasks whose row label contains one of these),
+//! `TTDB_DROPLET_TRACE` (print every trial: batch, change, median ms, accepted).
+//!
+//! `TTDB_DROPLET_VS="slack=inf continue=0"`: also refine each task with these settings
+//! changed (keys `slack`, `continue`, `model`, `tile_moves`, `trials`; each variant with its
+//! own cold model), as **A'**, timed side by side with the others; the summary adds A' >= B
+//! and geomean A'/A (above 1: A is faster).
 // The allocator of the ttdb binary (kernel builds are allocation-heavy).
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -33,7 +41,7 @@ use ttdb::ansor::{Record, Step, WorkloadKey};
 use ttdb::evaluate::{EvalOptions, Evaluation, Reference};
 use ttdb::measure::runner::MeasureOptions;
 use ttdb::search::cost_model::CostModel;
-use ttdb::search::droplet::{KernelMeasurer, Measurer};
+use ttdb::search::droplet::{time_pooled, KernelMeasurer, Measurer};
 use ttdb::tune::record::Discard;
 use ttdb::tune::refine::{refine_schedules, RefineOptions};
 
@@ -110,6 +118,32 @@ fn timed_best(
     out
 }
 
+/// One setting of the bench's Droplet (`TTDB_DROPLET_VS` keys).
+fn set_option(o: &mut RefineOptions, key: &str, value: &str) {
+    let on = value != "0" && value != "false";
+    match key {
+        "tile_moves" => o.droplet.tile_moves = on,
+        "model" => o.rank_by_model = on,
+        "continue" => o.restarts.continue_best = on,
+        "slack" => o.restarts.start_slack = value.parse().expect("slack: a number or inf"),
+        "trials" => o.droplet.max_trials = value.parse().expect("trials: a count"),
+        _ => panic!("unknown Droplet setting `{key}` (tile_moves, model, continue, slack, trials)"),
+    }
+}
+
+fn describe(o: &RefineOptions) -> String {
+    format!(
+        "{} trials, tile-size moves {}, neighbours ranked by a cost model {} (one cold model \
+         per network, learning from every trial), starts within {}x of the fastest, \
+         continuation from the best {}",
+        o.droplet.max_trials,
+        o.droplet.tile_moves,
+        o.rank_by_model,
+        o.restarts.start_slack,
+        o.restarts.continue_best
+    )
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -124,7 +158,9 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
-    let only = std::env::var("TTDB_DROPLET_ONLY").ok();
+    let only: Option<Vec<String>> = std::env::var("TTDB_DROPLET_ONLY")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
     let trace = std::env::var_os("TTDB_DROPLET_TRACE").is_some();
     let max_tasks: usize = std::env::var("TTDB_DROPLET_TASKS")
         .ok()
@@ -145,13 +181,30 @@ fn main() {
         .join("../shared/corpus/ansor/tvm_ansor_bench_full_nchwc");
     let mut opts = RefineOptions::default();
     opts.droplet.max_trials = trials;
-    opts.droplet.tile_moves = std::env::var("TTDB_DROPLET_TILE_MOVES").map_or(true, |v| v != "0");
-    opts.rank_by_model = std::env::var("TTDB_DROPLET_MODEL").map_or(true, |v| v != "0");
-    println!(
-        "Droplet: {trials} trials, tile-size moves {}, neighbours ranked by a cost model {} \
-         (one cold model per network, learning from every trial)",
-        opts.droplet.tile_moves, opts.rank_by_model
-    );
+    for (key, var) in [
+        ("tile_moves", "TTDB_DROPLET_TILE_MOVES"),
+        ("model", "TTDB_DROPLET_MODEL"),
+        ("slack", "TTDB_DROPLET_SLACK"),
+        ("continue", "TTDB_DROPLET_CONTINUE"),
+    ] {
+        if let Ok(v) = std::env::var(var) {
+            set_option(&mut opts, key, &v);
+        }
+    }
+    let vs: Option<RefineOptions> = std::env::var("TTDB_DROPLET_VS").ok().map(|spec| {
+        let mut o = opts.clone();
+        for kv in spec.split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .unwrap_or_else(|| panic!("TTDB_DROPLET_VS: `{kv}` is not key=value"));
+            set_option(&mut o, k, v);
+        }
+        o
+    });
+    println!("Droplet (A): {}", describe(&opts));
+    if let Some(o) = &vs {
+        println!("Droplet (A'): {}", describe(o));
+    }
     let final_eval = EvalOptions {
         measure: MeasureOptions {
             warmup: 1,
@@ -184,6 +237,8 @@ fn main() {
             (vec![], vec![], 0, 0, 0);
         let mut logged = 0;
         let mut model = CostModel::new();
+        let mut vs_model = CostModel::new();
+        let (mut vs_ratios, mut vs_wins, mut vs_spent) = (vec![], 0, 0);
         for task in tasks {
             if n >= max_tasks {
                 break;
@@ -200,7 +255,10 @@ fn main() {
             }
             let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
             let hash = format!("{}:{}", &task.key[2..8], out.join("x"));
-            if only.as_ref().is_some_and(|o| !hash.contains(o.as_str())) {
+            if only
+                .as_ref()
+                .is_some_and(|o| !o.iter().any(|x| hash.contains(x.as_str())))
+            {
                 continue;
             }
             n += 1;
@@ -241,29 +299,31 @@ fn main() {
                 println!("  B structure {:08x}", id(&b_steps));
             }
             let starts: Vec<Vec<Step>> = starts.into_iter().map(|(s, _)| s).collect();
-            let refined = refine_schedules(
-                &rec.dag,
-                &starts,
-                &reference,
-                &task.key,
-                None,
-                "bench",
-                &opts,
-                &mut model,
-                &mut Discard,
-                &mut |_, _| {},
-            );
-            let (a_steps, trials_used, stop) = match &refined {
+            let droplet = |opts: &RefineOptions, model: &mut CostModel| {
+                refine_schedules(
+                    &rec.dag,
+                    &starts,
+                    &reference,
+                    &task.key,
+                    None,
+                    "bench",
+                    opts,
+                    model,
+                    &mut Discard,
+                    &mut |_, _| {},
+                )
+            };
+            let refined = droplet(&opts, &mut model);
+            let summary = |refined: &Result<ttdb::search::droplet::Refined, String>| match refined {
                 Ok(r) => (
                     r.best_steps.clone(),
                     r.trials.len(),
                     format!("{} ({} descent(s))", r.stop.as_str(), r.descents),
                 ),
-                Err(e) => {
-                    println!("{hash:<22} {class:<26} droplet failed: {e}");
-                    (start.clone(), 0, "failed".to_string())
-                }
+                Err(e) => (start.clone(), 0, format!("droplet failed: {e}")),
             };
+            let (a_steps, trials_used, stop) = summary(&refined);
+            let other = vs.as_ref().map(|o| summary(&droplet(o, &mut vs_model)));
             spent += trials_used;
             if let (true, Ok(r)) = (trace, &refined) {
                 for t in &r.trials {
@@ -281,17 +341,16 @@ fn main() {
                 };
                 println!("  A: {}\n  B: {}", text(&a_steps), text(&b_steps));
             }
-            // Side by side, one run: first-300, A, B.
+            // Side by side, one run: first-300, A, B (and A').
             let mut fm = KernelMeasurer {
                 dag: &rec.dag,
                 reference: &reference,
                 eval: final_eval.clone(),
                 interrupted: &interrupted,
             };
-            let runs = fm.measure(
-                &[start.clone(), a_steps, b_steps],
-                std::time::Duration::from_secs(10),
-            );
+            let mut schedules = vec![start.clone(), a_steps, b_steps];
+            schedules.extend(other.iter().map(|o| o.0.clone()));
+            let runs = time_pooled(&mut fm, &schedules, 2, std::time::Duration::from_secs(10));
             let t: Vec<f64> = runs
                 .iter()
                 .map(|e| e.as_ref().and_then(ms).unwrap_or(f64::NAN))
@@ -303,8 +362,23 @@ fn main() {
                 first_ratios.push(b / f300);
                 a_wins += (a <= b) as usize;
             }
+            let vs_text = match &other {
+                Some((_, trials2, stop2)) => {
+                    let a2 = t[3];
+                    if a2.is_finite() && a.is_finite() && b.is_finite() {
+                        vs_ratios.push(a2 / a);
+                        vs_wins += (a2 <= b) as usize;
+                    }
+                    vs_spent += trials2;
+                    format!(
+                        "  | A' {a2:.3} ms, A'/A {:.2}, {trials2} trials, {stop2}",
+                        a2 / a
+                    )
+                }
+                None => String::new(),
+            };
             println!(
-                "{hash:<22} {class:<26} {:>6} {:>5} {f300:>9.3} {a:>9.3} {b:>9.3} {:>6.2} {:>6.2} {:>7.1} {trials_used:>6} {:>7.1}  {stop}",
+                "{hash:<22} {class:<26} {:>6} {:>5} {f300:>9.3} {a:>9.3} {b:>9.3} {:>6.2} {:>6.2} {:>7.1} {trials_used:>6} {:>7.1}  {stop}{vs_text}",
                 task.records.len(),
                 first,
                 b / a,
@@ -326,5 +400,13 @@ fn main() {
             logged as f64 / ratios.len() as f64,
             t_net.elapsed().as_secs_f64()
         );
+        if vs.is_some() && !vs_ratios.is_empty() {
+            println!(
+                "{net}: A' at least as fast as B on {vs_wins} of {} ({:.0}%); geomean A'/A {:.3} (above 1: A is faster); {vs_spent} A' trials",
+                vs_ratios.len(),
+                100.0 * vs_wins as f64 / vs_ratios.len() as f64,
+                geomean(&vs_ratios)
+            );
+        }
     }
 }

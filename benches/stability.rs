@@ -1,0 +1,165 @@
+//! Timing stability: the same schedule built several times and timed side by side (the
+//! builds' timings interleaved in rounds, as Droplet and `verify` time a batch). For each conv
+//! task of a network's full tuning history (`tvm_ansor_bench_full_nchwc/`), its best record
+//! by logged cost is built `TTDB_STABILITY_BUILDS` (6) times in one batch; each build's median
+//! of 10 timings of >= 50 ms is reported, and the spread max/min over the builds. A spread
+//! far above 1 means that what a schedule measures depends on where its buffers and code
+//! landed, not only on the schedule: every comparison of two schedules (Droplet's t-test,
+//! its side-by-side picks, a bench's A against B) is then partly a comparison of luck.
+//!
+//! `cargo bench --bench stability [-- resnet_50]`; env `TTDB_STABILITY_BUILDS`,
+//! `TTDB_STABILITY_TASKS` (at most this many tasks). Compare allocator settings side by side
+//! by running it under each (`MALLOC_CONF=...`).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{geomean, median};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+use ttdb::ansor::{Record, Step, WorkloadKey};
+use ttdb::evaluate::{EvalOptions, Reference};
+use ttdb::measure::runner::MeasureOptions;
+use ttdb::search::droplet::{KernelMeasurer, Measurer};
+
+/// Each task's best valid record by logged mean cost, in log order.
+fn best_records(path: &Path) -> Vec<(String, Vec<Step>)> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (the shared corpus is needed)", path.display()));
+    let mut order = Vec::new();
+    let mut best: BTreeMap<String, (f64, Vec<Step>)> = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    {
+        let r = Record::parse(line).expect("corpus records parse");
+        if r.result.error_no.0 != 0 {
+            continue;
+        }
+        let cost = r.result.costs.iter().sum::<f64>() / r.result.costs.len().max(1) as f64;
+        let key = r.task.workload_key.clone();
+        if !best.contains_key(&key) {
+            order.push(key.clone());
+        }
+        let e = best.entry(key).or_insert((f64::INFINITY, vec![]));
+        if cost < e.0 {
+            *e = (cost, r.steps);
+        }
+    }
+    order
+        .into_iter()
+        .map(|k| {
+            let steps = best.remove(&k).expect("kept").1;
+            (k, steps)
+        })
+        .collect()
+}
+
+fn main() {
+    let nets: Vec<String> = {
+        let a: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|a| !a.starts_with('-'))
+            .collect();
+        if a.is_empty() {
+            vec!["resnet_50".into()]
+        } else {
+            a
+        }
+    };
+    let env_usize = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let builds = env_usize("TTDB_STABILITY_BUILDS", 6).max(2);
+    let max_tasks = env_usize("TTDB_STABILITY_TASKS", usize::MAX);
+    let host = ttdb::measure::detect_host();
+    println!(
+        "host: {} ({}, {} cores); MALLOC_CONF={}; {builds} builds of each schedule, 10 \
+         interleaved timings of >= 50 ms each",
+        host.cpu_model,
+        host.llvm_cpu,
+        host.cores,
+        std::env::var("MALLOC_CONF").unwrap_or_default()
+    );
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpus/ansor/tvm_ansor_bench_full_nchwc");
+    let eval = EvalOptions {
+        measure: MeasureOptions {
+            warmup: 1,
+            repeat: 10,
+            min_repeat_ms: 50,
+            ..MeasureOptions::default()
+        },
+        ..EvalOptions::default()
+    };
+    for net in nets {
+        println!("\n== {net}");
+        println!(
+            "{:<22} {:>9} {:>9} {:>9} {:>7}  per-build medians (ms)",
+            "task", "min ms", "median", "max ms", "spread"
+        );
+        let (mut spreads, mut over) = (vec![], 0);
+        let mut n = 0;
+        for (key, steps) in best_records(&corpus.join(format!("{net}.json"))) {
+            if n >= max_tasks {
+                break;
+            }
+            let Ok(k) = WorkloadKey::parse(&key) else {
+                continue;
+            };
+            let Ok(rec) = ttdb::recognize::recognize(&k) else {
+                continue;
+            };
+            if !rec.signature.op_class.contains("conv") {
+                continue;
+            }
+            n += 1;
+            let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
+            let label = format!("{}:{}", &key[2..8], out.join("x"));
+            let reference = Reference::new(&rec.dag, 11).expect("reference");
+            let interrupted = || false;
+            let mut m = KernelMeasurer {
+                dag: &rec.dag,
+                reference: &reference,
+                eval: eval.clone(),
+                interrupted: &interrupted,
+            };
+            let runs = m.measure(&vec![steps; builds], Duration::from_secs(10));
+            let ms: Vec<f64> = runs
+                .iter()
+                .filter_map(|e| e.as_ref()?.median())
+                .map(|s| s * 1e3)
+                .collect();
+            if ms.len() < 2 {
+                println!("{label:<22} did not verify here");
+                continue;
+            }
+            let (lo, hi) = ms
+                .iter()
+                .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+            spreads.push(hi / lo);
+            over += (hi / lo > 1.2) as usize;
+            let each: Vec<String> = ms.iter().map(|x| format!("{x:.3}")).collect();
+            println!(
+                "{label:<22} {lo:>9.3} {:>9.3} {hi:>9.3} {:>7.2}  {}",
+                median(&ms),
+                hi / lo,
+                each.join(" ")
+            );
+        }
+        if !spreads.is_empty() {
+            println!(
+                "{net}: {} tasks; spread (max/min of the builds' medians) geomean {:.3}, \
+                 median {:.3}, worst {:.2}; {over} tasks over 1.2",
+                spreads.len(),
+                geomean(&spreads),
+                median(&spreads),
+                spreads.iter().cloned().fold(0.0, f64::max)
+            );
+        }
+    }
+}
