@@ -22,9 +22,10 @@
 //! Droplet's own order, not ranked by the cost model), `TTDB_DROPLET_SLACK=X` (descend from
 //! starts within X of the fastest), `TTDB_DROPLET_CONTINUE=0` (no continuation from the best
 //! result), `TTDB_DROPLET_ONLY=a,b` (only tasks whose row label contains one of these),
-//! `TTDB_DROPLET_TRACE` (print every trial: batch, change, median ms, accepted).
+//! `TTDB_DROPLET_TRACE` (print every trial: batch, change, median ms, accepted; the starts,
+//! B and the first 300 records by structure).
 //!
-//! `TTDB_DROPLET_VS="slack=inf continue=0"`: also refine each task with these settings
+//! `TTDB_DROPLET_VS="continue=0"`: also refine each task with these settings
 //! changed (keys `slack`, `continue`, `model`, `tile_moves`, `trials`; each variant with its
 //! own cold model), as **A'**, timed side by side with the others; the summary adds A' >= B
 //! and geomean A'/A (above 1: A is faster).
@@ -297,6 +298,27 @@ fn main() {
                     println!("  start {t:.4} ms  structure {:08x}", id(s));
                 }
                 println!("  B structure {:08x}", id(&b_steps));
+                // The structures of the first 300 valid records, cheapest (logged) first:
+                // is B's among them, and how far down?
+                let mut first: Vec<&(usize, f64, Vec<Step>)> =
+                    task.records.iter().filter(|r| r.0 < 300).collect();
+                first.sort_by(|a, b| a.1.total_cmp(&b.1));
+                let mut by: Vec<(u32, usize, usize)> = vec![]; // (structure, best rank, records)
+                for (rank, r) in first.iter().enumerate() {
+                    let k = id(&r.2);
+                    match by.iter_mut().find(|e| e.0 == k) {
+                        Some(e) => e.2 += 1,
+                        None => by.push((k, rank, 1)),
+                    }
+                }
+                let list: Vec<String> = by
+                    .iter()
+                    .map(|(k, r, n)| format!("{k:08x}@{r}x{n}"))
+                    .collect();
+                println!(
+                    "  first-300 structures (id@best rank x records): {}",
+                    list.join(" ")
+                );
             }
             let starts: Vec<Vec<Step>> = starts.into_iter().map(|(s, _)| s).collect();
             let droplet = |opts: &RefineOptions, model: &mut CostModel| {
