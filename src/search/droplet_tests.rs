@@ -421,11 +421,33 @@ fn restarts_from_another_structure_use_the_budget_left() {
     }
 }
 
+/// [`super::restarts::refine_from`] from one space, unranked, with or without the
+/// continuation.
+fn refine_continued(
+    sp: &Space,
+    m: &mut Synthetic,
+    opts: &DropletOptions,
+    continue_best: bool,
+) -> Refined {
+    let restarts = super::restarts::RestartOptions {
+        continue_best,
+        ..Default::default()
+    };
+    super::restarts::refine_from(
+        std::slice::from_ref(sp),
+        m,
+        &mut Unranked,
+        opts,
+        &restarts,
+        &mut Quiet,
+    )
+    .unwrap()
+}
+
 /// The budget a stalled descent leaves goes on from its result: later batches measure new
 /// points only (never one an earlier descent measured) and spend the whole budget.
 #[test]
 fn the_budget_left_continues_from_the_best_result() {
-    use super::restarts::{refine_from, RestartOptions};
     let sp = space();
     let opts = DropletOptions {
         max_trials: 80,
@@ -433,19 +455,7 @@ fn the_budget_left_continues_from_the_best_result() {
     };
     let run = |continue_best: bool| {
         let mut m = Synthetic::new(far_target(), 0.01);
-        let restarts = RestartOptions {
-            continue_best,
-            ..RestartOptions::default()
-        };
-        let r = refine_from(
-            std::slice::from_ref(&sp),
-            &mut m,
-            &mut Unranked,
-            &opts,
-            &restarts,
-            &mut Quiet,
-        )
-        .unwrap();
+        let r = refine_continued(&sp, &mut m, &opts, continue_best);
         (m.truth(&r.best_steps), r)
     };
     let (_, once) = run(false);
@@ -476,7 +486,6 @@ fn the_budget_left_continues_from_the_best_result() {
 /// of the neighbourhood and finds it.
 #[test]
 fn a_continuation_crosses_a_plateau_a_lone_descent_stops_at() {
-    use super::restarts::{refine_from, RestartOptions};
     let sp = space();
     let opts = DropletOptions {
         max_trials: 96,
@@ -485,19 +494,7 @@ fn a_continuation_crosses_a_plateau_a_lone_descent_stops_at() {
     let run = |continue_best: bool, needle: Option<Vec<i64>>| {
         let mut m = Synthetic::new(start_lengths(), 0.01);
         m.needle = needle;
-        let restarts = RestartOptions {
-            continue_best,
-            ..RestartOptions::default()
-        };
-        let r = refine_from(
-            std::slice::from_ref(&sp),
-            &mut m,
-            &mut Unranked,
-            &opts,
-            &restarts,
-            &mut Quiet,
-        )
-        .unwrap();
+        let r = refine_continued(&sp, &mut m, &opts, continue_best);
         (m.truth(&r.best_steps), r)
     };
     // The flat plateau: one batch, then Droplet's stop.
