@@ -14,7 +14,10 @@
 //! The three schedules are then timed back to back, in one run (each built twice, 10
 //! timings of >= 50 ms per build, interleaved, pooled: `time_pooled`), and compared as
 //! ratios of medians; % of the machine's fp32 peak is given too. The bar: A at
-//! least as fast as B on >= 80% of tasks, and geomean(B / A) >= 1.0.
+//! least as fast as B on >= 80% of tasks, and geomean(B / A) >= 1.0. The summary also
+//! counts the tasks where B is not significantly faster than A (Welch p <= 0.05 over the
+//! pooled samples): two schedules within the timing's resolution of each other tie, and the
+//! strict count decides those ties by noise.
 //!
 //! `cargo bench --bench droplet [-- resnet_50 mobilenet_v2]` (default: both); env
 //! `TTDB_DROPLET_TRIALS`, `TTDB_DROPLET_TASKS` (at most this many tasks per network),
@@ -43,6 +46,7 @@ use ttdb::evaluate::{EvalOptions, Evaluation, Reference};
 use ttdb::measure::runner::MeasureOptions;
 use ttdb::search::cost_model::CostModel;
 use ttdb::search::droplet::{time_pooled, KernelMeasurer, Measurer};
+use ttdb::search::stats::welch;
 use ttdb::tune::record::Discard;
 use ttdb::tune::refine::{refine_schedules, RefineOptions};
 
@@ -240,6 +244,7 @@ fn main() {
         let mut model = CostModel::new();
         let mut vs_model = CostModel::new();
         let (mut vs_ratios, mut vs_wins, mut vs_spent) = (vec![], 0, 0);
+        let mut a_not_slower = 0;
         for task in tasks {
             if n >= max_tasks {
                 break;
@@ -383,6 +388,16 @@ fn main() {
                 ratios.push(b / a);
                 first_ratios.push(b / f300);
                 a_wins += (a <= b) as usize;
+                // Within the timing's resolution: B's samples not significantly lower.
+                let samples = |e: &Option<Evaluation>| {
+                    e.as_ref()
+                        .and_then(|e| e.measurement.as_ref())
+                        .map(|m| m.samples.clone())
+                        .unwrap_or_default()
+                };
+                let (sa, sb) = (samples(&runs[1]), samples(&runs[2]));
+                let b_faster = welch(&sb, &sa).is_some_and(|w| w.t < 0.0 && w.p <= 0.05);
+                a_not_slower += !b_faster as usize;
             }
             let vs_text = match &other {
                 Some((_, trials2, stop2)) => {
@@ -413,7 +428,7 @@ fn main() {
             continue;
         }
         println!(
-            "{net}: {} conv tasks; A at least as fast as B on {a_wins} ({:.0}%); geomean B/A {:.3} (A vs the full search); geomean B/first-300 {:.3} (first-300 alone); {spent} Droplet trials ({:.0} per task, + 10 re-timed records) vs {:.0} logged trials per task; {:.0} s",
+            "{net}: {} conv tasks; A at least as fast as B on {a_wins} ({:.0}%), B not significantly faster (Welch p <= 0.05, pooled samples) on {a_not_slower}; geomean B/A {:.3} (A vs the full search); geomean B/first-300 {:.3} (first-300 alone); {spent} Droplet trials ({:.0} per task, + 10 re-timed records) vs {:.0} logged trials per task; {:.0} s",
             ratios.len(),
             100.0 * a_wins as f64 / ratios.len() as f64,
             geomean(&ratios),
