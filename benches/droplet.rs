@@ -29,7 +29,8 @@
 //! B and the first 300 records by structure).
 //!
 //! `TTDB_DROPLET_VS="continue=0"`: also refine each task with these settings
-//! changed (keys `slack`, `continue`, `model`, `tile_moves`, `trials`; each variant with its
+//! changed (keys `slack`, `continue`, `model`, `tile_moves`, `trials`, `pool` (ranked pool
+//! factor), `starts` (descents at most); each variant with its
 //! own cold model), as **A'**, timed side by side with the others; the summary adds A' >= B
 //! and geomean A'/A (above 1: A is faster).
 // The allocator of the ttdb binary (kernel builds are allocation-heavy).
@@ -132,7 +133,12 @@ fn set_option(o: &mut RefineOptions, key: &str, value: &str) {
         "continue" => o.restarts.continue_best = on,
         "slack" => o.restarts.start_slack = value.parse().expect("slack: a number or inf"),
         "trials" => o.droplet.max_trials = value.parse().expect("trials: a count"),
-        _ => panic!("unknown Droplet setting `{key}` (tile_moves, model, continue, slack, trials)"),
+        "pool" => o.droplet.ranked_pool = value.parse().expect("pool: a factor"),
+        "starts" => o.restarts.max_starts = value.parse().expect("starts: a count"),
+        _ => panic!(
+            "unknown Droplet setting `{key}` (tile_moves, model, continue, slack, trials, \
+             pool, starts)"
+        ),
     }
 }
 

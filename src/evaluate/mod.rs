@@ -283,7 +283,7 @@ impl Build {
 pub const PLACEMENTS: usize = 3;
 
 /// Arguments larger than this are timed on one placement.
-const COPY_MAX_BYTES: usize = 64 << 20;
+const COPY_MAX_BYTES: usize = 16 << 20;
 
 /// A built kernel whose outputs were verified, with its packed arguments, ready to be timed
 /// (as often as wanted: callers can interleave the timings of several kernels).
