@@ -410,3 +410,52 @@ pub fn evaluate_kernel(
 ) -> Evaluation {
     build_kernel(kernel, WeightLayout::Original, lower_time, opts).run(reference, opts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
+
+    #[test]
+    fn samples_run_on_each_copy_of_the_arguments_in_turn() {
+        let spec = WorkloadSpec::new(
+            Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+            vec![EpilogueOp::Relu],
+        );
+        let dag = spec
+            .build(Era::V010, &[vec![1, 6, 6, 4], vec![3, 3, 4, 8]])
+            .expect("a conv");
+        let reference = Reference::new(&dag, 5).expect("reference");
+        let opts = EvalOptions {
+            measure: MeasureOptions {
+                warmup: 0,
+                repeat: PLACEMENTS,
+                min_repeat_ms: 0,
+                ..MeasureOptions::default()
+            },
+            ..EvalOptions::default()
+        };
+        let build = build_steps(&dag, &[], &opts);
+        let Ok(mut p) = build.prepare(&reference, &opts) else {
+            panic!("the naive schedule verifies");
+        };
+        let m = p.time(&opts.measure).expect("timed");
+        assert_eq!(m.samples.len(), PLACEMENTS);
+        assert_eq!(p.copies.len(), PLACEMENTS - 1);
+        // The output (the last argument) wiped in every copy comes back in every copy.
+        let out = p.args.last().expect("an output").clone();
+        assert!((0..out.len()).any(|i| out.get_f64(i) != 0.0));
+        let wipe = |b: &mut BufferData| *b = BufferData::zeros(b.dtype(), b.len());
+        wipe(p.args.last_mut().expect("output"));
+        for c in &mut p.copies {
+            wipe(c.last_mut().expect("output"));
+        }
+        for _ in 0..PLACEMENTS {
+            p.time_again(m.number, &opts.measure).expect("timed");
+        }
+        assert_eq!(p.args.last(), Some(&out));
+        for c in &p.copies {
+            assert_eq!(c.last(), Some(&out));
+        }
+    }
+}
