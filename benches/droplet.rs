@@ -36,59 +36,21 @@
 // The allocator of the ttdb binary (kernel builds are allocation-heavy).
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+#[path = "common/history.rs"]
+mod history;
 #[path = "common/stats.rs"]
 mod stats;
+use history::{conv_task, side_by_side_eval, tasks_of, Task};
 use stats::geomean;
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Instant;
-use ttdb::ansor::{Record, Step, WorkloadKey};
-use ttdb::evaluate::{EvalOptions, Evaluation, Reference};
+use ttdb::ansor::Step;
+use ttdb::evaluate::{Evaluation, Reference};
 use ttdb::measure::runner::MeasureOptions;
 use ttdb::search::cost_model::CostModel;
 use ttdb::search::droplet::{time_pooled, KernelMeasurer, Measurer};
 use ttdb::search::stats::welch;
 use ttdb::tune::record::Discard;
 use ttdb::tune::refine::{refine_schedules, RefineOptions};
-
-struct Task {
-    key: String,
-    /// (position in the task's history, logged mean cost, steps) of the valid records.
-    records: Vec<(usize, f64, Vec<Step>)>,
-    /// Records of the task in the log, failed ones included.
-    total: usize,
-}
-
-fn tasks_of(path: &Path) -> Vec<Task> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (the shared corpus is needed)", path.display()));
-    let mut order: Vec<String> = Vec::new();
-    let mut by_key: BTreeMap<String, Task> = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-    {
-        let r = Record::parse(line).expect("corpus records parse");
-        let key = r.task.workload_key.clone();
-        let t = by_key.entry(key.clone()).or_insert_with(|| {
-            order.push(key.clone());
-            Task {
-                key,
-                records: vec![],
-                total: 0,
-            }
-        });
-        if r.result.error_no.0 == 0 {
-            let cost = r.result.costs.iter().sum::<f64>() / r.result.costs.len().max(1) as f64;
-            t.records.push((t.total, cost, r.steps));
-        }
-        t.total += 1;
-    }
-    order
-        .into_iter()
-        .filter_map(|k| by_key.remove(&k))
-        .collect()
-}
 
 fn ms(e: &Evaluation) -> Option<f64> {
     e.median().map(|s| s * 1e3)
@@ -188,8 +150,7 @@ fn main() {
         host.cores,
         host.f32_lanes()
     );
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/corpus/ansor/tvm_ansor_bench_full_nchwc");
+    let corpus = history::corpus();
     let mut opts = RefineOptions::default();
     opts.droplet.max_trials = trials;
     for (key, var) in [
@@ -216,15 +177,7 @@ fn main() {
     if let Some(o) = &vs {
         println!("Droplet (A'): {}", describe(o));
     }
-    let final_eval = EvalOptions {
-        measure: MeasureOptions {
-            warmup: 1,
-            repeat: 10,
-            min_repeat_ms: 50,
-            ..MeasureOptions::default()
-        },
-        ..EvalOptions::default()
-    };
+    let final_eval = side_by_side_eval();
     for net in nets {
         let t_net = Instant::now();
         let tasks: Vec<Task> = tasks_of(&corpus.join(format!("{net}.json")));
@@ -255,18 +208,10 @@ fn main() {
             if n >= max_tasks {
                 break;
             }
-            let Ok(key) = WorkloadKey::parse(&task.key) else {
-                continue;
-            };
-            let Ok(rec) = ttdb::recognize::recognize(&key) else {
+            let Some((rec, hash)) = conv_task(&task.key) else {
                 continue;
             };
             let class = rec.signature.op_class.clone();
-            if !class.contains("conv") {
-                continue;
-            }
-            let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
-            let hash = format!("{}:{}", &task.key[2..8], out.join("x"));
             if only
                 .as_ref()
                 .is_some_and(|o| !o.iter().any(|x| hash.contains(x.as_str())))

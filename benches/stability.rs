@@ -12,49 +12,16 @@
 //! by running it under each (`MALLOC_CONF=...`).
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+#[path = "common/history.rs"]
+mod history;
 #[path = "common/stats.rs"]
 mod stats;
+use history::{conv_task, side_by_side_eval, tasks_of};
 use stats::{geomean, median};
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
-use ttdb::ansor::{Record, Step, WorkloadKey};
-use ttdb::evaluate::{EvalOptions, Reference};
-use ttdb::measure::runner::MeasureOptions;
+use ttdb::ansor::Step;
+use ttdb::evaluate::Reference;
 use ttdb::search::droplet::{KernelMeasurer, Measurer};
-
-/// Each task's best valid record by logged mean cost, in log order.
-fn best_records(path: &Path) -> Vec<(String, Vec<Step>)> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (the shared corpus is needed)", path.display()));
-    let mut order = Vec::new();
-    let mut best: BTreeMap<String, (f64, Vec<Step>)> = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-    {
-        let r = Record::parse(line).expect("corpus records parse");
-        if r.result.error_no.0 != 0 {
-            continue;
-        }
-        let cost = r.result.costs.iter().sum::<f64>() / r.result.costs.len().max(1) as f64;
-        let key = r.task.workload_key.clone();
-        if !best.contains_key(&key) {
-            order.push(key.clone());
-        }
-        let e = best.entry(key).or_insert((f64::INFINITY, vec![]));
-        if cost < e.0 {
-            *e = (cost, r.steps);
-        }
-    }
-    order
-        .into_iter()
-        .map(|k| {
-            let steps = best.remove(&k).expect("kept").1;
-            (k, steps)
-        })
-        .collect()
-}
 
 fn main() {
     let nets: Vec<String> = {
@@ -85,17 +52,8 @@ fn main() {
         host.cores,
         std::env::var("MALLOC_CONF").unwrap_or_default()
     );
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/corpus/ansor/tvm_ansor_bench_full_nchwc");
-    let eval = EvalOptions {
-        measure: MeasureOptions {
-            warmup: 1,
-            repeat: 10,
-            min_repeat_ms: 50,
-            ..MeasureOptions::default()
-        },
-        ..EvalOptions::default()
-    };
+    let corpus = history::corpus();
+    let eval = side_by_side_eval();
     for net in nets {
         println!("\n== {net}");
         println!(
@@ -104,22 +62,17 @@ fn main() {
         );
         let (mut spreads, mut over) = (vec![], 0);
         let mut n = 0;
-        for (key, steps) in best_records(&corpus.join(format!("{net}.json"))) {
+        for task in tasks_of(&corpus.join(format!("{net}.json"))) {
             if n >= max_tasks {
                 break;
             }
-            let Ok(k) = WorkloadKey::parse(&key) else {
+            let Some(steps) = task.best_logged().map(<[Step]>::to_vec) else {
                 continue;
             };
-            let Ok(rec) = ttdb::recognize::recognize(&k) else {
+            let Some((rec, label)) = conv_task(&task.key) else {
                 continue;
             };
-            if !rec.signature.op_class.contains("conv") {
-                continue;
-            }
             n += 1;
-            let out: Vec<String> = rec.signature.output.iter().map(|d| d.to_string()).collect();
-            let label = format!("{}:{}", &key[2..8], out.join("x"));
             let reference = Reference::new(&rec.dag, 11).expect("reference");
             let interrupted = || false;
             let mut m = KernelMeasurer {
