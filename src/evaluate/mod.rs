@@ -329,11 +329,14 @@ impl Prepared<'_> {
     }
 
     fn next_args(&mut self) -> &mut [BufferData] {
-        let bytes: usize = self.args.iter().map(|b| b.len() * b.dtype().bytes()).sum();
-        // (Copies of very large arguments would cost more memory than a batch should take;
-        // their buffers span so many pages that one placement is as good as several.)
-        if self.copies.is_empty() && bytes <= COPY_MAX_BYTES {
-            self.copies = (1..PLACEMENTS).map(|_| self.args.clone()).collect();
+        // The copies, once, at the first sample. (Copies of very large arguments would cost
+        // more memory than a batch should take; their buffers span so many pages that one
+        // placement is as good as several.)
+        if self.taken == 0 {
+            let bytes: usize = self.args.iter().map(|b| b.len() * b.dtype().bytes()).sum();
+            if bytes <= COPY_MAX_BYTES {
+                self.copies = (1..PLACEMENTS).map(|_| self.args.clone()).collect();
+            }
         }
         let k = self.taken % (self.copies.len() + 1);
         self.taken += 1;
