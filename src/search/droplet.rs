@@ -778,9 +778,9 @@ pub fn refine_with(
     })
 }
 
-/// The result against the start, timed back to back ([`time_pooled`]): the start stays unless the result is
-/// faster now too (the incumbent chain compared each step with a fresh timing, not with the
-/// start's). Returns (start timing, steps, timing, improved), from this side-by-side timing
+/// The result against the start, timed back to back ([`time_pooled`]): the start stays
+/// unless the result is faster now too (the incumbent chain compared each step with a fresh
+/// timing, not with the start's). Returns (start timing, steps, timing, improved), from this side-by-side timing
 /// when it ran.
 fn final_check(
     measurer: &mut dyn Measurer,

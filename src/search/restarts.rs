@@ -147,24 +147,23 @@ pub fn refine_from(
             && time_left(t0).is_none_or(|t| !t.is_zero())
             && runs.last().is_none_or(|(_, r)| r.stop != Stop::Interrupted)
     };
+    // Droplet's options with the budget left after `used` trials.
+    let budget = |used: usize, patience: usize| DropletOptions {
+        max_trials: left_after(used),
+        time_budget: time_left(t0),
+        patience,
+        ..opts.clone()
+    };
     for &i in &order {
         if !runs.is_empty() && !room_for_more(used, &runs, observer) {
             break;
         }
-        let o = DropletOptions {
-            max_trials: left_after(used),
-            time_budget: time_left(t0),
-            ..opts.clone()
-        };
-        let mut offset = Offset {
-            inner: observer,
-            before: used,
-        };
+        let o = budget(used, opts.patience);
         let prior = Prior {
             start: timed[i].clone(),
             seen: &mut seen,
         };
-        let r = refine_with(&spaces[i], measurer, ranker, &o, &mut offset, prior)?;
+        let r = descend(&spaces[i], measurer, ranker, &o, observer, used, prior)?;
         used += r.trials.len();
         runs.push((i, r));
     }
@@ -176,22 +175,13 @@ pub fn refine_from(
             .expect("one descent ran");
         let mut space = spaces[*i].clone();
         space.start = best.best_point.clone();
-        let o = DropletOptions {
-            max_trials: left_after(used),
-            time_budget: time_left(t0),
-            patience: usize::MAX,
-            ..opts.clone()
-        };
-        let mut offset = Offset {
-            inner: observer,
-            before: used,
-        };
+        let o = budget(used, usize::MAX);
         let prior = Prior {
             start: Some(best.best.clone()),
             seen: &mut seen,
         };
         let i = *i;
-        let r = refine_with(&space, measurer, ranker, &o, &mut offset, prior)?;
+        let r = descend(&space, measurer, ranker, &o, observer, used, prior)?;
         runs.push((i, r));
     }
     let first = (
@@ -202,9 +192,27 @@ pub fn refine_from(
     Ok(side_by_side(first, runs, measurer, opts, t0))
 }
 
+/// One descent after `used` trials of earlier ones (the observer sees the trials counted on).
+fn descend(
+    space: &Space,
+    measurer: &mut dyn Measurer,
+    ranker: &mut dyn Ranker,
+    opts: &DropletOptions,
+    observer: &mut dyn Observer,
+    used: usize,
+    prior: Prior<'_>,
+) -> Result<Refined, String> {
+    let mut offset = Offset {
+        inner: observer,
+        before: used,
+    };
+    refine_with(space, measurer, ranker, opts, &mut offset, prior)
+}
+
 /// One result from the descents: the first start and each descent's result timed side by
 /// side on [`PICK_BUILDS`] builds each, the fastest kept (medians: what every report shows,
-/// and robust to a stray slow timing). A lone descent from the first start has made that comparison already.
+/// and robust to a stray slow timing). A lone descent from the first start has made that
+/// comparison already.
 fn side_by_side(
     first: (&Space, &[Step], Evaluation),
     runs: Vec<(usize, Refined)>,
