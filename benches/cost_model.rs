@@ -25,7 +25,7 @@ use ttdb::evaluate::Reference;
 use ttdb::ir::Dag;
 use ttdb::lower::{lower_steps, LowerOptions};
 use ttdb::search::cost_model::{pairwise_accuracy, program_features, CostModel, ProgramFeatures};
-use ttdb::search::droplet::KernelMeasurer;
+use ttdb::search::measurer::KernelMeasurer;
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions, Searched};
 use ttdb::search::sketch::HardwareParams;
 use ttdb::tune::search::TuneOptions;

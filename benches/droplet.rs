@@ -47,7 +47,7 @@ use ttdb::ansor::Step;
 use ttdb::evaluate::{Evaluation, Reference};
 use ttdb::measure::runner::MeasureOptions;
 use ttdb::search::cost_model::CostModel;
-use ttdb::search::droplet::{time_pooled, KernelMeasurer, Measurer};
+use ttdb::search::measurer::{time_pooled, KernelMeasurer, Measurer};
 use ttdb::search::stats::welch;
 use ttdb::tune::record::Discard;
 use ttdb::tune::refine::{refine_schedules, RefineOptions};

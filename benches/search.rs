@@ -19,7 +19,7 @@ mod workloads;
 use std::time::{Duration, Instant};
 use ttdb::ansor::Step;
 use ttdb::evaluate::{Evaluation, Reference};
-use ttdb::search::droplet::{KernelMeasurer, Measurer};
+use ttdb::search::measurer::{KernelMeasurer, Measurer};
 use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
 use ttdb::search::sketch::HardwareParams;
 use ttdb::tune::search::TuneOptions;

@@ -21,7 +21,7 @@ use stats::{geomean, median};
 use std::time::Duration;
 use ttdb::ansor::Step;
 use ttdb::evaluate::Reference;
-use ttdb::search::droplet::{KernelMeasurer, Measurer};
+use ttdb::search::measurer::{KernelMeasurer, Measurer};
 
 fn main() {
     let nets: Vec<String> = {

@@ -2,6 +2,7 @@
 //! tests know the truth), timing noise, and injected faults; no LLVM.
 use super::droplet::*;
 use super::knobs::Space;
+use super::measurer::{time_pooled, Measurer};
 use crate::ansor::Step;
 use crate::evaluate::{Evaluation, Failure};
 use crate::lower::WeightLayout;

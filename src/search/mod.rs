@@ -22,6 +22,7 @@ mod droplet_tests;
 mod policy_tests;
 pub mod interrupt;
 pub mod knobs;
+pub mod measurer;
 pub mod model_ranker;
 pub mod restarts;
 pub mod scheduler;

@@ -7,7 +7,7 @@
 //! the evolved pool, `eps` of it random samples), dropping every state whose printed loop
 //! nest was measured or picked before (TVM deduplicates by the printed state, not the step
 //! list). The batch is built in parallel and measured one at a time by a
-//! [`Measurer`](super::droplet::Measurer); every candidate is verified before its time counts.
+//! [`Measurer`](super::measurer::Measurer); every candidate is verified before its time counts.
 //!
 //! Ranking (draft-then-verify): parents are measured states (roulette by throughput); the
 //! pool of their mutants and of random samples is first cut by the CPU draft estimate
@@ -17,7 +17,7 @@
 //! model's predictions: every bred candidate is lowered to be keyed and featurized, which
 //! bounds how many predictions a round can afford.
 use super::cost_model::{program_features, CostModel, ProgramFeatures};
-use super::droplet::Measurer;
+use super::measurer::Measurer;
 use super::init::Sampler;
 use super::mutate::{mutate, pick};
 use super::rng::Rng;

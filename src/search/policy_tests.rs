@@ -2,8 +2,8 @@
 //! injected faults. Compile errors, timeouts and wrong answers become failed trials, the
 //! search goes on to its budget, and the cost model learns from every trial.
 use super::cost_model::CostModel;
-use super::droplet::Measurer;
 use super::droplet_tests::{failed, split_lengths, timed};
+use super::measurer::Measurer;
 use super::policy::*;
 use super::sketch::{tests::matmul, HardwareParams};
 use crate::ansor::Step;

@@ -10,11 +10,9 @@
 //! budget left then continues from the best result so far, batch after batch, never
 //! measuring a step list twice. Last, the first start and every descent's result are timed
 //! side by side and the fastest is kept.
-use super::droplet::{
-    refine_with, time_pooled, DropletOptions, Measurer, Observer, Prior, Ranker, Refined, Stop,
-    Trial, PICK_BUILDS,
-};
+use super::droplet::{refine_with, DropletOptions, Observer, Prior, Ranker, Refined, Stop, Trial};
 use super::knobs::{structure, Point, Space};
+use super::measurer::{time_pooled, Measurer, PICK_BUILDS};
 use crate::ansor::Step;
 use crate::evaluate::Evaluation;
 use std::collections::HashSet;

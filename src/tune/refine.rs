@@ -11,11 +11,10 @@ use crate::ir::Dag;
 use crate::measure::runner::MeasureOptions;
 use crate::schedule::stage_inits_from_dag;
 use crate::search::cost_model::CostModel;
-use crate::search::droplet::{
-    DropletOptions, KernelMeasurer, Measurer, Observer, Ranker, Refined, Stop, Trial, Unranked,
-};
+use crate::search::droplet::{DropletOptions, Observer, Ranker, Refined, Stop, Trial, Unranked};
 use crate::search::interrupt;
 use crate::search::knobs::Space;
+use crate::search::measurer::{KernelMeasurer, Measurer};
 use crate::search::model_ranker::ModelRanker;
 use crate::search::restarts::{refine_from, RestartOptions};
 use crate::search::sketch::HardwareParams;

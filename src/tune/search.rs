@@ -9,8 +9,8 @@ use super::refine::{recognized_workload, refine_schedules, RefineJob, RefineOpti
 use crate::ansor::Step;
 use crate::evaluate::Reference;
 use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
-use crate::search::droplet::KernelMeasurer;
 use crate::search::interrupt;
+use crate::search::measurer::KernelMeasurer;
 use crate::search::policy::{
     search_task, SearchObserver, SearchOptions, SearchStop, SearchTrial, Searched,
 };
