@@ -656,3 +656,54 @@ fn pooled_timings_gather_every_builds_samples() {
         Some(2)
     );
 }
+
+#[test]
+fn combinations_join_the_improvements_on_other_coordinates_to_the_winner() {
+    let center = vec![0u16, 0, 0, 0, 0];
+    let winner = vec![1u16, 0, 0, 0, 0];
+    let improvers = vec![
+        vec![0u16, 2, 0, 0, 0], // another knob: joins
+        vec![3u16, 0, 0, 0, 0], // the winner's knob: left out
+        vec![0u16, 0, 0, 4, 5], // two other knobs (a tile move): joins
+        vec![0u16, 6, 7, 0, 0], // overlaps the first on knob 1: alone only
+    ];
+    let c = combinations(&center, &winner, &improvers, 8);
+    assert_eq!(
+        c,
+        vec![
+            vec![1, 2, 0, 4, 5], // every one that fits, fastest first
+            vec![1, 2, 0, 0, 0],
+            vec![1, 0, 0, 4, 5],
+            vec![1, 6, 7, 0, 0],
+        ]
+    );
+    assert_eq!(combinations(&center, &winner, &improvers, 2).len(), 2);
+    // One improver besides the winner: only the pair.
+    assert_eq!(
+        combinations(&center, &winner, &improvers[..1], 8),
+        vec![vec![1, 2, 0, 0, 0]]
+    );
+    assert!(combinations(&center, &winner, &[], 8).is_empty());
+}
+
+/// On a separable cost, a batch holds improvements on several knobs at once; measuring
+/// their combinations first gets further on the same budget than one move per batch.
+#[test]
+fn combining_a_batchs_improvements_gets_further_on_the_same_budget() {
+    let sp = space();
+    let run = |combine: bool| {
+        let mut m = Synthetic::new(far_target(), 0.01);
+        let opts = DropletOptions {
+            max_trials: 64,
+            combine,
+            ..DropletOptions::default()
+        };
+        let r = refine(&sp, &mut m, &mut Unranked, &opts, &mut Quiet).unwrap();
+        m.truth(&r.best_steps)
+    };
+    let (alone, joined) = (run(false), run(true));
+    assert!(
+        joined < alone,
+        "combined {joined} vs one move per batch {alone}"
+    );
+}
