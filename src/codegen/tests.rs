@@ -646,3 +646,103 @@ fn floormod_index_in_llvm_vectorized_loop() {
     );
     check(&k, 1);
 }
+
+/// Loops fused before `AN vectorize`: the variable enters the indices through floordiv and
+/// floormod. Each lane's offset is a constant, so the loop is a vector body (not scalarized):
+/// a short span is one load and a shuffle (`D`, `W`, `S`), a long one a gather (`G`), a
+/// permuted store a shuffle and a store (`T`), a contiguous one a plain store (`O`).
+#[test]
+fn fused_vector_loops_use_constant_lane_offsets() {
+    let ow = || Expr::floordiv(v("f"), i(4));
+    let oc = || Expr::floormod(v("f"), i(4));
+    let d = || Expr::load("D", vec![v("r"), Expr::add(Expr::mul(ow(), i(2)), i(1))]);
+    let w = || Expr::load("W", vec![oc()]);
+    let s = || Expr::load("S", vec![Expr::add(Expr::mul(ow(), i(8)), oc())]);
+    let g = || Expr::load("G", vec![Expr::add(Expr::mul(ow(), i(16)), oc())]);
+    let body = Stmt::seq(vec![
+        Stmt::store(
+            "O",
+            vec![v("r"), ow(), oc()],
+            Expr::add(Expr::mul(d(), w()), Expr::add(s(), g())),
+        ),
+        Stmt::store("T", vec![v("r"), oc(), ow()], w()),
+        Stmt::store(
+            "O",
+            vec![v("r"), ow(), oc()],
+            Expr::add(Expr::load("O", vec![v("r"), ow(), oc()]), Expr::f32(1.0)),
+        ),
+    ]);
+    let k = Kernel::new(
+        "fused",
+        vec![
+            f32b("D", &[3, 8], BufferRole::Input),
+            f32b("W", &[4], BufferRole::Input),
+            f32b("S", &[32], BufferRole::Input),
+            f32b("G", &[64], BufferRole::Input),
+            f32b("O", &[3, 4, 4], BufferRole::Output),
+            f32b("T", &[3, 4, 4], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "r",
+            3,
+            ForKind::Serial,
+            Stmt::loop_("f", 16, ForKind::Vectorized, body),
+        ),
+    );
+    let c = check(&k, 1);
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (3, 0));
+}
+
+/// Chunked (40 lanes: chunks of the host's chunk width, then a scalar remainder): every
+/// chunk base is a multiple of the period 4, so the offsets hold in every chunk.
+#[test]
+fn fused_vector_loops_are_chunked() {
+    let ow = || Expr::floordiv(v("f"), i(4));
+    let oc = || Expr::floormod(v("f"), i(4));
+    let k = Kernel::new(
+        "fused_chunks",
+        vec![
+            f32b("D", &[40], BufferRole::Input),
+            f32b("W", &[4], BufferRole::Input),
+            f32b("O", &[4, 10], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "f",
+            40,
+            ForKind::Vectorized,
+            Stmt::store(
+                "O",
+                vec![oc(), ow()],
+                Expr::mul(Expr::load("D", vec![ow()]), Expr::load("W", vec![oc()])),
+            ),
+        ),
+    );
+    let c = check(&k, 1);
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+}
+
+#[test]
+fn lane_offsets_of_fused_indices() {
+    use super::vector::lane_offsets;
+    let f = || v("f");
+    // 4 * floordiv(f, 4) * 3 + floormod(f, 4): lanes 0..8
+    let e = Expr::add(
+        Expr::mul(Expr::floordiv(f(), i(4)), i(12)),
+        Expr::floormod(f(), i(4)),
+    );
+    assert_eq!(
+        lane_offsets(&e, "f", 8, 0),
+        Some(vec![0, 1, 2, 3, 12, 13, 14, 15])
+    );
+    assert_eq!(lane_offsets(&e, "f", 8, 8), lane_offsets(&e, "f", 8, 0));
+    // A chunk base that is not a multiple of 4: the offsets would differ by chunk.
+    assert_eq!(lane_offsets(&e, "f", 8, 2), None);
+    // Affine: stride 3.
+    assert_eq!(
+        lane_offsets(&Expr::mul(f(), i(3)), "f", 4, 1),
+        Some(vec![0, 3, 6, 9])
+    );
+    // Another variable inside the division: not a constant per lane.
+    let mixed = Expr::floordiv(Expr::add(f(), v("x")), i(4));
+    assert_eq!(lane_offsets(&mixed, "f", 4, 0), None);
+}

@@ -36,6 +36,8 @@ pub(crate) struct VecCtx<'c> {
     pub iota: Value<'c>,
     /// Active lanes while evaluating a select arm under a lane-varying condition.
     pub mask: Option<Value<'c>>,
+    /// Every chunk base is a multiple of this (0: the base is 0; `Tr::chunk_align`).
+    pub align: i64,
 }
 
 pub(crate) struct Tr<'c, 'a> {
@@ -257,7 +259,7 @@ impl<'c, 'a> Tr<'c, 'a> {
             } => match kind {
                 ForKind::Parallel => self.parallel(var, min, extent, body),
                 ForKind::Vectorized => {
-                    if self.vectorizable(var, extent, body) {
+                    if self.vectorizable(var, min, extent, body) {
                         self.vector_loop(var, min, extent, body)
                     } else {
                         self.scalarized_loops += 1;

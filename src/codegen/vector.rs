@@ -39,7 +39,7 @@ impl<'c> Tr<'c, '_> {
         e.min(self.max_chunk.clamp(2, MAX_CHUNK))
     }
 
-    pub(crate) fn vectorizable(&self, var: &str, extent: &Expr, body: &Stmt) -> bool {
+    pub(crate) fn vectorizable(&self, var: &str, min: &Expr, extent: &Expr, body: &Stmt) -> bool {
         let Some(e) = extent.as_int() else {
             return false;
         };
@@ -47,8 +47,9 @@ impl<'c> Tr<'c, '_> {
             return false;
         }
         let l = self.chunk_lanes(e);
+        let align = self.chunk_align(min, e);
         let mut stores: Vec<(String, Expr)> = Vec::new();
-        if !self.collect_stores(body, var, &mut stores) {
+        if !self.collect_stores(body, var, l, align, &mut stores) {
             return false;
         }
         // All accesses to a written buffer must be lane-private or provably disjoint.
@@ -72,19 +73,45 @@ impl<'c> Tr<'c, '_> {
         self.conds_ok(body, var, &written)
     }
 
-    fn collect_stores(&self, s: &Stmt, var: &str, out: &mut Vec<(String, Expr)>) -> bool {
+    /// Every chunk base of a vectorized loop from `min` over `e` iterations is a multiple of
+    /// this (0: the one chunk starts at 0); see [`lane_offsets`].
+    pub(crate) fn chunk_align(&self, min: &Expr, e: i64) -> i64 {
+        let lanes = self.chunk_lanes(e);
+        match min.as_int() {
+            Some(lo) if lanes == e => lo,
+            Some(lo) => gcd(lo, lanes),
+            None => 1,
+        }
+    }
+
+    fn collect_stores(
+        &self,
+        s: &Stmt,
+        var: &str,
+        lanes: i64,
+        align: i64,
+        out: &mut Vec<(String, Expr)>,
+    ) -> bool {
+        let each = |s: &Stmt, out: &mut Vec<(String, Expr)>| {
+            self.collect_stores(s, var, lanes, align, out)
+        };
         match s {
-            Stmt::Seq(v) => v.iter().all(|s| self.collect_stores(s, var, out)),
-            Stmt::Attr { body, .. } => self.collect_stores(body, var, out),
+            Stmt::Seq(v) => v.iter().all(|s| each(s, out)),
+            Stmt::Attr { body, .. } => each(body, out),
             Stmt::IfThenElse { then_, else_, .. } => {
-                self.collect_stores(then_, var, out)
-                    && else_
-                        .as_ref()
-                        .is_none_or(|e| self.collect_stores(e, var, out))
+                each(then_, out) && else_.as_ref().is_none_or(|e| each(e, out))
             }
             Stmt::Store { buf, index, .. } => {
                 let flat = self.flat_index(buf, index);
-                if !matches!(linearize(&flat).coeff_of_var(var), Some(c) if c != 0) {
+                let strided = matches!(linearize(&flat).coeff_of_var(var), Some(c) if c != 0);
+                // Or each lane its own element at a constant offset (fused loops).
+                let private = || {
+                    lane_offsets(&flat, var, lanes, align).is_some_and(|mut o| {
+                        o.sort_unstable();
+                        o.windows(2).all(|w| w[0] != w[1])
+                    })
+                };
+                if !strided && !private() {
                     return false;
                 }
                 out.push((buf.clone(), flat));
@@ -121,11 +148,12 @@ impl<'c> Tr<'c, '_> {
     ) -> Result<(), String> {
         let e = extent.as_int().expect("checked constant");
         let lanes = self.chunk_lanes(e);
+        let align = self.chunk_align(min, e);
         let (chunks, rem) = (e / lanes, e % lanes);
         let lo = self.expr(min)?;
         let i64t = self.cx.i64();
         if chunks == 1 && rem == 0 {
-            return self.vector_body(var, lo, lanes as u32, body);
+            return self.vector_body(var, lo, lanes as u32, align, body);
         }
         // for c in 0..chunks: vector body at lo + c·lanes; then the scalar remainder.
         let chunk_var = format!("{var}.chunk");
@@ -137,7 +165,7 @@ impl<'c> Tr<'c, '_> {
             |t| {
                 let c = t.var(&chunk_var);
                 let base = t.b.add(lo, t.b.mul(c, i64t.const_int(lanes)));
-                t.vector_body(var, base, lanes as u32, body)
+                t.vector_body(var, base, lanes as u32, align, body)
             },
         )?;
         if rem > 0 {
@@ -153,6 +181,7 @@ impl<'c> Tr<'c, '_> {
         var: &str,
         lo: Value<'c>,
         lanes: u32,
+        align: i64,
         body: &Stmt,
     ) -> Result<(), String> {
         let i64t = self.cx.i64();
@@ -167,6 +196,7 @@ impl<'c> Tr<'c, '_> {
             lanes,
             iota,
             mask: None,
+            align,
         });
         let r = self.scoped(|t| t.vstmt(body));
         self.vec = None;
@@ -200,23 +230,70 @@ impl<'c> Tr<'c, '_> {
                 let dt = self.buf(buf).decl.dtype;
                 match self.vaddress(buf, index)? {
                     Addr::Contiguous(p) => self.b.store(v, p, dt.bytes() as u32),
-                    Addr::Gather(ptrs) => {
-                        let f = self
-                            .m
-                            .intrinsic("llvm.masked.scatter", &[v.ty(), ptrs.ty()])
-                            .ok_or("masked.scatter")?;
-                        let mask = self.all_true();
-                        self.b.call_fn(
-                            f,
-                            &[v, ptrs, self.cx.i32().const_int(dt.bytes() as i64), mask],
-                        );
+                    Addr::Lanes { index, offs } => {
+                        // Distinct offsets (legality); a permutation of a range is one
+                        // shuffle and one store, anything else a scatter.
+                        let lo = *offs.iter().min().expect("lanes");
+                        let mut sorted = offs.clone();
+                        sorted.sort_unstable();
+                        let range = sorted.iter().enumerate().all(|(j, &o)| o - lo == j as i64);
+                        if range {
+                            let mut inverse = vec![0u32; offs.len()];
+                            for (l, &o) in offs.iter().enumerate() {
+                                inverse[(o - lo) as usize] = l as u32;
+                            }
+                            let perm = self.shuffle_mask(&inverse);
+                            let v = self.b.shuffle(v, v.ty().poison(), perm);
+                            let p = self.lane_ptr(buf, index, lo);
+                            self.b.store(v, p, dt.bytes() as u32);
+                        } else {
+                            let ptrs = self.lane_ptrs(buf, index, &offs);
+                            self.scatter(v, ptrs, dt.bytes())?;
+                        }
                     }
+                    Addr::Gather(ptrs) => self.scatter(v, ptrs, dt.bytes())?,
                     Addr::Uniform(_) => return Err("uniform store in vector loop".into()),
                 }
                 Ok(())
             }
             _ => Err("statement not vectorizable (legality check missed it)".into()),
         }
+    }
+
+    fn scatter(&mut self, v: Value<'c>, ptrs: Value<'c>, bytes: usize) -> Result<(), String> {
+        let f = self
+            .m
+            .intrinsic("llvm.masked.scatter", &[v.ty(), ptrs.ty()])
+            .ok_or("masked.scatter")?;
+        let mask = self.all_true();
+        let align = self.cx.i32().const_int(bytes as i64);
+        self.b.call_fn(f, &[v, ptrs, align, mask]);
+        Ok(())
+    }
+
+    fn shuffle_mask(&self, lanes: &[u32]) -> Value<'c> {
+        let i32t = self.cx.i32();
+        let m: Vec<Value<'c>> = lanes.iter().map(|&l| i32t.const_int(l as i64)).collect();
+        Value::const_vector(&m)
+    }
+
+    /// `&buf[index + off]` (`index`: lane 0's flat index).
+    fn lane_ptr(&mut self, buf: &str, index: Value<'c>, off: i64) -> Value<'c> {
+        let et = self.scalar_ty(self.buf(buf).decl.dtype);
+        let i = self.b.add(index, self.cx.i64().const_int(off));
+        self.b.gep(et, self.buf(buf).ptr, i)
+    }
+
+    /// `&buf[index + offs[l]]` for every lane.
+    fn lane_ptrs(&mut self, buf: &str, index: Value<'c>, offs: &[i64]) -> Value<'c> {
+        let et = self.scalar_ty(self.buf(buf).decl.dtype);
+        let i64t = self.cx.i64();
+        let o: Vec<Value<'c>> = offs.iter().map(|&x| i64t.const_int(x)).collect();
+        let idx = self.b.add(
+            self.splat(index, offs.len() as u32),
+            Value::const_vector(&o),
+        );
+        self.b.gep(et, self.buf(buf).ptr, idx)
     }
 
     fn all_true(&self) -> Value<'c> {
@@ -266,6 +343,20 @@ impl<'c> Tr<'c, '_> {
                 Ok(Addr::Gather(gep(self, idx)))
             }
             None => {
+                let align = self.vec.as_ref().map_or(1, |v| v.align);
+                let offs = (!masked)
+                    .then(|| lane_offsets(&flat, &var, lanes as i64, align))
+                    .flatten();
+                if let Some(offs) = offs {
+                    let i = self.index_expr(&flat)?; // var bound to lane 0
+                    return Ok(if offs.iter().all(|&o| o == 0) {
+                        Addr::Uniform(gep(self, i))
+                    } else if offs.iter().enumerate().all(|(l, &o)| o == l as i64) {
+                        Addr::Contiguous(gep(self, i))
+                    } else {
+                        Addr::Lanes { index: i, offs }
+                    });
+                }
                 let i = self.vexpr(&flat)?;
                 let i = self.widen(i);
                 Ok(Addr::Gather(gep(self, i)))
@@ -291,6 +382,28 @@ impl<'c> Tr<'c, '_> {
                 match (addr, mask) {
                     (Addr::Uniform(p), None) => VV::U(self.b.load(st, p, dt.bytes() as u32)),
                     (Addr::Contiguous(p), None) => VV::V(self.b.load(vt, p, dt.bytes() as u32)),
+                    (Addr::Lanes { index, offs }, _) => {
+                        // Only outside masks ([`Tr::vaddress`]): every element between two
+                        // lanes' elements is in the buffer, so a short span is one load and
+                        // one shuffle; a long one a gather.
+                        let (lo, hi) = (offs.iter().min().unwrap(), offs.iter().max().unwrap());
+                        let span = hi - lo + 1;
+                        if span <= 2 * lanes as i64 {
+                            let p = self.lane_ptr(buf, index, *lo);
+                            let v = self.b.load(st.vector(span as u32), p, dt.bytes() as u32);
+                            let pick: Vec<u32> = offs.iter().map(|&o| (o - lo) as u32).collect();
+                            let pick = self.shuffle_mask(&pick);
+                            VV::V(self.b.shuffle(v, v.ty().poison(), pick))
+                        } else {
+                            let ptrs = self.lane_ptrs(buf, index, &offs);
+                            let f = self
+                                .m
+                                .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
+                                .ok_or("masked.gather")?;
+                            let m = self.all_true();
+                            VV::V(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
+                        }
+                    }
                     (Addr::Contiguous(p), Some(m)) => {
                         let f = self
                             .m
@@ -448,6 +561,86 @@ enum Addr<'c> {
     Uniform(Value<'c>),
     Contiguous(Value<'c>),
     Gather(Value<'c>),
+    /// Lane `l` at flat index `index + offs[l]`, constants known at compile time.
+    Lanes {
+        index: Value<'c>,
+        offs: Vec<i64>,
+    },
+}
+
+/// The lanes' offsets from lane 0's flat index, when they are compile-time constants: an
+/// affine index (`c * l`), or the index of loops fused before `AN vectorize`, where the
+/// variable enters through `floordiv`/`floormod` by constants. Such a term t is periodic:
+/// when every chunk base b is a multiple of the product P of its divisors (`align`, 0: the
+/// one chunk starts at 0), t(b + l) - t(b) = t(l) - t(0). `None` when a term also uses
+/// another variable or a load, or `align` does not allow it.
+pub(crate) fn lane_offsets(flat: &Expr, var: &str, lanes: i64, align: i64) -> Option<Vec<i64>> {
+    let mut offs = vec![0i64; lanes as usize];
+    for (atom, k) in &linearize(flat).terms {
+        if !atom.uses_var(var) {
+            continue;
+        }
+        let period = period_of(atom, var)?;
+        if align % period != 0 {
+            return None;
+        }
+        let k = i64::try_from(*k).ok()?;
+        let t0 = eval_at(atom, var, 0)?;
+        for (l, o) in offs.iter_mut().enumerate() {
+            let d = eval_at(atom, var, l as i64)? - t0;
+            // The claim above, checked at one more base.
+            if eval_at(atom, var, period + l as i64)? - eval_at(atom, var, period)? != d {
+                return None;
+            }
+            *o = o.checked_add(k.checked_mul(d)?)?;
+        }
+    }
+    Some(offs)
+}
+
+/// The product of the divisors of a term built from `var`, integer constants, `+`, `-`,
+/// multiplication by a constant and `floordiv`/`floormod` by positive constants.
+fn period_of(e: &Expr, var: &str) -> Option<i64> {
+    match e {
+        Expr::Var(v) if v == var => Some(1),
+        Expr::Int(..) => Some(1),
+        Expr::Cast(DType::I64, a) => period_of(a, var),
+        Expr::Bin(BinOp::Add | BinOp::Sub, a, b) => {
+            period_of(a, var)?.checked_mul(period_of(b, var)?)
+        }
+        Expr::Bin(BinOp::Mul, a, b) if a.as_int().is_some() || b.as_int().is_some() => {
+            period_of(a, var)?.checked_mul(period_of(b, var)?)
+        }
+        Expr::Bin(BinOp::FloorDiv | BinOp::FloorMod, a, b) => {
+            let c = b.as_int().filter(|&c| c > 0)?;
+            period_of(a, var)?.checked_mul(c)
+        }
+        _ => None,
+    }
+}
+
+/// A term of [`period_of`]'s form at `var = x`.
+fn eval_at(e: &Expr, var: &str, x: i64) -> Option<i64> {
+    match e {
+        Expr::Var(v) if v == var => Some(x),
+        Expr::Int(c, _) => Some(*c),
+        Expr::Cast(DType::I64, a) => eval_at(a, var, x),
+        Expr::Bin(op, a, b) => crate::loopnest::interp::eval_bin_int(
+            *op,
+            eval_at(a, var, x)?,
+            eval_at(b, var, x)?,
+            DType::I64,
+        ),
+        _ => None,
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 fn visit_loads(e: &Expr, f: &mut dyn FnMut(&str, &[Expr])) {
