@@ -60,6 +60,9 @@ pub struct DropletOptions {
     /// batch first measures the winner combined with the others ([`combinations`]): one
     /// batch can then move several coordinates, not one.
     pub combine: bool,
+    /// Around each incumbent whose vectorized loop is narrower than this host's vector, up
+    /// to this many of [`Space::widening_moves`] are measured first (0: none).
+    pub widen: usize,
 }
 
 impl Default for DropletOptions {
@@ -75,6 +78,7 @@ impl Default for DropletOptions {
             tile_moves: true,
             ranked_pool: 4,
             combine: true,
+            widen: 2,
         }
     }
 }
@@ -290,12 +294,14 @@ struct Frontier {
     sizes: Vec<usize>,
     rng: u64,
     tile_moves: bool,
-    /// Combinations of the last batch's improvements, measured first ([`combinations`]).
+    widen: usize,
+    /// Combinations of the last batch's improvements ([`combinations`]) and widening moves
+    /// ([`Space::widening_moves`]), measured first.
     urgent: Vec<Point>,
 }
 
 impl Frontier {
-    fn new(space: &Space, seed: u64, tile_moves: bool) -> Frontier {
+    fn new(space: &Space, seed: u64, tile_moves: bool, widen: usize) -> Frontier {
         let sizes = space.sizes();
         let mut fr = Frontier {
             max_f: sizes.iter().copied().max().unwrap_or(1),
@@ -305,6 +311,7 @@ impl Frontier {
             sizes,
             rng: seed | 1,
             tile_moves,
+            widen,
             urgent: Vec::new(),
         };
         fr.recenter(space.start.clone(), space);
@@ -320,6 +327,11 @@ impl Frontier {
             vec![]
         };
         self.pending = neighbours(&center, 1, &self.sizes, extra, &mut self.rng).into();
+        self.urgent = if self.widen > 0 {
+            space.widening_moves(&center, self.widen)
+        } else {
+            vec![]
+        };
         self.center = center;
     }
 
@@ -349,8 +361,8 @@ impl Frontier {
         }
     }
 
-    /// Up to `n` of the combinations queued by the last accepted move (measured before any
-    /// ranked choice); the rest are dropped.
+    /// Up to `n` of the points queued by the last recentering (measured before any ranked
+    /// choice); the rest are dropped.
     fn take_urgent(
         &mut self,
         n: usize,
@@ -520,7 +532,7 @@ pub fn refine_with(
         start_samples,
     );
     let mut visited: HashSet<Point> = HashSet::from([space.start.clone()]);
-    let mut frontier = Frontier::new(space, opts.seed, opts.tile_moves);
+    let mut frontier = Frontier::new(space, opts.seed, opts.tile_moves, opts.widen);
     let (mut trials, mut invalid, mut batches, mut idle) = (Vec::new(), 0, 0, 0);
     let stop = loop {
         if observer.interrupted() {
@@ -614,7 +626,9 @@ pub fn refine_with(
                     .filter_map(|&(j, _)| done.iter().find(|(i, ..)| *i == j))
                     .map(|(_, p, _)| p.clone())
                     .collect();
-                frontier.urgent = combinations(&center, &inc.0, &others, opts.batch / 2);
+                let mut first = combinations(&center, &inc.0, &others, opts.batch / 2);
+                first.append(&mut frontier.urgent);
+                frontier.urgent = first;
             }
             idle = 0;
         } else {

@@ -74,6 +74,8 @@ pub struct Space {
     pub knobs: Vec<Knob>,
     /// The point of the schedule the space was built from.
     pub start: Point,
+    /// This host's fp32 lanes.
+    lanes: i64,
 }
 
 /// `auto_unroll_max_step$N` -> N.
@@ -161,6 +163,7 @@ impl Space {
             base: steps.to_vec(),
             knobs,
             start,
+            lanes,
         })
     }
 
@@ -269,6 +272,74 @@ impl Space {
             }
         }
         out
+    }
+
+    /// Moves that widen a vectorized loop narrower than this host's vector to one or two
+    /// full vectors: more inner loops fused before `AN vectorize`, alone or with one
+    /// innermost split length changed (the lengths the loops added to the group get). A
+    /// vector of 4 lanes (an NCHW4c block) on a 16-lane host leaves most of each FMA idle,
+    /// and neither knob alone widens it when the next loop's length is 1. At most `max`,
+    /// one full vector first.
+    pub fn widening_moves(&self, p: &[u16], max: usize) -> Vec<Point> {
+        // The extent of the vectorized loop of `stage` at point `q`. A compute_at clears
+        // the extents of its stage's loops (as in TVM); the loops are the same without it.
+        let width = |q: &[u16], stage: u32| -> Option<i64> {
+            let mut steps = self.steps_at(q).ok()?;
+            steps.retain(|s| !matches!(s, Step::ComputeAt(_)));
+            let state = replay(&self.inits, &steps).ok()?;
+            state
+                .stages()
+                .get(stage as usize)?
+                .iters
+                .iter()
+                .find(|it| it.annotation == Annotation::Vectorize)?
+                .extent
+        };
+        let inner_lengths: Vec<usize> = (0..self.knobs.len())
+            .filter(|&k| match self.knobs[k].kind {
+                KnobKind::SplitLength { step, index, .. } => matches!(
+                    &self.base[step],
+                    Step::Split(sp) if index + 1 == sp.lengths.len()
+                ),
+                _ => false,
+            })
+            .collect();
+        let (mut one, mut two) = (Vec::new(), Vec::new());
+        for (v, knob) in self.knobs.iter().enumerate() {
+            let KnobKind::Fuse {
+                annotation: Annotation::Vectorize,
+                stage,
+                ..
+            } = knob.kind
+            else {
+                continue;
+            };
+            if width(p, stage).is_none_or(|w| w >= self.lanes) {
+                continue;
+            }
+            for count in p[v] as usize + 1..knob.values.len() {
+                let mut q = p.to_vec();
+                q[v] = count as u16;
+                let mut tries = vec![q.clone()];
+                for &k in &inner_lengths {
+                    for i in (0..self.knobs[k].values.len()).filter(|&i| i as u16 != p[k]) {
+                        let mut r = q.clone();
+                        r[k] = i as u16;
+                        tries.push(r);
+                    }
+                }
+                for t in tries {
+                    match width(&t, stage) {
+                        Some(w) if w == self.lanes => one.push(t),
+                        Some(w) if w == 2 * self.lanes => two.push(t),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        one.extend(two);
+        one.truncate(max);
+        one
     }
 
     /// What point `p` changes from the start: `SP@3[1] 8->16, parallel@20 3->2`.
@@ -767,5 +838,37 @@ pub(crate) mod tests {
             }
         }
         assert!(seen.len() > 50, "only {} valid random points", seen.len());
+    }
+
+    /// The sketch vectorizes a 4-long loop: on an 8-lane host, the widening moves fuse more
+    /// inner loops (changing an innermost length where needed) to one or two full vectors;
+    /// on a 4-lane host there is nothing to widen.
+    #[test]
+    fn widening_moves_fill_the_hosts_vector() {
+        let (dag, sp) = space();
+        let vector_of_stage_3 = |p: &[u16]| {
+            let mut steps = sp.steps_at(p).unwrap();
+            steps.retain(|s| !matches!(s, Step::ComputeAt(_)));
+            let state = replay(&stage_inits_from_dag(&dag), &steps).unwrap();
+            state.stages()[3]
+                .iters
+                .iter()
+                .find(|it| it.annotation == Annotation::Vectorize)
+                .and_then(|it| it.extent)
+        };
+        assert_eq!(vector_of_stage_3(&sp.start), Some(4));
+        let moves = sp.widening_moves(&sp.start, 100);
+        assert!(!moves.is_empty());
+        for m in &moves {
+            let w = vector_of_stage_3(m).unwrap();
+            assert!(w == 8 || w == 16, "{}: {w} lanes", sp.describe(m));
+            assert!(sp.describe(m).contains("vectorize@"), "{}", sp.describe(m));
+        }
+        // One full vector first, and `max` bounds the list.
+        assert_eq!(vector_of_stage_3(&moves[0]), Some(8));
+        assert_eq!(sp.widening_moves(&sp.start, 2).len(), 2.min(moves.len()));
+        let (_, steps) = conv_and_sketch();
+        let narrow = Space::new(&stage_inits_from_dag(&dag), &steps, 4).unwrap();
+        assert!(narrow.widening_moves(&narrow.start, 100).is_empty());
     }
 }
