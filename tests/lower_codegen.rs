@@ -7,6 +7,7 @@ use ttdb::ansor::log::{lines, parse_line, LogLine};
 use ttdb::ansor::{Record, WorkloadKey};
 use ttdb::codegen::{compile, CodegenOptions, RunOptions};
 use ttdb::ir::eval::{evaluate, random_inputs};
+use ttdb::loopnest::ir::Kernel;
 use ttdb::lower::check::{compare_outputs, kernel_args};
 use ttdb::lower::{lower, LowerOptions};
 use ttdb::recognize::recognize;
@@ -171,7 +172,7 @@ fn resnet50_tasks_lower_and_compile_quickly() {
 /// ResNet-50's 1x1 conv 32x28x28x4 -> 16x28x28x32 and a Droplet candidate's steps on it
 /// (two inner loops fused and vectorized, 512 unroll steps), with the inner ow and oc tile
 /// lengths given.
-fn fused_candidate(ow: [i64; 3], oc: [i64; 3]) -> (ttdb::ir::Dag, ttdb::loopnest::ir::Kernel) {
+fn fused_candidate(ow: [i64; 3], oc: [i64; 3]) -> (ttdb::ir::Dag, Kernel) {
     let path = common::corpus_dir().join("ansor/tvm_ansor_bench_full_nchwc/resnet_50.json");
     let text = std::fs::read(&path).unwrap();
     let record = lines(&text)
@@ -208,6 +209,16 @@ fn fused_candidate(ow: [i64; 3], oc: [i64; 3]) -> (ttdb::ir::Dag, ttdb::loopnest
     (dag, k)
 }
 
+/// Runs `c` (compiled from `k`) on random inputs: within tolerance of the DAG's reference.
+fn assert_matches_reference(dag: &ttdb::ir::Dag, k: &Kernel, c: &ttdb::codegen::CompiledKernel) {
+    let inputs = random_inputs(dag, 3);
+    let reference = evaluate(dag, &inputs).unwrap();
+    let mut args = kernel_args(k, &inputs).unwrap();
+    c.run(&mut args, &RunOptions::default()).unwrap();
+    let (_, rel) = compare_outputs(k, &args, &reference).unwrap();
+    assert!(rel <= ttdb::loopnest::verify::RTOL, "relative error {rel}");
+}
+
 /// The fused loop (ow 2 x oc 8) has a constant offset per lane, so it is one vector body
 /// (it was scalarized once: 747k LLVM instructions, and LLVM's loop vectorizer spent more
 /// than ten minutes on it). It compiles and matches the reference.
@@ -217,12 +228,7 @@ fn fused_inner_loops_are_vectorized_not_scalarized() {
     let c = compile(&k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.stats.scalarized_loops, 0);
     assert!(c.stats.vector_loops > 0);
-    let inputs = random_inputs(&dag, 3);
-    let reference = evaluate(&dag, &inputs).unwrap();
-    let mut args = kernel_args(&k, &inputs).unwrap();
-    c.run(&mut args, &RunOptions::default()).unwrap();
-    let (_, rel) = compare_outputs(&k, &args, &reference).unwrap();
-    assert!(rel <= ttdb::loopnest::verify::RTOL, "relative error {rel}");
+    assert_matches_reference(&dag, &k, &c);
 }
 
 /// A fused loop whose lanes' offsets differ by chunk (14 x 3 lanes: no chunk width is a
@@ -235,12 +241,7 @@ fn code_too_large_for_llvm_is_refused_before_the_pipeline() {
     let (dag, k) = fused_candidate([1, 2, 14], [2, 1, 3]);
     let c = compile(&k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     assert!(c.stats.scalarized_loops > 0);
-    let inputs = random_inputs(&dag, 3);
-    let reference = evaluate(&dag, &inputs).unwrap();
-    let mut args = kernel_args(&k, &inputs).unwrap();
-    c.run(&mut args, &RunOptions::default()).unwrap();
-    let (_, rel) = compare_outputs(&k, &args, &reference).unwrap();
-    assert!(rel <= ttdb::loopnest::verify::RTOL, "relative error {rel}");
+    assert_matches_reference(&dag, &k, &c);
     let mut opts = CodegenOptions::default();
     opts.limits.max_ir_instructions = 2_000;
     let err = compile(&k, &opts).unwrap_err().to_string();

@@ -260,6 +260,22 @@ impl<'c> Tr<'c, '_> {
         }
     }
 
+    /// A `vt` from the lanes' pointers `ptrs` (inactive lanes of `mask` are not read).
+    fn gather(
+        &mut self,
+        vt: Type<'c>,
+        ptrs: Value<'c>,
+        align: Value<'c>,
+        mask: Option<Value<'c>>,
+    ) -> Result<Value<'c>, String> {
+        let f = self
+            .m
+            .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
+            .ok_or("masked.gather")?;
+        let m = mask.unwrap_or_else(|| self.all_true());
+        Ok(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
+    }
+
     fn scatter(&mut self, v: Value<'c>, ptrs: Value<'c>, bytes: usize) -> Result<(), String> {
         let f = self
             .m
@@ -396,12 +412,7 @@ impl<'c> Tr<'c, '_> {
                             VV::V(self.b.shuffle(v, v.ty().poison(), pick))
                         } else {
                             let ptrs = self.lane_ptrs(buf, index, &offs);
-                            let f = self
-                                .m
-                                .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
-                                .ok_or("masked.gather")?;
-                            let m = self.all_true();
-                            VV::V(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
+                            VV::V(self.gather(vt, ptrs, align, None)?)
                         }
                     }
                     (Addr::Contiguous(p), Some(m)) => {
@@ -417,12 +428,7 @@ impl<'c> Tr<'c, '_> {
                         } else {
                             p
                         };
-                        let f = self
-                            .m
-                            .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
-                            .ok_or("masked.gather")?;
-                        let m = m.unwrap_or_else(|| self.all_true());
-                        VV::V(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
+                        VV::V(self.gather(vt, ptrs, align, m)?)
                     }
                 }
             }
