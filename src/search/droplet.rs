@@ -63,12 +63,6 @@ pub struct DropletOptions {
     /// Around each incumbent whose vectorized loop is narrower than this host's vector, up
     /// to this many of [`Space::widening_moves`] are measured first (0: none).
     pub widen: usize,
-    /// The compute location of untiled stages is a knob
-    /// ([`super::knobs::KnobKind::ComputeAt`]): where a padding stage is computed decides how
-    /// much of it is recomputed per tile. Off by default: on mobilenet_v2's 30 conv tasks
-    /// (benches/droplet, side by side) refining with these knobs was slower, geomean 0.963,
-    /// the extra neighbours taking trials from the moves that pay.
-    pub compute_at: bool,
 }
 
 impl Default for DropletOptions {
@@ -85,7 +79,6 @@ impl Default for DropletOptions {
             ranked_pool: 4,
             combine: true,
             widen: 2,
-            compute_at: false,
         }
     }
 }

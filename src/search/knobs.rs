@@ -8,15 +8,12 @@
 //! * every `auto_unroll_max_step` pragma: 0, 16, ..., 1024 and the current value;
 //! * the parallel granularity: how many outer loops the FU before an `AN parallel` fuses
 //!   (TVM's `MutateParallel`), and the vectorized extent: how many inner loops the FU before
-//!   an `AN vectorize` fuses (the vectorized SP length itself is a split knob);
-//! * the compute location of a stage that is not tiled (a padding stage, say): the loop of
-//!   its consumer a CA puts it at, among those Ansor's `MutateComputeLocation` would pick.
+//!   an `AN vectorize` fuses (the vectorized SP length itself is a split knob).
 //!
 //! A point is one index per knob into its value list; values are distinct, so distinct
 //! points give distinct step lists (the visited set of the search is injective). A point
 //! whose steps do not replay is invalid, never measured.
-use super::sketch::is_tiled;
-use crate::ansor::step::{ComputeAtStep, FuseStep};
+use crate::ansor::step::FuseStep;
 use crate::ansor::{Annotation, Step};
 use crate::schedule::divisors::{divisors, prime_factors};
 use crate::schedule::{replay, IterKind, StageInit, State};
@@ -45,8 +42,6 @@ pub enum KnobKind {
         first: u32,
         annotation: Annotation,
     },
-    /// The loop of its target stage that the CA at step `step` computes its stage at.
-    ComputeAt { step: usize },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +62,6 @@ impl Knob {
                 annotation,
                 ..
             } => format!("{}@{an_step}", annotation.name()),
-            KnobKind::ComputeAt { step } => format!("CA@{step}"),
         }
     }
 }
@@ -160,11 +154,6 @@ impl Space {
                         push(&mut knobs, kind, values);
                     }
                 }
-                Step::ComputeAt(ca) => {
-                    if let Some(values) = compute_at_values(&state, ca) {
-                        push(&mut knobs, KnobKind::ComputeAt { step: q }, values);
-                    }
-                }
                 _ => {}
             }
             state.apply(step).map_err(|e| e.to_string())?;
@@ -176,15 +165,6 @@ impl Space {
             start,
             lanes,
         })
-    }
-
-    /// Keeps the knobs `keep` accepts (the start stays the same schedule).
-    pub fn retain_knobs(&mut self, keep: impl Fn(&KnobKind) -> bool) {
-        let kept: Vec<bool> = self.knobs.iter().map(|k| keep(&k.kind)).collect();
-        let mut at = kept.iter();
-        self.knobs.retain(|_| *at.next().unwrap());
-        let mut at = kept.iter();
-        self.start.retain(|_| *at.next().unwrap());
     }
 
     /// The number of values of each knob.
@@ -222,11 +202,6 @@ impl Space {
                 KnobKind::Unroll { step } => {
                     if let Step::Pragma(pr) = &mut steps[*step] {
                         pr.pragma = format!("auto_unroll_max_step${v}");
-                    }
-                }
-                KnobKind::ComputeAt { step } => {
-                    if let Step::ComputeAt(ca) = &mut steps[*step] {
-                        ca.target_iter_id = v as u32;
                     }
                 }
                 kind @ KnobKind::Fuse { .. } => fuses.push((kind, v)),
@@ -346,8 +321,9 @@ impl Space {
                 let mut q = p.to_vec();
                 q[v] = count as u16;
                 let mut tries = vec![q.clone()];
-                // Exact tiles only: a guard on a fused vectorized loop scalarizes it (a
-                // depthwise 14x14 conv widened to 4 of 14 columns ran 20x slower).
+                // Exact tiles only: the guard of a split that overruns its loop differs
+                // between lanes (as the codegen sees it), and the fused loop is scalarized (a
+                // depthwise conv widened to 4 of its 14 columns ran 20x slower).
                 for &k in &inner_lengths {
                     for i in (0..self.knobs[k].values.len()).filter(|&i| i as u16 != p[k]) {
                         let mut r = q.clone();
@@ -441,49 +417,6 @@ pub fn structure(steps: &[Step]) -> String {
         })
         .collect();
     parts.join(" ")
-}
-
-/// The loops a CA may compute its stage at, with the index of the current one (`state` is
-/// the one before the CA): for a stage that is not tiled (whose own loops no knob shapes
-/// around its location), the target's loops as Ansor's `GetComputeLocationCandidates`
-/// walks them: not past a reduction loop of an untiled target or a spatial loop after one,
-/// an unrolled loop, or a loop other stages are attached at; not the outer `.0` tiles of a
-/// target that is itself attached. Loops of length 1, which Ansor skips as the same place
-/// as the loop outside, stay: a split knob may lengthen them.
-fn compute_at_values(state: &State, ca: &ComputeAtStep) -> Option<(Vec<i64>, u16)> {
-    let (s, t) = (ca.stage_id as usize, ca.target_stage_id as usize);
-    if s >= state.stages().len() || is_tiled(state, s) {
-        return None;
-    }
-    let target = state.stages().get(t)?;
-    let attached_elsewhere = state.attach_map().attach_point(t).is_some();
-    let target_tiled = is_tiled(state, t);
-    let mut values = Vec::new();
-    let mut visited_reduce = false;
-    for (i, it) in target.iters.iter().enumerate() {
-        match it.kind {
-            IterKind::Reduction => {
-                visited_reduce = true;
-                if !target_tiled {
-                    break;
-                }
-            }
-            IterKind::Spatial if visited_reduce => break,
-            _ => {}
-        }
-        if it.annotation == Annotation::Unroll {
-            break;
-        }
-        if attached_elsewhere && it.kind == IterKind::Spatial && it.name.ends_with(".0") {
-            continue;
-        }
-        values.push(i as i64);
-        if !state.attach_map().attached_at(t, i).is_empty() {
-            break;
-        }
-    }
-    // The current loop is a value even where the walk would not reach it.
-    Some(with_current(values, ca.target_iter_id as i64))
 }
 
 /// The fuse knob of the annotation at step `q` (the state is the one before step `q`).

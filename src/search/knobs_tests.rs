@@ -259,65 +259,50 @@ fn widening_moves_fill_the_hosts_vector() {
     assert!(narrow.widening_moves(&narrow.start, 100).is_empty());
 }
 
-/// Widening moves change split lengths only to exact tiles: a guard on a fused vectorized
-/// loop scalarizes it. (On this sketch, 16 lanes from 2 columns x 8 channels would need the
-/// channel split [2, 2, 8] of a 16-long loop.)
+/// The conv sketch on a 14-column image (the column split [7, 1, 2]).
+fn conv_14_columns() -> (Dag, Space) {
+    let (_, steps) = conv_and_sketch();
+    let spec = WorkloadSpec::new(
+        Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+        vec![
+            EpilogueOp::Add {
+                operand_first: false,
+            },
+            EpilogueOp::Relu,
+        ],
+    );
+    let dag = spec
+        .build(
+            Era::V010,
+            &[vec![1, 8, 14, 8], vec![3, 3, 8, 16], vec![1, 1, 1, 16]],
+        )
+        .unwrap();
+    let mut steps = steps;
+    assert_eq!(steps[3].to_string(), r#"["SP", 3, 8, 8, [2, 1, 2], 1]"#);
+    if let Step::Split(sp) = &mut steps[3] {
+        sp.extent = 14;
+        sp.lengths = vec![7, 1, 2];
+    }
+    let space = Space::new(&stage_inits_from_dag(&dag), &steps, 8).unwrap();
+    (dag, space)
+}
+
+/// A widening move changes a split only to exact tiles: 4 of 14 columns would guard each
+/// lane differently and scalarize the fused vector loop. Every widening move compiles to
+/// vector bodies only.
 #[test]
-fn widening_moves_keep_tiles_exact() {
-    let (_, sp) = space();
+fn widening_moves_give_vector_bodies() {
+    let (dag, sp) = conv_14_columns();
     let moves = sp.widening_moves(&sp.start, 100);
     assert!(!moves.is_empty());
     for m in &moves {
         for k in (0..sp.knobs.len()).filter(|&k| m[k] != sp.start[k]) {
             assert!(sp.split_is_exact(m, k), "{}", sp.describe(m));
         }
+        let steps = sp.steps_at(m).unwrap();
+        let k = lower_steps(&dag, &steps, &LowerOptions::default()).unwrap();
+        let c = crate::codegen::compile(&k, &crate::codegen::CodegenOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", sp.describe(m)));
+        assert_eq!(c.stats.scalarized_loops, 0, "{}", sp.describe(m));
     }
-}
-
-/// The conv sketch with its padding stage computed at a loop of the conv (not inlined).
-fn padding_at_conv(at: u32) -> (Dag, Vec<Step>) {
-    let (dag, mut steps) = conv_and_sketch();
-    assert_eq!(steps[15].to_string(), r#"["CI", 1]"#);
-    steps[15] = Step::ComputeAt(ComputeAtStep {
-        stage_id: 1,
-        target_stage_id: 3,
-        target_iter_id: at,
-    });
-    (dag, steps)
-}
-
-/// A stage that is not tiled, computed at a loop of its consumer, has a location knob: the
-/// conv's loops as Ansor's candidates walk them (the conv is attached to the relu, so not its
-/// outer `.0` tiles, and not past its reduction tiles: a spatial loop after them ends the
-/// walk). Every location is a correct schedule.
-#[test]
-fn an_untiled_stage_has_a_compute_location_knob() {
-    let (dag, steps) = padding_at_conv(6);
-    let sp = Space::new(&stage_inits_from_dag(&dag), &steps, 8).unwrap();
-    let at = sp
-        .knobs
-        .iter()
-        .position(|k| k.label() == "CA@15")
-        .unwrap_or_else(|| panic!("{:?}", sp.knobs.iter().map(Knob::label).collect::<Vec<_>>()));
-    assert_eq!(sp.knobs[at].values, [4, 5, 6, 7, 8, 9, 10]);
-    assert_eq!(sp.steps_at(&sp.start).unwrap(), steps);
-    // The tiled conv's own location (CA 3 6 7) is not a knob.
-    assert!(!sp.knobs.iter().any(|k| k.label() == "CA@14"));
-    for i in 0..sp.knobs[at].values.len() {
-        let mut p = sp.start.clone();
-        p[at] = i as u16;
-        let moved = sp.steps_at(&p).unwrap();
-        let want = format!(r#"["CA", 1, 3, {}]"#, sp.knobs[at].values[i]);
-        assert_eq!(moved[15].to_string(), want);
-        let k = lower_steps(&dag, &moved, &LowerOptions::default())
-            .unwrap_or_else(|e| panic!("{want}: {e}"));
-        let c = interpret_against_reference(&dag, &k, 3, Some(50_000_000))
-            .unwrap_or_else(|e| panic!("{want}: {e}"));
-        assert!(c.rel_err <= crate::loopnest::verify::RTOL, "{want}");
-    }
-    // Without location knobs (`DropletOptions::compute_at` off) the start is the same.
-    let mut fewer = sp.clone();
-    fewer.retain_knobs(|k| !matches!(k, KnobKind::ComputeAt { .. }));
-    assert_eq!(fewer.knobs.len(), sp.knobs.len() - 1);
-    assert_eq!(fewer.steps_at(&fewer.start).unwrap(), steps);
 }

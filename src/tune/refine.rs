@@ -13,7 +13,7 @@ use crate::schedule::stage_inits_from_dag;
 use crate::search::cost_model::CostModel;
 use crate::search::droplet::{DropletOptions, Observer, Ranker, Refined, Stop, Trial, Unranked};
 use crate::search::interrupt;
-use crate::search::knobs::{KnobKind, Space};
+use crate::search::knobs::Space;
 use crate::search::measurer::{KernelMeasurer, Measurer};
 use crate::search::model_ranker::ModelRanker;
 use crate::search::restarts::{refine_from, RestartOptions};
@@ -144,12 +144,7 @@ pub fn refine_schedules(
     let mut spaces = Vec::new();
     for (i, s) in starts.iter().enumerate() {
         match Space::new(&inits, s, lanes) {
-            Ok(mut sp) => {
-                if !opts.droplet.compute_at {
-                    sp.retain_knobs(|k| !matches!(k, KnobKind::ComputeAt { .. }));
-                }
-                spaces.push(sp)
-            }
+            Ok(sp) => spaces.push(sp),
             Err(e) if i == 0 => return Err(e),
             Err(_) => {}
         }
