@@ -355,20 +355,15 @@ impl Space {
         let Step::Split(sp) = &self.base[step] else {
             return true;
         };
-        let mut product = 1i64;
-        for index in 0..sp.lengths.len() {
-            let at = self.knobs.iter().position(|kn| match kn.kind {
-                KnobKind::SplitLength {
-                    step: s, index: i, ..
-                } => s == step && i == index,
-                _ => false,
-            });
-            let length = match at {
-                Some(j) => self.knobs[j].values[p[j] as usize],
-                None => sp.lengths[index],
-            };
-            product = product.saturating_mul(length);
+        let mut lengths = sp.lengths.clone();
+        for (knob, &i) in self.knobs.iter().zip(p) {
+            if let KnobKind::SplitLength { step: s, index, .. } = knob.kind {
+                if s == step {
+                    lengths[index] = knob.values[i as usize];
+                }
+            }
         }
+        let product = lengths.iter().fold(1i64, |a, &l| a.saturating_mul(l));
         product > 0 && extent % product == 0
     }
 

@@ -7,9 +7,8 @@ use crate::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
 use crate::schedule::stage_inits_from_dag;
 use std::collections::HashSet;
 
-/// An NHWC conv + bias + relu with the usual CPU sketch (spec §4.1): SSRSRS tiles, the
-/// conv at the relu's fused parallel loop, vectorized inner loops.
-pub(crate) fn conv_and_sketch() -> (Dag, Vec<Step>) {
+/// An NHWC conv + bias + relu, 3x3 from 8 to 16 channels, on an 8-row image `columns` wide.
+fn conv_dag(columns: i64) -> Dag {
     let spec = WorkloadSpec::new(
         Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
         vec![
@@ -19,12 +18,17 @@ pub(crate) fn conv_and_sketch() -> (Dag, Vec<Step>) {
             EpilogueOp::Relu,
         ],
     );
-    let dag = spec
-        .build(
-            Era::V010,
-            &[vec![1, 8, 8, 8], vec![3, 3, 8, 16], vec![1, 1, 1, 16]],
-        )
-        .unwrap();
+    spec.build(
+        Era::V010,
+        &[vec![1, 8, columns, 8], vec![3, 3, 8, 16], vec![1, 1, 1, 16]],
+    )
+    .unwrap()
+}
+
+/// The conv on an 8x8 image with the usual CPU sketch (spec §4.1): SSRSRS tiles, the conv
+/// at the relu's fused parallel loop, vectorized inner loops.
+pub(crate) fn conv_and_sketch() -> (Dag, Vec<Step>) {
+    let dag = conv_dag(8);
     let sketch = r#"[["CI", 5], ["SP", 3, 0, 1, [1, 1, 1], 1], ["SP", 3, 4, 8, [1, 2, 2], 1], ["SP", 3, 8, 8, [2, 1, 2], 1],
  ["SP", 3, 12, 16, [2, 2, 4], 1], ["SP", 3, 16, 3, [3], 1], ["SP", 3, 18, 3, [1], 1], ["SP", 3, 20, 8, [4], 1],
  ["RE", 3, [0, 4, 8, 12, 1, 5, 9, 13, 16, 18, 20, 2, 6, 10, 14, 17, 19, 21, 3, 7, 11, 15]],
@@ -261,23 +265,8 @@ fn widening_moves_fill_the_hosts_vector() {
 
 /// The conv sketch on a 14-column image (the column split [7, 1, 2]).
 fn conv_14_columns() -> (Dag, Space) {
-    let (_, steps) = conv_and_sketch();
-    let spec = WorkloadSpec::new(
-        Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
-        vec![
-            EpilogueOp::Add {
-                operand_first: false,
-            },
-            EpilogueOp::Relu,
-        ],
-    );
-    let dag = spec
-        .build(
-            Era::V010,
-            &[vec![1, 8, 14, 8], vec![3, 3, 8, 16], vec![1, 1, 1, 16]],
-        )
-        .unwrap();
-    let mut steps = steps;
+    let (_, mut steps) = conv_and_sketch();
+    let dag = conv_dag(14);
     assert_eq!(steps[3].to_string(), r#"["SP", 3, 8, 8, [2, 1, 2], 1]"#);
     if let Step::Split(sp) = &mut steps[3] {
         sp.extent = 14;
