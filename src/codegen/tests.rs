@@ -345,7 +345,7 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
     );
     let c = check(&k, 1);
     assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
-    // Lane-varying `if` → scalarized.
+    // Lane-varying `if`: vectorized, the store masked.
     let k = Kernel::new(
         "guard_if",
         vec![
@@ -364,7 +364,83 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
         ),
     );
     let c = check(&k, 1);
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+    // An `if` reading a buffer the body writes → scalarized.
+    let k = Kernel::new(
+        "guard_written",
+        vec![f32b("O", &[16], BufferRole::Output)],
+        Stmt::loop_(
+            "j",
+            16,
+            ForKind::Vectorized,
+            Stmt::if_(
+                Expr::lt(Expr::load("O", vec![i(0)]), Expr::f32(0.5)),
+                Stmt::store("O", vec![v("j")], Expr::f32(1.0)),
+                None,
+            ),
+        ),
+    );
+    let c = check(&k, 1);
     assert_eq!(c.stats.scalarized_loops, 1);
+}
+
+/// The guard of a split that does not divide its loop, with the split's inner loop fused into
+/// the vector (14 columns in tiles of 4, fused with a 4-lane channel block, as a Droplet
+/// candidate makes them): in the last tile only half the lanes are in range. The body is one
+/// masked vector body per tile: masked contiguous store and load (`O`), span load under a
+/// span mask (`D`: each column read by 4 lanes; `S`: stride 2), a masked gather of a long
+/// span (`G`), and a nested lane-varying `if`/`else` whose condition loads a buffer (`K`).
+/// The outputs have two rows past the guard, which the interpreter never writes: a lane
+/// stored outside its mask shows as a mismatch.
+#[test]
+fn lane_varying_guards_are_masked_vector_bodies() {
+    let col = || Expr::add(Expr::mul(v("xo"), i(4)), Expr::floordiv(v("f"), i(4)));
+    let oc = || Expr::floormod(v("f"), i(4));
+    let value = Expr::add(
+        Expr::add(
+            Expr::mul(Expr::load("D", vec![col()]), Expr::load("W", vec![oc()])),
+            Expr::load("S", vec![Expr::add(Expr::mul(col(), i(2)), oc())]),
+        ),
+        Expr::load("G", vec![Expr::add(Expr::mul(col(), i(16)), oc())]),
+    );
+    let acc = Expr::add(Expr::load("O", vec![col(), oc()]), value);
+    let body = Stmt::if_(
+        Expr::lt(col(), i(14)),
+        Stmt::seq(vec![
+            Stmt::store("O", vec![col(), oc()], acc),
+            Stmt::if_(
+                Expr::lt(Expr::load("K", vec![col()]), Expr::f32(0.0)),
+                Stmt::store("T", vec![col(), oc()], Expr::f32(1.0)),
+                Some(Stmt::store(
+                    "T",
+                    vec![col(), oc()],
+                    Expr::load("D", vec![col()]),
+                )),
+            ),
+        ]),
+        None,
+    );
+    let k = Kernel::new(
+        "masked_tiles",
+        vec![
+            f32b("D", &[14], BufferRole::Input),
+            f32b("K", &[14], BufferRole::Input),
+            f32b("W", &[4], BufferRole::Input),
+            f32b("S", &[13 * 2 + 4], BufferRole::Input),
+            f32b("G", &[13 * 16 + 4], BufferRole::Input),
+            f32b("O", &[16, 4], BufferRole::Output),
+            f32b("T", &[16, 4], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "xo",
+            4,
+            ForKind::Serial,
+            Stmt::loop_("f", 16, ForKind::Vectorized, body),
+        ),
+    );
+    let c = check(&k, 1);
+    assert_eq!(c.stats.scalarized_loops, 0);
+    assert!(c.stats.vector_loops >= 1);
 }
 
 /// Parallel loop nested in a serial loop, with small and large per-iteration temporaries.

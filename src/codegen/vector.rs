@@ -2,15 +2,18 @@
 //!
 //! A loop with constant extent L (2..=64) is emitted as one L-lane vector body when it is
 //! provably lane-independent, else it is scalarized into a serial loop (as TVM does):
-//! * the body contains only stores, sequences, attributes and `if`s whose condition does not
-//!   depend on the loop variable and reads no buffer written in the body;
+//! * the body contains only stores, sequences, attributes and `if`s whose condition reads no
+//!   buffer written in the body;
 //! * every written buffer is accessed (loads and stores) with one single flattened index whose
 //!   coefficient in the loop variable is a non-zero constant, or indices whose difference is a
 //!   constant no lane difference can produce (each lane owns its elements).
 //!
-//! Selects whose arms contain loads are evaluated with the arm's lanes masked (masked
-//! load/gather, no `inbounds` on their addresses), since those loads may only be valid under the
-//! condition; a uniform condition branches instead.
+//! Selects whose arms contain loads, and `if`s, are evaluated with the arm's lanes masked
+//! (masked load/store, gather/scatter, no `inbounds` on their addresses), since those accesses
+//! may only be valid under the condition; a uniform condition branches instead. TVM scalarizes
+//! a loop with a lane-varying `if`; the guard of a split that does not divide its loop is one
+//! when the split's inner loop is fused into the vector, and a scalarized loop there ran 20-30x
+//! slower than its masked body.
 //!
 //! Accesses: stride 0 → scalar load + broadcast, stride 1 → vector load/store, other constant
 //! stride → gather/scatter with a `base + c·iota` address vector, non-affine → gather with a
@@ -70,7 +73,7 @@ impl<'c> Tr<'c, '_> {
             }
         }
         let written: Vec<&str> = stores.iter().map(|(b, _)| b.as_str()).collect();
-        self.conds_ok(body, var, &written)
+        self.conds_ok(body, &written)
     }
 
     /// Every chunk base of a vectorized loop from `min` over `e` iterations is a multiple of
@@ -121,19 +124,16 @@ impl<'c> Tr<'c, '_> {
         }
     }
 
-    fn conds_ok(&self, s: &Stmt, var: &str, written: &[&str]) -> bool {
+    fn conds_ok(&self, s: &Stmt, written: &[&str]) -> bool {
         match s {
-            Stmt::Seq(v) => v.iter().all(|s| self.conds_ok(s, var, written)),
-            Stmt::Attr { body, .. } => self.conds_ok(body, var, written),
+            Stmt::Seq(v) => v.iter().all(|s| self.conds_ok(s, written)),
+            Stmt::Attr { body, .. } => self.conds_ok(body, written),
             Stmt::IfThenElse { cond, then_, else_ } => {
                 let mut reads_written = false;
                 visit_loads(cond, &mut |b, _| reads_written |= written.contains(&b));
-                !cond.uses_var(var)
-                    && !reads_written
-                    && self.conds_ok(then_, var, written)
-                    && else_
-                        .as_ref()
-                        .is_none_or(|e| self.conds_ok(e, var, written))
+                !reads_written
+                    && self.conds_ok(then_, written)
+                    && else_.as_ref().is_none_or(|e| self.conds_ok(e, written))
             }
             _ => true,
         }
@@ -221,15 +221,41 @@ impl<'c> Tr<'c, '_> {
             Stmt::Seq(v) => v.iter().try_for_each(|s| self.vstmt(s)),
             Stmt::Attr { body, .. } => self.vstmt(body),
             Stmt::IfThenElse { cond, then_, else_ } => {
-                let c = self.expr(cond)?; // uniform by legality
-                self.branch(c, then_, else_.as_deref(), "v", Self::vstmt)
+                let (var, mask) = {
+                    let v = self.vec.as_ref().expect("vector context");
+                    (v.var.clone(), v.mask)
+                };
+                // A load in the condition may only be valid in the active lanes.
+                if !cond.uses_var(&var) && (mask.is_none() || !cond.has_load()) {
+                    let c = self.expr(cond)?;
+                    return self.branch(c, then_, else_.as_deref(), "v", Self::vstmt);
+                }
+                // Lane-varying: each arm runs with its lanes masked.
+                let c = self.vexpr(cond)?;
+                let c = self.widen(c);
+                let not_c = self.b.not(c);
+                let (mt, mf) = match mask {
+                    Some(m) => (self.b.and(m, c), self.b.and(m, not_c)),
+                    None => (c, not_c),
+                };
+                self.vec.as_mut().unwrap().mask = Some(mt);
+                let r = self.vstmt(then_);
+                if let (Ok(()), Some(e)) = (&r, else_) {
+                    self.vec.as_mut().unwrap().mask = Some(mf);
+                    let r = self.vstmt(e);
+                    self.vec.as_mut().unwrap().mask = mask;
+                    return r;
+                }
+                self.vec.as_mut().unwrap().mask = mask;
+                r
             }
             Stmt::Store { buf, index, value } => {
                 let v = self.vexpr(value)?;
                 let v = self.widen(v);
                 let dt = self.buf(buf).decl.dtype;
+                let mask = self.vec.as_ref().and_then(|v| v.mask);
                 match self.vaddress(buf, index)? {
-                    Addr::Contiguous(p) => self.b.store(v, p, dt.bytes() as u32),
+                    Addr::Contiguous(p) => self.store(v, p, dt.bytes(), mask)?,
                     Addr::Lanes { index, offs } => {
                         // Distinct offsets (legality); a permutation of a range is one
                         // shuffle and one store, anything else a scatter.
@@ -244,14 +270,15 @@ impl<'c> Tr<'c, '_> {
                             }
                             let perm = self.shuffle_mask(&inverse);
                             let v = self.b.shuffle(v, v.ty().poison(), perm);
+                            let mask = mask.map(|m| self.b.shuffle(m, m.ty().poison(), perm));
                             let p = self.lane_ptr(buf, index, lo);
-                            self.b.store(v, p, dt.bytes() as u32);
+                            self.store(v, p, dt.bytes(), mask)?;
                         } else {
                             let ptrs = self.lane_ptrs(buf, index, &offs);
-                            self.scatter(v, ptrs, dt.bytes())?;
+                            self.scatter(v, ptrs, dt.bytes(), mask)?;
                         }
                     }
-                    Addr::Gather(ptrs) => self.scatter(v, ptrs, dt.bytes())?,
+                    Addr::Gather(ptrs) => self.scatter(v, ptrs, dt.bytes(), mask)?,
                     Addr::Uniform(_) => return Err("uniform store in vector loop".into()),
                 }
                 Ok(())
@@ -276,15 +303,70 @@ impl<'c> Tr<'c, '_> {
         Ok(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
     }
 
-    fn scatter(&mut self, v: Value<'c>, ptrs: Value<'c>, bytes: usize) -> Result<(), String> {
+    /// Store `v` at `p` (inactive lanes of `mask` are not written).
+    fn store(
+        &mut self,
+        v: Value<'c>,
+        p: Value<'c>,
+        bytes: usize,
+        mask: Option<Value<'c>>,
+    ) -> Result<(), String> {
+        let Some(m) = mask else {
+            self.b.store(v, p, bytes as u32);
+            return Ok(());
+        };
+        let f = self
+            .m
+            .intrinsic("llvm.masked.store", &[v.ty(), p.ty()])
+            .ok_or("masked.store")?;
+        let align = self.cx.i32().const_int(bytes as i64);
+        self.b.call_fn(f, &[v, p, align, m]);
+        Ok(())
+    }
+
+    fn scatter(
+        &mut self,
+        v: Value<'c>,
+        ptrs: Value<'c>,
+        bytes: usize,
+        mask: Option<Value<'c>>,
+    ) -> Result<(), String> {
         let f = self
             .m
             .intrinsic("llvm.masked.scatter", &[v.ty(), ptrs.ty()])
             .ok_or("masked.scatter")?;
-        let mask = self.all_true();
+        let mask = mask.unwrap_or_else(|| self.all_true());
         let align = self.cx.i32().const_int(bytes as i64);
         self.b.call_fn(f, &[v, ptrs, align, mask]);
         Ok(())
+    }
+
+    /// The mask over a span of `span` elements from `lo` in which element j is active when an
+    /// active lane of `mask` reads it (lane l reads `offs[l]`): one shuffle of the mask per
+    /// lane reading the same element, or-ed.
+    fn span_mask(&mut self, mask: Value<'c>, offs: &[i64], lo: i64, span: usize) -> Value<'c> {
+        let lanes = offs.len() as u32;
+        let mut readers: Vec<Vec<u32>> = vec![Vec::new(); span];
+        for (l, &o) in offs.iter().enumerate() {
+            readers[(o - lo) as usize].push(l as u32);
+        }
+        let most = readers.iter().map(Vec::len).max().unwrap_or(0);
+        let off = Value::const_vector(&vec![self.cx.i1().const_int(0); lanes as usize]);
+        let mut acc: Option<Value<'c>> = None;
+        for k in 0..most {
+            // Index `lanes` picks the first (inactive) lane of `off`.
+            let pick: Vec<u32> = readers
+                .iter()
+                .map(|r| r.get(k).copied().unwrap_or(lanes))
+                .collect();
+            let pick = self.shuffle_mask(&pick);
+            let m = self.b.shuffle(mask, off, pick);
+            acc = Some(match acc {
+                None => m,
+                Some(a) => self.b.or(a, m),
+            });
+        }
+        acc.expect("at least one lane")
     }
 
     fn shuffle_mask(&self, lanes: &[u32]) -> Value<'c> {
@@ -297,7 +379,17 @@ impl<'c> Tr<'c, '_> {
     fn lane_ptr(&mut self, buf: &str, index: Value<'c>, off: i64) -> Value<'c> {
         let et = self.scalar_ty(self.buf(buf).decl.dtype);
         let i = self.b.add(index, self.cx.i64().const_int(off));
-        self.b.gep(et, self.buf(buf).ptr, i)
+        self.gep_lanes(et, buf, i)
+    }
+
+    /// A GEP into `buf`; under a mask an inactive lane's index may be out of range, so it is
+    /// not `inbounds`.
+    fn gep_lanes(&self, et: Type<'c>, buf: &str, i: Value<'c>) -> Value<'c> {
+        if self.vec.as_ref().is_some_and(|v| v.mask.is_some()) {
+            self.b.gep_plain(et, self.buf(buf).ptr, i)
+        } else {
+            self.b.gep(et, self.buf(buf).ptr, i)
+        }
     }
 
     /// `&buf[index + offs[l]]` for every lane.
@@ -309,7 +401,7 @@ impl<'c> Tr<'c, '_> {
             self.splat(index, offs.len() as u32),
             Value::const_vector(&o),
         );
-        self.b.gep(et, self.buf(buf).ptr, idx)
+        self.gep_lanes(et, buf, idx)
     }
 
     fn all_true(&self) -> Value<'c> {
@@ -360,7 +452,8 @@ impl<'c> Tr<'c, '_> {
             }
             None => {
                 let align = self.vec.as_ref().map_or(1, |v| v.align);
-                let offs = (!masked)
+                // (A load in the index is evaluated lane-wise under a mask.)
+                let offs = (!masked || !flat.has_load())
                     .then(|| lane_offsets(&flat, &var, lanes as i64, align))
                     .flatten();
                 if let Some(offs) = offs {
@@ -398,21 +491,32 @@ impl<'c> Tr<'c, '_> {
                 match (addr, mask) {
                     (Addr::Uniform(p), None) => VV::U(self.b.load(st, p, dt.bytes() as u32)),
                     (Addr::Contiguous(p), None) => VV::V(self.b.load(vt, p, dt.bytes() as u32)),
-                    (Addr::Lanes { index, offs }, _) => {
-                        // Only outside masks ([`Tr::vaddress`]): every element between two
-                        // lanes' elements is in the buffer, so a short span is one load and
-                        // one shuffle; a long one a gather.
-                        let (lo, hi) = (offs.iter().min().unwrap(), offs.iter().max().unwrap());
+                    (Addr::Lanes { index, offs }, m) => {
+                        // Every element between two lanes' elements is in the buffer, so a
+                        // short span is one load and one shuffle (under a mask, only the
+                        // elements an active lane reads); a long one a gather.
+                        let (lo, hi) = (*offs.iter().min().unwrap(), *offs.iter().max().unwrap());
                         let span = hi - lo + 1;
                         if span <= 2 * lanes as i64 {
-                            let p = self.lane_ptr(buf, index, *lo);
-                            let v = self.b.load(st.vector(span as u32), p, dt.bytes() as u32);
+                            let p = self.lane_ptr(buf, index, lo);
+                            let svt = st.vector(span as u32);
+                            let v = match m {
+                                None => self.b.load(svt, p, dt.bytes() as u32),
+                                Some(m) => {
+                                    let sm = self.span_mask(m, &offs, lo, span as usize);
+                                    let f = self
+                                        .m
+                                        .intrinsic("llvm.masked.load", &[svt, p.ty()])
+                                        .ok_or("masked.load")?;
+                                    self.b.call_fn(f, &[p, align, sm, svt.poison()])
+                                }
+                            };
                             let pick: Vec<u32> = offs.iter().map(|&o| (o - lo) as u32).collect();
                             let pick = self.shuffle_mask(&pick);
                             VV::V(self.b.shuffle(v, v.ty().poison(), pick))
                         } else {
                             let ptrs = self.lane_ptrs(buf, index, &offs);
-                            VV::V(self.gather(vt, ptrs, align, None)?)
+                            VV::V(self.gather(vt, ptrs, align, m)?)
                         }
                     }
                     (Addr::Contiguous(p), Some(m)) => {
