@@ -63,6 +63,8 @@ pub struct DropletOptions {
     /// Around each incumbent whose vectorized loop is narrower than this host's vector, up
     /// to this many of [`Space::widening_moves`] are measured first (0: none).
     pub widen: usize,
+    /// Widening moves change split lengths only to lengths that divide their loop.
+    pub widen_exact: bool,
 }
 
 impl Default for DropletOptions {
@@ -79,6 +81,7 @@ impl Default for DropletOptions {
             ranked_pool: 4,
             combine: true,
             widen: 2,
+            widen_exact: true,
         }
     }
 }
@@ -295,13 +298,14 @@ struct Frontier {
     rng: u64,
     tile_moves: bool,
     widen: usize,
+    widen_exact: bool,
     /// Combinations of the last batch's improvements ([`combinations`]) and widening moves
     /// ([`Space::widening_moves`]), measured first.
     urgent: Vec<Point>,
 }
 
 impl Frontier {
-    fn new(space: &Space, seed: u64, tile_moves: bool, widen: usize) -> Frontier {
+    fn new(space: &Space, opts: &DropletOptions) -> Frontier {
         let sizes = space.sizes();
         let mut fr = Frontier {
             max_f: sizes.iter().copied().max().unwrap_or(1),
@@ -309,9 +313,10 @@ impl Frontier {
             pending: VecDeque::new(),
             f: 1,
             sizes,
-            rng: seed | 1,
-            tile_moves,
-            widen,
+            rng: opts.seed | 1,
+            tile_moves: opts.tile_moves,
+            widen: opts.widen,
+            widen_exact: opts.widen_exact,
             urgent: Vec::new(),
         };
         fr.recenter(space.start.clone(), space);
@@ -328,7 +333,7 @@ impl Frontier {
         };
         self.pending = neighbours(&center, 1, &self.sizes, extra, &mut self.rng).into();
         self.urgent = if self.widen > 0 {
-            space.widening_moves(&center, self.widen)
+            space.widening_moves(&center, self.widen, self.widen_exact)
         } else {
             vec![]
         };
@@ -532,7 +537,7 @@ pub fn refine_with(
         start_samples,
     );
     let mut visited: HashSet<Point> = HashSet::from([space.start.clone()]);
-    let mut frontier = Frontier::new(space, opts.seed, opts.tile_moves, opts.widen);
+    let mut frontier = Frontier::new(space, opts);
     let (mut trials, mut invalid, mut batches, mut idle) = (Vec::new(), 0, 0, 0);
     let stop = loop {
         if observer.interrupted() {
