@@ -30,9 +30,9 @@
 //!
 //! `TTDB_DROPLET_VS="continue=0"`: also refine each task with these settings
 //! changed (keys `slack`, `continue`, `model`, `tile_moves`, `trials`, `pool` (ranked pool
-//! factor), `starts` (descents at most), `combine`, `widen`, `exact` (widening to exact
-//! tiles only); each variant with its own cold model), as **A'**, timed side by side with
-//! the others; the summary adds A' >= B and geomean A'/A (above 1: A is faster).
+//! factor), `starts` (descents at most), `combine`, `widen`; each variant with its
+//! own cold model), as **A'**, timed side by side with the others; the summary adds A' >= B
+//! and geomean A'/A (above 1: A is faster).
 // The allocator of the ttdb binary (kernel builds are allocation-heavy).
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -99,10 +99,9 @@ fn set_option(o: &mut RefineOptions, key: &str, value: &str) {
         "starts" => o.restarts.max_starts = value.parse().expect("starts: a count"),
         "combine" => o.droplet.combine = on,
         "widen" => o.droplet.widen = value.parse().expect("widen: a count"),
-        "exact" => o.droplet.widen_exact = on,
         _ => panic!(
             "unknown Droplet setting `{key}` (tile_moves, model, continue, slack, trials, \
-             pool, starts, combine, widen, exact)"
+             pool, starts, combine, widen)"
         ),
     }
 }
@@ -111,16 +110,14 @@ fn describe(o: &RefineOptions) -> String {
     format!(
         "{} trials, tile-size moves {}, neighbours ranked by a cost model {} (one cold model \
          per network, learning from every trial), starts within {}x of the fastest, \
-         continuation from the best {}, combined improvements {}, widening moves {} (exact \
-         tiles only {})",
+         continuation from the best {}, combined improvements {}, widening moves {}",
         o.droplet.max_trials,
         o.droplet.tile_moves,
         o.rank_by_model,
         o.restarts.start_slack,
         o.restarts.continue_best,
         o.droplet.combine,
-        o.droplet.widen,
-        o.droplet.widen_exact
+        o.droplet.widen
     )
 }
 

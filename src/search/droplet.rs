@@ -63,8 +63,6 @@ pub struct DropletOptions {
     /// Around each incumbent whose vectorized loop is narrower than this host's vector, up
     /// to this many of [`Space::widening_moves`] are measured first (0: none).
     pub widen: usize,
-    /// Widening moves change split lengths only to lengths that divide their loop.
-    pub widen_exact: bool,
 }
 
 impl Default for DropletOptions {
@@ -81,7 +79,6 @@ impl Default for DropletOptions {
             ranked_pool: 4,
             combine: true,
             widen: 2,
-            widen_exact: true,
         }
     }
 }
@@ -298,7 +295,6 @@ struct Frontier {
     rng: u64,
     tile_moves: bool,
     widen: usize,
-    widen_exact: bool,
     /// Combinations of the last batch's improvements ([`combinations`]) and widening moves
     /// ([`Space::widening_moves`]), measured first.
     urgent: Vec<Point>,
@@ -316,7 +312,6 @@ impl Frontier {
             rng: opts.seed | 1,
             tile_moves: opts.tile_moves,
             widen: opts.widen,
-            widen_exact: opts.widen_exact,
             urgent: Vec::new(),
         };
         fr.recenter(space.start.clone(), space);
@@ -333,7 +328,7 @@ impl Frontier {
         };
         self.pending = neighbours(&center, 1, &self.sizes, extra, &mut self.rng).into();
         self.urgent = if self.widen > 0 {
-            space.widening_moves(&center, self.widen, self.widen_exact)
+            space.widening_moves(&center, self.widen)
         } else {
             vec![]
         };
