@@ -233,18 +233,12 @@ impl<'c> Tr<'c, '_> {
                 // Lane-varying: each arm runs with its lanes masked.
                 let c = self.vexpr(cond)?;
                 let c = self.widen(c);
-                let not_c = self.b.not(c);
-                let (mt, mf) = match mask {
-                    Some(m) => (self.b.and(m, c), self.b.and(m, not_c)),
-                    None => (c, not_c),
-                };
+                let (mt, mf) = self.arm_masks(c, mask);
                 self.vec.as_mut().unwrap().mask = Some(mt);
-                let r = self.vstmt(then_);
+                let mut r = self.vstmt(then_);
                 if let (Ok(()), Some(e)) = (&r, else_) {
                     self.vec.as_mut().unwrap().mask = Some(mf);
-                    let r = self.vstmt(e);
-                    self.vec.as_mut().unwrap().mask = mask;
-                    return r;
+                    r = self.vstmt(e);
                 }
                 self.vec.as_mut().unwrap().mask = mask;
                 r
@@ -301,6 +295,30 @@ impl<'c> Tr<'c, '_> {
             .ok_or("masked.gather")?;
         let m = mask.unwrap_or_else(|| self.all_true());
         Ok(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
+    }
+
+    /// The active lanes of the arms of a lane-varying condition `c` under `mask`: (then, else).
+    fn arm_masks(&self, c: Value<'c>, mask: Option<Value<'c>>) -> (Value<'c>, Value<'c>) {
+        let not_c = self.b.not(c);
+        match mask {
+            Some(m) => (self.b.and(m, c), self.b.and(m, not_c)),
+            None => (c, not_c),
+        }
+    }
+
+    /// A `vt` from `p` (inactive lanes of `mask` are not read).
+    fn masked_load(
+        &mut self,
+        vt: Type<'c>,
+        p: Value<'c>,
+        align: Value<'c>,
+        mask: Value<'c>,
+    ) -> Result<Value<'c>, String> {
+        let f = self
+            .m
+            .intrinsic("llvm.masked.load", &[vt, p.ty()])
+            .ok_or("masked.load")?;
+        Ok(self.b.call_fn(f, &[p, align, mask, vt.poison()]))
     }
 
     /// Store `v` at `p` (inactive lanes of `mask` are not written).
@@ -415,19 +433,12 @@ impl<'c> Tr<'c, '_> {
             (v.var.clone(), v.lanes)
         };
         let flat = self.flat_index(buf, index);
-        let base_ptr = self.buf(buf).ptr;
         let et = self.scalar_ty(self.buf(buf).decl.dtype);
         let i64t = self.cx.i64();
         let masked = self.vec.as_ref().is_some_and(|v| v.mask.is_some());
-        // Under a mask, indices may be out of range in inactive lanes: no `inbounds`, and
-        // loads inside the index are evaluated lane-wise (masked) too.
-        let gep = |t: &Self, i: Value<'c>| {
-            if masked {
-                t.b.gep_plain(et, base_ptr, i)
-            } else {
-                t.b.gep(et, base_ptr, i)
-            }
-        };
+        // Under a mask, indices may be out of range in inactive lanes: no `inbounds`
+        // ([`Tr::gep_lanes`]), and loads inside the index are evaluated lane-wise (masked) too.
+        let gep = |t: &Self, i: Value<'c>| t.gep_lanes(et, buf, i);
         let coeff = if masked && flat.has_load() {
             None
         } else {
@@ -504,11 +515,7 @@ impl<'c> Tr<'c, '_> {
                                 None => self.b.load(svt, p, dt.bytes() as u32),
                                 Some(m) => {
                                     let sm = self.span_mask(m, &offs, lo, span as usize);
-                                    let f = self
-                                        .m
-                                        .intrinsic("llvm.masked.load", &[svt, p.ty()])
-                                        .ok_or("masked.load")?;
-                                    self.b.call_fn(f, &[p, align, sm, svt.poison()])
+                                    self.masked_load(svt, p, align, sm)?
                                 }
                             };
                             let pick: Vec<u32> = offs.iter().map(|&o| (o - lo) as u32).collect();
@@ -519,13 +526,7 @@ impl<'c> Tr<'c, '_> {
                             VV::V(self.gather(vt, ptrs, align, m)?)
                         }
                     }
-                    (Addr::Contiguous(p), Some(m)) => {
-                        let f = self
-                            .m
-                            .intrinsic("llvm.masked.load", &[vt, p.ty()])
-                            .ok_or("masked.load")?;
-                        VV::V(self.b.call_fn(f, &[p, align, m, vt.poison()]))
-                    }
+                    (Addr::Contiguous(p), Some(m)) => VV::V(self.masked_load(vt, p, align, m)?),
                     (Addr::Uniform(p), m) | (Addr::Gather(p), m) => {
                         let ptrs = if p.ty() == self.cx.ptr() {
                             self.splat(p, lanes)
@@ -605,11 +606,7 @@ impl<'c> Tr<'c, '_> {
                 // Lane-varying condition guarding loads: evaluate each arm with its lanes masked.
                 let cv = self.vexpr(c)?;
                 let cv = self.widen(cv);
-                let not_c = self.b.not(cv);
-                let (mt, mf) = match mask {
-                    Some(m) => (self.b.and(m, cv), self.b.and(m, not_c)),
-                    None => (cv, not_c),
-                };
+                let (mt, mf) = self.arm_masks(cv, mask);
                 self.vec.as_mut().unwrap().mask = Some(mt);
                 let tv = self.vexpr(t);
                 self.vec.as_mut().unwrap().mask = Some(mf);
