@@ -433,3 +433,5 @@ fn compile_prepared(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vector_tests;
