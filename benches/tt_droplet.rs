@@ -50,8 +50,7 @@ fn main() {
     // As the logs' own extraction: NCHWc with TopHub's blocking, 4 lanes (no -mcpu).
     let extract = onnx::Options {
         lanes: 4,
-        tophub: onnx::tophub::default_path()
-            .map(|p| std::sync::Arc::new(onnx::TopHub::load(&p).unwrap())),
+        tophub: Some(std::sync::Arc::new(onnx::TopHub::builtin())),
         ..onnx::Options::default()
     };
     let m = match_layouts(

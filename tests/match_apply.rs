@@ -22,7 +22,7 @@ fn store_with(logs: &[&str]) -> Store {
 /// NCHWc kernels as tvm_ansor_bench extracted them (no -mcpu: 4 lanes, TopHub blocking).
 fn model_match(store: &Store, model: &Path) -> ModelMatch {
     let tophub =
-        onnx::tophub::default_path().map(|p| std::sync::Arc::new(onnx::TopHub::load(&p).unwrap()));
+        Some(std::sync::Arc::new(onnx::TopHub::builtin()));
     let opts = Options {
         layout: LayoutMode::Nchwc,
         lanes: 4,

@@ -29,6 +29,7 @@ pub mod relay;
 pub mod scale_fold;
 pub mod shape;
 pub mod tophub;
+mod tophub_table;
 pub mod window;
 pub mod writer;
 
@@ -69,12 +70,9 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Uses the TopHub log at its default location (`../shared/corpus/tophub/llvm_v0.04.log`)
-    /// when it exists.
+    /// Uses the TopHub table built into ttdb ([`TopHub::builtin`]).
     pub fn with_default_tophub(mut self) -> Result<Options> {
-        if let Some(p) = tophub::default_path() {
-            self.tophub = Some(Arc::new(TopHub::load(&p).map_err(OnnxError::Layout)?));
-        }
+        self.tophub = Some(Arc::new(TopHub::builtin()));
         Ok(self)
     }
 }
