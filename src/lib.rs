@@ -3,8 +3,8 @@
 //! The data flows one way; each module uses only the modules listed before it
 //! (`tests/layering.rs` checks this on the source):
 //!
-//! 1. `ansor` (record format), `signature` (normalized workload identity), then `host`
-//!    (what a measurement ran on): leaves;
+//! 1. `ansor` (record format), `signature` (normalized workload identity), `atomic_file`
+//!    (outputs written whole or not at all), then `host` (what a measurement ran on): leaves;
 //! 2. `ir` (tensor expressions, compute DAGs, PrintDAG md5) and `ops` (TOPI-faithful op
 //!    builders): the algorithm;
 //! 3. `schedule` (state-level replay of the steps, re-targeting): the schedule;
@@ -22,6 +22,7 @@
 //! 9. `cli` (parses, calls one library function, renders).
 
 pub mod ansor;
+pub mod atomic_file;
 pub mod bundle;
 pub mod cli;
 pub mod codegen;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Modules in data-flow order. Modules on one line are independent of each other.
 const LAYERS: &[&[&str]] = &[
-    &["ansor", "signature"],
+    &["ansor", "signature", "atomic_file"],
     &["host"],
     &["ir"],
     &["ops"],

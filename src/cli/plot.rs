@@ -16,7 +16,8 @@ const LINE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 /// has a time (model ms NaN) are left out; the best-so-far is drawn as steps.
 pub fn write_tune_plot(path: &Path, title: &str, curve: &[CurvePoint]) -> Result<(), String> {
     let svg = render(title, curve).map_err(|e| format!("{}: cannot draw the plot: {e}", path.display()))?;
-    std::fs::write(path, svg).map_err(|e| format!("{}: cannot write the plot: {e}", path.display()))
+    crate::atomic_file::write(path, svg.as_bytes())
+        .map_err(|e| format!("{}: cannot write the plot: {e}", path.display()))
 }
 
 fn render(title: &str, curve: &[CurvePoint]) -> Result<String, Box<dyn std::error::Error>> {

@@ -55,7 +55,7 @@ pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> Strin
 }
 
 fn write_curve(path: &Path, r: &ModelTuneReport) -> std::io::Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut f = crate::atomic_file::AtomicFile::create(path)?;
     writeln!(f, "trial,wall_s,kernel,kernel_name,kernel_best_ms,model_ms")?;
     for p in &r.curve {
         let name = r
@@ -70,7 +70,7 @@ fn write_curve(path: &Path, r: &ModelTuneReport) -> std::io::Result<()> {
             p.trial, p.wall_s, p.kernel, name, p.kernel_best_ms, p.model_ms
         )?;
     }
-    f.flush()
+    f.commit()
 }
 
 struct Bar(Option<indicatif::ProgressBar>);
