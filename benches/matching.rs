@@ -25,7 +25,7 @@ fn main() {
         let (_, keys) = common::write_log(&log, n, 16);
         let mut store = Store::open(&db).unwrap();
         let corpus = root.join("../shared/corpus/ansor");
-        for f in ttdb::store::import::collect_files(&[corpus]).unwrap() {
+        for f in ttdb::bundle::inputs::collect(&[corpus]).files.into_iter().map(|f| f.path) {
             import_file(&mut store, &f, &|_| {}).unwrap();
         }
         let t = Instant::now();

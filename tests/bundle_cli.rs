@@ -367,8 +367,11 @@ fn two_imports_and_a_match_run_at_once() {
     let model = corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
     for round in 0..3 {
         let db = dir.path().join(format!("shared{round}.db"));
-        // Created first, so the three processes race on imports, not on migrations.
-        let (code, _, _) = ttdb_on(&db, &["stats"]);
+        // Created first (by importing an empty log: reading commands create nothing), so
+        // the three processes race on imports, not on migrations.
+        let empty = dir.path().join("empty.json");
+        std::fs::write(&empty, "").unwrap();
+        let (code, _, _) = ttdb_on(&db, &["import", &p(&empty)]);
         assert_eq!(code, 0);
         let spawn = |args: Vec<String>| {
             std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))

@@ -489,20 +489,33 @@ fn deep_nesting_is_refused_in_manifest_meta_and_record_lines() {
 
 #[test]
 fn a_decompression_bomb_stops_at_the_cap() {
-    // 256 MiB of newlines compress to a few KB.
-    let newlines = std::io::Read::take(std::io::repeat(b'\n'), 256 * MB as u64);
-    let bomb = zstd::stream::encode_all(newlines, 19).unwrap();
-    assert!(bomb.len() < 64 << 10, "{} bytes", bomb.len());
+    // 256 MiB of newlines, of line-free bytes, each after a header, compress to a few KB.
+    // The text streams through the checks a line at a time: each bomb is refused at its
+    // first bad line, after at most one line of it was held.
+    use std::io::Read;
+    let bomb = |head: &str, byte: u8| {
+        let text = std::io::Cursor::new(head.as_bytes().to_vec())
+            .chain(std::io::repeat(byte).take(256 * MB as u64));
+        let z = zstd::stream::encode_all(text, 19).unwrap();
+        assert!(z.len() < 64 << 10, "{} bytes", z.len());
+        z
+    };
     let limits = Limits {
-        max_bytes: MB as u64,
+        max_bytes: 512 * MB as u64,
         ..small()
     };
-    // The decompressed text grows to the cap and no further (a Vec may double past it).
+    refused(&bomb("", b'\n'), &limits, "not a ttdb bundle", MB);
     refused(
-        &bomb,
+        &bomb("# ttdb-bundle 1\n", b'\n'),
         &limits,
-        "decompressed text is over the limit of 1048576 bytes (a decompression bomb?)",
-        3 * MB,
+        "line 2: expected the `# manifest` line",
+        MB,
+    );
+    refused(
+        &bomb("# ttdb-bundle 1\n", b'x'),
+        &limits,
+        "line 2: a line over the limit of 16384 bytes",
+        MB,
     );
 
     // A real bundle whose text is one byte over the cap, and exactly at it.

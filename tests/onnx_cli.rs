@@ -138,6 +138,16 @@ fn match_explains_untunable_kernels() {
     );
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("empty.db");
+    // An empty database (reading commands create none).
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let (code, _, err) = ttdb(&[
+        "--db",
+        db.to_str().unwrap(),
+        "import",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
     let args = |extra: &[&'static str]| {
         let mut a = vec![
             "--db",

@@ -76,10 +76,16 @@ fn push_int(out: &mut String, i: i64) {
 /// Floats as TVM writes them (C++ `ostream << double`, i.e. `%g` with precision 6:
 /// `0.000576575`, `2.521e-06`, `1e+10`, `15`), except that the precision grows to the
 /// shortest digit count that parses back to the same f64, so nothing is lost.
-/// JSON has no NaN/infinity: those are written as TVM's failure cost `1e+10`.
+/// JSON has no NaN or infinity: those are written as Python's `json` writes them (`NaN`,
+/// `Infinity`, `-Infinity`), which the record reader takes back in costs (and only there:
+/// such a record is a failed measurement).
 pub fn push_float(out: &mut String, x: f64) {
-    if !x.is_finite() {
-        out.push_str("1e+10");
+    if x.is_nan() {
+        out.push_str("NaN");
+        return;
+    }
+    if x.is_infinite() {
+        out.push_str(if x > 0.0 { "Infinity" } else { "-Infinity" });
         return;
     }
     if x == 0.0 {

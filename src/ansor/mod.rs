@@ -14,5 +14,5 @@ pub mod step;
 
 pub use key::{KeyArg, KeyForm, WorkloadKey};
 pub use log::{parse_line, LogLine};
-pub use record::{ErrorNo, MeasureResult, Record, RecordError, Task};
+pub use record::{ErrorNo, MeasureResult, Record, RecordError, Task, MAX_COST_S};
 pub use step::{Annotation, Step, StepError};

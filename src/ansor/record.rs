@@ -96,11 +96,49 @@ impl MeasureResult {
         self.costs.iter().sum::<f64>() / self.costs.len() as f64
     }
 
-    /// A record can be chosen only if it measured without error.
+    /// A record can be chosen only if it measured without error and every cost is a
+    /// plausible time: see [`MeasureResult::invalid_reason`].
     pub fn is_valid(&self) -> bool {
-        self.error_no.is_ok() && !self.costs.is_empty() && self.mean_cost().is_finite()
+        self.invalid_reason().is_none()
+    }
+
+    /// Why this result can never be chosen, or `None` when it can. Logs and bundles are
+    /// untrusted: a zero, negative, NaN or infinite cost would otherwise sort first (or
+    /// poison a mean), so any cost outside (0, [`MAX_COST_S`]] makes the whole record a
+    /// failed measurement. The one home of this rule: import, bundles, merge and ttdb's own
+    /// measurements all store `mean_cost` only when this is `None`.
+    pub fn invalid_reason(&self) -> Option<String> {
+        if !self.error_no.is_ok() {
+            return Some(format!(
+                "measurement failed (error_no {}, {})",
+                self.error_no.0,
+                self.error_no.name()
+            ));
+        }
+        if self.costs.is_empty() {
+            return Some("no costs".into());
+        }
+        for (i, &c) in self.costs.iter().enumerate() {
+            let what = if c.is_nan() {
+                "is NaN"
+            } else if c.is_infinite() {
+                "is infinite"
+            } else if c <= 0.0 {
+                "is not positive"
+            } else if c > MAX_COST_S {
+                "is above the ceiling of 3600 s"
+            } else {
+                continue;
+            };
+            return Some(format!("cost {} ({c:e} s) {what}", i + 1));
+        }
+        None
     }
 }
+
+/// The largest cost (seconds per run) a valid record may have: one kernel run taking an hour
+/// is not a measurement but a marker (TVM writes `1e10` for failures) or a forgery.
+pub const MAX_COST_S: f64 = 3600.0;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
@@ -160,6 +198,30 @@ fn float(sc: &mut Scanner<'_>, what: &str) -> Result<f64, RecordError> {
         .map_err(|e| RecordError(format!("{what}: {}", e.msg)))
 }
 
+/// The non-finite literals that real writers put in costs: Python's `json` (`NaN`,
+/// `Infinity`) and C++ streams (`nan`, `inf`).
+const NON_FINITE_COSTS: [(&str, f64); 6] = [
+    ("NaN", f64::NAN),
+    ("Infinity", f64::INFINITY),
+    ("-Infinity", f64::NEG_INFINITY),
+    ("nan", f64::NAN),
+    ("inf", f64::INFINITY),
+    ("-inf", f64::NEG_INFINITY),
+];
+
+/// One cost. Besides JSON numbers it reads the non-finite literals, so that such a record
+/// is kept as a failed measurement whose reason names the cost
+/// (`MeasureResult::invalid_reason`), rather than rejected with a syntax error that hides
+/// it. (A number too large for a double is still refused: that is a malformed line.)
+fn cost(sc: &mut Scanner<'_>) -> Result<f64, RecordError> {
+    for (word, x) in NON_FINITE_COSTS {
+        if sc.eat_word(word) {
+            return Ok(x);
+        }
+    }
+    float(sc, "cost")
+}
+
 /// Reads a list, calling `item` for each element.
 fn list<'a>(
     sc: &mut Scanner<'a>,
@@ -175,22 +237,20 @@ fn list<'a>(
     Ok(())
 }
 
-/// Counts the elements of the list at byte `start` of `line` (for arity
-/// messages on the small fixed-size lists: task and result).
-fn arity(start: usize, line: &str) -> usize {
+/// Counts the elements of the list at byte `start` of `line` (for arity messages on the
+/// small fixed-size lists: task and result); `None` when the list does not scan to its
+/// end, so that its count would be a guess.
+fn arity(start: usize, line: &str) -> Option<usize> {
     let mut probe = Scanner::new(line);
     probe.pos = start;
+    probe.expect(b'[').ok()?;
+    let mut first = true;
     let mut n = 0;
-    if probe.expect(b'[').is_ok() {
-        let mut first = true;
-        while let Ok(true) = probe.next_item(&mut first) {
-            if probe.skip_value().is_err() {
-                break;
-            }
-            n += 1;
-        }
+    while probe.next_item(&mut first).ok()? {
+        probe.skip_value().ok()?;
+        n += 1;
     }
-    n
+    Some(n)
 }
 
 /// Validates a workload key. Logs repeat one key for many consecutive records, so the
@@ -220,11 +280,11 @@ fn with_arity<'a, T>(
     want(sc, Kind::Array, what)?;
     let start = sc.pos;
     read(sc).map_err(|e| {
-        let n = arity(start, line);
-        if allowed.contains(&n) {
-            e
-        } else {
-            RecordError(format!("{what} has {n} elements; expected {expected}"))
+        match arity(start, line) {
+            Some(n) if !allowed.contains(&n) => {
+                RecordError(format!("{what} has {n} elements; expected {expected}"))
+            }
+            _ => e,
         }
     })
 }
@@ -344,7 +404,7 @@ fn parse_result_elements(sc: &mut Scanner<'_>) -> Result<MeasureResult, RecordEr
     sc.expect(b'[').map_err(syntax)?;
     let mut costs = Vec::with_capacity(10); // Ansor's default repeat count
     list(sc, "costs", |sc| {
-        costs.push(float(sc, "cost")?);
+        costs.push(cost(sc)?);
         Ok(())
     })?;
     sc.expect(b',').map_err(syntax)?;

@@ -76,6 +76,19 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Consumes `word` if the next value is exactly that word (followed by a delimiter),
+    /// for the few non-JSON literals a caller chooses to read (see `record::cost`).
+    pub fn eat_word(&mut self, word: &str) -> bool {
+        self.ws();
+        let end = self.pos + word.len();
+        let here = self.s[self.pos..].starts_with(word.as_bytes());
+        if here && !self.s.get(end).is_some_and(|b| b.is_ascii_alphanumeric()) {
+            self.pos = end;
+            return true;
+        }
+        false
+    }
+
     pub fn kind(&mut self) -> Scan<Kind> {
         Ok(match self.peek() {
             Some(b'n') => Kind::Null,

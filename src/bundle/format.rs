@@ -23,11 +23,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 pub const FORMAT: &str = "ttdb-bundle";
 pub const FORMAT_VERSION: u32 = 1;
-const MAGIC: &str = "# ttdb-bundle ";
+pub const MAGIC: &str = "# ttdb-bundle ";
 const MANIFEST: &str = "# manifest ";
 const RECORD: &str = "# record ";
 const TRAILER: &str = "# bundle-sha256 ";
@@ -138,6 +138,10 @@ pub struct Creation {
     pub description: String,
 }
 
+/// The default cap on a bundle's text, compressed or not: 512 MiB holds about half a million
+/// records, the whole public corpus; `--max-bundle-mib` raises it.
+pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
+
 /// Caps that keep a hostile file from exhausting memory.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -151,7 +155,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_bytes: 2 << 30,
+            max_bytes: DEFAULT_MAX_BYTES,
             max_line: 4 << 20,
             max_records: 20_000_000,
         }
@@ -276,7 +280,8 @@ impl Bundle {
     pub fn to_bytes(&self, compress: bool) -> std::io::Result<Vec<u8>> {
         let text = self.to_text();
         if compress {
-            zstd::stream::encode_all(text.as_bytes(), 9)
+            // One frame that declares its content size (`text_stream` checks against it).
+            zstd::bulk::compress(text.as_bytes(), 9)
         } else {
             Ok(text.into_bytes())
         }
@@ -369,7 +374,112 @@ pub fn is_zstd(bytes: &[u8]) -> bool {
     bytes.starts_with(&ZSTD_MAGIC)
 }
 
-/// The text of a bundle file, decompressed if it is zstd, within `limits`.
+/// The largest zstd window a bundle may need (2^24 = 16 MiB): the decoder allocates the
+/// window a frame asks for, so a hostile frame must not choose it. ttdb's own bundles,
+/// compressed whole at level 9, need at most a few MiB.
+const ZSTD_WINDOW_LOG_MAX: u32 = 24;
+
+/// The text of a bundle file read from `file`, decompressed if it is zstd, as a stream that
+/// fails once it passes `limits.max_bytes`, or the size its zstd frame declares. Nothing is
+/// held but the decoder's window: a decompression bomb is refused after at most
+/// `max_bytes` of output, without that output ever being in memory.
+fn text_stream<'a, R: std::io::BufRead + 'a>(
+    mut file: R,
+    limits: &Limits,
+) -> Result<Box<dyn std::io::BufRead + 'a>, FormatError> {
+    let head = file
+        .fill_buf()
+        .map_err(|e| whole(format!("cannot read: {e}")))?;
+    if !is_zstd(head) {
+        return Ok(Box::new(Capped::new(file, limits.max_bytes, None)));
+    }
+    // The frame's declared content size (ttdb writes it): over the limit, the bundle is
+    // refused before a byte is decompressed.
+    // An unreadable header (cut short, or corrupt) is the decoder's to report.
+    let declared = zstd::zstd_safe::get_frame_content_size(head).unwrap_or(None);
+    if let Some(n) = declared.filter(|&n| n > limits.max_bytes) {
+        return Err(whole(format!(
+            "the zstd frame declares {n} bytes of text, over the limit of {} (a decompression bomb?)",
+            limits.max_bytes
+        )));
+    }
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(file)
+        .map_err(|e| whole(format!("zstd: {e}")))?;
+    decoder
+        .window_log_max(ZSTD_WINDOW_LOG_MAX)
+        .map_err(|e| whole(format!("zstd: {e}")))?;
+    Ok(Box::new(Capped::new(
+        std::io::BufReader::new(decoder.single_frame()),
+        limits.max_bytes,
+        declared,
+    )))
+}
+
+/// A reader that fails past `max` bytes, and (when `declared` is known) unless it ends at
+/// exactly that many.
+struct Capped<R> {
+    inner: R,
+    read: u64,
+    max: u64,
+    declared: Option<u64>,
+}
+
+impl<R> Capped<R> {
+    fn new(inner: R, max: u64, declared: Option<u64>) -> Self {
+        Capped {
+            inner,
+            read: 0,
+            max,
+            declared,
+        }
+    }
+}
+
+impl<R: std::io::BufRead> std::io::Read for Capped<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = {
+            let buf = self.fill_buf()?;
+            let n = buf.len().min(out.len());
+            out[..n].copy_from_slice(&buf[..n]);
+            n
+        };
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl<R: std::io::BufRead> std::io::BufRead for Capped<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        let bomb = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, CapError(what));
+        let (read, max, declared) = (self.read, self.max, self.declared);
+        let buf = self.inner.fill_buf()?;
+        if buf.is_empty() {
+            if let Some(d) = declared.filter(|&d| d != read) {
+                return Err(bomb(format!(
+                    "the text is {read} bytes, not the {d} its zstd frame declares (corrupt)"
+                )));
+            }
+        } else if read + buf.len() as u64 > declared.unwrap_or(max).min(max) {
+            return Err(bomb(match declared {
+                Some(d) if d <= max => {
+                    format!("the text runs past the {d} bytes its zstd frame declares (corrupt)")
+                }
+                _ => format!(
+                    "the text is over the limit of {max} bytes (a decompression bomb?)"
+                ),
+            }));
+        }
+        Ok(buf)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.read += n as u64;
+        self.inner.consume(n);
+    }
+}
+
+/// The text of a bundle file, decompressed if it is zstd, within `limits` (for tests and
+/// tools; reading a bundle streams instead, see [`read_from`]).
 pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Vec<u8>, FormatError> {
     if bytes.len() as u64 > limits.max_bytes {
         return Err(whole(format!(
@@ -378,66 +488,118 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Vec<u8>, FormatError> {
             limits.max_bytes
         )));
     }
-    if !is_zstd(bytes) {
-        return Ok(bytes.to_vec());
-    }
-    let decoder =
-        zstd::stream::read::Decoder::new(bytes).map_err(|e| whole(format!("zstd: {e}")))?;
     let mut out = Vec::new();
-    decoder
-        .take(limits.max_bytes + 1)
+    text_stream(bytes, limits)?
         .read_to_end(&mut out)
-        .map_err(|e| whole(format!("zstd: {e} (truncated or corrupt compressed data)")))?;
-    if out.len() as u64 > limits.max_bytes {
-        return Err(whole(format!(
-            "the decompressed text is over the limit of {} bytes (a decompression bomb?)",
-            limits.max_bytes
-        )));
-    }
+        .map_err(stream_error)?;
     Ok(out)
+}
+
+/// A limit or declared size the text broke (inside an `io::Error` from [`Capped`]).
+#[derive(Debug)]
+struct CapError(String);
+
+impl fmt::Display for CapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CapError {}
+
+fn stream_error(e: std::io::Error) -> FormatError {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<CapError>()) {
+        Some(cap) => whole(cap.0.clone()),
+        None => whole(format!("zstd: {e} (truncated or corrupt compressed data)")),
+    }
 }
 
 /// Reads and checks a bundle file (compressed or not). The signature, if any, is parsed
 /// but not checked here (see `sign::check`).
 pub fn read(bytes: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
-    let text = decode(bytes, limits)?;
-    parse(&text, limits)
+    if bytes.len() as u64 > limits.max_bytes {
+        return Err(whole(format!(
+            "the file is {} bytes, over the limit of {}",
+            bytes.len(),
+            limits.max_bytes
+        )));
+    }
+    read_from(bytes, limits)
 }
 
-/// One line of `text` at a time: (1-based number, byte offset of its start, its bytes).
-struct Lines<'a> {
-    text: &'a [u8],
-    pos: usize,
+/// [`read`] from a stream: the text is decompressed and checked a line at a time, so memory
+/// holds the records read so far and one line, never the whole text.
+pub fn read_from(file: impl std::io::BufRead, limits: &Limits) -> Result<Bundle, FormatError> {
+    parse(text_stream(file, limits)?, limits)
+}
+
+/// One line of a bundle's text at a time, with the sha256 of everything before it.
+struct Lines<R> {
+    text: R,
     number: usize,
+    /// sha256 of the lines before the one last returned.
+    before: Sha256,
+    /// The line last returned, with its newline (hashed when the next is read).
+    last: Vec<u8>,
 }
 
-impl<'a> Lines<'a> {
-    fn next(&mut self, limits: &Limits) -> Option<Result<(usize, usize, &'a str), FormatError>> {
-        if self.pos >= self.text.len() {
-            return None;
+impl<R: std::io::BufRead> Lines<R> {
+    fn new(text: R) -> Self {
+        Lines {
+            text,
+            number: 0,
+            before: Sha256::new(),
+            last: Vec::new(),
         }
-        let start = self.pos;
+    }
+
+    /// sha256 (hex) of the text before the line last returned.
+    fn hash_before(&self) -> String {
+        hex(&self.before.clone().finalize())
+    }
+
+    fn next(&mut self, limits: &Limits) -> Option<Result<(usize, String), FormatError>> {
+        self.before.update(&self.last);
+        self.last.clear();
         self.number += 1;
-        let rest = &self.text[start..];
-        let Some(len) = rest.iter().position(|&b| b == b'\n') else {
-            return Some(Err(at(
-                self.number,
-                None,
-                "the last line has no newline: the file is truncated",
-            )));
-        };
-        self.pos = start + len + 1;
-        if len > limits.max_line {
-            return Some(Err(at(
-                self.number,
-                None,
-                format!("line of {len} bytes, over the limit of {}", limits.max_line),
-            )));
+        let number = self.number;
+        loop {
+            let buf = match self.text.fill_buf() {
+                Ok(b) => b,
+                Err(e) => return Some(Err(stream_error(e))),
+            };
+            if buf.is_empty() {
+                if self.last.is_empty() {
+                    return None;
+                }
+                return Some(Err(at(
+                    number,
+                    None,
+                    "the last line has no newline: the file is truncated",
+                )));
+            }
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            if self.last.len() + take > limits.max_line + 1 {
+                return Some(Err(at(
+                    number,
+                    None,
+                    format!("a line over the limit of {} bytes", limits.max_line),
+                )));
+            }
+            self.last.extend_from_slice(&buf[..take]);
+            self.text.consume(take);
+            if done {
+                break;
+            }
         }
-        Some(match std::str::from_utf8(&rest[..len]) {
-            Ok(s) => Ok((self.number, start, s)),
+        let line = &self.last[..self.last.len() - 1];
+        Some(match std::str::from_utf8(line) {
+            Ok(s) => Ok((number, s.to_string())),
             Err(e) => Err(at(
-                self.number,
+                number,
                 None,
                 format!("not UTF-8 (invalid byte at column {})", e.valid_up_to() + 1),
             )),
@@ -445,20 +607,16 @@ impl<'a> Lines<'a> {
     }
 }
 
-fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
-    let mut lines = Lines {
-        text,
-        pos: 0,
-        number: 0,
-    };
-    let mut next = |what: &str| -> Result<(usize, usize, &str), FormatError> {
+fn parse(text: impl std::io::BufRead, limits: &Limits) -> Result<Bundle, FormatError> {
+    let mut lines = Lines::new(text);
+    let mut next = |what: &str| -> Result<(usize, String), FormatError> {
         lines.next(limits).unwrap_or_else(|| {
             Err(whole(format!(
                 "the file ends before {what}: it is truncated"
             )))
         })
     };
-    let (_, _, first) = next("the format line")?;
+    let (_, first) = next("the format line")?;
     let Some(version) = first.strip_prefix(MAGIC) else {
         return Err(at(
             1,
@@ -479,7 +637,7 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
         }
         _ => return Err(at(1, None, format!("unknown bundle format `{version}`"))),
     }
-    let (n, _, line) = next("the manifest")?;
+    let (n, line) = next("the manifest")?;
     let manifest: Manifest = line
         .strip_prefix(MANIFEST)
         .ok_or_else(|| at(n, None, "expected the `# manifest` line"))
@@ -487,9 +645,9 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
     let mut records: Vec<BundleRecord> = Vec::new();
     let mut targets: Vec<String> = Vec::new();
     let trailer_hash = loop {
-        let (n, start, line) = next("the `# bundle-sha256` line")?;
+        let (n, line) = next("the `# bundle-sha256` line")?;
         if let Some(h) = line.strip_prefix(TRAILER) {
-            let actual = sha256_hex(&text[..start]);
+            let actual = lines.hash_before();
             if h != actual {
                 return Err(at(
                     n,
@@ -513,7 +671,7 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
             .and_then(|j| {
                 serde_json::from_str(j).map_err(|e| at(n, Some(i), format!("record meta: {e}")))
             })?;
-        let (n, _, line) = next("the record after its meta line")?;
+        let (n, line) = next("the record after its meta line")?;
         if sha256_hex(line.as_bytes()) != meta.sha256 {
             return Err(at(
                 n,
@@ -524,26 +682,23 @@ fn parse(text: &[u8], limits: &Limits) -> Result<Bundle, FormatError> {
                 ),
             ));
         }
-        match crate::ansor::Record::parse(line) {
+        match crate::ansor::Record::parse(&line) {
             Ok(r) => targets.push(r.task.target),
             Err(e) => return Err(at(n, Some(i), format!("not an Ansor record: {e}"))),
         }
         check_meta(&meta, records.last().map(|r| &r.meta)).map_err(|e| at(n, Some(i), e))?;
-        records.push(BundleRecord {
-            meta,
-            line: line.to_string(),
-        });
+        records.push(BundleRecord { meta, line });
     };
     let signature = match lines.next(limits) {
         None => None,
         Some(line) => {
-            let (n, _, line) = line?;
+            let (n, line) = line?;
             let sig = line
                 .strip_prefix(SIGNATURE)
                 .ok_or_else(|| at(n, None, "content after the bundle's end"))
                 .and_then(|s| parse_signature(s).map_err(|e| at(n, None, e)))?;
             if let Some(more) = lines.next(limits) {
-                let (n, _, _) = more?;
+                let (n, _) = more?;
                 return Err(at(n, None, "content after the signature"));
             }
             Some(sig)

@@ -15,6 +15,7 @@
 //! mismatch, before the database is touched. Schedules inside a well-formed bundle may
 //! still be hostile; they import like any log line and fail replay cleanly later.
 pub mod format;
+pub mod inputs;
 pub mod sign;
 
 use crate::ansor::Record;
@@ -83,6 +84,34 @@ fn provenance(o: Origin) -> Provenance {
         line: o.line.max(0) as u64,
         host: o.host,
     }
+}
+
+/// Reads and checks the bundle file at `path` within `limits`, streaming it (a compressed
+/// bundle is decompressed and checked a line at a time); also says whether it was
+/// zstd-compressed. Errors name the file, line and record.
+pub fn read_file(path: &Path, limits: &format::Limits) -> Result<(Bundle, bool), String> {
+    let named = |e: String| format!("{}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| named(e.to_string()))?;
+    let size = file.metadata().map_err(|e| named(e.to_string()))?.len();
+    if size > limits.max_bytes {
+        return Err(named(format!(
+            "{size} bytes, over the bundle limit of {} (--max-bundle-mib raises it)",
+            limits.max_bytes
+        )));
+    }
+    let mut file = std::io::BufReader::with_capacity(64 << 10, file);
+    let compressed = std::io::BufRead::fill_buf(&mut file)
+        .map(format::is_zstd)
+        .map_err(|e| named(e.to_string()))?;
+    let bundle = format::read_from(file, limits).map_err(|e| {
+        // The byte caps (not a line's) are what --max-bundle-mib moves.
+        named(if e.line.is_none() && e.reason.contains("over the limit") {
+            format!("{e} (--max-bundle-mib raises it)")
+        } else {
+            e.to_string()
+        })
+    })?;
+    Ok((bundle, compressed))
 }
 
 /// Imports a bundle read (and so checked) by [`format::read`], recording `path` as its
@@ -157,6 +186,9 @@ pub enum Verdict {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct WorkloadPlan {
     pub key: String,
+    /// The workload's signature as this ttdb computes it from the key (what `export
+    /// --workload` and `workloads` show), not the exporter's claim.
+    pub signature: String,
     pub class: String,
     pub records: usize,
     pub new_records: usize,
@@ -225,7 +257,11 @@ pub fn plan(store: &Store, bundle: &Bundle) -> Result<Vec<WorkloadPlan>, StoreEr
         } else {
             Verdict::NotBetter
         };
+        let signature = crate::ansor::WorkloadKey::parse(&key)
+            .map(|k| crate::recognize::signature_for(&k).0.sha256_hex())
+            .unwrap_or_default();
         out.push(WorkloadPlan {
+            signature,
             key,
             class: g.class.to_string(),
             records: g.digests.len(),

@@ -151,3 +151,52 @@ pub fn check(bundle: &Bundle) -> SignatureStatus {
         SignatureStatus::Invalid { public_key }
     }
 }
+
+/// Who signed a bundle, as this database sees it: the status (`unsigned`, `valid`,
+/// `INVALID`), the key, and the name it is trusted as here, if it is.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SignerView {
+    pub status: &'static str,
+    pub public_key: Option<String>,
+    /// The trusted name of the key, if it is trusted here.
+    pub trusted_as: Option<String>,
+}
+
+/// The signer of `bundle`, judged against the trusted keys of `store` (none without one).
+pub fn signer_of(
+    bundle: &Bundle,
+    store: Option<&crate::store::Store>,
+) -> Result<SignerView, crate::store::StoreError> {
+    let (status, public_key) = match check(bundle) {
+        SignatureStatus::Unsigned => ("unsigned", None),
+        SignatureStatus::Valid { public_key } => ("valid", Some(public_key)),
+        SignatureStatus::Invalid { public_key } => ("INVALID", Some(public_key)),
+    };
+    let trusted_as = match (store, &public_key) {
+        (Some(s), Some(k)) => crate::store::bundle::trusted_keys(s)?
+            .into_iter()
+            .find(|t| &t.public_key == k)
+            .map(|t| t.name),
+        _ => None,
+    };
+    Ok(SignerView {
+        status,
+        public_key,
+        trusted_as,
+    })
+}
+
+/// The import policy: an invalid signature is refused always; under `require_signed`, so
+/// are an unsigned bundle and one signed by a key not trusted here. `Err` says why.
+pub fn check_policy(s: &SignerView, require_signed: bool) -> Result<(), String> {
+    match (s.status, &s.public_key, &s.trusted_as) {
+        ("INVALID", Some(k), _) => Err(format!(
+            "the signature by key {k} does not match the content (altered after signing)"
+        )),
+        ("unsigned", _, _) if require_signed => Err("unsigned, and --require-signed".into()),
+        ("valid", Some(k), None) if require_signed => Err(format!(
+            "signed by key {k}, which is not trusted here (`ttdb trust add {k} --name NAME`)"
+        )),
+        _ => Ok(()),
+    }
+}

@@ -33,6 +33,7 @@ pub struct ApplyArgs {
     /// Do not store the measured choices in the database.
     #[arg(long)]
     pub dry_run: bool,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,8 +1,8 @@
 //! `ttdb bundle export | inspect | import | sign | merge`: schedule bundles (`crate::bundle`).
 use super::table::Table;
 use super::{CliError, CliResult};
-use crate::bundle::format::{self, Bundle, FormatError, Limits};
-use crate::bundle::sign::{self, SignatureStatus};
+use crate::bundle::format::{self, Bundle, Limits};
+use crate::bundle::sign;
 use crate::bundle::{self, BundleImport, Selection, Verdict, WorkloadPlan};
 use crate::store::Store;
 use serde::Serialize;
@@ -16,7 +16,12 @@ pub enum BundleCommand {
     /// Show a bundle's manifest, integrity, signer, and what an import would do per workload.
     /// Writes nothing.
     Inspect {
+        /// The bundle file (compressed or not).
         file: PathBuf,
+        /// The largest bundle text read, in MiB (a cap against decompression bombs).
+        #[arg(long, default_value_t = DEFAULT_MAX_BUNDLE_MIB)]
+        max_bundle_mib: u64,
+        /// Print the result as JSON on standard output.
         #[arg(long)]
         json: bool,
     },
@@ -25,6 +30,7 @@ pub enum BundleCommand {
     Import(ImportArgs),
     /// Sign a bundle with an ed25519 secret key (`ttdb key generate`).
     Sign {
+        /// The bundle to sign (compressed or not).
         file: PathBuf,
         /// The secret key file.
         #[arg(long)]
@@ -32,18 +38,23 @@ pub enum BundleCommand {
         /// Write the signed bundle here (default: replace FILE).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Print the result as JSON on standard output.
         #[arg(long)]
         json: bool,
     },
     /// The union of two bundles, deduplicated by record sha256, provenance kept (unsigned).
     Merge {
+        /// The first bundle.
         a: PathBuf,
+        /// The second bundle (the order does not matter: merging is commutative).
         b: PathBuf,
+        /// The merged bundle to write.
         #[arg(short, long)]
         output: PathBuf,
         /// zstd-compress the result.
         #[arg(long)]
         compress: bool,
+        /// Print the result as JSON on standard output.
         #[arg(long)]
         json: bool,
     },
@@ -51,6 +62,7 @@ pub enum BundleCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct ExportArgs {
+    /// The bundle file to write (written whole or not at all).
     #[arg(short, long)]
     pub output: PathBuf,
     /// Only the kernels of this ONNX model (their TVM workload keys).
@@ -62,13 +74,14 @@ pub struct ExportArgs {
     /// Only workloads whose signature starts with this hex prefix.
     #[arg(long, conflicts_with = "all")]
     pub workload: Option<String>,
-    /// Every workload (the default).
+    /// Every workload; the default when no --model, --class or --workload is given.
     #[arg(long)]
     pub all: bool,
-    /// Only the best valid record per workload and target (the default).
+    /// Only the best valid record per workload and target; the default unless
+    /// --all-records is given.
     #[arg(long, conflicts_with = "all_records")]
     pub best: bool,
-    /// Every record, failed measurements included.
+    /// Every record of the selected workloads, failed measurements included.
     #[arg(long)]
     pub all_records: bool,
     /// Sign with this secret key file.
@@ -77,19 +90,25 @@ pub struct ExportArgs {
     /// zstd-compress the bundle.
     #[arg(long)]
     pub compress: bool,
+    /// Free text stored in the manifest (what the bundle is for).
     #[arg(long)]
     pub description: Option<String>,
     /// Default: $USER.
     #[arg(long)]
     pub creator: Option<String>,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ImportArgs {
+    /// Bundle files (compressed or not).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+    /// The largest bundle text read, in MiB (a cap against decompression bombs).
+    #[arg(long, default_value_t = DEFAULT_MAX_BUNDLE_MIB)]
+    pub max_bundle_mib: u64,
     /// Refuse bundles that are unsigned or signed by a key not in `ttdb trust list`.
     #[arg(long)]
     pub require_signed: bool,
@@ -97,53 +116,59 @@ pub struct ImportArgs {
     /// slower than their logged cost suggests.
     #[arg(long)]
     pub verify: bool,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
 }
+
+/// The default of `--max-bundle-mib` ([`format::DEFAULT_MAX_BYTES`]).
+pub const DEFAULT_MAX_BUNDLE_MIB: u64 = format::DEFAULT_MAX_BYTES >> 20;
 
 fn fail(message: String) -> CliError {
     CliError { message, code: 1 }
 }
 
-/// Reads and checks a bundle file; errors name the file, line and record.
+/// Reads and checks a bundle file within the default limits; errors name the file, line
+/// and record.
 pub fn read_bundle(path: &Path) -> Result<Bundle, CliError> {
-    read_bundle_file(path).map(|(b, _)| b)
+    read_bundle_within(path, &Limits::default())
+}
+
+/// [`read_bundle`] within `limits`.
+pub fn read_bundle_within(path: &Path, limits: &Limits) -> Result<Bundle, CliError> {
+    read_bundle_file(path, limits).map(|(b, _)| b)
+}
+
+/// The limits a `--max-bundle-mib` option asks for.
+pub fn limits_of(max_bundle_mib: u64) -> Limits {
+    Limits {
+        max_bytes: max_bundle_mib.saturating_mul(1 << 20),
+        ..Limits::default()
+    }
 }
 
 /// [`read_bundle`], and whether the file was zstd-compressed.
-fn read_bundle_file(path: &Path) -> Result<(Bundle, bool), CliError> {
-    let limits = Limits::default();
-    let size = std::fs::metadata(path)
-        .map_err(|e| fail(format!("{}: {e}", path.display())))?
-        .len();
-    if size > limits.max_bytes {
-        return Err(fail(format!(
-            "{}: {size} bytes, over the bundle limit of {}",
-            path.display(),
-            limits.max_bytes
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
-    let bundle = format::read(&bytes, &limits)
-        .map_err(|e: FormatError| fail(format!("{}: {e}", path.display())))?;
-    Ok((bundle, format::is_zstd(&bytes)))
+fn read_bundle_file(path: &Path, limits: &Limits) -> Result<(Bundle, bool), CliError> {
+    bundle::read_file(path, limits).map_err(fail)
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees
 /// half a bundle.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|e| fail(format!("{}: {e}", path.display())))
+    crate::atomic_file::write(path, bytes).map_err(|e| fail(format!("{}: {e}", path.display())))
 }
 
 pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
     match cmd {
-        BundleCommand::Export(args) => export(&super::open_store(db)?, args),
-        BundleCommand::Inspect { file, json } => inspect(db, file, *json),
+        BundleCommand::Export(args) => export(
+            &super::open_store(db, crate::store::OpenMode::ReadOnly)?,
+            args,
+        ),
+        BundleCommand::Inspect {
+            file,
+            max_bundle_mib,
+            json,
+        } => inspect(db, file, &limits_of(*max_bundle_mib), *json),
         BundleCommand::Import(args) => import(db, args),
         BundleCommand::Sign {
             file,
@@ -152,7 +177,7 @@ pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
             json,
         } => {
             // Signed as it came: a compressed bundle stays compressed.
-            let (mut b, compressed) = read_bundle_file(file)?;
+            let (mut b, compressed) = read_bundle_file(file, &Limits::default())?;
             let key = sign::read_secret_key(key).map_err(fail)?;
             sign::sign(&mut b, &key);
             let out = output.as_ref().unwrap_or(file);
@@ -262,32 +287,10 @@ fn report_written(s: &WrittenBundle, verb: &str, json: bool) -> CliResult {
 }
 
 /// The signer as the trust list knows it.
-#[derive(Clone, Debug, Serialize)]
-pub struct SignerView {
-    pub status: &'static str,
-    pub public_key: Option<String>,
-    /// The trusted name of the key, if it is trusted here.
-    pub trusted_as: Option<String>,
-}
+pub use crate::bundle::sign::SignerView;
 
 fn signer_view(b: &Bundle, store: Option<&Store>) -> Result<SignerView, CliError> {
-    let (status, public_key) = match sign::check(b) {
-        SignatureStatus::Unsigned => ("unsigned", None),
-        SignatureStatus::Valid { public_key } => ("valid", Some(public_key)),
-        SignatureStatus::Invalid { public_key } => ("INVALID", Some(public_key)),
-    };
-    let trusted_as = match (store, &public_key) {
-        (Some(s), Some(k)) => crate::store::bundle::trusted_keys(s)?
-            .into_iter()
-            .find(|t| &t.public_key == k)
-            .map(|t| t.name),
-        _ => None,
-    };
-    Ok(SignerView {
-        status,
-        public_key,
-        trusted_as,
-    })
+    Ok(sign::signer_of(b, store)?)
 }
 
 #[derive(Serialize)]
@@ -378,7 +381,7 @@ pub fn render_inspect(b: &Bundle, signer: &SignerView, plans: &[WorkloadPlan]) -
     let ms = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.3}", s * 1e3));
     for p in plans {
         t.row(vec![
-            short_key(&p.key),
+            short_key(&p.signature, &p.key),
             p.class.clone(),
             p.records.to_string(),
             p.new_records.to_string(),
@@ -397,23 +400,28 @@ pub fn render_inspect(b: &Bundle, signer: &SignerView, plans: &[WorkloadPlan]) -
     out
 }
 
-/// A workload key as its md5 head and output shape (`1f1aea4f3b33 -> 1x16x56x56x4`), or its
-/// first 40 characters when it is not that form.
-fn short_key(key: &str) -> String {
+/// A workload as its signature prefix (what `export --workload` takes) and output shape
+/// (`1f1aea4f3b33 -> 1x16x56x56x4`), or the key's first 40 characters when it has no
+/// output shape.
+fn short_key(signature: &str, key: &str) -> String {
+    let sig = &signature[..signature.len().min(12)];
     if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(key) {
-        if let (Some(serde_json::Value::String(head)), Some(serde_json::Value::Array(out))) =
-            (items.first(), items.last())
-        {
+        if let Some(serde_json::Value::Array(out)) = items.last() {
             let dims: Vec<String> = out.iter().map(|d| d.to_string()).collect();
-            return format!("{} -> {}", &head[..head.len().min(12)], dims.join("x"));
+            return format!("{sig} -> {}", dims.join("x"));
         }
     }
-    key.chars().take(40).collect()
+    format!("{sig} {}", key.chars().take(40).collect::<String>())
 }
 
-fn inspect(db: &Option<PathBuf>, file: &Path, json: bool) -> CliResult {
-    let b = read_bundle(file)?;
-    let store = super::open_store(db)?;
+fn inspect(db: &Option<PathBuf>, file: &Path, limits: &Limits, json: bool) -> CliResult {
+    let b = read_bundle_within(file, limits)?;
+    // Inspecting needs no database: without one, every workload is new.
+    let store = match super::open_store(db, crate::store::OpenMode::ReadOnly) {
+        Ok(s) => s,
+        Err(_) if !db_exists(db) => Store::open_in_memory()?,
+        Err(e) => return Err(e),
+    };
     let signer = signer_view(&b, Some(&store))?;
     let plans = bundle::plan(&store, &b)?;
     if json {
@@ -433,14 +441,14 @@ fn inspect(db: &Option<PathBuf>, file: &Path, json: bool) -> CliResult {
 }
 
 #[derive(Serialize)]
-struct ImportView {
-    file: PathBuf,
-    signature: SignerView,
+pub(super) struct ImportView {
+    pub file: PathBuf,
+    pub signature: SignerView,
     #[serde(flatten)]
-    report: BundleImport,
+    pub report: BundleImport,
     /// With --verify: records measured here much slower than their logged cost.
     #[serde(skip_serializing_if = "Option::is_none")]
-    verify: Option<Vec<VerifyFlag>>,
+    pub verify: Option<Vec<VerifyFlag>>,
 }
 
 /// One re-measured record of `import --verify`.
@@ -465,40 +473,18 @@ fn import(db: &Option<PathBuf>, args: &ImportArgs) -> CliResult {
     let bundles: Vec<(PathBuf, Bundle)> = args
         .files
         .iter()
-        .map(|f| read_bundle(f).map(|b| (f.clone(), b)))
+        .map(|f| read_bundle_within(f, &limits_of(args.max_bundle_mib)).map(|b| (f.clone(), b)))
         .collect::<Result<_, _>>()?;
-    let mut store = super::open_store(db)?;
+    let mut store = super::open_store(db, crate::store::OpenMode::Create)?;
     let mut views = Vec::new();
     for (path, b) in &bundles {
-        let signer = signer_view(b, Some(&store))?;
-        check_signature(path, &signer, args.require_signed)?;
-        let bar = super::progress_bar(
-            bundle::record_bytes(b),
-            "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-        );
-        if let Some(bar) = &bar {
-            bar.set_message(format!("{} records", b.records.len()));
-        }
-        let report = bundle::import_with_progress(&mut store, path, b, &|done| {
-            if let Some(bar) = &bar {
-                bar.set_position(done);
-            }
-        });
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        let report = report?;
-        let verify = if args.verify {
-            Some(verify_imported(&mut store, b)?)
-        } else {
-            None
-        };
-        views.push(ImportView {
-            file: path.clone(),
-            signature: signer,
-            report,
-            verify,
-        });
+        views.push(import_checked(
+            &mut store,
+            path,
+            b,
+            args.require_signed,
+            args.verify,
+        )?);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&views)?);
@@ -510,28 +496,61 @@ fn import(db: &Option<PathBuf>, args: &ImportArgs) -> CliResult {
     Ok(())
 }
 
-/// Refuses an invalid signature always, and under `--require-signed` an unsigned bundle or
-/// one signed by a key that is not trusted here.
-fn check_signature(path: &Path, s: &SignerView, require_signed: bool) -> CliResult {
-    let refuse = |why: String| {
-        Err(fail(format!(
-            "{}: {why}; nothing was imported",
-            path.display()
-        )))
-    };
-    match (s.status, &s.public_key, &s.trusted_as) {
-        ("INVALID", Some(k), _) => refuse(format!(
-            "the signature by key {k} does not match the content (altered after signing)"
-        )),
-        ("unsigned", _, _) if require_signed => refuse("unsigned, and --require-signed".into()),
-        ("valid", Some(k), None) if require_signed => refuse(format!(
-            "signed by key {k}, which is not trusted here (`ttdb trust add {k} --name NAME`)"
-        )),
-        _ => Ok(()),
+/// Imports one bundle that [`read_bundle`] checked, under the signature policy (also what
+/// `ttdb import` does with a bundle it finds).
+pub(super) fn import_checked(
+    store: &mut Store,
+    path: &Path,
+    b: &Bundle,
+    require_signed: bool,
+    verify: bool,
+) -> Result<ImportView, CliError> {
+    let signer = signer_view(b, Some(store))?;
+    check_signature(path, &signer, require_signed)?;
+    let bar = super::progress_bar(
+        bundle::record_bytes(b),
+        "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+    );
+    if let Some(bar) = &bar {
+        bar.set_message(format!("{} records", b.records.len()));
     }
+    let report = bundle::import_with_progress(store, path, b, &|done| {
+        if let Some(bar) = &bar {
+            bar.set_position(done);
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = report?;
+    let verify = if verify {
+        Some(verify_imported(store, b)?)
+    } else {
+        None
+    };
+    Ok(ImportView {
+        file: path.to_path_buf(),
+        signature: signer,
+        report,
+        verify,
+    })
 }
 
-fn render_bundle_import(v: &ImportView) -> String {
+/// Refuses an invalid signature always, and under `--require-signed` an unsigned bundle or
+/// one signed by a key that is not trusted here (`sign::check_policy`).
+fn check_signature(path: &Path, s: &SignerView, require_signed: bool) -> CliResult {
+    sign::check_policy(s, require_signed)
+        .map_err(|why| fail(format!("{}: {why}; nothing was imported", path.display())))
+}
+
+/// Whether the database `db` names (or the default one) exists.
+fn db_exists(db: &Option<PathBuf>) -> bool {
+    db.clone()
+        .unwrap_or_else(crate::store::default_db_path)
+        .exists()
+}
+
+pub(super) fn render_bundle_import(v: &ImportView) -> String {
     let r = &v.report.file;
     let mut out = format!(
         "{}: {} records, {} inserted, {} duplicates{}; {} workloads ({} new); {} provenance entries and {} hosts new; signature: {}{}\n",

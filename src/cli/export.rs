@@ -41,16 +41,45 @@ pub struct ExportArgs {
     pub output: Option<PathBuf>,
 }
 
-fn writer(output: &Option<PathBuf>) -> Result<Box<dyn Write>, CliError> {
-    Ok(match output {
-        Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-            |e| CliError {
-                message: format!("{}: {e}", p.display()),
-                code: 1,
-            },
-        )?)),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-    })
+/// Where the lines go: a file that appears only when the export succeeds (`-o`), else
+/// standard output.
+enum Output {
+    File(crate::atomic_file::AtomicFile, PathBuf),
+    Stdout(std::io::BufWriter<std::io::StdoutLock<'static>>),
+}
+
+impl Output {
+    fn open(output: &Option<PathBuf>) -> Result<Output, CliError> {
+        Ok(match output {
+            Some(p) => Output::File(
+                crate::atomic_file::AtomicFile::create(p).map_err(|e| CliError {
+                    message: format!("{}: {e}", p.display()),
+                    code: 1,
+                })?,
+                p.clone(),
+            ),
+            None => Output::Stdout(std::io::BufWriter::new(std::io::stdout().lock())),
+        })
+    }
+
+    fn writer(&mut self) -> &mut dyn Write {
+        match self {
+            Output::File(f, _) => f,
+            Output::Stdout(s) => s,
+        }
+    }
+
+    /// Puts the file in place (or flushes standard output).
+    fn finish(self) -> Result<(), CliError> {
+        let named = |p: &PathBuf, e: std::io::Error| CliError {
+            message: format!("{}: {e}", p.display()),
+            code: 1,
+        };
+        match self {
+            Output::File(f, p) => f.commit().map_err(|e| named(&p, e)),
+            Output::Stdout(mut s) => Ok(s.flush()?),
+        }
+    }
 }
 
 /// What `export --model` says on stderr: the count, then each kernel left out with why.
@@ -92,13 +121,12 @@ fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliRe
         &host_isa,
         &model.display().to_string(),
     )?;
-    let mut out = writer(&args.output)?;
+    let mut out = Output::open(&args.output)?;
     for line in e.lines() {
-        out.write_all(line.as_bytes())?;
-        out.write_all(b"\n")?;
+        out.writer().write_all(line.as_bytes())?;
+        out.writer().write_all(b"\n")?;
     }
-    out.flush()?;
-    drop(out);
+    out.finish()?;
     if args.json {
         println!("{}", serde_json::to_string(&e)?);
     } else {
@@ -115,12 +143,22 @@ pub fn run(store: &Store, args: &ExportArgs) -> CliResult {
         best: args.best,
         signature: args.workload.clone(),
     };
-    let mut out = writer(&args.output)?;
+    if let Some(prefix) = &args.workload {
+        if !crate::store::query::signature_prefix_exists(store, prefix)? {
+            return Err(CliError {
+                message: format!(
+                    "no workload's signature starts with `{prefix}` (`ttdb workloads` lists them); nothing was written"
+                ),
+                code: 1,
+            });
+        }
+    }
+    let mut out = Output::open(&args.output)?;
     let n = export(store, &filter, |line| {
-        out.write_all(line.as_bytes())?;
-        out.write_all(b"\n")
+        out.writer().write_all(line.as_bytes())?;
+        out.writer().write_all(b"\n")
     })?;
-    out.flush()?;
+    out.finish()?;
     if let Some(p) = &args.output {
         eprintln!("wrote {n} records to {}", p.display());
     }

@@ -1,7 +1,8 @@
 //! `ttdb import PATH...`
 use super::{CliError, CliResult};
 use crate::host::IsaCompat;
-use crate::store::import::{collect_files, import_file, FileReport};
+use crate::bundle::inputs::{self, Imported, Skipped};
+use crate::store::import::FileReport;
 use crate::store::target::NormalizedTarget;
 use crate::store::Store;
 use serde::Serialize;
@@ -16,6 +17,8 @@ pub struct ImportSummary {
     pub inserted: usize,
     pub duplicates: usize,
     pub failed_measurements: usize,
+    /// Of the failed measurements, records whose costs are not plausible times.
+    pub invalid_costs: usize,
     pub rejected_lines: usize,
     /// Workload keys touched by these files, and how many of them are new.
     pub workloads: usize,
@@ -27,8 +30,21 @@ pub struct ImportSummary {
     pub needs_missing_isa: usize,
     pub missing_isa: BTreeMap<String, usize>,
     pub per_file: Vec<FileReport>,
-    /// Files that could not be read at all: (path, reason).
+    /// The bundles among the files (read through the bundle path, every check made).
+    pub bundles: Vec<BundleSeen>,
+    /// Directory entries that are not logs or bundles, with the reason.
+    pub skipped: Vec<Skipped>,
+    /// Files that could not be imported at all: (path, reason).
     pub errors: Vec<(String, String)>,
+}
+
+/// A bundle that `import` read: its signature, and what it added besides records.
+#[derive(Debug, Serialize)]
+pub struct BundleSeen {
+    pub file: std::path::PathBuf,
+    pub signature: super::SignerView,
+    pub new_origins: usize,
+    pub new_hosts: usize,
 }
 
 impl ImportSummary {
@@ -38,6 +54,7 @@ impl ImportSummary {
         self.inserted += r.inserted;
         self.duplicates += r.duplicates;
         self.failed_measurements += r.failed_measurements;
+        self.invalid_costs += r.invalid_costs.len();
         self.rejected_lines += r.rejected.len();
         self.new_workloads += r.new_workloads;
         self.per_file.push(r);
@@ -106,8 +123,18 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
     out.push_str(&t.render());
     out.push('\n');
     out.push_str(&format!(
-        "files: {} ({} unreadable)\nrecords read: {}\ninserted: {}\nduplicates: {}\nfailed measurements: {} (kept, never chosen)\nrejected lines: {}\nworkloads: {} ({} new)\n",
-        s.files, s.files_failed, s.records_read, s.inserted, s.duplicates, s.failed_measurements, s.rejected_lines, s.workloads, s.new_workloads
+        "files: {} ({} unreadable{})\nrecords read: {}\ninserted: {}\nduplicates: {}\nfailed measurements: {} (kept, never chosen{})\nrejected lines: {}\nworkloads: {} ({} new)\n",
+        s.files,
+        s.files_failed,
+        if s.skipped.is_empty() { String::new() } else { format!("; {} skipped, not logs", s.skipped.len()) },
+        s.records_read,
+        s.inserted,
+        s.duplicates,
+        s.failed_measurements,
+        if s.invalid_costs == 0 { String::new() } else { format!("; {} with costs that are not plausible times", s.invalid_costs) },
+        s.rejected_lines,
+        s.workloads,
+        s.new_workloads
     ));
     out.push_str(&format!(
         "records needing an ISA this host lacks: {}",
@@ -137,14 +164,24 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
                 g.reason
             ));
         }
-        for r in &f.rejected {
-            out.push_str(&format!(
-                "rejected {}:{}: {}\n",
-                f.path.display(),
-                r.line,
-                r.reason
-            ));
-        }
+        listed(&mut out, "failed", &f.path, &f.invalid_costs);
+        listed(&mut out, "rejected", &f.path, &f.rejected);
+    }
+    for b in &s.bundles {
+        out.push_str(&format!(
+            "bundle {}: signature {}{}; {} provenance entries and {} hosts new\n",
+            b.file.display(),
+            b.signature.status,
+            b.signature
+                .trusted_as
+                .as_ref()
+                .map_or(String::new(), |n| format!(" (`{n}`)")),
+            b.new_origins,
+            b.new_hosts
+        ));
+    }
+    for k in &s.skipped {
+        out.push_str(&format!("skipped {}: {}\n", k.path.display(), k.reason));
     }
     for (path, reason) in &s.errors {
         out.push_str(&format!("error {path}: {reason}\n"));
@@ -152,49 +189,51 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
     out
 }
 
-pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliResult {
-    let files = collect_files(paths)?;
-    let total: u64 = files
-        .iter()
-        .filter_map(|f| std::fs::metadata(f).ok())
-        .map(|m| m.len())
-        .sum();
-    let bar = super::progress_bar(
-        total,
-        "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-    );
-    let mut summary = ImportSummary::default();
-    let mut done = 0u64;
-    for f in &files {
-        if let Some(b) = &bar {
-            b.set_message(
-                f.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            );
-        }
-        let report = import_file(store, f, &|bytes| {
-            if let Some(b) = &bar {
-                b.set_position(done + bytes);
-            }
-        });
-        done += std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
-        match report {
-            Ok(r) => summary.add(r),
-            Err(e) => {
-                summary.files += 1;
-                summary.files_failed += 1;
-                summary
-                    .errors
-                    .push((f.display().to_string(), e.to_string()));
-            }
-        }
+/// Lines of one file listed under `verb`, at most [`LISTED`] (the JSON has them all).
+fn listed(out: &mut String, verb: &str, path: &std::path::Path, lines: &[crate::store::Rejected]) {
+    for r in lines.iter().take(LISTED) {
+        out.push_str(&format!("{verb} {}:{}: {}\n", path.display(), r.line, r.reason));
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
+    if lines.len() > LISTED {
+        out.push_str(&format!(
+            "{verb} {}: {} more lines (all in --json)\n",
+            path.display(),
+            lines.len() - LISTED
+        ));
     }
-    summary.count_workloads(store)?;
-    summary.count_missing_isa(store, &super::match_cmd::host_match_options().host_isa)?;
+}
+
+/// Lines listed per file and kind in the human summary.
+const LISTED: usize = 20;
+
+pub fn run(
+    db: &Option<std::path::PathBuf>,
+    paths: &[std::path::PathBuf],
+    require_signed: bool,
+    limits: &crate::bundle::format::Limits,
+    json: bool,
+) -> CliResult {
+    let found = inputs::collect(paths);
+    let mut summary = ImportSummary {
+        skipped: found.skipped,
+        ..Default::default()
+    };
+    for e in found.errors {
+        summary.files += 1;
+        summary.files_failed += 1;
+        summary.errors.push((e.path.display().to_string(), e.reason));
+    }
+    // Nothing to read (a mistyped path): no database is created.
+    let mut store = if found.files.is_empty() {
+        None
+    } else {
+        Some(super::open_store(db, crate::store::OpenMode::Create)?)
+    };
+    if let Some(store) = &mut store {
+        import_all(store, &found.files, require_signed, limits, &mut summary)?;
+        summary.count_workloads(store)?;
+        summary.count_missing_isa(store, &super::match_cmd::host_match_options().host_isa)?;
+    }
     if json {
         println!(
             "{}",
@@ -211,6 +250,74 @@ pub fn run(store: &mut Store, paths: &[std::path::PathBuf], json: bool) -> CliRe
             message: format!("{} file(s) could not be imported", summary.files_failed),
             code: 1,
         });
+    }
+    if summary.files == 0 {
+        return Err(CliError {
+            message: "no Ansor logs or bundles found (see the skipped files above)".into(),
+            code: 1,
+        });
+    }
+    Ok(())
+}
+
+/// Imports each file in its own transaction (`inputs::import_input`). A file that fails is
+/// reported and the rest go on.
+fn import_all(
+    store: &mut Store,
+    files: &[inputs::Input],
+    require_signed: bool,
+    limits: &crate::bundle::format::Limits,
+    summary: &mut ImportSummary,
+) -> CliResult {
+    let opts = inputs::ImportOptions {
+        require_signed,
+        limits: limits.clone(),
+    };
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let total: u64 = files.iter().map(|f| size(&f.path)).sum();
+    let bar = super::progress_bar(
+        total,
+        "{spinner} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+    );
+    let mut done = 0u64;
+    for f in files {
+        if let Some(b) = &bar {
+            b.set_message(
+                f.path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        let outcome = inputs::import_input(store, f, &opts, &|bytes| {
+            if let Some(b) = &bar {
+                b.set_position(done + bytes);
+            }
+        });
+        done += size(&f.path);
+        match outcome {
+            Ok(Imported::Log(r)) => summary.add(r),
+            Ok(Imported::Bundle { import, signer }) => {
+                summary.bundles.push(BundleSeen {
+                    file: f.path.clone(),
+                    signature: signer,
+                    new_origins: import.new_origins,
+                    new_hosts: import.new_hosts,
+                });
+                summary.add(import.file);
+            }
+            Err(e) => {
+                summary.files += 1;
+                summary.files_failed += 1;
+                // Errors name the file already; the summary lists it beside.
+                let path = f.path.display().to_string();
+                let e = e.strip_prefix(&format!("{path}: ")).unwrap_or(&e).to_string();
+                summary.errors.push((path, e));
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     Ok(())
 }

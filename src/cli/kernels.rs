@@ -24,10 +24,11 @@ pub struct ModelArgs {
     /// SIMD 32-bit lanes (overrides --mcpu).
     #[arg(long)]
     pub lanes: Option<i64>,
-    /// TopHub x86 log for NCHWc blocking. Default: ../shared/corpus/tophub/llvm_v0.04.log when present.
-    #[arg(long)]
+    /// A TopHub x86 log for NCHWc blocking, instead of the one built into ttdb (TVM's
+    /// llvm_v0.04.log).
+    #[arg(long, conflicts_with = "no_tophub")]
     pub tophub: Option<PathBuf>,
-    /// Use the fallback blocking rule only.
+    /// Use the fallback blocking rule only (as a TVM build without TopHub would).
     #[arg(long)]
     pub no_tophub: bool,
 }
@@ -39,6 +40,7 @@ pub struct KernelsArgs {
     /// Only kernels Ansor would tune.
     #[arg(long)]
     pub tuned_only: bool,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
 }
@@ -144,19 +146,39 @@ impl ModelArgs {
             .iter()
             .map(|s| InputShape::parse(s))
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(cpu) = self.mcpu.as_deref() {
+            if !tophub::KNOWN_X86_CPUS.contains(&cpu) {
+                return Err(CliError {
+                    message: format!(
+                        "--mcpu `{cpu}` is not an x86 CPU LLVM knows (e.g. skylake-avx512, core-avx2, znver4; `llc -march=x86-64 -mcpu=help` lists them)"
+                    ),
+                    code: 2,
+                });
+            }
+        }
+        if let Some(n) = self.lanes {
+            if !(n > 0 && (n as u64).is_power_of_two() && n <= 64) {
+                return Err(CliError {
+                    message: format!(
+                        "--lanes {n}: fp32 SIMD lanes are a power of two up to 64 (TVM's x86 targets: 4, 8 or 16)"
+                    ),
+                    code: 2,
+                });
+            }
+        }
         let lanes = self
             .lanes
             .unwrap_or_else(|| tophub::lanes_for_mcpu(self.mcpu.as_deref()));
         let tophub = if self.no_tophub {
             None
         } else {
-            match self.tophub.clone().or_else(tophub::default_path) {
-                Some(p) => Some(Arc::new(TopHub::load(&p).map_err(|m| CliError {
+            Some(Arc::new(match &self.tophub {
+                Some(p) => TopHub::load(p).map_err(|m| CliError {
                     message: m,
                     code: 1,
-                })?)),
-                None => None,
-            }
+                })?,
+                None => TopHub::builtin(),
+            }))
         };
         let graph = onnx::load(&self.model, &overrides)?;
         Ok((

@@ -20,6 +20,7 @@ pub struct MatchArgs {
     /// Candidates listed per kernel in --explain and --json.
     #[arg(long, default_value_t = 5)]
     pub show: usize,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
 }

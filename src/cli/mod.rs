@@ -46,16 +46,27 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Import Ansor log files or directories (recursively); one transaction per file.
+    /// Import Ansor logs and bundles, from files or directories (recursively); one
+    /// transaction per file. Creates the database if it is missing.
     Import {
+        /// Log files, bundles (recognized by their header, compressed or not: imported with
+        /// every check, as `bundle import` does), or directories holding them. In a
+        /// directory, files that are not logs or bundles are skipped and listed.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        /// Refuse bundles that are unsigned or signed by a key not in `ttdb trust list`.
+        #[arg(long)]
+        require_signed: bool,
+        /// The largest bundle text read, in MiB (a cap against decompression bombs).
+        #[arg(long, default_value_t = bundle::DEFAULT_MAX_BUNDLE_MIB)]
+        max_bundle_mib: u64,
         /// Print the summary as one JSON object.
         #[arg(long)]
         json: bool,
     },
     /// Database statistics.
     Stats {
+        /// Print the statistics as one JSON object.
         #[arg(long)]
         json: bool,
     },
@@ -64,6 +75,7 @@ pub enum Command {
         /// Only this op class (`conv2d_nhwc`) or class prefix chain (`conv2d_nhwc+add`).
         #[arg(long)]
         class: Option<String>,
+        /// Print the result as JSON on standard output.
         #[arg(long)]
         json: bool,
     },
@@ -87,6 +99,7 @@ pub enum Command {
     Tune(tune::TuneArgs),
     /// Measure this machine's fp32 FMA peak (the denominator of every "% of peak").
     BenchPeak {
+        /// Print the result as JSON on standard output.
         #[arg(long)]
         json: bool,
     },
@@ -164,32 +177,57 @@ fn with_sink<R>(
     }
 }
 
-fn open_store(db: &Option<PathBuf>) -> Result<crate::store::Store, CliError> {
+/// Opens the database as `mode` says (`crate::store::OpenMode`): only the commands that
+/// store create it, so a mistyped `--db` in a reading command is an error, not an empty
+/// database.
+fn open_store(
+    db: &Option<PathBuf>,
+    mode: crate::store::OpenMode,
+) -> Result<crate::store::Store, CliError> {
     let path = db.clone().unwrap_or_else(crate::store::default_db_path);
-    crate::store::Store::open(&path).map_err(|e| CliError {
-        message: format!("{}: {e}", path.display()),
+    crate::store::Store::open_with(&path, mode).map_err(|e| CliError {
+        message: match e {
+            // These name the path themselves.
+            crate::store::StoreError::Missing { .. } | crate::store::StoreError::Foreign { .. } => {
+                e.to_string()
+            }
+            e => format!("{}: {e}", path.display()),
+        },
         code: 1,
     })
 }
 
 pub fn run(cli: Cli) -> CliResult {
+    use crate::store::OpenMode::{Create, ReadOnly, Write};
+    let db = &cli.db;
     match cli.command {
-        Command::Import { paths, json } => import::run(&mut open_store(&cli.db)?, &paths, json),
-        Command::Stats { json } => stats::run(&open_store(&cli.db)?, json),
+        Command::Import {
+            paths,
+            require_signed,
+            max_bundle_mib,
+            json,
+        } => import::run(
+            db,
+            &paths,
+            require_signed,
+            &bundle::limits_of(max_bundle_mib),
+            json,
+        ),
+        Command::Stats { json } => stats::run(&open_store(db, ReadOnly)?, json),
         Command::Workloads { class, json } => {
-            workloads::run(&open_store(&cli.db)?, class.as_deref(), json)
+            workloads::run(&open_store(db, ReadOnly)?, class.as_deref(), json)
         }
-        Command::Export(args) => export::run(&open_store(&cli.db)?, &args),
+        Command::Export(args) => export::run(&open_store(db, ReadOnly)?, &args),
         Command::Kernels(args) => kernels::run(&args),
-        Command::Verify(args) => verify::run(&mut open_store(&cli.db)?, &args),
-        Command::Match(args) => match_cmd::run(&open_store(&cli.db)?, &args),
-        Command::Apply(args) => apply::run(&mut open_store(&cli.db)?, &args),
-        Command::Refine(args) => refine::run(&mut open_store(&cli.db)?, &args),
-        Command::Tune(args) => tune::run(&mut open_store(&cli.db)?, &args),
+        Command::Verify(args) => verify::run(&mut open_store(db, Write)?, &args),
+        Command::Match(args) => match_cmd::run(&open_store(db, ReadOnly)?, &args),
+        Command::Apply(args) => apply::run(&mut open_store(db, Create)?, &args),
+        Command::Refine(args) => refine::run(&mut open_store(db, Create)?, &args),
+        Command::Tune(args) => tune::run(&mut open_store(db, Create)?, &args),
         Command::BenchPeak { json } => verify::bench_peak(json),
-        Command::Bundle(cmd) => bundle::run(&cli.db, &cmd),
+        Command::Bundle(cmd) => bundle::run(db, &cmd),
         Command::Key(cmd) => trust::run_key(&cmd),
-        Command::Trust(cmd) => trust::run_trust(&cli.db, &cmd),
+        Command::Trust(cmd) => trust::run_trust(db, &cmd),
     }
 }
 

@@ -59,6 +59,7 @@ pub struct RefineArgs {
     /// Do not store the trials.
     #[arg(long)]
     pub dry_run: bool,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
 }

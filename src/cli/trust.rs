@@ -7,6 +7,7 @@ use std::path::PathBuf;
 pub enum KeyCommand {
     /// Generate an ed25519 key pair: FILE (secret, owner-only) and FILE.pub.
     Generate {
+        /// The secret key file to write (its public key goes to FILE.pub).
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -16,17 +17,23 @@ pub enum KeyCommand {
 pub enum TrustCommand {
     /// Trust bundles signed by this key (64 hex digits, or a `.pub` file).
     Add {
+        /// The public key: 64 hex digits, or a `.pub` file from `ttdb key generate`.
         public_key: String,
+        /// The name the key is trusted as (shown by `bundle inspect` and `trust list`).
         #[arg(long)]
         name: String,
     },
     /// The trusted keys.
     List {
+        /// Print the result as JSON on standard output.
         #[arg(long)]
         json: bool,
     },
     /// Stop trusting a key (by name or hex).
-    Remove { name_or_key: String },
+    Remove {
+        /// The key's trusted name, or its 64 hex digits.
+        name_or_key: String,
+    },
 }
 
 pub fn run_key(cmd: &KeyCommand) -> CliResult {
@@ -52,7 +59,13 @@ pub fn run_key(cmd: &KeyCommand) -> CliResult {
 }
 
 pub fn run_trust(db: &Option<PathBuf>, cmd: &TrustCommand) -> CliResult {
-    let mut store = super::open_store(db)?;
+    use crate::store::OpenMode;
+    let mode = match cmd {
+        TrustCommand::Add { .. } => OpenMode::Create,
+        TrustCommand::List { .. } => OpenMode::ReadOnly,
+        TrustCommand::Remove { .. } => OpenMode::Write,
+    };
+    let mut store = super::open_store(db, mode)?;
     match cmd {
         TrustCommand::Add { public_key, name } => {
             let key = sign::parse_public_key(public_key).map_err(|m| CliError {

@@ -85,6 +85,7 @@ pub struct TuneArgs {
     /// Do not store the trials (nor the cost model).
     #[arg(long)]
     pub dry_run: bool,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
 }

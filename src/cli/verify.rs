@@ -38,6 +38,7 @@ pub struct VerifyArgs {
     /// Do not store the measurements in the database.
     #[arg(long)]
     pub dry_run: bool,
+    /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
     /// Keep the layout-free weights in their original layout (by default they are pre-packed
@@ -82,9 +83,12 @@ pub fn render_verify(r: &VerifyReport) -> String {
     let mut out = t.render();
     let verified = r.rows.iter().filter(|x| x.verified).count();
     out.push_str(&format!(
-        "\n{verified} of {} verified; machine peak {:.1} GFLOP/s (fp32 FMA, all threads)\n",
+        "\n{verified} of {} verified; {}\n",
         r.rows.len(),
-        r.peak_gflops
+        match r.peak_gflops {
+            Some(p) => format!("machine peak {p:.1} GFLOP/s (fp32 FMA, all threads)"),
+            None => "not timed (--no-timing), so no peak was measured".into(),
+        }
     ));
     let speedups: Vec<f64> = r.rows.iter().filter_map(|x| x.speedup).collect();
     if !speedups.is_empty() {

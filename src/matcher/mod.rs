@@ -413,6 +413,8 @@ impl<'a> Matcher<'a> {
             m.rejections
                 .extend(query::explain_none(self.store, sig, &self.opts)?);
         }
+        m.rejections
+            .extend(query::unrankable(self.store, hash, &self.opts)?);
         Ok(m)
     }
 }

@@ -174,6 +174,38 @@ pub fn nearest<'l>(
     scored.into_iter().take(n).map(|(_, w)| w).collect()
 }
 
+/// The records of the workloads with signature `hash` that were measured without error but
+/// can never be chosen, because their costs are not plausible times (zero, negative, NaN,
+/// infinite, above the ceiling: `MeasureResult::invalid_reason`), each with its reason: a
+/// log or bundle that claims such a time is wrong or hostile, and `--explain` says so.
+pub fn unrankable(store: &Store, hash: &str, opts: &MatchOptions) -> Result<Vec<Rejection>> {
+    const SHOWN: usize = 3;
+    let mut out = Vec::new();
+    for id in lookup::workloads_with_signature(store, hash)? {
+        let (first, count) = lookup::unrankable_records(store, id, &opts.compat, SHOWN)?;
+        for r in &first {
+            let why = crate::ansor::Record::parse(r.raw.trim_end())
+                .ok()
+                .and_then(|rec| rec.result.invalid_reason())
+                .unwrap_or_else(|| "its costs do not parse".into());
+            out.push(Rejection {
+                source: r.label(),
+                reason: format!("dropped, never ranked: {why}"),
+            });
+        }
+        if let (Some(last), true) = (first.last(), count > first.len()) {
+            out.push(Rejection {
+                source: last.label(),
+                reason: format!(
+                    "and {} more records of this workload dropped for their costs",
+                    count - first.len()
+                ),
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Why a kernel has no candidate: the closest things the database does hold.
 pub fn explain_none(
     store: &Store,

@@ -131,7 +131,8 @@ pub fn from_model(model: &proto::ModelProto, overrides: &[InputShape]) -> Result
     }
     for v in real_inputs {
         let (shape, elem) = input_shape(v)?;
-        let info = match overrides.iter().rev().find(|o| o.name == v.name) {
+        let chosen = overrides.iter().rev().find(|o| o.name == v.name);
+        let info = match chosen {
             Some(o) => {
                 if !shape.is_empty() && o.dims.len() != shape.len() {
                     return Err(OnnxError::Override(format!(
@@ -165,14 +166,22 @@ pub fn from_model(model: &proto::ModelProto, overrides: &[InputShape]) -> Result
                         dim: s.clone(),
                         shape: fmt_dims(&shape),
                     }),
+                    Dim::Negative(k) => Err(OnnxError::Invalid(format!(
+                        "graph input `{}` has dim {i} = {k} in shape {}: a size cannot be negative (to run it anyway, give the shape with --input-shape {}=d0,d1,...)",
+                        v.name,
+                        fmt_dims(&shape),
+                        v.name
+                    ))),
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
         if !dims_ok(&info) {
-            return Err(OnnxError::Override(format!(
-                "`{}`: shape {info:?} is too large",
-                v.name
-            )));
+            let why = format!("`{}`: shape {info:?} has too many elements", v.name);
+            // Blame the flag only when it gave the shape.
+            return Err(match chosen {
+                Some(_) => OnnxError::Override(why),
+                None => OnnxError::Invalid(format!("graph input {why} (as the model declares it)")),
+            });
         }
         g.tensors
             .insert(v.name.clone(), TensorInfo::new(info, elem));
@@ -189,7 +198,10 @@ pub fn from_model(model: &proto::ModelProto, overrides: &[InputShape]) -> Result
 #[derive(Clone, Debug, PartialEq)]
 enum Dim {
     Fixed(i64),
+    /// A named (`dim_param`) or unset dim: its size comes from `--input-shape`.
     Symbolic(String),
+    /// A `dim_value` below -1: not a size.
+    Negative(i64),
 }
 
 fn fmt_dims(shape: &[Dim]) -> String {
@@ -198,6 +210,7 @@ fn fmt_dims(shape: &[Dim]) -> String {
         .map(|d| match d {
             Dim::Fixed(k) => k.to_string(),
             Dim::Symbolic(s) => s.clone(),
+            Dim::Negative(k) => k.to_string(),
         })
         .collect();
     format!("[{}]", parts.join(", "))
@@ -228,6 +241,9 @@ fn input_shape(v: &proto::ValueInfoProto) -> Result<(Vec<Dim>, i32)> {
         .map(|d| match &d.value {
             Some(DimValue::DimValue(k)) if *k > 0 => Dim::Fixed(*k),
             Some(DimValue::DimParam(p)) if !p.is_empty() => Dim::Symbolic(p.clone()),
+            // -1 and 0 are how some exporters (Paddle, keras2onnx) write an unknown size;
+            // any other negative value is no size at all.
+            Some(DimValue::DimValue(k)) if *k < -1 => Dim::Negative(*k),
             Some(DimValue::DimValue(k)) => Dim::Symbolic(format!("{k}")),
             _ => Dim::Symbolic("?".into()),
         })

@@ -8,6 +8,8 @@ use super::target::NormalizedTarget;
 use super::{Result, Store, StoreError};
 use crate::ansor::log::lines;
 use crate::ansor::{parse_line, LogLine, WorkloadKey};
+#[cfg(doc)]
+use crate::ansor::MeasureResult;
 use crate::signature::{self, hex};
 use rayon::prelude::*;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -34,8 +36,13 @@ pub struct FileReport {
     pub records: usize,
     pub inserted: usize,
     pub duplicates: usize,
-    /// Records whose measurement failed (error_no != 0): kept, never chosen.
+    /// Records that can never be chosen: failed measurements (error_no != 0) and records
+    /// whose costs are not plausible times (see [`MeasureResult::invalid_reason`]). Kept.
     pub failed_measurements: usize,
+    /// Of those, the records with error_no 0 whose costs are zero, negative, NaN, infinite
+    /// or above the ceiling, with the reason: a log or bundle that claims such a time is
+    /// wrong or hostile, so each is named.
+    pub invalid_costs: Vec<Rejected>,
     pub rejected: Vec<Rejected>,
     /// Database ids of the workloads this file's records belong to.
     #[serde(skip)]
@@ -55,6 +62,8 @@ struct ParsedRecord<'a> {
     raw: &'a str,
     error_no: u8,
     mean_cost: Option<f64>,
+    /// Why a record with error_no 0 cannot be chosen (its costs).
+    invalid_cost: Option<String>,
     digest: [u8; 16],
     /// Index of the workload key among the keys of this import.
     key_index: usize,
@@ -93,6 +102,10 @@ enum Parsed<'a> {
     },
 }
 
+/// Bytes of a rejected line kept in `rejected_lines`: enough to see what it was, while a
+/// hostile or binary file cannot grow the database by its own size.
+pub const REJECTED_PREFIX: usize = 256;
+
 /// Lines per parse batch: large enough to amortize the channel, small enough to overlap.
 const BATCH: usize = 4096;
 
@@ -107,7 +120,7 @@ fn parse_one(line: usize, bytes: &[u8]) -> Parsed<'_> {
         LogLine::Record { raw, record } => {
             let digest = record_digest(raw);
             let r = *record;
-            let valid = r.result.is_valid();
+            let invalid = r.result.invalid_reason();
             let fields = RecordFields {
                 key: r.task.workload_key,
                 target: r.task.target,
@@ -117,7 +130,8 @@ fn parse_one(line: usize, bytes: &[u8]) -> Parsed<'_> {
             let record = ParsedRecord {
                 line,
                 raw,
-                mean_cost: valid.then(|| r.result.mean_cost()),
+                mean_cost: invalid.is_none().then(|| r.result.mean_cost()),
+                invalid_cost: invalid.filter(|_| r.result.error_no.is_ok()),
                 error_no: r.result.error_no.0,
                 digest,
                 key_index: 0,
@@ -398,12 +412,19 @@ pub fn import_in(
                 match p {
                     Parsed::Skip => {}
                     Parsed::Bad { line, reason, raw } => {
-                        reject.execute(params![source_id, line as i64, reason, raw])?;
+                        let kept = &raw[..raw.len().min(REJECTED_PREFIX)];
+                        reject.execute(params![source_id, line as i64, reason, kept])?;
                         report.rejected.push(Rejected { line, reason });
                     }
-                    Parsed::Record(r, _) => {
+                    Parsed::Record(mut r, _) => {
                         report.records += 1;
-                        report.failed_measurements += (r.error_no != 0) as usize;
+                        report.failed_measurements += r.mean_cost.is_none() as usize;
+                        if let Some(reason) = r.invalid_cost.take() {
+                            report.invalid_costs.push(Rejected {
+                                line: r.line,
+                                reason,
+                            });
+                        }
                         let t = ids.target(tx, &r)?;
                         let (w, first_sight, created) = ids.workload(tx, &r)?;
                         if first_sight {
@@ -442,41 +463,6 @@ pub fn import_in(
     report.workload_ids.sort_unstable();
     report.refuted_guesses = super::structural::check_guesses(tx, &report.workload_ids)?;
     Ok(report)
-}
-
-/// Expands files and directories (recursively, sorted) into the files to import.
-pub fn collect_files(paths: &[PathBuf]) -> std::result::Result<Vec<PathBuf>, StoreError> {
-    fn walk(p: &Path, out: &mut Vec<PathBuf>) -> std::result::Result<(), StoreError> {
-        let meta = std::fs::metadata(p).map_err(|error| StoreError::Io {
-            path: p.to_path_buf(),
-            error,
-        })?;
-        if meta.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|error| StoreError::Io {
-                    path: p.to_path_buf(),
-                    error,
-                })?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|e| {
-                    !e.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                })
-                .collect();
-            entries.sort();
-            for e in entries {
-                walk(&e, out)?;
-            }
-        } else {
-            out.push(p.to_path_buf());
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    for p in paths {
-        walk(p, &mut out)?;
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

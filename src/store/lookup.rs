@@ -81,7 +81,8 @@ fn source_of(r: &rusqlite::Row) -> rusqlite::Result<SourceRecord> {
         signature: r.get(3)?,
         op_class: r.get(4)?,
         raw: r.get(5)?,
-        mean_cost: r.get(6)?,
+        // NULL for records that can never be chosen (only `unrankable_records` reads them).
+        mean_cost: r.get::<_, Option<f64>>(6)?.unwrap_or(f64::NAN),
         target: r.get(7)?,
         source_path: r.get(8)?,
         line: r.get(9)?,
@@ -113,6 +114,26 @@ pub fn best_records_of(
     let mut q = store.conn.prepare_cached(&sql)?;
     let rows = q.query_map(params![workload_id, compat, n as i64], source_of)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Records of one workload on targets of `compat` whose measurement succeeded (error_no 0)
+/// but whose costs are not plausible times, so they can never be chosen: the first `n` in
+/// file order, and how many there are.
+pub fn unrankable_records(
+    store: &Store,
+    workload_id: i64,
+    compat: &str,
+    n: usize,
+) -> Result<(Vec<SourceRecord>, usize)> {
+    let filter = "r.workload_id = ?1 AND r.mean_cost IS NULL AND r.error_no = 0 AND t.compat = ?2";
+    let sql = format!("{SELECT_RECORDS} WHERE {filter} ORDER BY r.id LIMIT ?3");
+    let mut q = store.conn.prepare_cached(&sql)?;
+    let rows = q.query_map(params![workload_id, compat, n as i64], source_of)?;
+    let first = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let count: i64 = store.conn.prepare_cached(&format!(
+        "SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE {filter}"
+    ))?.query_row(params![workload_id, compat], |r| r.get(0))?;
+    Ok((first, count as usize))
 }
 
 /// Per target, the number of records of the sources with these file digests (what an

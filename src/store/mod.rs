@@ -25,7 +25,24 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/003_record_workload_index.sql"),
     include_str!("../../schema/004_cost_models.sql"),
     include_str!("../../schema/005_bundles.sql"),
+    include_str!("../../schema/006_cost_validity.sql"),
 ];
+
+/// `PRAGMA application_id` of a ttdb database: "ttdb" in ASCII, written by migration 6.
+pub const APPLICATION_ID: i32 = 0x7474_6462;
+
+/// How a command opens the database: whether it may create it, and whether it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Open it, creating it (and its folder) when missing: the commands that store what
+    /// they read or measure (import, bundle import, apply, refine, tune, trust).
+    Create,
+    /// Open an existing database for writing (verify stores its measurements).
+    Write,
+    /// Open an existing database without writing to it (stats, workloads, match, export,
+    /// bundle export and inspect): works on a read-only file, and never creates one.
+    ReadOnly,
+}
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
@@ -41,6 +58,11 @@ pub enum StoreError {
         found: u32,
         supported: u32,
     },
+    /// No database at the path, and the command does not create one.
+    Missing { path: PathBuf },
+    /// The file is not a ttdb database (another SQLite file, or not SQLite at all); it was
+    /// not changed.
+    Foreign { path: PathBuf, what: String },
     Other(String),
 }
 
@@ -52,6 +74,16 @@ impl fmt::Display for StoreError {
             StoreError::TooNew { found, supported } => write!(
                 f,
                 "database schema version {found} is newer than this ttdb supports ({supported}); upgrade ttdb"
+            ),
+            StoreError::Missing { path } => write!(
+                f,
+                "no ttdb database at {} (nothing was created: `ttdb import LOGS` or `ttdb bundle import FILE` creates one; --db PATH or $TTDB_DB chooses another)",
+                path.display()
+            ),
+            StoreError::Foreign { path, what } => write!(
+                f,
+                "{} is not a ttdb database ({what}); it was left untouched",
+                path.display()
             ),
             StoreError::Other(s) => f.write_str(s),
         }
@@ -77,13 +109,91 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     pub fn open(path: &Path) -> Result<Store> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|error| StoreError::Io {
-                path: dir.to_path_buf(),
-                error,
-            })?;
+        Self::open_with(path, OpenMode::Create)
+    }
+
+    /// Opens the database at `path` as `mode` says. Before anything is written, the file
+    /// must be a ttdb database: one carrying [`APPLICATION_ID`], one of an earlier ttdb
+    /// (its tables, no marker yet), or an empty file (`Create` only). Anything else is
+    /// refused untouched, byte for byte.
+    pub fn open_with(path: &Path, mode: OpenMode) -> Result<Store> {
+        use rusqlite::OpenFlags;
+        let exists = path.exists();
+        if !exists && mode != OpenMode::Create {
+            return Err(StoreError::Missing {
+                path: path.to_path_buf(),
+            });
         }
-        let conn = Connection::open(path)?;
+        if !exists {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|error| StoreError::Io {
+                    path: dir.to_path_buf(),
+                    error,
+                })?;
+            }
+        }
+        let flags = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let read_only = flags | OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let writable = flags | OpenFlags::SQLITE_OPEN_READ_WRITE;
+        if exists {
+            // Identify the file through a read-only connection: a foreign file is never
+            // opened for writing, so nothing (not even a journal mode) can change it.
+            let mut probe = Connection::open_with_flags(path, read_only)?;
+            let mut kind = identify(&probe);
+            if mode == OpenMode::ReadOnly && is_read_only_wal_error(&kind) {
+                // A WAL database in a folder this user cannot write: SQLite cannot create
+                // the shared-memory file a reader needs. With no write-ahead log beside it
+                // (every change is in the file), reading it as immutable is exact.
+                let wal = PathBuf::from(format!("{}-wal", path.display()));
+                if !wal.exists() {
+                    probe = Connection::open_with_flags(immutable_uri(path), read_only)?;
+                    kind = identify(&probe);
+                }
+            }
+            let kind = kind.map_err(|e| match e {
+                StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, m))
+                    if f.code == rusqlite::ErrorCode::NotADatabase =>
+                {
+                    foreign(
+                        path,
+                        format!("not SQLite: {}", m.unwrap_or_else(|| f.to_string())),
+                    )
+                }
+                e => e,
+            })?;
+            match kind {
+                FileKind::Foreign(what) => return Err(foreign(path, what)),
+                FileKind::Empty if mode == OpenMode::ReadOnly => {
+                    return Err(StoreError::Missing {
+                        path: path.to_path_buf(),
+                    })
+                }
+                _ => {}
+            }
+            if mode == OpenMode::ReadOnly {
+                if needs_upgrade(&probe)? {
+                    // An older ttdb's database: upgrade it once through a writing
+                    // connection (when the file may be written), then read.
+                    drop(probe);
+                    let conn = Connection::open_with_flags(path, writable).map_err(|e| {
+                        StoreError::Other(format!(
+                            "{}: its schema is older than this ttdb's and it cannot be upgraded here ({e}); run a writing command (`ttdb import`) with write access once",
+                            path.display()
+                        ))
+                    })?;
+                    drop(Self::configure(conn, path)?);
+                    return Self::open_with(path, OpenMode::ReadOnly);
+                }
+                probe.busy_timeout(std::time::Duration::from_secs(30))?;
+                probe.pragma_update(None, "query_only", true)?;
+                probe.pragma_update(None, "mmap_size", 1i64 << 32)?;
+                return Ok(Store {
+                    conn: probe,
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+        let conn = Connection::open_with_flags(path, writable | OpenFlags::SQLITE_OPEN_CREATE)?;
         Self::configure(conn, path)
     }
 
@@ -106,6 +216,7 @@ impl Store {
         // page, which otherwise dominates large imports.
         conn.pragma_update(None, "cache_size", -262_144)?;
         conn.pragma_update(None, "mmap_size", 1i64 << 32)?;
+        register_functions(&conn)?;
         let mut store = Store {
             conn,
             path: path.to_path_buf(),
@@ -212,6 +323,109 @@ impl Store {
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))?)
     }
+}
+
+/// Whether identifying the file failed because SQLite could not set up a read-only WAL
+/// reader (no shared-memory file, and none can be created).
+fn is_read_only_wal_error(r: &Result<FileKind>) -> bool {
+    matches!(
+        r,
+        Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)))
+            if matches!(f.code, rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
+/// `file:PATH?immutable=1`, with the path percent-encoded where a URI needs it.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for b in path.to_string_lossy().bytes() {
+        match b {
+            b'?' | b'#' | b'%' | b' ' | 0x80.. => uri.push_str(&format!("%{b:02X}")),
+            _ => uri.push(b as char),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+fn foreign(path: &Path, what: String) -> StoreError {
+    StoreError::Foreign {
+        path: path.to_path_buf(),
+        what,
+    }
+}
+
+/// What an existing file is, read without writing.
+enum FileKind {
+    /// Marked as ttdb's, or an earlier ttdb's (its tables, user_version set, no marker).
+    Ttdb,
+    /// No tables and no version: a new, empty file.
+    Empty,
+    Foreign(String),
+}
+
+/// The tables every ttdb schema has had since version 1.
+const TTDB_TABLES: [&str; 4] = ["sources", "targets", "workloads", "records"];
+
+fn identify(conn: &Connection) -> Result<FileKind> {
+    let app: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if app == APPLICATION_ID {
+        return Ok(FileKind::Ttdb);
+    }
+    if app == 0 && version == 0 && tables.is_empty() {
+        return Ok(FileKind::Empty);
+    }
+    let ours = TTDB_TABLES.iter().all(|t| tables.iter().any(|n| n == t));
+    if app == 0 && version >= 1 && ours {
+        return Ok(FileKind::Ttdb);
+    }
+    let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+    Ok(FileKind::Foreign(format!(
+        "a SQLite database with application_id {app}, user_version {version} and {} table(s){}{}",
+        tables.len(),
+        if shown.is_empty() { "" } else { ": " },
+        shown.join(", ") + if tables.len() > shown.len() { ", ..." } else { "" }
+    )))
+}
+
+/// Whether opening would write: pending migrations or signatures to recompute.
+fn needs_upgrade(conn: &Connection) -> Result<bool> {
+    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < SCHEMA_VERSION {
+        return Ok(true);
+    }
+    Ok(conn
+        .prepare("SELECT 1 FROM workloads WHERE signature_version < ?1 LIMIT 1")?
+        .exists([crate::signature::SIGNATURE_VERSION])?)
+}
+
+/// SQL functions the migrations use: `ttdb_costs_valid(raw)`, whether a record line's
+/// costs may rank (the rule is [`crate::ansor::MeasureResult::invalid_reason`]; a line
+/// that does not parse is not valid).
+fn register_functions(conn: &Connection) -> Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        "ttdb_costs_valid",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let raw: String = ctx.get(0)?;
+            Ok(crate::ansor::Record::parse(raw.trim_end())
+                .is_ok_and(|r| r.result.is_valid()))
+        },
+    )?;
+    Ok(())
 }
 
 /// The default database location: `$TTDB_DB` if set (handled by the CLI), else

@@ -180,6 +180,18 @@ pub struct ExportFilter {
     pub signature: Option<String>,
 }
 
+/// Whether some workload's signature starts with `prefix` (lowercase hex; anything else
+/// matches nothing).
+pub fn signature_prefix_exists(store: &Store, prefix: &str) -> Result<bool> {
+    if !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(false);
+    }
+    Ok(store
+        .conn
+        .prepare("SELECT 1 FROM workloads WHERE signature LIKE ?1 LIMIT 1")?
+        .exists([format!("{}%", prefix.to_ascii_lowercase())])?)
+}
+
 /// Calls `emit(raw_line)` for every selected record, in import order.
 pub fn export(
     store: &Store,

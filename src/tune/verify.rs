@@ -76,7 +76,8 @@ pub struct VerifyRow {
 
 #[derive(Debug, Serialize)]
 pub struct VerifyReport {
-    pub peak_gflops: f64,
+    /// The machine's fp32 peak, when measured or given (not with timing off).
+    pub peak_gflops: Option<f64>,
     pub rows: Vec<VerifyRow>,
 }
 
@@ -140,13 +141,16 @@ pub fn verify(
         timeout: Some(opts.timeout),
         ..MeasureOptions::default()
     };
+    // The peak is the denominator of "% of peak": without timing there is nothing to divide,
+    // and measuring it costs seconds of all cores.
     let peak = match opts.peak {
-        Some(p) => p,
-        None => {
+        Some(p) => Some(p),
+        None if !opts.timing => None,
+        None => Some(
             measure_peak(&mopts)
                 .map_err(|e| VerifyError::Peak(e.to_string()))?
-                .gflops_all
-        }
+                .gflops_all,
+        ),
     };
     let eval = EvalOptions {
         measure: mopts.clone(),
@@ -230,7 +234,7 @@ pub fn verify(
         row.compile_ms = tuned.total_compile_time().as_secs_f64() * 1e3;
         row.tuned_ms = tuned.median().map(|s| s * 1e3);
         row.gflops = tuned.gflops(flops);
-        row.percent_of_peak = row.gflops.map(|g| 100.0 * g / peak);
+        row.percent_of_peak = row.gflops.zip(peak).map(|(g, p)| 100.0 * g / p);
         tuned_rows.push(super::record::measurement_of(
             &tuned,
             key.clone(),
