@@ -240,7 +240,8 @@ fn a_database_of_an_earlier_ttdb_stops_ranking_its_bad_costs_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("old.db");
     let line = first_record();
-    let bad = with_costs(&line, "0.001, -0.002, 0.003");
+    // A mean below the real record's, from a negative cost.
+    let bad = with_costs(&line, "0.0001, -0.00005, 0.0001");
     std::fs::write(dir.path().join("l.json"), format!("{line}\n{bad}\n")).unwrap();
     import_ok(&db, &[&dir.path().join("l.json")]);
     {
@@ -248,7 +249,7 @@ fn a_database_of_an_earlier_ttdb_stops_ranking_its_bad_costs_on_open() {
         let store = ttdb::store::Store::open(&db).unwrap();
         let c = store.connection_for_tests();
         c.execute_batch(
-            "UPDATE records SET mean_cost = 0.000666 WHERE mean_cost IS NULL;
+            "UPDATE records SET mean_cost = 1e-9 WHERE mean_cost IS NULL;
              PRAGMA user_version = 5; PRAGMA application_id = 0;",
         )
         .unwrap();
