@@ -26,7 +26,7 @@ use crate::loopnest::simplify::simplify_kernel;
 use crate::loopnest::unroll::{unroll_loops_with, UnrollConfig};
 use crate::loopnest::validate::validate;
 use llvm::{Context, TargetMachine};
-use runtime::{RunCtx, Scratch, STATUS_ABORTED, STATUS_NO_MEMORY, STATUS_OK};
+use runtime::{RunCtx, Scratch, STATUS_ABORTED, STATUS_NO_MEMORY, STATUS_OK, STATUS_PANICKED};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -154,6 +154,9 @@ pub enum RunError {
     BadArguments(String),
     TimedOut,
     OutOfMemory,
+    /// The runtime panicked in a parallel launch (the message): an error of this run, the
+    /// pool stays usable.
+    Panicked(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -162,6 +165,7 @@ impl std::fmt::Display for RunError {
             RunError::BadArguments(m) => write!(f, "bad arguments: {m}"),
             RunError::TimedOut => write!(f, "kernel timed out"),
             RunError::OutOfMemory => write!(f, "kernel scratch allocation failed"),
+            RunError::Panicked(m) => write!(f, "kernel runtime panicked: {m}"),
         }
     }
 }
@@ -199,6 +203,7 @@ impl CompiledKernel {
         let ctx = RunCtx {
             pool: runtime::pool(threads),
             threads,
+            panic: Mutex::new(None),
         };
         let _guard = opts
             .timeout
@@ -218,6 +223,12 @@ impl CompiledKernel {
             STATUS_OK => Ok(()),
             STATUS_ABORTED => Err(RunError::TimedOut),
             STATUS_NO_MEMORY => Err(RunError::OutOfMemory),
+            STATUS_PANICKED => Err(RunError::Panicked(
+                ctx.panic
+                    .into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_default(),
+            )),
             s => Err(RunError::BadArguments(format!(
                 "unexpected kernel status {s}"
             ))),

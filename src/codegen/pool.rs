@@ -13,7 +13,13 @@
 //! workers join the generation by incrementing its joined count, claim chunks with an atomic
 //! counter, and leave. When every chunk is claimed the caller closes the generation (no
 //! later joins) and waits for the joined workers to leave before the job goes out of scope.
+//!
+//! Panics: a chunk that panics (on the caller or on a worker) is caught where it runs; the
+//! launch stops handing out chunks, every joined worker still leaves, and `run` returns the
+//! panic as an error, so the pool stays usable. The close-and-wait is a drop guard, as in
+//! rayon's `scope`: whatever unwinds out of a launch, the job outlives every worker using it.
 use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -23,10 +29,38 @@ pub struct Job<'a> {
     pub run: &'a (dyn Fn(i64) + Sync),
 }
 
-/// The job a worker finds: the launch's closure and its chunk counter.
+/// A launch that did not complete: a chunk panicked, with this message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Panicked(pub String);
+
+impl std::fmt::Display for Panicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a parallel chunk panicked: {}", self.0)
+    }
+}
+
+/// The job a worker finds: the launch's closure, its chunk counter, and the first panic.
 struct Published<'a> {
     job: &'a Job<'a>,
     next: AtomicI64,
+    panic: Mutex<Option<String>>,
+}
+
+impl Published<'_> {
+    /// Records the first panic and stops the launch (no chunk is handed out after it).
+    fn fail(&self, payload: Box<dyn std::any::Any + Send>) {
+        self.next.store(self.job.chunks, Ordering::Relaxed);
+        let mut first = self.panic.lock().unwrap_or_else(|p| p.into_inner());
+        first.get_or_insert_with(|| panic_message(&*payload));
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 // `state` = generation << 16 | CLOSED | joined workers.
@@ -48,6 +82,11 @@ struct Shared {
 /// 0.3-1.5 ms: long enough to span the gap between two runs of a kernel, short enough not to
 /// hold a core for long once the kernels stop.
 const SPIN: u32 = 1 << 15;
+
+/// Spin iterations of a caller waiting for its workers to leave a launch (40-200 us) before
+/// it yields its core instead: a worker pre-empted inside its last chunk would otherwise cost
+/// the caller a whole time slice of spinning on the core that worker needs.
+const WAIT_SPIN: u32 = 1 << 12;
 
 thread_local! {
     /// Inside a launch (as its caller or a worker): a nested parallel loop runs inline.
@@ -89,33 +128,63 @@ impl Pool {
     }
 
     /// Runs every chunk of `job` once, on the calling thread and the workers; returns when
-    /// all are done. Nested in another launch, runs them inline.
-    pub fn run(&self, job: &Job) {
+    /// all are done. Nested in another launch, runs them inline. A chunk that panics stops
+    /// the launch (chunks not yet started are skipped) and is returned as the error.
+    pub fn run(&self, job: &Job) -> Result<(), Panicked> {
         if self.workers == 0 || job.chunks <= 1 || IN_LAUNCH.with(Cell::get) {
-            (0..job.chunks).for_each(|c| (job.run)(c));
-            return;
+            for c in 0..job.chunks {
+                catch_unwind(AssertUnwindSafe(|| (job.run)(c)))
+                    .map_err(|p| Panicked(panic_message(&*p)))?;
+            }
+            return Ok(());
         }
         let _one = self.launching.lock().unwrap_or_else(|p| p.into_inner());
-        IN_LAUNCH.with(|f| f.set(true));
         let s = &*self.shared;
         let published = Published {
             job,
             next: AtomicI64::new(0),
+            panic: Mutex::new(None),
         };
-        s.left.store(0, Ordering::Relaxed);
-        s.job
-            .store(&published as *const Published as *mut (), Ordering::Relaxed);
-        let generation = (s.state.load(Ordering::Relaxed) >> 16) + 1;
-        s.state.store(generation << 16, Ordering::SeqCst);
-        if s.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = s.park.lock().unwrap_or_else(|p| p.into_inner());
-            s.wake.notify_all();
+        {
+            IN_LAUNCH.with(|f| f.set(true));
+            let _launch = Launch { shared: s };
+            s.left.store(0, Ordering::Relaxed);
+            s.job
+                .store(&published as *const Published as *mut (), Ordering::Relaxed);
+            let generation = (s.state.load(Ordering::Relaxed) >> 16) + 1;
+            s.state.store(generation << 16, Ordering::SeqCst);
+            if s.sleepers.load(Ordering::SeqCst) > 0 {
+                let _g = s.park.lock().unwrap_or_else(|p| p.into_inner());
+                s.wake.notify_all();
+            }
+            take_chunks(&published);
+            // `_launch` closes the generation and waits for the joined workers here.
         }
-        take_chunks(&published);
-        // Close the generation: no worker joins any more; wait for the joined to leave.
+        match published.panic.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(message) => Err(Panicked(message)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Ends a launch when dropped (also while unwinding): closes the generation, so no worker
+/// joins any more, and waits for the joined ones to leave; only then may the job go.
+struct Launch<'a> {
+    shared: &'a Shared,
+}
+
+impl Drop for Launch<'_> {
+    fn drop(&mut self) {
+        let s = self.shared;
         let joined = s.state.fetch_or(CLOSED, Ordering::SeqCst) & JOINED;
+        let mut spins = 0;
         while s.left.load(Ordering::Acquire) < joined {
-            std::hint::spin_loop();
+            if spins < WAIT_SPIN {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         IN_LAUNCH.with(|f| f.set(false));
     }
@@ -129,13 +198,18 @@ impl Drop for Pool {
     }
 }
 
+/// Claims and runs chunks until none is left; a panic is caught here (on whichever thread
+/// runs the chunk) and stops the launch.
 fn take_chunks(p: &Published) {
     loop {
         let c = p.next.fetch_add(1, Ordering::Relaxed);
         if c >= p.job.chunks {
             return;
         }
-        (p.job.run)(c);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (p.job.run)(c))) {
+            p.fail(payload);
+            return;
+        }
     }
 }
 
@@ -207,7 +281,8 @@ mod tests {
                 run: &|c| {
                     hits[c as usize].fetch_add(1, Ordering::Relaxed);
                 },
-            });
+            })
+            .unwrap();
         }
         hits.iter().map(|h| h.load(Ordering::Relaxed)).collect()
     }
@@ -241,9 +316,11 @@ mod tests {
                                     run: &|_| {
                                         total.fetch_add(1, Ordering::Relaxed);
                                     },
-                                });
+                                })
+                                .unwrap();
                             },
-                        });
+                        })
+                        .unwrap();
                     }
                 })
             })
@@ -267,7 +344,42 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_micros(200));
                 seen.lock().unwrap().insert(std::thread::current().id());
             },
-        });
+        })
+        .unwrap();
         assert_eq!(seen.lock().unwrap().len(), 2, "the worker took no chunk");
+    }
+
+    /// A chunk that panics on the caller, and one that panics on a worker: each launch
+    /// returns the panic as an error (instead of unwinding with workers still reading the
+    /// job, or spinning forever on a worker that died), and the next launch works.
+    #[test]
+    fn a_panicking_chunk_is_an_error_and_the_pool_stays_usable() {
+        let pool = Pool::new(2);
+        let caller = std::thread::current().id();
+        for on_caller in [true, false] {
+            for _ in 0..20 {
+                let started = std::sync::Barrier::new(2);
+                let r = pool.run(&Job {
+                    chunks: 2,
+                    run: &|_| {
+                        // Both chunks start before either panics: one runs on each thread.
+                        started.wait();
+                        if (std::thread::current().id() == caller) == on_caller {
+                            panic!("chunk fault");
+                        }
+                    },
+                });
+                assert_eq!(r, Err(Panicked("chunk fault".into())), "on caller: {on_caller}");
+                assert!(counts_after(&pool, 16, 3).iter().all(|&n| n == 3));
+            }
+        }
+        // Inline (one thread) too.
+        let one = Pool::new(1);
+        let r = one.run(&Job {
+            chunks: 3,
+            run: &|c| assert!(c < 1, "chunk {c}"),
+        });
+        assert!(r.unwrap_err().0.contains("chunk 1"));
+        assert!(counts_after(&one, 4, 2).iter().all(|&n| n == 2));
     }
 }

@@ -7,7 +7,8 @@
 //! * launch:  `i32 ttdb_parallel_for(ptr rtctx, ptr body, ptr ptrs, ptr vars, i64 extent,
 //!                                   i64 scratch_bytes, ptr abort)`
 //!
-//! Status codes: 0 = ok, 1 = aborted (abort flag seen), 2 = scratch allocation failed.
+//! Status codes: 0 = ok, 1 = aborted (abort flag seen), 2 = scratch allocation failed,
+//! 3 = a parallel chunk panicked (its message in `RunCtx::panic`).
 
 use super::pool::{Job, Pool};
 use std::collections::HashMap;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 pub const STATUS_OK: i32 = 0;
 pub const STATUS_ABORTED: i32 = 1;
 pub const STATUS_NO_MEMORY: i32 = 2;
+pub const STATUS_PANICKED: i32 = 3;
 
 pub type BodyFn =
     unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64, *mut u8, *const AtomicI32) -> i32;
@@ -26,6 +28,8 @@ pub type BodyFn =
 pub struct RunCtx {
     pub pool: Arc<Pool>,
     pub threads: usize,
+    /// The first panic of a parallel launch of this run (with `STATUS_PANICKED`).
+    pub panic: Mutex<Option<String>>,
 }
 
 /// Persistent pools, one per requested thread count (created on first use, never dropped).
@@ -97,9 +101,30 @@ unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
+thread_local! {
+    /// This thread's scratch block for parallel chunks, reused from chunk to chunk and
+    /// launch to launch (generated code zeroes each temporary at its `Allocate`; see
+    /// `translate.rs`). Taken while a chunk runs, so a nested launch run inline on this
+    /// thread gets a block of its own.
+    static CHUNK_SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with a scratch block of at least `bytes` private to this thread; None when it
+/// cannot be allocated.
+fn with_chunk_scratch<R>(bytes: usize, f: impl FnOnce(*mut u8) -> R) -> Option<R> {
+    let mut block = CHUNK_SCRATCH.with(|c| c.take()).filter(|s| s.len() >= bytes);
+    if block.is_none() {
+        block = Some(Scratch::new(bytes)?);
+    }
+    let block = block.expect("allocated above");
+    let r = f(block.ptr());
+    CHUNK_SCRATCH.with(|c| c.set(Some(block)));
+    Some(r)
+}
+
 /// Parallel launch callback registered into the JIT. Splits `[0, extent)` into contiguous
 /// chunks (4 per thread) that the calling thread and the pool's workers claim in turn; each
-/// chunk gets its own zeroed scratch block for the body's large temporaries.
+/// chunk runs on its thread's scratch block for the body's large temporaries.
 ///
 /// # Safety
 /// Called only by generated code with the pointers it received from `CompiledKernel::run`.
@@ -128,24 +153,29 @@ pub unsafe extern "C" fn ttdb_parallel_for(
     let status = AtomicI32::new(STATUS_OK);
     let (ptrs, vars, abort) = (SendPtr(ptrs), SendPtr(vars), SendPtr(abort));
     let run_chunk = |c: i64| {
-        let begin = extent * c / n;
-        let end = extent * (c + 1) / n;
-        let Some(s) = Scratch::new(scratch_bytes.max(0) as usize) else {
-            status.store(STATUS_NO_MEMORY, Ordering::Relaxed);
-            return;
-        };
+        // In i128: `extent * c` overflows i64 for extents near its range.
+        let bound = |c: i64| (extent as i128 * c as i128 / n as i128) as i64;
+        let (begin, end) = (bound(c), bound(c + 1));
         let (p, v, a) = (ptrs, vars, abort);
         // SAFETY: generated body with the ABI above; all pointers are live for the launch;
-        // the scratch block is private to this worker for the duration of the call.
-        let r = unsafe { body(p.0, v.0, begin, end, s.ptr(), a.0) };
+        // the scratch block is private to this thread for the duration of the call.
+        let r = with_chunk_scratch(scratch_bytes.max(0) as usize, |s| unsafe {
+            body(p.0, v.0, begin, end, s, a.0)
+        })
+        .unwrap_or(STATUS_NO_MEMORY);
         if r != STATUS_OK {
             status.fetch_max(r, Ordering::Relaxed);
         }
     };
-    ctx.pool.run(&Job {
+    let launched = ctx.pool.run(&Job {
         chunks: n,
         run: &run_chunk,
     });
+    if let Err(p) = launched {
+        let mut first = ctx.panic.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert(p.0);
+        return STATUS_PANICKED;
+    }
     status.load(Ordering::Relaxed)
 }
 

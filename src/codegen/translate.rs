@@ -1,10 +1,15 @@
 //! Kernel → LLVM IR translation: functions, statements, scalar expressions, loops, parallel
 //! outlining and temporaries. Vector loops live in `vector.rs`, operations in `expr.rs`.
 //!
-//! Temporaries: ≤ `ALLOCA_LIMIT` bytes become zero-initialised entry-block allocas of the
-//! function that executes them (SROA can promote them to registers); larger ones are carved from
-//! a scratch block the runtime allocates (per call for the top function, per chunk for a
-//! parallel body). All memory handed to generated code is initialised, so no load yields undef.
+//! Temporaries: ≤ `ALLOCA_LIMIT` bytes become entry-block allocas of the function that executes
+//! them (SROA can promote them to registers); larger ones are carved from a scratch block the
+//! runtime hands over (reused across runs and, per thread, across parallel chunks).
+//!
+//! The scratch contract, shared with the interpreter (`loopnest::interp`): a temporary is zero
+//! each time its `Allocate` is entered. Both paths zero there, every time (a memset at the
+//! `Allocate`, which LLVM drops where the body overwrites the buffer first), so a kernel reads
+//! the same values compiled or interpreted, whether its temporary sits in a loop, in reused
+//! scratch, or in a worker's block. No load yields undef.
 
 use super::llvm::*;
 use crate::loopnest::ir::*;
@@ -296,24 +301,30 @@ impl<'c, 'a> Tr<'c, 'a> {
         }
     }
 
+    /// The memory of `buffer`, zeroed here (at its `Allocate`, each time it is entered: the
+    /// scratch contract above); the alloca or scratch slot itself is made once, in the entry
+    /// block.
     fn allocate(&mut self, buffer: &Buffer) -> Value<'c> {
         let bytes = buffer.size_bytes().max(1);
-        if bytes <= ALLOCA_LIMIT {
-            return self.in_entry(|t| {
-                let i8t = t.cx.i8();
-                let n = t.cx.i64().const_int(bytes);
-                let p = t.b.alloca(i8t, n, 64);
-                let memset =
-                    t.m.intrinsic("llvm.memset", &[t.cx.ptr(), t.cx.i64()])
-                        .expect("memset");
-                t.b.call_fn(memset, &[p, i8t.const_int(0), n, t.cx.i1().const_int(0)]);
-                p
-            });
-        }
-        let off = self.fx.scratch_used;
-        self.fx.scratch_used = align_up(off + bytes, 64);
-        let scratch = self.fx.scratch;
-        self.in_entry(|t| t.b.gep(t.cx.i8(), scratch, t.cx.i64().const_int(off)))
+        let p = if bytes <= ALLOCA_LIMIT {
+            self.in_entry(|t| t.b.alloca(t.cx.i8(), t.cx.i64().const_int(bytes), 64))
+        } else {
+            let off = self.fx.scratch_used;
+            self.fx.scratch_used = align_up(off + bytes, 64);
+            let scratch = self.fx.scratch;
+            self.in_entry(|t| t.b.gep(t.cx.i8(), scratch, t.cx.i64().const_int(off)))
+        };
+        let memset = self
+            .m
+            .intrinsic("llvm.memset", &[self.cx.ptr(), self.cx.i64()])
+            .expect("memset");
+        let (zero, n, volatile) = (
+            self.cx.i8().const_int(0),
+            self.cx.i64().const_int(bytes),
+            self.cx.i1().const_int(0),
+        );
+        self.b.call_fn(memset, &[p, zero, n, volatile]);
+        p
     }
 
     pub(crate) fn address(&mut self, buf: &str, index: &[Expr]) -> Result<Value<'c>, String> {

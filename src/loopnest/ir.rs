@@ -69,8 +69,8 @@ impl fmt::Display for DType {
 pub enum BufferRole {
     Input,
     Output,
-    /// Scratch memory, only legal inside an `Allocate`. Contents are zero on kernel entry but
-    /// otherwise unspecified on every scope entry.
+    /// Scratch memory, only legal inside an `Allocate`. Contents are zero each time the
+    /// `Allocate` is entered, interpreted and compiled alike (`codegen/translate.rs`).
     Temporary,
 }
 
