@@ -76,6 +76,9 @@ struct Shared {
     park: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
+    /// The caller of the current launch, once it stopped spinning for its workers: the
+    /// worker that leaves last wakes it.
+    waiter: Mutex<Option<std::thread::Thread>>,
 }
 
 /// Spin iterations (each a `spin_loop` hint: 10-50 ns) before an idle worker parks, about
@@ -84,8 +87,8 @@ struct Shared {
 const SPIN: u32 = 1 << 15;
 
 /// Spin iterations of a caller waiting for its workers to leave a launch (40-200 us) before
-/// it yields its core instead: a worker pre-empted inside its last chunk would otherwise cost
-/// the caller a whole time slice of spinning on the core that worker needs.
+/// it parks until the last one leaves: a worker pre-empted inside its last chunk would
+/// otherwise cost the caller a whole time slice of spinning on the core that worker needs.
 const WAIT_SPIN: u32 = 1 << 12;
 
 thread_local! {
@@ -111,6 +114,7 @@ impl Pool {
             park: Mutex::new(()),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            waiter: Mutex::new(None),
         });
         let workers = threads.clamp(1, JOINED as usize) - 1;
         for i in 0..workers {
@@ -160,7 +164,11 @@ impl Pool {
             take_chunks(&published);
             // `_launch` closes the generation and waits for the joined workers here.
         }
-        match published.panic.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        match published
+            .panic
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+        {
             Some(message) => Err(Panicked(message)),
             None => Ok(()),
         }
@@ -182,10 +190,16 @@ impl Drop for Launch<'_> {
             if spins < WAIT_SPIN {
                 spins += 1;
                 std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+                continue;
+            }
+            // Park; the last worker to leave unparks (the timeout covers a wake-up that
+            // raced with registering).
+            *s.waiter.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current());
+            if s.left.load(Ordering::Acquire) < joined {
+                std::thread::park_timeout(std::time::Duration::from_millis(1));
             }
         }
+        *s.waiter.lock().unwrap_or_else(|p| p.into_inner()) = None;
         IN_LAUNCH.with(|f| f.set(false));
     }
 }
@@ -265,7 +279,10 @@ fn worker(s: &Shared) {
         // (the job stays alive) until every worker that joined has left.
         let p = unsafe { &*(s.job.load(Ordering::Acquire) as *const Published) };
         take_chunks(p);
-        s.left.fetch_add(1, Ordering::Release);
+        s.left.fetch_add(1, Ordering::SeqCst);
+        if let Some(caller) = &*s.waiter.lock().unwrap_or_else(|p| p.into_inner()) {
+            caller.unpark();
+        }
     }
 }
 
@@ -369,7 +386,11 @@ mod tests {
                         }
                     },
                 });
-                assert_eq!(r, Err(Panicked("chunk fault".into())), "on caller: {on_caller}");
+                assert_eq!(
+                    r,
+                    Err(Panicked("chunk fault".into())),
+                    "on caller: {on_caller}"
+                );
                 assert!(counts_after(&pool, 16, 3).iter().all(|&n| n == 3));
             }
         }
@@ -381,5 +402,49 @@ mod tests {
         });
         assert!(r.unwrap_err().0.contains("chunk 1"));
         assert!(counts_after(&one, 4, 2).iter().all(|&n| n == 2));
+    }
+
+    /// This thread's CPU time.
+    fn thread_cpu() -> std::time::Duration {
+        #[repr(C)]
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        extern "C" {
+            fn clock_gettime(clock: i32, t: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut t = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: clock_gettime fills the struct (Linux's timespec on 64-bit targets).
+        assert_eq!(unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut t) }, 0);
+        std::time::Duration::new(t.sec as u64, t.nsec as u32)
+    }
+
+    /// A caller whose worker is stuck in a long chunk (pre-empted, or slow) does not spin on
+    /// the core for the whole wait: it parks until the worker leaves.
+    #[test]
+    fn a_caller_waiting_for_a_slow_worker_parks() {
+        let pool = Pool::new(2);
+        let caller = std::thread::current().id();
+        let started = std::sync::Barrier::new(2);
+        let cpu0 = thread_cpu();
+        let t0 = std::time::Instant::now();
+        pool.run(&Job {
+            chunks: 2,
+            run: &|_| {
+                started.wait();
+                if std::thread::current().id() != caller {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            },
+        })
+        .unwrap();
+        let (wall, cpu) = (t0.elapsed(), thread_cpu() - cpu0);
+        assert!(wall >= std::time::Duration::from_millis(200));
+        assert!(
+            cpu < std::time::Duration::from_millis(50),
+            "the caller burnt {cpu:?} of CPU waiting {wall:?} for its worker"
+        );
     }
 }

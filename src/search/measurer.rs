@@ -3,7 +3,7 @@
 //! interleaved rounds), and timings pooled over several builds ([`time_pooled`]).
 use crate::ansor::Step;
 use crate::codegen::RunError;
-use crate::evaluate::{build_steps, Build, EvalOptions, Evaluation, Reference};
+use crate::evaluate::{build_steps, Build, EvalOptions, Evaluation, Reference, PLACEMENTS};
 use crate::ir::Dag;
 use crate::measure::runner::{MeasureOptions, Measurement};
 use rayon::prelude::*;
@@ -59,10 +59,24 @@ pub fn time_pooled(
 /// their results ([`time_pooled`]).
 pub const PICK_BUILDS: usize = 2;
 
-/// A kernel whose first timing is more than this many times its batch's fastest first timing
-/// is not timed again ([`KernelMeasurer`]): it can be neither the best nor, having one
-/// sample, a significant Droplet move, and its repeats were most of a batch's timing cost.
+/// A kernel whose best timing over the argument copies is more than this many times its
+/// batch's fastest is not timed again ([`hopeless_kernels`]): it can be neither the best
+/// nor, having few samples, a significant Droplet move, and its repeats were most of a
+/// batch's timing cost.
 pub const HOPELESS: f64 = 2.0;
+
+/// The kernels of a batch not worth more samples: those whose best sample so far is more than
+/// [`HOPELESS`] times the batch's fastest (hence than the best so far). Decided after one
+/// sample on each copy of the arguments ([`PLACEMENTS`]): where the buffers land alone once
+/// moved a schedule from 6 to 49 ms, so one sample on one copy can prune the fastest kernel.
+pub fn hopeless_kernels(samples: &[Vec<f64>]) -> Vec<bool> {
+    let best = |s: &Vec<f64>| s.iter().copied().fold(f64::INFINITY, f64::min);
+    let fastest = samples.iter().map(best).fold(f64::INFINITY, f64::min);
+    samples
+        .iter()
+        .map(|s| !s.is_empty() && best(s) > HOPELESS * fastest)
+        .collect()
+}
 
 /// The real measurer: ttdb's build and run phases on `dag`, verified against `reference`.
 pub struct KernelMeasurer<'a> {
@@ -77,8 +91,8 @@ impl Measurer for KernelMeasurer<'_> {
     /// Builds in parallel; verifies one at a time; then times in rounds, one timing of every
     /// kernel per round, so that the machine's drift (another process, frequency changes)
     /// touches every kernel of the batch alike and the t-test's samples stay comparable.
-    /// After the first round, kernels [`HOPELESS`]ly slower than the batch's fastest keep
-    /// their one timing. An interrupt drops the whole batch (nothing half-timed is reported).
+    /// After one round per argument copy, kernels [`HOPELESS`]ly slower than the batch's
+    /// fastest keep the timings they have. An interrupt drops the whole batch (nothing half-timed is reported).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
         let profile_var = std::env::var_os("TTDB_PROFILE");
         let profile = profile_var.is_some();
@@ -131,17 +145,8 @@ impl Measurer for KernelMeasurer<'_> {
         let mut errors: Vec<Option<RunError>> = vec![None; prepared.len()];
         let mut hopeless = vec![false; prepared.len()];
         for round in 0..eval.measure.repeat.max(1) {
-            if round == 1 {
-                // The first round's samples rank the batch: a kernel more than HOPELESS times
-                // slower than the batch's fastest (hence than the best so far) keeps its one
-                // sample; the contenders get every repeat.
-                let fastest = samples
-                    .iter()
-                    .filter_map(|s| s.first().copied())
-                    .fold(f64::INFINITY, f64::min);
-                for (h, s) in hopeless.iter_mut().zip(&samples) {
-                    *h = s.first().is_some_and(|&t| t > HOPELESS * fastest);
-                }
+            if round == PLACEMENTS {
+                hopeless = hopeless_kernels(&samples);
             }
             for (i, p) in prepared.iter_mut().enumerate() {
                 let Ok(p) = p else { continue };
@@ -229,4 +234,32 @@ fn profile_line(
         ms(verify_wall),
         ms(time_wall),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel that landed badly on the first copy of its arguments (10 ms there, 1 ms on
+    /// the others) is the batch's fastest: pruning on the best sample over the copies keeps
+    /// it, where pruning on the first sample (as the search did before) dropped it.
+    #[test]
+    fn pruning_takes_the_best_sample_over_the_argument_copies() {
+        assert_eq!(PLACEMENTS, 3);
+        let samples = vec![
+            vec![10e-3, 1e-3, 1e-3],
+            vec![2e-3, 2.1e-3, 2e-3],
+            vec![9e-3, 8e-3, 9e-3],
+            vec![],
+        ];
+        assert_eq!(hopeless_kernels(&samples), vec![false, false, true, false]);
+        let first_only: Vec<Vec<f64>> = samples
+            .iter()
+            .map(|s| s.iter().take(1).copied().collect())
+            .collect();
+        assert_eq!(
+            hopeless_kernels(&first_only),
+            vec![true, false, true, false]
+        );
+    }
 }
