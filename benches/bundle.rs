@@ -11,9 +11,8 @@ use ttdb::store::Store;
 
 fn corpus_logs() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/ansor");
-    let dirs = std::fs::read_dir(&root).unwrap_or_else(|e| {
-        panic!("the shared corpus is missing at {}: {e}", root.display())
-    });
+    let dirs = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("the shared corpus is missing at {}: {e}", root.display()));
     let mut out = Vec::new();
     for d in dirs {
         for f in std::fs::read_dir(d.unwrap().path()).unwrap() {
@@ -107,7 +106,10 @@ fn main() {
         median(t_bundle_import),
     );
     println!("medians of {runs} runs, records/s:");
-    println!("  import of the logs        {:>9.0}  ({imp:.2} s)  1.00x", rate(imp));
+    println!(
+        "  import of the logs        {:>9.0}  ({imp:.2} s)  1.00x",
+        rate(imp)
+    );
     println!(
         "  bundle export (plain)     {:>9.0}  ({exp:.2} s)  {:.2}x",
         rate(exp),

@@ -25,7 +25,11 @@ fn main() {
         let (_, keys) = common::write_log(&log, n, 16);
         let mut store = Store::open(&db).unwrap();
         let corpus = root.join("../shared/corpus/ansor");
-        for f in ttdb::bundle::inputs::collect(&[corpus]).files.into_iter().map(|f| f.path) {
+        for f in ttdb::bundle::inputs::collect(&[corpus])
+            .files
+            .into_iter()
+            .map(|f| f.path)
+        {
             import_file(&mut store, &f, &|_| {}).unwrap();
         }
         let t = Instant::now();

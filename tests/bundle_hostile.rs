@@ -712,11 +712,7 @@ fn ttdb_within(db: &std::path::Path, args: &[&str], seconds: u64) -> String {
 
 /// Runs ttdb on `db`, failing if it panics or takes longer than `seconds`: (success,
 /// stdout, stderr).
-fn ttdb_status_within(
-    db: &std::path::Path,
-    args: &[&str],
-    seconds: u64,
-) -> (bool, String, String) {
+fn ttdb_status_within(db: &std::path::Path, args: &[&str], seconds: u64) -> (bool, String, String) {
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_ttdb"))
         .arg("--db")

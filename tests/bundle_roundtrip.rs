@@ -42,7 +42,14 @@ fn the_corpus_database_survives_a_bundle_round_trip() {
     );
     ttdb(
         &original,
-        &["bundle", "export", "-o", &p(&bundle), "--all-records", "--compress"],
+        &[
+            "bundle",
+            "export",
+            "-o",
+            &p(&bundle),
+            "--all-records",
+            "--compress",
+        ],
     );
     ttdb(&copy, &["bundle", "import", &p(&bundle)]);
 
@@ -52,7 +59,10 @@ fn the_corpus_database_survives_a_bundle_round_trip() {
     assert!(sorted_lines(&a) == sorted_lines(&b), "the records differ");
     let best = |db: &Path| ttdb(db, &["export", "--best"]);
     let (a, b) = (best(&original), best(&copy));
-    assert!(sorted_lines(&a) == sorted_lines(&b), "the best records differ");
+    assert!(
+        sorted_lines(&a) == sorted_lines(&b),
+        "the best records differ"
+    );
 
     let mut snapshot = String::new();
     for model in [

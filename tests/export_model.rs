@@ -28,8 +28,7 @@ fn resnet_18_log() -> PathBuf {
 /// Every TVM workload key of the model's tunable kernels (NCHWc, 4 lanes, TopHub blocking:
 /// the CLI's defaults), over every TVM era, and the number of tunable kernels.
 fn model_keys(model: &Path) -> (BTreeSet<String>, usize) {
-    let tophub =
-        Some(std::sync::Arc::new(onnx::TopHub::builtin()));
+    let tophub = Some(std::sync::Arc::new(onnx::TopHub::builtin()));
     let opts = Options {
         layout: LayoutMode::Nchwc,
         lanes: 4,

@@ -59,7 +59,10 @@ const BAD_COSTS: [(&str, &str); 8] = [
 /// than all of them would claim (0.5 s).
 fn hostile_log(dir: &Path) -> (PathBuf, String) {
     let line = first_record();
-    let mut lines: Vec<String> = BAD_COSTS.iter().map(|(c, _)| with_costs(&line, c)).collect();
+    let mut lines: Vec<String> = BAD_COSTS
+        .iter()
+        .map(|(c, _)| with_costs(&line, c))
+        .collect();
     let valid = with_costs(&line, "0.5");
     lines.push(valid.clone());
     let path = dir.join("hostile.json");
@@ -142,7 +145,13 @@ fn costs_that_are_not_times_never_rank_from_a_bundle_or_a_merge() {
     let all = dir.path().join("all.ttdb");
     let (code, _, err) = ttdb_on(
         &src,
-        &["bundle", "export", "--all-records", "-o", all.to_str().unwrap()],
+        &[
+            "bundle",
+            "export",
+            "--all-records",
+            "-o",
+            all.to_str().unwrap(),
+        ],
     );
     assert_eq!(code, 0, "{err}");
     // A second bundle with the valid record only, merged with the first.
@@ -151,7 +160,10 @@ fn costs_that_are_not_times_never_rank_from_a_bundle_or_a_merge() {
     let other = dir.path().join("other.db");
     import_ok(&other, &[&only_valid]);
     let second = dir.path().join("second.ttdb");
-    let (code, _, err) = ttdb_on(&other, &["bundle", "export", "-o", second.to_str().unwrap()]);
+    let (code, _, err) = ttdb_on(
+        &other,
+        &["bundle", "export", "-o", second.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{err}");
     let merged = dir.path().join("merged.ttdb");
     let (code, _, err) = ttdb_on(
@@ -179,7 +191,12 @@ fn costs_that_are_not_times_never_rank_from_a_bundle_or_a_merge() {
         assert!(!fresh.exists(), "inspect created a database");
         let (code, _, err) = ttdb_on(&fresh, &["bundle", "import", bundle.to_str().unwrap()]);
         assert_eq!(code, 0, "{err}");
-        assert_eq!(best_lines(&fresh), vec![valid.clone()], "{}", bundle.display());
+        assert_eq!(
+            best_lines(&fresh),
+            vec![valid.clone()],
+            "{}",
+            bundle.display()
+        );
         std::fs::remove_file(&fresh).unwrap();
     }
 }
@@ -286,7 +303,10 @@ fn import_reads_a_bundle_as_a_bundle() {
     // The compressed one goes through the bundle path: checked, provenance kept.
     let (code, out, err) = ttdb_on(&db, &["import", packed.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("bundle ") && out.contains("signature unsigned"), "{out}");
+    assert!(
+        out.contains("bundle ") && out.contains("signature unsigned"),
+        "{out}"
+    );
     assert!(!out.contains("rejected lines: 1"), "{out}");
     let store = ttdb::store::Store::open(&db).unwrap();
     let kinds: Vec<String> = store
@@ -301,7 +321,10 @@ fn import_reads_a_bundle_as_a_bundle() {
     drop(store);
     // --require-signed holds on `import` too.
     let db2 = dir.path().join("t2.db");
-    let (code, out, _) = ttdb_on(&db2, &["import", "--require-signed", plain.to_str().unwrap()]);
+    let (code, out, _) = ttdb_on(
+        &db2,
+        &["import", "--require-signed", plain.to_str().unwrap()],
+    );
     assert_ne!(code, 0);
     assert!(out.contains("unsigned, and --require-signed"), "{out}");
 }
@@ -327,10 +350,7 @@ fn a_mistyped_db_is_an_error_and_creates_nothing() {
             err.contains("no ttdb database at") && err.contains("no/such/folder/tdb.db"),
             "{args:?}: {err}"
         );
-        assert!(
-            !dir.path().join("no").exists(),
-            "{args:?} created folders"
-        );
+        assert!(!dir.path().join("no").exists(), "{args:?} created folders");
         assert!(!out_file.exists());
     }
     // An import of a path that does not exist creates no database either.
@@ -363,7 +383,11 @@ fn a_foreign_sqlite_file_is_refused_untouched() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, vec!["app.db".to_string()], "files appeared beside it");
+    assert_eq!(
+        names,
+        vec!["app.db".to_string()],
+        "files appeared beside it"
+    );
     // Not SQLite at all.
     let text = dir.path().join("notes.db");
     std::fs::write(&text, "hello\n").unwrap();
@@ -389,7 +413,10 @@ fn a_read_only_database_can_be_queried() {
     std::fs::create_dir(&folder).unwrap();
     let db = folder.join("t.db");
     import_ok(&db, &[&log("resnet_18")]);
-    assert!(!folder.join("t.db-wal").exists(), "the import left a WAL behind");
+    assert!(
+        !folder.join("t.db-wal").exists(),
+        "the import left a WAL behind"
+    );
     let perms = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
     perms(&db, 0o444).unwrap();
     perms(&folder, 0o555).unwrap();
@@ -428,7 +455,11 @@ fn a_directory_import_reads_only_the_logs() {
     std::fs::copy(log("resnet_18"), d.join("resnet_18.json")).unwrap();
     std::fs::copy(log("vgg_16"), d.join("sub/vgg_16.log")).unwrap();
     std::fs::copy(resnet18_model(), d.join("resnet18.onnx")).unwrap();
-    std::fs::write(d.join("README.md"), "# Logs\n\nTuned on a Xeon.\n".repeat(1000)).unwrap();
+    std::fs::write(
+        d.join("README.md"),
+        "# Logs\n\nTuned on a Xeon.\n".repeat(1000),
+    )
+    .unwrap();
     std::fs::write(d.join("notes.txt"), "tuned on 2024-01-01\n").unwrap();
     // A binary without an extension, with 50 MB of line-free bytes.
     let mut blob = vec![0x7fu8, b'E', b'L', b'F', 0, 1];
@@ -458,7 +489,11 @@ fn a_directory_import_reads_only_the_logs() {
         .map(|s| {
             let p = s["path"].as_str().unwrap();
             (
-                Path::new(p).file_name().unwrap().to_string_lossy().into_owned(),
+                Path::new(p)
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
                 s["reason"].as_str().unwrap().to_string(),
             )
         })
@@ -537,18 +572,17 @@ fn a_decompression_bomb_is_refused_in_bounded_memory() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     let size: u64 = 3 << 30;
-    let text = || {
-        std::io::Cursor::new(b"# ttdb-bundle 1\n".to_vec()).chain(std::io::repeat(0).take(size))
-    };
+    let text =
+        || std::io::Cursor::new(b"# ttdb-bundle 1\n".to_vec()).chain(std::io::repeat(0).take(size));
     // Without a declared size (a streamed frame), and with one.
     let no_size = dir.path().join("bomb.ttdb");
-    let mut enc = zstd::stream::write::Encoder::new(std::fs::File::create(&no_size).unwrap(), 1)
-        .unwrap();
+    let mut enc =
+        zstd::stream::write::Encoder::new(std::fs::File::create(&no_size).unwrap(), 1).unwrap();
     std::io::copy(&mut text(), &mut enc).unwrap();
     enc.finish().unwrap().flush().unwrap();
     let declared = dir.path().join("declared.ttdb");
-    let mut enc = zstd::stream::write::Encoder::new(std::fs::File::create(&declared).unwrap(), 1)
-        .unwrap();
+    let mut enc =
+        zstd::stream::write::Encoder::new(std::fs::File::create(&declared).unwrap(), 1).unwrap();
     enc.set_pledged_src_size(Some(size + 16)).unwrap();
     enc.include_contentsize(true).unwrap();
     std::io::copy(&mut text(), &mut enc).unwrap();
@@ -566,11 +600,17 @@ fn a_decompression_bomb_is_refused_in_bounded_memory() {
         ] {
             let (code, out, err) = ttdb_on(&db, &args);
             assert_ne!(code, 0, "{args:?}");
-            assert!(out.contains(expect) || err.contains(expect), "{args:?}: {out}{err}");
+            assert!(
+                out.contains(expect) || err.contains(expect),
+                "{args:?}: {out}{err}"
+            );
         }
     }
     let rss = children_max_rss_kib();
-    assert!(rss < 300 << 10, "peak RSS {rss} KiB while refusing the bombs");
+    assert!(
+        rss < 300 << 10,
+        "peak RSS {rss} KiB while refusing the bombs"
+    );
 }
 
 #[test]
@@ -594,7 +634,9 @@ fn the_bundle_text_cap_holds_while_streaming() {
     assert!(format::read(&packed, &Limits::default()).is_ok());
     // A frame that declares its size is refused before decompressing when over the cap.
     let mut declared = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
-    declared.set_pledged_src_size(Some(text.len() as u64)).unwrap();
+    declared
+        .set_pledged_src_size(Some(text.len() as u64))
+        .unwrap();
     declared.include_contentsize(true).unwrap();
     std::io::Write::write_all(&mut declared, &text).unwrap();
     let declared = declared.finish().unwrap();
@@ -604,7 +646,13 @@ fn the_bundle_text_cap_holds_while_streaming() {
     // On the CLI, --max-bundle-mib 0 refuses it and says which flag moves the cap.
     let (code, _, err) = ttdb_on(
         &dir.path().join("t.db"),
-        &["bundle", "import", plain.to_str().unwrap(), "--max-bundle-mib", "0"],
+        &[
+            "bundle",
+            "import",
+            plain.to_str().unwrap(),
+            "--max-bundle-mib",
+            "0",
+        ],
     );
     assert_ne!(code, 0);
     assert!(err.contains("--max-bundle-mib raises it"), "{err}");
@@ -623,10 +671,17 @@ fn the_tophub_table_travels_with_the_binary() {
             .args(["kernels", model.to_str().unwrap(), "--json"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
-    let here = run(Path::new(env!("CARGO_MANIFEST_DIR")), Path::new(env!("CARGO_BIN_EXE_ttdb")));
+    let here = run(
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        Path::new(env!("CARGO_BIN_EXE_ttdb")),
+    );
     let away = run(dir.path(), &bin);
     assert_eq!(here, away);
     let v: serde_json::Value = serde_json::from_str(&away).unwrap();
@@ -642,7 +697,15 @@ fn verify_without_timing_measures_no_peak() {
     import_ok(&db, &[&log("resnet_18")]);
     let (code, out, err) = ttdb_on(
         &db,
-        &["verify", "--all", "--limit", "1", "--no-timing", "--dry-run", "--json"],
+        &[
+            "verify",
+            "--all",
+            "--limit",
+            "1",
+            "--no-timing",
+            "--dry-run",
+            "--json",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -664,7 +727,10 @@ fn bundle_inspect_names_workloads_as_export_finds_them() {
     let prefix = first.split_whitespace().next().unwrap();
     let (code, lines, err) = ttdb_on(&db, &["export", "--workload", prefix]);
     assert_eq!(code, 0, "{prefix}: {err}");
-    assert!(!lines.is_empty(), "export --workload {prefix} found nothing");
+    assert!(
+        !lines.is_empty(),
+        "export --workload {prefix} found nothing"
+    );
 }
 
 #[test]
@@ -674,10 +740,15 @@ fn export_of_an_unknown_workload_is_an_error() {
     import_ok(&db, &[&log("resnet_18")]);
     let out = dir.path().join("out.json");
     for prefix in ["zz", "ffffffffffff"] {
-        let (code, _, err) =
-            ttdb_on(&db, &["export", "--workload", prefix, "-o", out.to_str().unwrap()]);
+        let (code, _, err) = ttdb_on(
+            &db,
+            &["export", "--workload", prefix, "-o", out.to_str().unwrap()],
+        );
         assert_ne!(code, 0, "{prefix}");
-        assert!(err.contains(&format!("no workload's signature starts with `{prefix}`")), "{err}");
+        assert!(
+            err.contains(&format!("no workload's signature starts with `{prefix}`")),
+            "{err}"
+        );
         assert!(!out.exists(), "an empty output file was written");
     }
 }
@@ -720,12 +791,18 @@ fn bad_model_dims_are_named_for_what_they_are() {
     let negative = write("negative", &[1, -3, 4, 4]);
     let (code, _, err) = ttdb(&["kernels", negative.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(err.contains("dim 1 = -3") && err.contains("cannot be negative"), "{err}");
+    assert!(
+        err.contains("dim 1 = -3") && err.contains("cannot be negative"),
+        "{err}"
+    );
     assert!(!err.contains("symbolic"), "{err}");
     let huge = write("huge", &[1 << 40, 1 << 40, 1 << 40]);
     let (code, _, err) = ttdb(&["kernels", huge.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(err.contains("too many elements") && err.contains("as the model declares it"), "{err}");
+    assert!(
+        err.contains("too many elements") && err.contains("as the model declares it"),
+        "{err}"
+    );
     assert!(!err.contains("bad --input-shape"), "{err}");
 }
 

@@ -22,10 +22,9 @@ struct Seeds {
 
 fn seeds() -> Seeds {
     let corpus = common::corpus_dir();
-    let text = std::fs::read_to_string(
-        corpus.join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json"),
-    )
-    .unwrap();
+    let text =
+        std::fs::read_to_string(corpus.join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json"))
+            .unwrap();
     let lines: Vec<Vec<u8>> = text
         .lines()
         .filter(|l| l.starts_with('{'))
@@ -44,8 +43,8 @@ fn seeds() -> Seeds {
     let creation = ttdb::bundle::format::Creation::default();
     let b = ttdb::bundle::export(&store, &ttdb::bundle::Selection::All, false, creation).unwrap();
     let bundles = vec![b.to_bytes(false).unwrap(), b.to_bytes(true).unwrap()];
-    let model = std::fs::read(corpus.join("onnx/torchvision_graph_only/resnet18.onnx"))
-        .unwrap()[..4096]
+    let model = std::fs::read(corpus.join("onnx/torchvision_graph_only/resnet18.onnx")).unwrap()
+        [..4096]
         .to_vec();
     Seeds {
         lines,
@@ -114,7 +113,11 @@ fn import_folder(store: &mut Store, dir: &Path) -> usize {
         if let Ok(done) = inputs::import_input(store, input, &opts, &|_| {}) {
             inserted += done.file_report().inserted;
             if let Imported::Bundle { import, .. } = &done {
-                assert_eq!(import.file.rejected.len(), 0, "a checked bundle had a bad line");
+                assert_eq!(
+                    import.file.rejected.len(),
+                    0,
+                    "a checked bundle had a bad line"
+                );
             }
         }
     }
@@ -134,18 +137,32 @@ fn mixed_folders_import_without_harm() {
         random_folder(&dir, &seeds, &mut rng);
         let mut store = Store::open(&tmp.path().join("t.db")).unwrap();
         let inserted = import_folder(&mut store, &dir);
-        assert_eq!(import_folder(&mut store, &dir), 0, "a second import added records");
+        assert_eq!(
+            import_folder(&mut store, &dir),
+            0,
+            "a second import added records"
+        );
         assert_eq!(store.integrity_check().unwrap(), "ok");
         let c = store.connection_for_tests();
-        let records: i64 = c.query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0)).unwrap();
+        let records: i64 = c
+            .query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(records as usize, inserted);
         let longest: Option<i64> = c
-            .query_row("SELECT MAX(length(raw)) FROM rejected_lines", [], |r| r.get(0))
+            .query_row("SELECT MAX(length(raw)) FROM rejected_lines", [], |r| {
+                r.get(0)
+            })
             .unwrap();
-        assert!(longest.unwrap_or(0) <= 256, "a rejected line kept {longest:?} bytes");
+        assert!(
+            longest.unwrap_or(0) <= 256,
+            "a rejected line kept {longest:?} bytes"
+        );
         total += inserted;
         rounds += 1;
     }
-    assert!(total > 0, "no round imported a record: the mutants never reach the store");
+    assert!(
+        total > 0,
+        "no round imported a record: the mutants never reach the store"
+    );
     eprintln!("{rounds} folders, {total} records imported");
 }

@@ -21,8 +21,7 @@ fn store_with(logs: &[&str]) -> Store {
 
 /// NCHWc kernels as tvm_ansor_bench extracted them (no -mcpu: 4 lanes, TopHub blocking).
 fn model_match(store: &Store, model: &Path) -> ModelMatch {
-    let tophub =
-        Some(std::sync::Arc::new(onnx::TopHub::builtin()));
+    let tophub = Some(std::sync::Arc::new(onnx::TopHub::builtin()));
     let opts = Options {
         layout: LayoutMode::Nchwc,
         lanes: 4,

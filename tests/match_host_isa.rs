@@ -41,8 +41,7 @@ fn resnet18() -> PathBuf {
 /// ResNet-18's NCHWc kernels (4 lanes, TopHub blocking: what `ttdb match` does by default)
 /// matched for a host with `flags`.
 fn matched(store: &Store, flags: &[&str]) -> ModelMatch {
-    let tophub =
-        Some(std::sync::Arc::new(onnx::TopHub::builtin()));
+    let tophub = Some(std::sync::Arc::new(onnx::TopHub::builtin()));
     let opts = Options {
         layout: LayoutMode::Nchwc,
         lanes: 4,

@@ -75,7 +75,10 @@ fn a_guess_its_records_refute_is_stored_as_unknown_with_the_reason() {
     assert_eq!(code, 0, "{err}");
     assert!(!text.contains("unrecognized"), "already unknown: {text}");
     let (_, out, _) = common::ttdb_on(&db, &["workloads", "--class", "conv2d_nchwc+add"]);
-    assert!(!out.contains("conv2d_nchwc"), "no workload under the wrong class: {out}");
+    assert!(
+        !out.contains("conv2d_nchwc"),
+        "no workload under the wrong class: {out}"
+    );
 }
 
 #[test]
@@ -89,9 +92,15 @@ fn a_guess_its_records_replay_on_stands_as_structural() {
     let (code, out, err) = common::ttdb_on(&db, &["import", log.to_str().unwrap(), "--json"]);
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(report["per_file"][0]["refuted_guesses"], serde_json::json!([]));
+    assert_eq!(
+        report["per_file"][0]["refuted_guesses"],
+        serde_json::json!([])
+    );
     for (class, by, _) in workload_rows(&db) {
-        assert_eq!((class.as_str(), by.as_str()), ("conv2d_nchwc+add", "structural"));
+        assert_eq!(
+            (class.as_str(), by.as_str()),
+            ("conv2d_nchwc+add", "structural")
+        );
     }
 }
 
@@ -126,7 +135,11 @@ fn every_recognized_corpus_workload_replays_all_its_valid_records() {
             .unwrap();
         rows
     };
-    assert!(rows.len() > 70_000, "{files} files, {} valid records", rows.len());
+    assert!(
+        rows.len() > 70_000,
+        "{files} files, {} valid records",
+        rows.len()
+    );
     let failures: Vec<String> = rows
         .par_iter()
         .filter_map(|(key, class, sig, raw)| {

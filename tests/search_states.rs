@@ -9,13 +9,11 @@ use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
 use ttdb::ir::{Combiner, ComputeAttrs, DType, Dag, DagBuilder, IterVar};
 use ttdb::loopnest::verify::RTOL;
 use ttdb::lower::check::interpret_against_reference;
+use ttdb::lower::{lower_steps, LowerOptions};
+use ttdb::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec};
+use ttdb::schedule::{replay, stage_inits_from_dag};
 use ttdb::search::cost_model::program_features;
 use ttdb::search::features::STORE_FEATURES;
-use ttdb::lower::{lower_steps, LowerOptions};
-use ttdb::ops::{
-    Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
-};
-use ttdb::schedule::{replay, stage_inits_from_dag};
 use ttdb::search::init::Sampler;
 use ttdb::search::mutate::{mutate, pick};
 use ttdb::search::rng::Rng;
@@ -131,15 +129,27 @@ fn classes() -> Vec<(&'static str, Dag)> {
         ),
         (
             "dense+add",
-            spec(Anchor::Dense, vec![add], &[vec![3, 40], vec![12, 40], vec![1, 12]]),
+            spec(
+                Anchor::Dense,
+                vec![add],
+                &[vec![3, 40], vec![12, 40], vec![1, 12]],
+            ),
         ),
         (
             "batch_matmul",
-            spec(Anchor::BatchMatmul, vec![], &[vec![2, 6, 10], vec![2, 7, 10]]),
+            spec(
+                Anchor::BatchMatmul,
+                vec![],
+                &[vec![2, 6, 10], vec![2, 7, 10]],
+            ),
         ),
         (
             "max_pool nchw",
-            spec(pool(PoolKind::Max, PoolLayout::Nchw), vec![], &[vec![1, 3, 9, 9]]),
+            spec(
+                pool(PoolKind::Max, PoolLayout::Nchw),
+                vec![],
+                &[vec![1, 3, 9, 9]],
+            ),
         ),
         (
             "avg_pool nhwc",
@@ -299,22 +309,38 @@ fn every_sampled_and_mutated_state_lowers_and_verifies() {
             native += 1;
             let e = evaluate_steps(dag, steps, &reference, &opts);
             if !e.verified() {
-                let shown = steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" ");
+                let shown = steps
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 native_failures.push(format!("{name}: native run: {:?}\n  {shown}", e.failure));
             }
         }
     }
     println!("{native} states compiled and verified natively");
     let total: usize = results.iter().map(|r| r.1).sum();
-    let failures: Vec<&String> = results.iter().flat_map(|r| &r.3).chain(&native_failures).collect();
+    let failures: Vec<&String> = results
+        .iter()
+        .flat_map(|r| &r.3)
+        .chain(&native_failures)
+        .collect();
     assert!(
         failures.is_empty(),
         "{} of {total} states failed:\n{}",
         failures.len(),
-        failures.iter().take(12).map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(12)
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     for (name, n, invalid, _, _) in &results {
-        assert!(*n >= SAMPLES / 2, "{name}: only {n} states ({invalid} invalid samples)");
+        assert!(
+            *n >= SAMPLES / 2,
+            "{name}: only {n} states ({invalid} invalid samples)"
+        );
     }
     assert!(total >= 1000, "only {total} states checked");
 }

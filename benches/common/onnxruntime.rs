@@ -4,7 +4,9 @@
 use std::path::Path;
 
 pub fn script_ms(script: &str, args: &[&str]) -> Option<f64> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches").join(script);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches")
+        .join(script);
     let out = std::process::Command::new("python3")
         .arg(path)
         .args(args)

@@ -279,13 +279,11 @@ fn with_arity<'a, T>(
 ) -> Result<T, RecordError> {
     want(sc, Kind::Array, what)?;
     let start = sc.pos;
-    read(sc).map_err(|e| {
-        match arity(start, line) {
-            Some(n) if !allowed.contains(&n) => {
-                RecordError(format!("{what} has {n} elements; expected {expected}"))
-            }
-            _ => e,
+    read(sc).map_err(|e| match arity(start, line) {
+        Some(n) if !allowed.contains(&n) => {
+            RecordError(format!("{what} has {n} elements; expected {expected}"))
         }
+        _ => e,
     })
 }
 

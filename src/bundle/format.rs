@@ -403,8 +403,8 @@ fn text_stream<'a, R: std::io::BufRead + 'a>(
             limits.max_bytes
         )));
     }
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(file)
-        .map_err(|e| whole(format!("zstd: {e}")))?;
+    let mut decoder =
+        zstd::stream::read::Decoder::with_buffer(file).map_err(|e| whole(format!("zstd: {e}")))?;
     decoder
         .window_log_max(ZSTD_WINDOW_LOG_MAX)
         .map_err(|e| whole(format!("zstd: {e}")))?;
@@ -450,7 +450,8 @@ impl<R: std::io::BufRead> std::io::Read for Capped<R> {
 
 impl<R: std::io::BufRead> std::io::BufRead for Capped<R> {
     fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
-        let bomb = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, CapError(what));
+        let bomb =
+            |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, CapError(what));
         let (read, max, declared) = (self.read, self.max, self.declared);
         let buf = self.inner.fill_buf()?;
         if buf.is_empty() {
@@ -464,9 +465,7 @@ impl<R: std::io::BufRead> std::io::BufRead for Capped<R> {
                 Some(d) if d <= max => {
                     format!("the text runs past the {d} bytes its zstd frame declares (corrupt)")
                 }
-                _ => format!(
-                    "the text is over the limit of {max} bytes (a decompression bomb?)"
-                ),
+                _ => format!("the text is over the limit of {max} bytes (a decompression bomb?)"),
             }));
         }
         Ok(buf)
@@ -508,7 +507,10 @@ impl fmt::Display for CapError {
 impl std::error::Error for CapError {}
 
 fn stream_error(e: std::io::Error) -> FormatError {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<CapError>()) {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<CapError>())
+    {
         Some(cap) => whole(cap.0.clone()),
         None => whole(format!("zstd: {e} (truncated or corrupt compressed data)")),
     }

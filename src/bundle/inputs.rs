@@ -89,7 +89,11 @@ fn walk(dir: &Path, seen: &mut HashSet<(u64, u64)>, out: &mut Inputs) {
     };
     match std::fs::metadata(dir) {
         Ok(m) if !seen.insert((m.dev(), m.ino())) => {
-            return skip(out, dir, "a directory already walked (a symlink loop)".into())
+            return skip(
+                out,
+                dir,
+                "a directory already walked (a symlink loop)".into(),
+            )
         }
         Ok(_) => {}
         Err(e) => return skip(out, dir, link_error(dir, &e)),
@@ -101,8 +105,7 @@ fn walk(dir: &Path, seen: &mut HashSet<(u64, u64)>, out: &mut Inputs) {
     let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
     for p in paths {
-        if p
-            .file_name()
+        if p.file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with('.'))
         {
             continue; // hidden: .git, editor files
@@ -190,9 +193,8 @@ pub fn import_input(
                 .map_err(|e| named(e.to_string()))?;
             crate::bundle::sign::check_policy(&signer, opts.require_signed)
                 .map_err(|why| named(format!("{why}; nothing was imported")))?;
-            let import =
-                crate::bundle::import_with_progress(store, &input.path, &bundle, progress)
-                    .map_err(|e| named(e.to_string()))?;
+            let import = crate::bundle::import_with_progress(store, &input.path, &bundle, progress)
+                .map_err(|e| named(e.to_string()))?;
             Ok(Imported::Bundle { import, signer })
         }
     }
@@ -256,7 +258,9 @@ pub fn sniff_bytes(head: &[u8]) -> Result<InputKind, String> {
     };
     let looks_like_record = first.strip_prefix('{').is_some_and(|rest| {
         let rest = rest.trim_start();
-        ["\"i\"", "\"r\"", "\"v\""].iter().any(|k| rest.starts_with(k))
+        ["\"i\"", "\"r\"", "\"v\""]
+            .iter()
+            .any(|k| rest.starts_with(k))
     });
     if looks_like_record {
         Ok(InputKind::Log)
@@ -265,7 +269,11 @@ pub fn sniff_bytes(head: &[u8]) -> Result<InputKind, String> {
         Err(format!(
             "not an Ansor log: its first line is `{}{}`, not a record (`{{\"i\": ...}}`)",
             shown.escape_debug(),
-            if first.chars().count() > 40 { "..." } else { "" }
+            if first.chars().count() > 40 {
+                "..."
+            } else {
+                ""
+            }
         ))
     }
 }
@@ -276,7 +284,8 @@ mod tests {
 
     #[test]
     fn sniffs_logs_bundles_and_the_rest() {
-        let log = br#"{"i": [["[\"k\"]", "llvm", [], "", 2, []], [[], []]], "r": [[1e-3], 0, 0.1, 1]}"#;
+        let log =
+            br#"{"i": [["[\"k\"]", "llvm", [], "", 2, []], [[], []]], "r": [[1e-3], 0, 0.1, 1]}"#;
         assert_eq!(sniff_bytes(log), Ok(InputKind::Log));
         assert_eq!(
             sniff_bytes(b"# a comment\n\n{ \"r\": []}\n"),

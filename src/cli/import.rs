@@ -1,7 +1,7 @@
 //! `ttdb import PATH...`
 use super::{CliError, CliResult};
-use crate::host::IsaCompat;
 use crate::bundle::inputs::{self, Imported, Skipped};
+use crate::host::IsaCompat;
 use crate::store::import::FileReport;
 use crate::store::target::NormalizedTarget;
 use crate::store::Store;
@@ -192,7 +192,12 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
 /// Lines of one file listed under `verb`, at most [`LISTED`] (the JSON has them all).
 fn listed(out: &mut String, verb: &str, path: &std::path::Path, lines: &[crate::store::Rejected]) {
     for r in lines.iter().take(LISTED) {
-        out.push_str(&format!("{verb} {}:{}: {}\n", path.display(), r.line, r.reason));
+        out.push_str(&format!(
+            "{verb} {}:{}: {}\n",
+            path.display(),
+            r.line,
+            r.reason
+        ));
     }
     if lines.len() > LISTED {
         out.push_str(&format!(
@@ -221,7 +226,9 @@ pub fn run(
     for e in found.errors {
         summary.files += 1;
         summary.files_failed += 1;
-        summary.errors.push((e.path.display().to_string(), e.reason));
+        summary
+            .errors
+            .push((e.path.display().to_string(), e.reason));
     }
     // Nothing to read (a mistyped path): no database is created.
     let mut store = if found.files.is_empty() {
@@ -311,7 +318,10 @@ fn import_all(
                 summary.files_failed += 1;
                 // Errors name the file already; the summary lists it beside.
                 let path = f.path.display().to_string();
-                let e = e.strip_prefix(&format!("{path}: ")).unwrap_or(&e).to_string();
+                let e = e
+                    .strip_prefix(&format!("{path}: "))
+                    .unwrap_or(&e)
+                    .to_string();
                 summary.errors.push((path, e));
             }
         }

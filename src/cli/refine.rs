@@ -250,7 +250,9 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
         label: String::new(),
         done_before: 0,
     };
-    let report = super::with_sink(store, args.dry_run, |sink| refine_jobs(&jobs, &opts, sink, &mut progress))?;
+    let report = super::with_sink(store, args.dry_run, |sink| {
+        refine_jobs(&jobs, &opts, sink, &mut progress)
+    })?;
     if let Some(b) = progress.bar.take() {
         b.finish_and_clear();
     }

@@ -90,5 +90,8 @@ pub(super) fn cost_model_line(m: &crate::search::cost_model::CostModelSummary) -
     } else {
         "cold start".to_string()
     };
-    format!("cost model: {start}, trained on {} programs ({} trees)\n", m.programs, m.trees)
+    format!(
+        "cost model: {start}, trained on {} programs ({} trees)\n",
+        m.programs, m.trees
+    )
 }

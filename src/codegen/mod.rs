@@ -114,7 +114,8 @@ impl Default for CodegenOptions {
             reassociate: false,
             limits: CostLimits::default(),
             keep_ir: false,
-            pipeline: std::env::var("TTDB_LLVM_PIPELINE").unwrap_or_else(|_| KERNEL_PIPELINE.into()),
+            pipeline: std::env::var("TTDB_LLVM_PIPELINE")
+                .unwrap_or_else(|_| KERNEL_PIPELINE.into()),
             llvm_vectorizers: std::env::var("TTDB_LLVM_VECTORIZERS").map_or(true, |v| v != "0"),
             max_vector_lanes: 0,
             aggressive_backend: std::env::var("TTDB_BACKEND_O2").is_err(),

@@ -112,7 +112,9 @@ thread_local! {
 /// Runs `f` with a scratch block of at least `bytes` private to this thread; None when it
 /// cannot be allocated.
 fn with_chunk_scratch<R>(bytes: usize, f: impl FnOnce(*mut u8) -> R) -> Option<R> {
-    let mut block = CHUNK_SCRATCH.with(|c| c.take()).filter(|s| s.len() >= bytes);
+    let mut block = CHUNK_SCRATCH
+        .with(|c| c.take())
+        .filter(|s| s.len() >= bytes);
     if block.is_none() {
         block = Some(Scratch::new(bytes)?);
     }

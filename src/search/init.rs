@@ -137,11 +137,18 @@ impl<'a> Sampler<'a> {
             let candidates = compute_location_candidates(&analysis, state, s);
             let choice = rng.below(candidates.len() + 2);
             if choice == 0 {
-                if !stage_has_reduce_iter(state, s) && state.attach_map().attach_point(s).is_some() {
-                    Self::apply(state, Step::ComputeInline(ComputeInlineStep { stage_id: s as u32 }))?;
+                if !stage_has_reduce_iter(state, s) && state.attach_map().attach_point(s).is_some()
+                {
+                    Self::apply(
+                        state,
+                        Step::ComputeInline(ComputeInlineStep { stage_id: s as u32 }),
+                    )?;
                 }
             } else if choice == 1 {
-                Self::apply(state, Step::ComputeRoot(ComputeRootStep { stage_id: s as u32 }))?;
+                Self::apply(
+                    state,
+                    Step::ComputeRoot(ComputeRootStep { stage_id: s as u32 }),
+                )?;
             } else {
                 let (t, i) = candidates[choice - 2];
                 Self::apply(
@@ -354,7 +361,9 @@ pub(crate) fn compute_location_candidates(
         if let Some(p) = state.attach_map().attach_point(t) {
             let tt = p.stage;
             for (i, it) in state.stages()[tt].iters.iter().enumerate() {
-                if it.kind == IterKind::Reduction || !state.attach_map().attached_at(tt, i).is_empty() {
+                if it.kind == IterKind::Reduction
+                    || !state.attach_map().attached_at(tt, i).is_empty()
+                {
                     break;
                 }
                 if it.annotation == Annotation::Unroll {

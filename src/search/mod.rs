@@ -10,21 +10,21 @@
 pub mod cost_model;
 pub mod draft;
 pub mod droplet;
+#[cfg(test)]
+mod droplet_tests;
 pub mod features;
 pub mod gbdt;
 pub mod init;
-pub mod mutate;
-pub mod policy;
-pub mod sketch;
-#[cfg(test)]
-mod droplet_tests;
-#[cfg(test)]
-mod policy_tests;
 pub mod interrupt;
 pub mod knobs;
 pub mod measurer;
 pub mod model_ranker;
+pub mod mutate;
+pub mod policy;
+#[cfg(test)]
+mod policy_tests;
 pub mod restarts;
-pub mod scheduler;
 pub mod rng;
+pub mod scheduler;
+pub mod sketch;
 pub mod stats;

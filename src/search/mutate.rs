@@ -7,12 +7,12 @@
 //! value, so both searches share one definition of what that FU may become. Compute
 //! location picks another of the initial population's candidate loops. Tile size moves a factor between the levels of one split,
 //! which keeps the product of a dividing split unchanged.
+use super::init::compute_location_candidates;
 use super::init::{MAX_INNERMOST_SPLIT, UNROLL_CHOICES};
 use super::knobs::{KnobKind, Space};
 use super::rng::Rng;
-use crate::ansor::Step;
-use super::init::compute_location_candidates;
 use super::sketch::{is_tiled, Analysis};
+use crate::ansor::Step;
 use crate::ir::Dag;
 use crate::schedule::{replay, StageInit};
 
@@ -186,11 +186,18 @@ fn mutate_compute_location(
         .collect();
     rng.shuffle(&mut cas);
     for q in cas {
-        let Step::ComputeAt(ca) = &steps[q] else { continue };
-        let Ok(before) = replay(inits, &steps[..q]) else { continue };
+        let Step::ComputeAt(ca) = &steps[q] else {
+            continue;
+        };
+        let Ok(before) = replay(inits, &steps[..q]) else {
+            continue;
+        };
         let s = ca.stage_id as usize;
         let analysis = Analysis::new(dag, &before);
-        if s >= before.stages().len() || is_tiled(&before, s) || analysis.needs_multi_level_tiling(s) {
+        if s >= before.stages().len()
+            || is_tiled(&before, s)
+            || analysis.needs_multi_level_tiling(s)
+        {
             continue;
         }
         let current = (ca.target_stage_id as usize, ca.target_iter_id as usize);

@@ -17,8 +17,8 @@
 //! model's predictions: every bred candidate is lowered to be keyed and featurized, which
 //! bounds how many predictions a round can afford.
 use super::cost_model::{program_features, CostModel, ProgramFeatures};
-use super::measurer::Measurer;
 use super::init::Sampler;
+use super::measurer::Measurer;
 use super::mutate::{mutate, pick};
 use super::rng::Rng;
 use super::sketch::{generate_sketches, HardwareParams, Sketch};
@@ -26,8 +26,8 @@ use crate::ansor::Step;
 use crate::evaluate::Evaluation;
 use crate::ir::printdag::dag_hash;
 use crate::ir::Dag;
-use crate::lower::{lower_steps, LowerOptions};
 use crate::loopnest::printer::kernel_to_string;
+use crate::lower::{lower_steps, LowerOptions};
 use crate::schedule::stage_inits_from_dag;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -141,7 +141,11 @@ impl Searched {
             .filter_map(|t| t.evaluation.median().map(|m| (m, t)))
             .collect();
         timed.sort_by(|a, b| a.0.total_cmp(&b.0));
-        timed.into_iter().take(n).map(|(_, t)| t.steps.clone()).collect()
+        timed
+            .into_iter()
+            .take(n)
+            .map(|(_, t)| t.steps.clone())
+            .collect()
     }
 }
 
@@ -257,7 +261,11 @@ impl<'a> TaskSearch<'a> {
         let ranking = opts.draft_filter || (opts.learned_model && model.is_trained());
         let mut pool: Vec<Candidate> = Vec::new();
         if self.out.rounds == 0 {
-            pool.extend(self.seeds.iter().map(|s| Candidate::new(s.clone(), "seed".into())));
+            pool.extend(
+                self.seeds
+                    .iter()
+                    .map(|s| Candidate::new(s.clone(), "seed".into())),
+            );
         }
         let parents = measured_parents(&self.out.trials);
         let n_rand = if parents.is_empty() {
@@ -279,7 +287,8 @@ impl<'a> TaskSearch<'a> {
                 // 1..=generations mutations in a row: the pool of later generations.
                 for _ in 0..1 + self.rng.below(opts.generations.max(1)) {
                     let m = pick(&mut self.rng);
-                    if let Some(c) = mutate(m, dag, &self.inits, &child, self.lanes, &mut self.rng) {
+                    if let Some(c) = mutate(m, dag, &self.inits, &child, self.lanes, &mut self.rng)
+                    {
                         child = c;
                         how.push(format!("{m:?}"));
                     }
@@ -300,7 +309,10 @@ impl<'a> TaskSearch<'a> {
         for _ in 0..n_random {
             let sk = &self.sketches[self.rng.below(self.sketches.len())];
             match self.sampler.sample(sk, &mut self.rng) {
-                Ok(st) => pool.push(Candidate::new(st.transform_steps().to_vec(), "sample".into())),
+                Ok(st) => pool.push(Candidate::new(
+                    st.transform_steps().to_vec(),
+                    "sample".into(),
+                )),
                 Err(_) => self.out.invalid += 1,
             }
         }
@@ -308,8 +320,10 @@ impl<'a> TaskSearch<'a> {
         // Lower in parallel to key and featurize (lowering replays the steps: a state that
         // does not replay is invalid); keep the first of each loop nest not seen before.
         let hw = self.hw;
-        let lowered: Vec<Option<([u8; 32], ProgramFeatures)>> =
-            pool.par_iter().map(|c| lowered(dag, &c.steps, &hw)).collect();
+        let lowered: Vec<Option<([u8; 32], ProgramFeatures)>> = pool
+            .par_iter()
+            .map(|c| lowered(dag, &c.steps, &hw))
+            .collect();
         let (mut seeds, mut bred, mut random) = (Vec::new(), Vec::new(), Vec::new());
         let mut in_pool = HashSet::new();
         for (mut c, l) in pool.into_iter().zip(lowered) {
@@ -357,7 +371,11 @@ impl<'a> TaskSearch<'a> {
     /// `benches/cost_model.rs`), and a candidate the model cannot tell from one already
     /// placed (same prediction: same features) goes behind every distinct one.
     fn rank(&self, pool: &mut Vec<(Candidate, [u8; 32])>, greedy: usize, model: &CostModel) {
-        let draft = |c: &Candidate| c.features.as_ref().map_or(f64::INFINITY, |f| f.draft_seconds);
+        let draft = |c: &Candidate| {
+            c.features
+                .as_ref()
+                .map_or(f64::INFINITY, |f| f.draft_seconds)
+        };
         if self.opts.draft_filter {
             pool.sort_by(|a, b| draft(&a.0).total_cmp(&draft(&b.0)));
             pool.truncate((pool.len() / 2).max(greedy * 2));
@@ -367,7 +385,12 @@ impl<'a> TaskSearch<'a> {
         }
         let pred: Vec<f64> = pool
             .iter()
-            .map(|c| c.0.features.as_ref().and_then(|f| model.predict(f)).unwrap_or(f64::MIN))
+            .map(|c| {
+                c.0.features
+                    .as_ref()
+                    .and_then(|f| model.predict(f))
+                    .unwrap_or(f64::MIN)
+            })
             .collect();
         let mut by_model: Vec<usize> = (0..pool.len()).collect();
         by_model.sort_by(|&a, &b| pred[b].total_cmp(&pred[a]));
@@ -383,7 +406,9 @@ impl<'a> TaskSearch<'a> {
         let (mut model_next, mut draft_next) = (by_model.iter(), by_draft.iter());
         while order.len() + later.len() < pool.len() {
             for next in [&mut model_next, &mut draft_next] {
-                let Some(&i) = next.find(|&&i| !placed[i]) else { continue };
+                let Some(&i) = next.find(|&&i| !placed[i]) else {
+                    continue;
+                };
                 placed[i] = true;
                 if predictions.insert(pred[i].to_bits()) {
                     order.push(i);
@@ -495,7 +520,11 @@ pub fn search_task(
 fn measured_parents(trials: &[SearchTrial]) -> Vec<(&Vec<Step>, f64)> {
     let mut v: Vec<(&Vec<Step>, f64)> = trials
         .iter()
-        .filter_map(|t| t.evaluation.median().map(|m| (&t.steps, 1.0 / m.max(1e-12))))
+        .filter_map(|t| {
+            t.evaluation
+                .median()
+                .map(|m| (&t.steps, 1.0 / m.max(1e-12)))
+        })
         .collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     v.truncate(64);

@@ -184,7 +184,11 @@ mod tests {
         assert!(s.trials >= 300);
         // Everyone warmed up; the slow task and the frequent one get more than the small one.
         assert!(s.rounds.iter().all(|&r| r >= 1), "{:?}", s.rounds);
-        assert!(s.rounds[0] > s.rounds[1] && s.rounds[2] > s.rounds[1], "{:?}", s.rounds);
+        assert!(
+            s.rounds[0] > s.rounds[1] && s.rounds[2] > s.rounds[1],
+            "{:?}",
+            s.rounds
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@
 use super::target::NormalizedTarget;
 use super::{Result, Store, StoreError};
 use crate::ansor::log::lines;
-use crate::ansor::{parse_line, LogLine, WorkloadKey};
 #[cfg(doc)]
 use crate::ansor::MeasureResult;
+use crate::ansor::{parse_line, LogLine, WorkloadKey};
 use crate::signature::{self, hex};
 use rayon::prelude::*;
 use rusqlite::{params, OptionalExtension, Transaction};

@@ -130,9 +130,12 @@ pub fn unrankable_records(
     let mut q = store.conn.prepare_cached(&sql)?;
     let rows = q.query_map(params![workload_id, compat, n as i64], source_of)?;
     let first = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    let count: i64 = store.conn.prepare_cached(&format!(
-        "SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE {filter}"
-    ))?.query_row(params![workload_id, compat], |r| r.get(0))?;
+    let count: i64 = store
+        .conn
+        .prepare_cached(&format!(
+            "SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE {filter}"
+        ))?
+        .query_row(params![workload_id, compat], |r| r.get(0))?;
     Ok((first, count as usize))
 }
 

@@ -59,10 +59,15 @@ pub enum StoreError {
         supported: u32,
     },
     /// No database at the path, and the command does not create one.
-    Missing { path: PathBuf },
+    Missing {
+        path: PathBuf,
+    },
     /// The file is not a ttdb database (another SQLite file, or not SQLite at all); it was
     /// not changed.
-    Foreign { path: PathBuf, what: String },
+    Foreign {
+        path: PathBuf,
+        what: String,
+    },
     Other(String),
 }
 
@@ -389,7 +394,12 @@ fn identify(conn: &Connection) -> Result<FileKind> {
         "a SQLite database with application_id {app}, user_version {version} and {} table(s){}{}",
         tables.len(),
         if shown.is_empty() { "" } else { ": " },
-        shown.join(", ") + if tables.len() > shown.len() { ", ..." } else { "" }
+        shown.join(", ")
+            + if tables.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            }
     )))
 }
 
@@ -421,8 +431,7 @@ fn register_functions(conn: &Connection) -> Result<()> {
         FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
         |ctx| {
             let raw: String = ctx.get(0)?;
-            Ok(crate::ansor::Record::parse(raw.trim_end())
-                .is_ok_and(|r| r.result.is_valid()))
+            Ok(crate::ansor::Record::parse(raw.trim_end()).is_ok_and(|r| r.result.is_valid()))
         },
     )?;
     Ok(())

@@ -34,7 +34,11 @@ pub(crate) struct Analysis {
     facts: Vec<StageFacts>,
 }
 
-fn collect_loads(e: &Expr, out: &mut Vec<(crate::ir::TensorId, Vec<Expr>)>, flags: &mut (bool, bool)) {
+fn collect_loads(
+    e: &Expr,
+    out: &mut Vec<(crate::ir::TensorId, Vec<Expr>)>,
+    flags: &mut (bool, bool),
+) {
     e.visit_post_order(&mut |x| match x {
         Expr::Load {
             tensor, indices, ..
@@ -160,25 +164,19 @@ impl Analysis {
                         ..Default::default()
                     }
                 }
-                OpOrigin::CacheRead { .. } | OpOrigin::Rfactor { .. } | OpOrigin::RfactorRepl { .. } => {
-                    StageFacts {
-                        axes: st
-                            .op
-                            .axes()
-                            .iter()
-                            .map(|a| (a.te_name.clone(), a.extent))
-                            .collect(),
-                        has_reduce: !st.op.reduce_axes().is_empty(),
-                        reads: st
-                            .op
-                            .inputs
-                            .iter()
-                            .flatten()
-                            .map(|&p| (p, None))
-                            .collect(),
-                        ..Default::default()
-                    }
-                }
+                OpOrigin::CacheRead { .. }
+                | OpOrigin::Rfactor { .. }
+                | OpOrigin::RfactorRepl { .. } => StageFacts {
+                    axes: st
+                        .op
+                        .axes()
+                        .iter()
+                        .map(|a| (a.te_name.clone(), a.extent))
+                        .collect(),
+                    has_reduce: !st.op.reduce_axes().is_empty(),
+                    reads: st.op.inputs.iter().flatten().map(|&p| (p, None)).collect(),
+                    ..Default::default()
+                },
             })
             .collect();
         Analysis { facts }
@@ -215,9 +213,9 @@ impl Analysis {
         }
         f.reads.values().all(|acc| match acc {
             None => false,
-            Some(list) => list.iter().all(|idx| {
-                matches!(simple_access(&f.axes, idx), Some((_, false, true)))
-            }),
+            Some(list) => list
+                .iter()
+                .all(|idx| matches!(simple_access(&f.axes, idx), Some((_, false, true)))),
         })
     }
 
@@ -237,8 +235,7 @@ impl Analysis {
                     vars.extend(e.free_vars());
                 }
             }
-            if f
-                .axes
+            if f.axes
                 .iter()
                 .any(|(n, e)| e.unwrap_or(1) > 1 && !vars.contains(n))
             {
@@ -289,9 +286,9 @@ impl Analysis {
             }
             let ok = match &fnx.reads[&cur] {
                 None => false,
-                Some(list) => list.iter().all(|idx| {
-                    matches!(simple_access(&fnx.axes, idx), Some((false, false, true)))
-                }),
+                Some(list) => list
+                    .iter()
+                    .all(|idx| matches!(simple_access(&fnx.axes, idx), Some((false, false, true)))),
             };
             if !ok {
                 return false;
@@ -349,5 +346,8 @@ pub(crate) fn stage_has_reduce_iter(state: &State, s: usize) -> bool {
 
 /// `IsTiled`: some loop of the stage is a split part (TVM looks for `.0` in the names).
 pub(crate) fn is_tiled(state: &State, s: usize) -> bool {
-    state.stages()[s].iters.iter().any(|it| it.name.contains(".0"))
+    state.stages()[s]
+        .iters
+        .iter()
+        .any(|it| it.name.contains(".0"))
 }

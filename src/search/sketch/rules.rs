@@ -87,9 +87,16 @@ impl Editor {
 
     /// SP of loop `ident` into `parts` parts with open lengths; returns the parts' idents
     /// (outer to inner) and the step's index.
-    pub fn open_split(&mut self, stage: usize, ident: IterIdent, parts: usize) -> Option<(Vec<IterIdent>, usize)> {
+    pub fn open_split(
+        &mut self,
+        stage: usize,
+        ident: IterIdent,
+        parts: usize,
+    ) -> Option<(Vec<IterIdent>, usize)> {
         let i = self.pos(stage, ident)?;
-        let extent = self.p.state.stages()[stage].iters[i as usize].extent.unwrap_or(0);
+        let extent = self.p.state.stages()[stage].iters[i as usize]
+            .extent
+            .unwrap_or(0);
         let index = self.step_count();
         self.push(Step::Split(SplitStep {
             stage_id: stage as u32,
@@ -143,10 +150,12 @@ fn always_inline_cond(a: &Analysis, st: &State, s: usize, _: &HardwareParams) ->
 
 fn always_inline(_: &Analysis, p: &Partial, s: usize) -> Vec<(Partial, i64)> {
     let mut e = Editor::new(p);
-    e.push(Step::ComputeInline(ComputeInlineStep { stage_id: s as u32 }))
-        .map(|_| (e.p, s as i64 - 1))
-        .into_iter()
-        .collect()
+    e.push(Step::ComputeInline(ComputeInlineStep {
+        stage_id: s as u32,
+    }))
+    .map(|_| (e.p, s as i64 - 1))
+    .into_iter()
+    .collect()
 }
 
 fn const_tensor_cond(a: &Analysis, _: &State, s: usize, _: &HardwareParams) -> Condition {
@@ -191,7 +200,9 @@ fn const_tensor(a: &Analysis, p: &Partial, s: usize) -> Vec<(Partial, i64)> {
             return vec![];
         }
     }
-    let mut order: Vec<IterIdent> = (0..2).flat_map(|l| tiles.iter().map(move |t| t[l])).collect();
+    let mut order: Vec<IterIdent> = (0..2)
+        .flat_map(|l| tiles.iter().map(move |t| t[l]))
+        .collect();
     order.extend(unrolled);
     match e.reorder(s, &order) {
         Some(()) => vec![(e.p, s as i64 - 1)],
@@ -216,7 +227,10 @@ fn rfactor_cond(a: &Analysis, st: &State, s: usize, hw: &HardwareParams) -> Cond
 fn rfactor(_: &Analysis, p: &Partial, s: usize) -> Vec<(Partial, i64)> {
     let mut e = Editor::new(p);
     let iters = e.idents(s);
-    let n_space = iters.iter().filter(|(_, k)| *k == IterKind::Spatial).count();
+    let n_space = iters
+        .iter()
+        .filter(|(_, k)| *k == IterKind::Spatial)
+        .count();
     let reduce: Vec<IterIdent> = iters
         .iter()
         .filter(|(_, k)| *k == IterKind::Reduction)
@@ -226,16 +240,19 @@ fn rfactor(_: &Analysis, p: &Partial, s: usize) -> Vec<(Partial, i64)> {
         return vec![];
     }
     let fused = if reduce.len() > 1 {
-        let Some(ids) = reduce.iter().map(|&r| e.pos(s, r)).collect::<Option<Vec<_>>>() else {
+        let Some(ids) = reduce
+            .iter()
+            .map(|&r| e.pos(s, r))
+            .collect::<Option<Vec<_>>>()
+        else {
             return vec![];
         };
         let first = ids[0];
-        if e
-            .push(Step::Fuse(FuseStep {
-                stage_id: s as u32,
-                fused_ids: ids,
-            }))
-            .is_none()
+        if e.push(Step::Fuse(FuseStep {
+            stage_id: s as u32,
+            fused_ids: ids,
+        }))
+        .is_none()
         {
             return vec![];
         }
@@ -250,13 +267,12 @@ fn rfactor(_: &Analysis, p: &Partial, s: usize) -> Vec<(Partial, i64)> {
     for (k, &part) in parts.iter().enumerate() {
         let mut c = Editor { p: e.p.clone() };
         let Some(i) = c.pos(s, part) else { continue };
-        if c
-            .push(Step::Rfactor(RfactorStep {
-                stage_id: s as u32,
-                iter_id: i,
-                factor_iter_id: n_space as u32,
-            }))
-            .is_none()
+        if c.push(Step::Rfactor(RfactorStep {
+            stage_id: s as u32,
+            iter_id: i,
+            factor_iter_id: n_space as u32,
+        }))
+        .is_none()
         {
             continue;
         }
@@ -376,13 +392,12 @@ fn tiling_with_fusion(a: &Analysis, p: &Partial, s: usize) -> Vec<(Partial, i64)
             continue;
         }
         let at = level * split_steps.len() - 1;
-        if e
-            .push(Step::ComputeAt(ComputeAtStep {
-                stage_id: s as u32,
-                target_stage_id: target as u32,
-                target_iter_id: at as u32,
-            }))
-            .is_none()
+        if e.push(Step::ComputeAt(ComputeAtStep {
+            stage_id: s as u32,
+            target_stage_id: target as u32,
+            target_iter_id: at as u32,
+        }))
+        .is_none()
         {
             continue;
         }
@@ -393,7 +408,12 @@ fn tiling_with_fusion(a: &Analysis, p: &Partial, s: usize) -> Vec<(Partial, i64)
 
 /// `FollowTiling`: FSP of every spatial loop of `stage` after the matching SP, then the
 /// parts ordered level by level.
-fn follow_tiling(e: &mut Editor, stage: usize, split_steps: &[usize], n_split: usize) -> Option<()> {
+fn follow_tiling(
+    e: &mut Editor,
+    stage: usize,
+    split_steps: &[usize],
+    n_split: usize,
+) -> Option<()> {
     let iters = e.idents(stage);
     if iters.len() != split_steps.len() || iters.iter().any(|(_, k)| *k != IterKind::Spatial) {
         return None;
@@ -407,7 +427,8 @@ fn follow_tiling(e: &mut Editor, stage: usize, split_steps: &[usize], n_split: u
             src_step_id: src as u32,
             n_split: n_split as i64,
         }))?;
-        let parts: Vec<IterIdent> = e.p.state.stages()[stage].iters[i as usize..=i as usize + n_split]
+        let parts: Vec<IterIdent> = e.p.state.stages()[stage].iters
+            [i as usize..=i as usize + n_split]
             .iter()
             .map(|it| it.ident())
             .collect();
@@ -420,4 +441,3 @@ fn follow_tiling(e: &mut Editor, stage: usize, split_steps: &[usize], n_split: u
     let order: Vec<IterIdent> = levels.concat();
     e.reorder(stage, &order)
 }
-

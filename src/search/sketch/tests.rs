@@ -3,7 +3,9 @@
 use super::*;
 use crate::ansor::Step;
 use crate::ir::{Combiner, ComputeAttrs, DType, DagBuilder, IterVar};
-use crate::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec};
+use crate::ops::{
+    Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
+};
 
 const HW: HardwareParams = HardwareParams {
     num_cores: 4,
@@ -135,7 +137,13 @@ fn conv2d_bn_relu_has_three_sketches() {
     let c = vec![1, 512, 1, 1];
     let dag = spec_dag(
         spec,
-        &[vec![1, 512, 56, 56], vec![512, 512, 3, 3], c.clone(), c.clone(), c],
+        &[
+            vec![1, 512, 56, 56],
+            vec![512, 512, 3, 3],
+            c.clone(),
+            c.clone(),
+            c,
+        ],
     );
     let sk = generate_sketches(&dag, &HW).unwrap();
     assert_eq!(sk.len(), 3);
@@ -194,7 +202,12 @@ fn softmax_has_nine_sketches() {
 
 #[test]
 fn winograd_tiles_only_the_batch_gemm() {
-    let spec = WorkloadSpec::new(Anchor::WinogradNhwc { padding: [1, 1, 1, 1] }, vec![]);
+    let spec = WorkloadSpec::new(
+        Anchor::WinogradNhwc {
+            padding: [1, 1, 1, 1],
+        },
+        vec![],
+    );
     let dag = spec_dag(spec, &[vec![1, 28, 28, 128], vec![4, 4, 128, 128]]);
     let sk = generate_sketches(&dag, &HW).unwrap();
     assert_eq!(sk.len(), 3);
