@@ -54,13 +54,12 @@ fn search(
 ) -> (Searched, Curve) {
     let reference = Reference::new(dag, 7).expect("reference");
     let interrupted = || false;
-    let mut measurer = KernelMeasurer {
+    let mut measurer = KernelMeasurer::new(
         dag,
-        reference: &reference,
-        // What `ttdb tune` measures with.
-        eval: TuneOptions::default().refine.eval(),
-        interrupted: &interrupted,
-    };
+        &reference,
+        TuneOptions::default().refine.eval(),
+        &interrupted,
+    );
     let mut curve = Curve(vec![], Instant::now());
     let out = search_task(dag, hw, &[], &mut measurer, opts, &mut curve, model).expect("search");
     (out, curve)

@@ -227,12 +227,7 @@ fn main() {
             let t0 = Instant::now();
             let reference = Reference::new(&rec.dag, 11).expect("reference");
             let interrupted = || false;
-            let mut m = KernelMeasurer {
-                dag: &rec.dag,
-                reference: &reference,
-                eval: opts.eval(),
-                interrupted: &interrupted,
-            };
+            let mut m = KernelMeasurer::new(&rec.dag, &reference, opts.eval(), &interrupted);
             // The first 300 records of the task's history (the valid ones among them).
             let first = task.records.iter().filter(|r| r.0 < 300).count();
             let starts = timed_best(&mut m, &task.records, 300, 10);
@@ -324,12 +319,8 @@ fn main() {
                 println!("  A: {}\n  B: {}", text(&a_steps), text(&b_steps));
             }
             // Side by side, one run: first-300, A, B (and A').
-            let mut fm = KernelMeasurer {
-                dag: &rec.dag,
-                reference: &reference,
-                eval: final_eval.clone(),
-                interrupted: &interrupted,
-            };
+            let mut fm =
+                KernelMeasurer::new(&rec.dag, &reference, final_eval.clone(), &interrupted);
             let mut schedules = vec![start.clone(), a_steps, b_steps];
             schedules.extend(other.iter().map(|o| o.0.clone()));
             let runs = time_pooled(&mut fm, &schedules, 2, std::time::Duration::from_secs(10));

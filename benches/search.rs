@@ -86,13 +86,12 @@ fn main() {
         let ort = onnxruntime_ms(op, hw.num_cores);
         let reference = Reference::new(&dag, 11).expect("reference");
         let interrupted = || false;
-        let mut measurer = KernelMeasurer {
-            dag: &dag,
-            reference: &reference,
-            // What `ttdb tune` measures with.
-            eval: TuneOptions::default().refine.eval(),
-            interrupted: &interrupted,
-        };
+        let mut measurer = KernelMeasurer::new(
+            &dag,
+            &reference,
+            TuneOptions::default().refine.eval(),
+            &interrupted,
+        );
         let opts = SearchOptions {
             trials,
             // TTDB_SEARCH_BATCH: candidates per round (default: tune's).

@@ -75,12 +75,7 @@ fn main() {
             n += 1;
             let reference = Reference::new(&rec.dag, 11).expect("reference");
             let interrupted = || false;
-            let mut m = KernelMeasurer {
-                dag: &rec.dag,
-                reference: &reference,
-                eval: eval.clone(),
-                interrupted: &interrupted,
-            };
+            let mut m = KernelMeasurer::new(&rec.dag, &reference, eval.clone(), &interrupted);
             let runs = m.measure(&vec![steps; builds], Duration::from_secs(10));
             let ms: Vec<f64> = runs
                 .iter()

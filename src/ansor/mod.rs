@@ -15,4 +15,4 @@ pub mod step;
 pub use key::{KeyArg, KeyForm, WorkloadKey};
 pub use log::{parse_line, LogLine};
 pub use record::{ErrorNo, MeasureResult, Record, RecordError, Task, MAX_COST_S};
-pub use step::{Annotation, Step, StepError};
+pub use step::{steps_from_json, steps_to_json, Annotation, Step, StepError};

@@ -414,6 +414,32 @@ fn tag_of<T: StepRecord>(_: &T) -> &'static str {
     T::TAG
 }
 
+/// A step list as a record holds it: the JSON array `[["SP", ...], ...]`.
+pub fn steps_to_json(steps: &[Step]) -> String {
+    let mut w = JsonWriter::new();
+    w.begin_array();
+    for s in steps {
+        s.write(&mut w);
+    }
+    w.end_array();
+    w.finish()
+}
+
+/// Reads a step list written by [`steps_to_json`] (or taken from a record).
+pub fn steps_from_json(text: &str) -> Result<Vec<Step>, String> {
+    let mut sc = Scanner::new(text);
+    sc.expect(b'[').map_err(|e| e.msg)?;
+    let mut steps = Vec::new();
+    let mut first = true;
+    while sc.next_item(&mut first).map_err(|e| e.msg)? {
+        steps.push(Step::read(&mut sc).map_err(|e| format!("step {}: {e}", steps.len()))?);
+    }
+    if !sc.at_end() {
+        return Err(format!("trailing characters at column {}", sc.pos + 1));
+    }
+    Ok(steps)
+}
+
 impl Step {
     /// All record tags, in `transform_step.h` order.
     pub const TAGS: [&'static str; 14] = [

@@ -30,6 +30,8 @@ pub struct ApplyArgs {
     /// the default) with N trials each (0: no search).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tune: usize,
+    #[command(flatten)]
+    pub isolation: super::IsolationArgs,
     /// Do not store the measured choices in the database.
     #[arg(long)]
     pub dry_run: bool,
@@ -187,16 +189,23 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         ..ApplyOptions::default()
     };
     let timeout = Some(Duration::from_secs_f64(args.timeout));
+    let isolation = args.isolation.isolation()?;
     opts.eval.measure.timeout = timeout;
     opts.default_eval.measure.timeout = timeout;
+    opts.eval.isolation = isolation.clone();
+    opts.default_eval.isolation = isolation.clone();
     if args.droplet > 0 {
-        let mut r = RefineOptions::default();
+        let mut r = RefineOptions {
+            isolation: isolation.clone(),
+            ..RefineOptions::default()
+        };
         r.droplet.max_trials = args.droplet;
         r.droplet.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.droplet = Some(r);
     }
     if args.tune > 0 {
         let mut t = crate::tune::search::TuneOptions::default();
+        t.refine.isolation = isolation.clone();
         t.search.trials = args.tune;
         t.search.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.tune = Some(t);

@@ -115,6 +115,43 @@ pub enum Command {
     /// Write records as Ansor log lines (TVM reads them back); with --model, the chosen
     /// schedule of each kernel of a model, for TVM's `ApplyHistoryBest`.
     Export(export::ExportArgs),
+    /// Serve measurement requests on stdin/stdout (started by tune, refine and apply).
+    #[command(hide = true)]
+    MeasureWorker,
+}
+
+/// Where `tune`, `refine` and `apply` measure candidates.
+#[derive(clap::Args, Debug, Clone)]
+pub struct IsolationArgs {
+    /// Measure candidates in this process instead of a worker process. Faster to start, but
+    /// a candidate that crashes (SIGSEGV, SIGILL) ends the whole run.
+    #[arg(long)]
+    pub in_process: bool,
+    /// Test hook: the worker kills itself on the N-th candidate (counted from 0).
+    #[arg(long, hide = true, value_name = "N")]
+    pub fault_candidate: Option<u64>,
+}
+
+impl IsolationArgs {
+    /// The isolation these flags ask for: a worker process running this executable's
+    /// `measure-worker`, unless --in-process.
+    pub fn isolation(&self) -> Result<crate::evaluate::Isolation, CliError> {
+        use crate::evaluate::{Isolation, WorkerSpec};
+        if self.in_process {
+            return Ok(Isolation::InProcess);
+        }
+        let exe = std::env::current_exe().map_err(|e| CliError {
+            message: format!(
+                "cannot find ttdb's own executable to start a measuring worker ({e}); use --in-process"
+            ),
+            code: 1,
+        })?;
+        Ok(Isolation::Worker(WorkerSpec {
+            exe,
+            args: vec!["measure-worker".into()],
+            fault_candidate: self.fault_candidate,
+        }))
+    }
 }
 
 /// A command failure: a message for the user and the exit code.
@@ -228,7 +265,37 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Bundle(cmd) => bundle::run(db, &cmd),
         Command::Key(cmd) => trust::run_key(&cmd),
         Command::Trust(cmd) => trust::run_trust(db, &cmd),
+        Command::MeasureWorker => measure_worker(),
     }
+}
+
+/// `ttdb measure-worker`: the protocol on the original stdout; anything else written to
+/// stdout (by any code in this process) goes to stderr instead, so it cannot corrupt a
+/// reply. SIGINT is ignored: the parent decides what a Ctrl-C stops.
+fn measure_worker() -> CliResult {
+    use std::os::fd::FromRawFd;
+    extern "C" {
+        fn dup(fd: i32) -> i32;
+        fn dup2(old: i32, new: i32) -> i32;
+        fn signal(signum: i32, handler: usize) -> usize;
+    }
+    const SIGINT: i32 = 2;
+    const SIG_IGN: usize = 1;
+    // SAFETY: plain descriptor and signal calls before any other thread of this process
+    // uses stdout; the duplicated descriptor is owned by the File below alone.
+    let protocol = unsafe {
+        signal(SIGINT, SIG_IGN);
+        let fd = dup(1);
+        if fd < 0 || dup2(2, 1) < 0 {
+            return Err(CliError {
+                message: "measure-worker: cannot set up its output".into(),
+                code: 1,
+            });
+        }
+        std::fs::File::from_raw_fd(fd)
+    };
+    crate::search::worker::serve(std::io::stdin().lock(), std::io::BufWriter::new(protocol))
+        .map_err(|message| CliError { message, code: 1 })
 }
 
 /// Output piped into a reader that stops early (`ttdb workloads | head`) ends the process

@@ -56,6 +56,8 @@ pub struct RefineArgs {
     /// Candidates (for --model) measured per kernel before refining.
     #[arg(long, default_value_t = 3)]
     pub top_k: usize,
+    #[command(flatten)]
+    pub isolation: super::IsolationArgs,
     /// Do not store the trials.
     #[arg(long)]
     pub dry_run: bool,
@@ -81,6 +83,7 @@ impl RefineArgs {
         let mut o = RefineOptions {
             samples: self.samples,
             starts: self.starts.max(1),
+            isolation: self.isolation.isolation()?,
             ..RefineOptions::default()
         };
         o.droplet.max_trials = self.trials_per_kernel;
@@ -222,6 +225,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
                 timeout: args.timeout,
                 droplet: args.trials_per_kernel.max(1),
                 tune: 0,
+                isolation: args.isolation.clone(),
                 dry_run: args.dry_run,
                 json: args.json,
             },

@@ -82,6 +82,8 @@ pub struct TuneArgs {
     /// host class.
     #[arg(long)]
     pub cold_model: bool,
+    #[command(flatten)]
+    pub isolation: super::IsolationArgs,
     /// Do not store the trials (nor the cost model).
     #[arg(long)]
     pub dry_run: bool,
@@ -91,8 +93,9 @@ pub struct TuneArgs {
 }
 
 impl TuneArgs {
-    fn options(&self) -> TuneOptions {
+    fn options(&self) -> Result<TuneOptions, CliError> {
         let mut o = TuneOptions::default();
+        o.refine.isolation = self.isolation.isolation()?;
         o.search.trials = self.trials.unwrap_or(200);
         o.search.batch = self.batch.max(1);
         o.search.population = self.population.max(1);
@@ -107,7 +110,7 @@ impl TuneArgs {
         o.droplet_trials = self.droplet;
         o.refine.starts = self.seeds.max(1);
         o.refine.droplet.max_timeout = o.search.max_timeout;
-        o
+        Ok(o)
     }
 }
 
@@ -217,7 +220,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
                     lanes: args.lanes,
                     ..super::kernels::ModelArgs::for_model(m.clone(), &args.layout)
                 },
-                base: args.options(),
+                base: args.options()?,
                 trials: args.trials,
                 droplet: args.droplet,
                 seeds: args.seeds,
@@ -234,7 +237,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
             code: 2,
         });
     }
-    let opts = args.options();
+    let opts = args.options()?;
     let selection = Selection {
         signature_prefix: args.workload.clone(),
         class: args.class.clone(),

@@ -80,7 +80,7 @@ instcombine<no-verify-fixpoint>,loop-mssa(loop-rotate,licm),indvars,gvn,sccp,\
 instcombine<no-verify-fixpoint>,dse,loop-mssa(licm),simplifycfg,instcombine<no-verify-fixpoint>,\
 loop-vectorize,slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)";
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CodegenOptions {
     /// Insert abort-flag checks at non-innermost loop iterations (needed for timeouts).
     pub abort_checks: bool,

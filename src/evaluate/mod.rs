@@ -18,8 +18,10 @@
 //! ([`EvalOptions::prepack_weights`]). Verification is unchanged: the kernel's outputs are
 //! compared with the reference of the original DAG on the original inputs.
 mod reference;
+pub mod worker;
 
 pub use reference::{Reference, SAMPLE_POINTS};
+pub use worker::{Isolation, WorkerSpec};
 
 use crate::ansor::Step;
 use crate::codegen::{compile, CodegenError, CodegenOptions, CompiledKernel, RunError, RunOptions};
@@ -33,7 +35,7 @@ use crate::lower::{
 use crate::measure::runner::{measure, measure_again, MeasureOptions, Measurement};
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EvalOptions {
     pub measure: MeasureOptions,
     pub codegen: CodegenOptions,
@@ -46,6 +48,10 @@ pub struct EvalOptions {
     /// DAGs without layout-free weights, schedules that read them through a cache_read or
     /// rfactor stage, and the naive default schedule are unaffected.
     pub prepack_weights: bool,
+    /// Where candidates run: in this process, or in a worker process that a faulting
+    /// candidate cannot take down with the caller ([`worker`]). Not sent to the worker.
+    #[serde(skip)]
+    pub isolation: Isolation,
 }
 
 impl Default for EvalOptions {
@@ -56,12 +62,13 @@ impl Default for EvalOptions {
             lower: LowerOptions::default(),
             verify_only: false,
             prepack_weights: true,
+            isolation: Isolation::InProcess,
         }
     }
 }
 
 /// Why an evaluation failed, as Ansor's `MeasureErrorNO` plus a message.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Failure {
     /// 1 instantiation (replay/lowering), 2 compile, 4 runtime, 5 wrong answer, 7 timeout.
     pub error_no: u8,
@@ -69,7 +76,7 @@ pub struct Failure {
 }
 
 /// The outcome of one schedule on one workload.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Evaluation {
     pub lower_time: Duration,
     /// Codegen + JIT (LLVM) time.
@@ -79,7 +86,8 @@ pub struct Evaluation {
     pub measurement: Option<Measurement>,
     pub failure: Option<Failure>,
     /// Layout of the weights the kernel ran with ([`WeightLayout::Original`] when nothing
-    /// was packed, or when lowering failed).
+    /// was packed, or when lowering failed). Not sent back by a measuring worker.
+    #[serde(skip)]
     pub weight_layout: WeightLayout,
     /// Time spent packing the weights (outside the timed region).
     pub pack_time: Duration,
@@ -96,6 +104,11 @@ impl Evaluation {
             weight_layout: WeightLayout::Original,
             pack_time: Duration::ZERO,
         }
+    }
+
+    /// A candidate that failed before it was built (`error_no` as Ansor's).
+    pub fn failure(error_no: u8, message: String) -> Self {
+        Self::failed(error_no, message, Duration::ZERO, Duration::ZERO)
     }
 
     pub fn verified(&self) -> bool {
@@ -396,12 +409,36 @@ pub fn evaluate_steps(
     reference: &Reference,
     opts: &EvalOptions,
 ) -> Evaluation {
-    build_steps(dag, steps, opts).run(reference, opts)
+    match &opts.isolation {
+        Isolation::InProcess => build_steps(dag, steps, opts).run(reference, opts),
+        Isolation::Worker(spec) => in_worker(spec, dag, Some(steps), reference, opts),
+    }
 }
 
 /// Build and run the untuned default schedule.
 pub fn evaluate_default(dag: &Dag, reference: &Reference, opts: &EvalOptions) -> Evaluation {
-    build_default(dag, opts).run(reference, opts)
+    match &opts.isolation {
+        Isolation::InProcess => build_default(dag, opts).run(reference, opts),
+        Isolation::Worker(spec) => in_worker(spec, dag, None, reference, opts),
+    }
+}
+
+/// [`evaluate_steps`] (or the default schedule) in a worker process.
+fn in_worker(
+    spec: &WorkerSpec,
+    dag: &Dag,
+    steps: Option<&[Step]>,
+    reference: &Reference,
+    opts: &EvalOptions,
+) -> Evaluation {
+    let task = worker::TaskRef {
+        dag,
+        reference_seed: reference.seed,
+        eval: opts,
+    };
+    worker::with_client(spec, |c| c.one(&task, steps, &|| false)).unwrap_or_else(|| {
+        Evaluation::failed(7, "interrupted".into(), Duration::ZERO, Duration::ZERO)
+    })
 }
 
 /// Build and run a lowered kernel whose weights have the DAG's layout.

@@ -14,6 +14,9 @@ pub const SAMPLE_POINTS: usize = 1024;
 
 /// Inputs and reference values of one workload's outputs at the checked points.
 pub struct Reference {
+    /// What [`Reference::new`] drew the inputs and checked points from: a measuring worker
+    /// rebuilds the same reference from the DAG and this.
+    pub seed: u64,
     pub inputs: Vec<TensorData>,
     /// Per output: (flat positions, reference values there).
     pub expected: Vec<(Vec<usize>, Vec<f64>)>,
@@ -54,6 +57,7 @@ impl Reference {
             expected.push((points, values));
         }
         Ok(Reference {
+            seed,
             inputs,
             expected,
             eval_time: t.elapsed(),

@@ -14,7 +14,7 @@ use std::fmt;
 /// An iteration axis `name in [0, extent)`. Spatial extents are constants; reduce extents
 /// may be expressions of the spatial axes or even of loaded data (adaptive pooling,
 /// sparse rows), as in TVM.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IterVar {
     pub name: String,
     pub extent: Expr,
@@ -46,7 +46,7 @@ impl IterVar {
 }
 
 /// The commutative reducer of a reduction body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Combiner {
     Sum,
     Max,
@@ -77,7 +77,7 @@ impl Combiner {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Body {
     /// An injective body: `out[axes] = expr`.
     Expr(Expr),
@@ -90,7 +90,7 @@ pub enum Body {
 }
 
 /// Stage attributes TVM attaches to compute ops that matter downstream.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ComputeAttrs {
     /// Inputs whose layout Ansor may rewrite (conv/dense weights).
     pub layout_free_placeholders: Vec<TensorId>,
@@ -102,7 +102,7 @@ pub struct ComputeAttrs {
     pub const_matrix: bool,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ComputeOp {
     pub axes: Vec<IterVar>,
     pub reduce_axes: Vec<IterVar>,
@@ -138,13 +138,13 @@ impl ComputeOp {
 
 // Few stages per DAG: the size difference between the variants does not matter.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Operation {
     Placeholder { shape: Vec<i64> },
     Compute(ComputeOp),
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stage {
     pub name: String,
     pub dtype: DType,
@@ -172,7 +172,7 @@ impl Stage {
 }
 
 /// A compute DAG: stages in schedule order, plus which of them are outputs.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Dag {
     pub stages: Vec<Stage>,
     pub outputs: Vec<TensorId>,

@@ -2,7 +2,7 @@
 use std::fmt;
 
 /// A TVM scalar type. `Bool` is TVM's `uint1`, which prints as `bool`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum DType {
     Bool,
     Int(u8),

@@ -11,7 +11,7 @@
 use super::dtype::DType;
 use super::TensorId;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BinOp {
     Add,
     Sub,
@@ -49,7 +49,7 @@ impl BinOp {
 
 /// Intrinsic calls (`tir.<name>` ops). `IfThenElse` is TVM's lazy `tir.if_then_else`
 /// used by `topi.nn.pad`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Intrinsic {
     Exp,
     Tanh,
@@ -89,13 +89,15 @@ impl Intrinsic {
 
 /// A scalar expression. Index variables are `Var`s named after the axis (axis names are
 /// unique inside a stage; TVM checks it), always int32.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Expr {
     IntImm {
         value: i64,
         dtype: DType,
     },
     FloatImm {
+        /// Non-finite values (an epilogue's bound) travel as words in JSON.
+        #[serde(with = "crate::ir::serde_float")]
         value: f64,
         dtype: DType,
     },

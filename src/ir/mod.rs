@@ -26,5 +26,40 @@ pub use printdag::{dag_hash, print_dag};
 
 /// Index of a stage in a [`Dag`] (its position in TVM's stage list, which is what Ansor
 /// records address). Inside a [`DagBuilder`] it is provisional until `finish`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct TensorId(pub usize);
+
+/// A float as JSON carries it: a number when finite, else `"NaN"`, `"inf"` or `"-inf"` (JSON
+/// has no such numbers; a DAG crosses to a measuring worker as JSON).
+pub(crate) mod serde_float {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+        match *x {
+            x if x.is_finite() => s.serialize_f64(x),
+            x if x.is_nan() => s.serialize_str("NaN"),
+            x if x > 0.0 => s.serialize_str("inf"),
+            _ => s.serialize_str("-inf"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Number(f64),
+            Word(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Number(x) => Ok(x),
+            Repr::Word(w) => match w.as_str() {
+                "NaN" => Ok(f64::NAN),
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                other => Err(serde::de::Error::custom(format!("not a float: {other}"))),
+            },
+        }
+    }
+}

@@ -5,7 +5,7 @@ use super::bounds::{expr_interval, Interval};
 use super::ir::*;
 use std::collections::HashMap;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CostLimits {
     /// Maximum Σ over statements and loop iterations of their dynamic execution count.
     pub max_total_steps: u128,

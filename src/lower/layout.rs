@@ -39,7 +39,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// Which layout the layout-free weights have in the kernel's parameters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WeightLayoutMode {
     /// The DAG's layout (layout rewrite option 0).
     #[default]

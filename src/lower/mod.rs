@@ -135,7 +135,7 @@ impl fmt::Display for LowerError {
 }
 impl std::error::Error for LowerError {}
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LowerOptions {
     /// Kernel name.
     pub name: String,

@@ -7,7 +7,7 @@ use crate::codegen::{CompiledKernel, RunError, RunOptions};
 use crate::loopnest::data::BufferData;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct MeasureOptions {
     pub warmup: usize,
     pub repeat: usize,
@@ -31,7 +31,7 @@ impl Default for MeasureOptions {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Measurement {
     /// Seconds per run, one entry per repeat.
     pub samples: Vec<f64>,

@@ -3,7 +3,10 @@
 //! interleaved rounds), and timings pooled over several builds ([`time_pooled`]).
 use crate::ansor::Step;
 use crate::codegen::RunError;
-use crate::evaluate::{build_steps, Build, EvalOptions, Evaluation, Reference, PLACEMENTS};
+use crate::evaluate::worker::{with_client, TaskRef};
+use crate::evaluate::{
+    build_steps, Build, EvalOptions, Evaluation, Isolation, Reference, PLACEMENTS,
+};
 use crate::ir::Dag;
 use crate::measure::runner::{MeasureOptions, Measurement};
 use rayon::prelude::*;
@@ -78,13 +81,43 @@ pub fn hopeless_kernels(samples: &[Vec<f64>]) -> Vec<bool> {
         .collect()
 }
 
-/// The real measurer: ttdb's build and run phases on `dag`, verified against `reference`.
+/// What a batch is doing, told to [`KernelMeasurer::on_phase`] before it happens (a measuring
+/// worker forwards it, so that a crash is charged to the candidate that caused it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The parallel builds start.
+    Building,
+    /// Work on candidate `i` (its verification, or one timing) starts.
+    Running(usize),
+}
+
+/// The real measurer: ttdb's build and run phases on `dag`, verified against `reference`,
+/// in this process or in a worker process (`eval.isolation`).
 pub struct KernelMeasurer<'a> {
     pub dag: &'a Dag,
     pub reference: &'a Reference,
     pub eval: EvalOptions,
     /// Checked between runs.
     pub interrupted: &'a (dyn Fn() -> bool + Sync),
+    /// Hears each [`Phase`] before it happens.
+    pub on_phase: &'a (dyn Fn(Phase) + Sync),
+}
+
+impl<'a> KernelMeasurer<'a> {
+    pub fn new(
+        dag: &'a Dag,
+        reference: &'a Reference,
+        eval: EvalOptions,
+        interrupted: &'a (dyn Fn() -> bool + Sync),
+    ) -> Self {
+        KernelMeasurer {
+            dag,
+            reference,
+            eval,
+            interrupted,
+            on_phase: &|_| {},
+        }
+    }
 }
 
 impl Measurer for KernelMeasurer<'_> {
@@ -94,12 +127,23 @@ impl Measurer for KernelMeasurer<'_> {
     /// After one round per argument copy, kernels [`HOPELESS`]ly slower than the batch's
     /// fastest keep the timings they have. An interrupt drops the whole batch (nothing half-timed is reported).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
+        if let Isolation::Worker(spec) = &self.eval.isolation {
+            let task = TaskRef {
+                dag: self.dag,
+                reference_seed: self.reference.seed,
+                eval: &self.eval,
+            };
+            return with_client(spec, |c| {
+                c.batch(&task, schedules, timeout, self.interrupted)
+            });
+        }
         let profile_var = std::env::var_os("TTDB_PROFILE");
         let profile = profile_var.is_some();
         // TTDB_PROFILE=builds: each build's steps when it starts, and its time when done
         // (a build that never ends is the last started without a done line).
         let each = profile_var.is_some_and(|v| v == "builds");
         let t_build = Instant::now();
+        (self.on_phase)(Phase::Building);
         let builds: Vec<Build> = schedules
             .par_iter()
             .enumerate()
@@ -122,10 +166,11 @@ impl Measurer for KernelMeasurer<'_> {
         eval.measure.timeout = Some(timeout);
         let none = || schedules.iter().map(|_| None).collect();
         let mut prepared = Vec::with_capacity(builds.len());
-        for b in &builds {
+        for (i, b) in builds.iter().enumerate() {
             if (self.interrupted)() {
                 return none();
             }
+            (self.on_phase)(Phase::Running(i));
             prepared.push(b.prepare(self.reference, &eval));
         }
         if eval.verify_only {
@@ -156,6 +201,7 @@ impl Measurer for KernelMeasurer<'_> {
                 if (self.interrupted)() {
                     return none();
                 }
+                (self.on_phase)(Phase::Running(i));
                 // The first timing calibrates the runs per sample (TVM's `number`); later
                 // ones reuse it instead of growing it from 1 again.
                 let timed = if round == 0 {

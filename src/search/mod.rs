@@ -28,3 +28,4 @@ pub mod rng;
 pub mod scheduler;
 pub mod sketch;
 pub mod stats;
+pub mod worker;

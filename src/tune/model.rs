@@ -144,12 +144,12 @@ impl Tasks for ModelTasks<'_, '_> {
     }
     fn round(&mut self, i: usize, want: usize) -> (usize, Option<f64>) {
         let interrupted = || interrupt::requested();
-        let mut measurer = KernelMeasurer {
-            dag: &self.dags[i],
-            reference: &self.references[i],
-            eval: self.eval.clone(),
-            interrupted: &interrupted,
-        };
+        let mut measurer = KernelMeasurer::new(
+            &self.dags[i],
+            &self.references[i],
+            self.eval.clone(),
+            &interrupted,
+        );
         self.store.key = workload_key_of(&self.dags[i]);
         self.store.flops = self.dags[i].flop_ct();
         let n = self.searches[i].round(want, &mut measurer, &mut self.store, &mut self.cost);

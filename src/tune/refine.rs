@@ -40,6 +40,9 @@ pub struct RefineOptions {
     /// Rank each batch's neighbours with the learned cost model
     /// (`crate::search::model_ranker`); off: Droplet's own frontier order.
     pub rank_by_model: bool,
+    /// Where candidates are measured (a worker process keeps a faulting one from ending
+    /// the run).
+    pub isolation: crate::evaluate::Isolation,
 }
 
 impl Default for RefineOptions {
@@ -52,6 +55,7 @@ impl Default for RefineOptions {
             restarts: RestartOptions::default(),
             prepack: true,
             rank_by_model: true,
+            isolation: crate::evaluate::Isolation::InProcess,
         }
     }
 }
@@ -68,6 +72,7 @@ impl RefineOptions {
                 ..MeasureOptions::default()
             },
             prepack_weights: self.prepack,
+            isolation: self.isolation.clone(),
             ..EvalOptions::default()
         }
     }
@@ -150,12 +155,7 @@ pub fn refine_schedules(
         }
     }
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer {
-        dag,
-        reference,
-        eval: opts.eval(),
-        interrupted: &interrupted,
-    };
+    let mut measurer = KernelMeasurer::new(dag, reference, opts.eval(), &interrupted);
     let mut keeper = Keeper {
         sink,
         key,
@@ -461,12 +461,7 @@ fn refine_job(
     };
     let eval = opts.eval();
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer {
-        dag: &r.dag,
-        reference: &reference,
-        eval: eval.clone(),
-        interrupted: &interrupted,
-    };
+    let mut measurer = KernelMeasurer::new(&r.dag, &reference, eval.clone(), &interrupted);
     let schedules: Vec<Vec<Step>> = cands.iter().map(|(_, s)| s.clone()).collect();
     let timed = measurer.measure(&schedules, opts.droplet.max_timeout);
     row.candidates_timed = timed.iter().flatten().count();

@@ -206,12 +206,7 @@ pub fn search_kernel(
 ) -> Result<(SearchSummary, Option<SearchTrial>), StoreError> {
     let t0 = Instant::now();
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer {
-        dag,
-        reference,
-        eval: opts.refine.eval(),
-        interrupted: &interrupted,
-    };
+    let mut measurer = KernelMeasurer::new(dag, reference, opts.refine.eval(), &interrupted);
     let mut forward = Forward(progress);
     let mut keeper = Keeper {
         sink,
@@ -369,12 +364,7 @@ fn tune_job(
     let flops = r.dag.flop_ct();
     let eval = opts.refine.eval();
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer {
-        dag: &r.dag,
-        reference: &reference,
-        eval,
-        interrupted: &interrupted,
-    };
+    let mut measurer = KernelMeasurer::new(&r.dag, &reference, eval, &interrupted);
     let mut keeper = Keeper {
         sink,
         key: &w.key,
