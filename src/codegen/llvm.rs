@@ -593,6 +593,11 @@ impl<'c> Builder<'c> {
         // SAFETY: integer operand.
         Value::new(unsafe { LLVMBuildNot(self.raw, v.raw, EMPTY) })
     }
+    /// `freeze`: a poison (or undef) input becomes some fixed value of its type.
+    pub fn freeze(&self, v: Value<'c>) -> Value<'c> {
+        // SAFETY: any first-class operand.
+        Value::new(unsafe { LLVMBuildFreeze(self.raw, v.raw, EMPTY) })
+    }
     pub fn fneg(&self, v: Value<'c>) -> Value<'c> {
         // SAFETY: float operand.
         Value::new(unsafe { LLVMBuildFNeg(self.raw, v.raw, EMPTY) })

@@ -39,7 +39,12 @@ fn close(a: &BufferData, b: &BufferData) -> Result<(), String> {
 
 /// Compile + run with `threads`, compare all buffers with the interpreter.
 pub(super) fn check(k: &Kernel, threads: usize) -> CompiledKernel {
-    let c = compile(k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    check_with(k, threads, &CodegenOptions::default())
+}
+
+/// [`check`] compiling with `opts`.
+pub(super) fn check_with(k: &Kernel, threads: usize, opts: &CodegenOptions) -> CompiledKernel {
+    let c = compile(k, opts).unwrap_or_else(|e| panic!("{e}"));
     let mut a = inputs(k, 7);
     let mut b = a.clone();
     c.run(

@@ -15,6 +15,16 @@
 //! when the split's inner loop is fused into the vector, and a scalarized loop there ran 20-30x
 //! slower than its masked body.
 //!
+//! Masks (`VecCtx::mask`, `None`: all lanes active). A lane is active when every enclosing
+//! lane-varying condition (`if`, or a `select` whose arms load) holds for it; a mask may
+//! have no active lane (a chunk wholly past a split's end). Inactive lanes:
+//! * read and write nothing: every load under a mask is masked, also in conditions and
+//!   indices, and a uniform value is loaded lane-wise too (it may be out of bounds there);
+//! * hold a defined but meaningless value: masked loads and gathers give 0, never poison, so
+//!   a condition computed there is a plain `false`/`true`; arithmetic on them must not trap
+//!   (`emit_div` guards 0 and -1 and freezes its divisor);
+//! * have mask bit `false`, never poison: arm masks are `select(m, c, false)`, never `and`.
+//!
 //! Accesses: stride 0 → scalar load + broadcast, stride 1 → vector load/store, other constant
 //! stride → gather/scatter with a `base + c·iota` address vector, non-affine → gather with a
 //! vector index.
@@ -294,14 +304,18 @@ impl<'c> Tr<'c, '_> {
             .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
             .ok_or("masked.gather")?;
         let m = mask.unwrap_or_else(|| self.all_true());
-        Ok(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
+        Ok(self.b.call_fn(f, &[ptrs, align, m, vt.null()]))
     }
 
     /// The active lanes of the arms of a lane-varying condition `c` under `mask`: (then, else).
+    /// `select(m, c, false)`, not `and`: `and false, poison` is poison, the select is false.
     fn arm_masks(&self, c: Value<'c>, mask: Option<Value<'c>>) -> (Value<'c>, Value<'c>) {
         let not_c = self.b.not(c);
         match mask {
-            Some(m) => (self.b.and(m, c), self.b.and(m, not_c)),
+            Some(m) => {
+                let off = c.ty().null();
+                (self.b.select(m, c, off), self.b.select(m, not_c, off))
+            }
             None => (c, not_c),
         }
     }
@@ -318,7 +332,7 @@ impl<'c> Tr<'c, '_> {
             .m
             .intrinsic("llvm.masked.load", &[vt, p.ty()])
             .ok_or("masked.load")?;
-        Ok(self.b.call_fn(f, &[p, align, mask, vt.poison()]))
+        Ok(self.b.call_fn(f, &[p, align, mask, vt.null()]))
     }
 
     /// Store `v` at `p` (inactive lanes of `mask` are not written).

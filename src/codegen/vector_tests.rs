@@ -2,7 +2,8 @@
 //! vector body (masked lanes, fused loops, chunks) and when it is scalarized. Every kernel is
 //! checked against the reference interpreter on random inputs.
 
-use super::tests::{check, f32b, i, v};
+use super::tests::{check, check_with, f32b, i, v};
+use super::CodegenOptions;
 use crate::loopnest::ir::*;
 
 /// out[r, j] = A[r, j] * B[j] + A[r, 2j'] … exercises contiguous, broadcast, gather, scatter.
@@ -159,8 +160,7 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
 /// span (`G`), and a nested lane-varying `if`/`else` whose condition loads a buffer (`K`).
 /// The outputs have two rows past the guard, which the interpreter never writes: a lane
 /// stored outside its mask shows as a mismatch.
-#[test]
-fn lane_varying_guards_are_masked_vector_bodies() {
+fn masked_tiles() -> Kernel {
     let col = || Expr::add(Expr::mul(v("xo"), i(4)), Expr::floordiv(v("f"), i(4)));
     let oc = || Expr::floormod(v("f"), i(4));
     let value = Expr::add(
@@ -187,7 +187,7 @@ fn lane_varying_guards_are_masked_vector_bodies() {
         ]),
         None,
     );
-    let k = Kernel::new(
+    Kernel::new(
         "masked_tiles",
         vec![
             f32b("D", &[14], BufferRole::Input),
@@ -204,10 +204,100 @@ fn lane_varying_guards_are_masked_vector_bodies() {
             ForKind::Serial,
             Stmt::loop_("f", 16, ForKind::Vectorized, body),
         ),
-    );
-    let c = check(&k, 1);
+    )
+}
+
+#[test]
+fn lane_varying_guards_are_masked_vector_bodies() {
+    let c = check(&masked_tiles(), 1);
     assert_eq!(c.stats.scalarized_loops, 0);
     assert!(c.stats.vector_loops >= 1);
+}
+
+fn keep_ir() -> CodegenOptions {
+    CodegenOptions {
+        keep_ir: true,
+        ..CodegenOptions::default()
+    }
+}
+
+/// The IR of `k` (checked against the interpreter first).
+fn ir_of(k: &Kernel) -> String {
+    check_with(k, 1, &keep_ir()).ir.expect("keep_ir")
+}
+
+/// An inactive lane holds 0, never poison: masked loads and gathers pass `zeroinitializer`,
+/// and masks are selects (`and false, poison` would be poison, i.e. maybe active).
+#[test]
+fn masked_loads_and_masks_hold_no_poison() {
+    let ir = ir_of(&masked_tiles());
+    let loads: Vec<&str> = ir
+        .lines()
+        .filter(|l| l.contains("call") && l.contains("@llvm.masked."))
+        .filter(|l| l.contains("masked.load") || l.contains("masked.gather"))
+        .collect();
+    assert!(loads.len() >= 3, "{}", loads.join("\n"));
+    for l in &loads {
+        // The passthrough is the last operand.
+        assert!(l.trim_end().ends_with(" zeroinitializer)"), "{l}");
+    }
+    let ands: Vec<&str> = ir
+        .lines()
+        .filter(|l| l.contains(" = and <") && l.contains(" x i1> "))
+        .collect();
+    assert!(ands.is_empty(), "masks made by `and`:\n{}", ands.join("\n"));
+}
+
+/// An `if` in an `if`: the inner condition loads the divisors under the outer mask (span load
+/// `V`, gather `U`) and the inner arm divides by them. They are non-zero where the inner
+/// condition holds (the interpreter never divides by 0) and read as 0 in inactive lanes,
+/// where the quotient is computed (its divisor frozen) and dropped. Tiles 0-2 are full, 3 mixed, 4 empty; the
+/// outputs have rows past the guard. Integer outputs: exact.
+#[test]
+fn nested_masks_guard_loaded_conditions_and_divisors() {
+    let col = || Expr::add(Expr::mul(v("xo"), i(4)), Expr::floordiv(v("f"), i(4)));
+    let oc = || Expr::floormod(v("f"), i(4));
+    let x = || Expr::load("X", vec![col(), oc()]);
+    let vd = || Expr::load("V", vec![col()]);
+    let ud = || Expr::load("U", vec![Expr::add(Expr::mul(col(), i(16)), oc())]);
+    let nonzero = |e: Expr| Expr::cmp(CmpOp::Ne, e, Expr::i32(0));
+    let body = Stmt::if_(
+        Expr::lt(col(), i(14)),
+        Stmt::if_(
+            Expr::And(Box::new(nonzero(vd())), Box::new(nonzero(ud()))),
+            Stmt::store(
+                "O",
+                vec![col(), oc()],
+                Expr::add(
+                    Expr::bin(BinOp::Div, x(), vd()),
+                    Expr::bin(BinOp::FloorMod, x(), ud()),
+                ),
+            ),
+            Some(Stmt::store("O", vec![col(), oc()], x())),
+        ),
+        None,
+    );
+    let i32b = |n: &str, shape: &[i64], role| Buffer::new(n, DType::I32, shape, role);
+    let k = Kernel::new(
+        "nested_masks",
+        vec![
+            i32b("V", &[14], BufferRole::Input),
+            i32b("U", &[13 * 16 + 4], BufferRole::Input),
+            i32b("X", &[14, 4], BufferRole::Input),
+            i32b("O", &[20, 4], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "xo",
+            5,
+            ForKind::Serial,
+            Stmt::loop_("f", 16, ForKind::Vectorized, body),
+        ),
+    );
+    let c = check_with(&k, 1, &keep_ir());
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+    let ir = c.ir.expect("keep_ir");
+    let frozen = ir.lines().filter(|l| l.contains(" = freeze <")).count();
+    assert!(frozen >= 2, "divisors not frozen ({frozen} freezes)");
 }
 
 #[test]
