@@ -592,8 +592,13 @@ impl<'c> Tr<'c, '_> {
                 let x = self.widen(x);
                 VV::V(self.b.not(x))
             }
-            Expr::Select(c, t, f) if !c.uses_var(&var) && (t.has_load() || f.has_load()) => {
+            Expr::Select(c, t, f)
+                if !c.uses_var(&var)
+                    && (mask.is_none() || !c.has_load())
+                    && (t.has_load() || f.has_load()) =>
+            {
                 // Uniform condition guarding loads: branch instead of evaluating both arms.
+                // (Under a mask a load in it is valid only in active lanes, maybe none.)
                 let cv = self.expr(c)?;
                 let func = self.fx.func;
                 let tb = self.cx.append_block(func, "vsel_t");

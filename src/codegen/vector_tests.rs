@@ -300,6 +300,46 @@ fn nested_masks_guard_loaded_conditions_and_divisors() {
     assert!(frozen >= 2, "divisors not frozen ({frozen} freezes)");
 }
 
+/// A uniform select condition that loads, under a lane-varying guard: `K[xo·2^44]` is in
+/// bounds only for `xo = 0`, the one row with an active lane; every other row's vector has
+/// no active lane, and reading `K` there would fault (64 TiB past the buffer). The load must
+/// be masked like the arms.
+#[test]
+fn uniform_select_conditions_load_only_in_active_lanes() {
+    let far = || Expr::mul(v("xo"), i(1 << 44));
+    let guard = Expr::lt(Expr::add(far(), v("j")), i(4));
+    let inner = Expr::select(
+        Expr::cmp(CmpOp::Gt, Expr::load("K", vec![far()]), Expr::f32(0.0)),
+        Expr::load("A", vec![v("j")]),
+        Expr::f32(2.0),
+    );
+    let k = Kernel::new(
+        "far_select",
+        vec![
+            f32b("K", &[4], BufferRole::Input),
+            f32b("A", &[8], BufferRole::Input),
+            f32b("O", &[20, 8], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "xo",
+            20,
+            ForKind::Serial,
+            Stmt::loop_(
+                "j",
+                8,
+                ForKind::Vectorized,
+                Stmt::store(
+                    "O",
+                    vec![v("xo"), v("j")],
+                    Expr::select(guard, inner, Expr::f32(3.0)),
+                ),
+            ),
+        ),
+    );
+    let c = check(&k, 1);
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+}
+
 #[test]
 fn long_vector_loops_are_chunked() {
     // extent 100 = 6 chunks of 16 lanes + 4 scalar iterations; stride-2 gather and broadcast.
