@@ -9,11 +9,11 @@
 //!   constant no lane difference can produce (each lane owns its elements).
 //!
 //! Selects whose arms contain loads, and `if`s, are evaluated with the arm's lanes masked
-//! (masked load/store, gather/scatter, no `inbounds` on their addresses), since those accesses
-//! may only be valid under the condition; a uniform condition branches instead. TVM scalarizes
-//! a loop with a lane-varying `if`; the guard of a split that does not divide its loop is one
-//! when the split's inner loop is fused into the vector, and a scalarized loop there ran 20-30x
-//! slower than its masked body.
+//! (masked load/store, gather/scatter: `mask.rs`; no `inbounds` on their addresses), since
+//! those accesses may only be valid under the condition; a uniform condition branches instead.
+//! TVM scalarizes a loop with a lane-varying `if`; the guard of a split that does not divide
+//! its loop is one when the split's inner loop is fused into the vector, and a scalarized loop
+//! there ran 20-30x slower than its masked body.
 //!
 //! Masks (`VecCtx::mask`, `None`: all lanes active). A lane is active when every enclosing
 //! lane-varying condition (`if`, or a `select` whose arms load) holds for it; a mask may
@@ -215,7 +215,7 @@ impl<'c> Tr<'c, '_> {
         r
     }
 
-    fn lanes(&self) -> u32 {
+    pub(super) fn lanes(&self) -> u32 {
         self.vec.as_ref().map_or(1, |v| v.lanes)
     }
 
@@ -291,117 +291,7 @@ impl<'c> Tr<'c, '_> {
         }
     }
 
-    /// A `vt` from the lanes' pointers `ptrs` (inactive lanes of `mask` are not read).
-    fn gather(
-        &mut self,
-        vt: Type<'c>,
-        ptrs: Value<'c>,
-        align: Value<'c>,
-        mask: Option<Value<'c>>,
-    ) -> Result<Value<'c>, String> {
-        let f = self
-            .m
-            .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
-            .ok_or("masked.gather")?;
-        let m = mask.unwrap_or_else(|| self.all_true());
-        Ok(self.b.call_fn(f, &[ptrs, align, m, vt.null()]))
-    }
-
-    /// The active lanes of the arms of a lane-varying condition `c` under `mask`: (then, else).
-    /// `select(m, c, false)`, not `and`: `and false, poison` is poison, the select is false.
-    fn arm_masks(&self, c: Value<'c>, mask: Option<Value<'c>>) -> (Value<'c>, Value<'c>) {
-        let not_c = self.b.not(c);
-        match mask {
-            Some(m) => {
-                let off = c.ty().null();
-                (self.b.select(m, c, off), self.b.select(m, not_c, off))
-            }
-            None => (c, not_c),
-        }
-    }
-
-    /// A `vt` from `p` (inactive lanes of `mask` are not read).
-    fn masked_load(
-        &mut self,
-        vt: Type<'c>,
-        p: Value<'c>,
-        align: Value<'c>,
-        mask: Value<'c>,
-    ) -> Result<Value<'c>, String> {
-        let f = self
-            .m
-            .intrinsic("llvm.masked.load", &[vt, p.ty()])
-            .ok_or("masked.load")?;
-        Ok(self.b.call_fn(f, &[p, align, mask, vt.null()]))
-    }
-
-    /// Store `v` at `p` (inactive lanes of `mask` are not written).
-    fn store(
-        &mut self,
-        v: Value<'c>,
-        p: Value<'c>,
-        bytes: usize,
-        mask: Option<Value<'c>>,
-    ) -> Result<(), String> {
-        let Some(m) = mask else {
-            self.b.store(v, p, bytes as u32);
-            return Ok(());
-        };
-        let f = self
-            .m
-            .intrinsic("llvm.masked.store", &[v.ty(), p.ty()])
-            .ok_or("masked.store")?;
-        let align = self.cx.i32().const_int(bytes as i64);
-        self.b.call_fn(f, &[v, p, align, m]);
-        Ok(())
-    }
-
-    fn scatter(
-        &mut self,
-        v: Value<'c>,
-        ptrs: Value<'c>,
-        bytes: usize,
-        mask: Option<Value<'c>>,
-    ) -> Result<(), String> {
-        let f = self
-            .m
-            .intrinsic("llvm.masked.scatter", &[v.ty(), ptrs.ty()])
-            .ok_or("masked.scatter")?;
-        let mask = mask.unwrap_or_else(|| self.all_true());
-        let align = self.cx.i32().const_int(bytes as i64);
-        self.b.call_fn(f, &[v, ptrs, align, mask]);
-        Ok(())
-    }
-
-    /// The mask over a span of `span` elements from `lo` in which element j is active when an
-    /// active lane of `mask` reads it (lane l reads `offs[l]`): one shuffle of the mask per
-    /// lane reading the same element, or-ed.
-    fn span_mask(&mut self, mask: Value<'c>, offs: &[i64], lo: i64, span: usize) -> Value<'c> {
-        let lanes = offs.len() as u32;
-        let mut readers: Vec<Vec<u32>> = vec![Vec::new(); span];
-        for (l, &o) in offs.iter().enumerate() {
-            readers[(o - lo) as usize].push(l as u32);
-        }
-        let most = readers.iter().map(Vec::len).max().unwrap_or(0);
-        let off = Value::const_vector(&vec![self.cx.i1().const_int(0); lanes as usize]);
-        let mut acc: Option<Value<'c>> = None;
-        for k in 0..most {
-            // Index `lanes` picks the first (inactive) lane of `off`.
-            let pick: Vec<u32> = readers
-                .iter()
-                .map(|r| r.get(k).copied().unwrap_or(lanes))
-                .collect();
-            let pick = self.shuffle_mask(&pick);
-            let m = self.b.shuffle(mask, off, pick);
-            acc = Some(match acc {
-                None => m,
-                Some(a) => self.b.or(a, m),
-            });
-        }
-        acc.expect("at least one lane")
-    }
-
-    fn shuffle_mask(&self, lanes: &[u32]) -> Value<'c> {
+    pub(super) fn shuffle_mask(&self, lanes: &[u32]) -> Value<'c> {
         let i32t = self.cx.i32();
         let m: Vec<Value<'c>> = lanes.iter().map(|&l| i32t.const_int(l as i64)).collect();
         Value::const_vector(&m)
@@ -434,11 +324,6 @@ impl<'c> Tr<'c, '_> {
             Value::const_vector(&o),
         );
         self.gep_lanes(et, buf, idx)
-    }
-
-    fn all_true(&self) -> Value<'c> {
-        let t = self.cx.i1().const_int(1);
-        Value::const_vector(&vec![t; self.lanes() as usize])
     }
 
     fn vaddress(&mut self, buf: &str, index: &[Expr]) -> Result<Addr<'c>, String> {
