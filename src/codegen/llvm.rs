@@ -272,6 +272,10 @@ impl<'c> Value<'c> {
         // SAFETY: `self` is a phi node; arrays of length 1 live across the call.
         unsafe { LLVMAddIncoming(self.raw, vs.as_mut_ptr(), bs.as_mut_ptr(), 1) }
     }
+    pub fn is_constant(self) -> bool {
+        // SAFETY: valid value.
+        unsafe { LLVMIsConstant(self.raw) != 0 }
+    }
     pub fn const_vector(vals: &[Value<'c>]) -> Value<'c> {
         let mut v: Vec<LLVMValueRef> = vals.iter().map(|x| x.raw).collect();
         // SAFETY: all elements are constants of one type.

@@ -1,11 +1,95 @@
-//! Lane masks of vector bodies and the memory operations that honour them (masked load and
-//! store, gather, scatter). What a mask means, and what an inactive lane may read, write and
-//! hold: `vector.rs`'s module doc.
+//! Lane masks of vector bodies: lane-varying `if`s (with a fast path for full and empty
+//! vectors) and the memory operations that honour masks (masked load and store, gather,
+//! scatter). What a mask means, and what an inactive lane may read, write and hold:
+//! `vector.rs`'s module doc.
 
 use super::llvm::*;
 use super::translate::Tr;
+use crate::loopnest::ir::Stmt;
 
 impl<'c> Tr<'c, '_> {
+    /// `then_` on the lanes of `c`, `else_` on the others, each arm masked (under `mask`).
+    pub(super) fn masked_if(
+        &mut self,
+        c: Value<'c>,
+        mask: Option<Value<'c>>,
+        then_: &Stmt,
+        else_: Option<&Stmt>,
+    ) -> Result<(), String> {
+        let (mt, mf) = self.arm_masks(c, mask);
+        self.vec.as_mut().unwrap().mask = Some(mt);
+        let mut r = self.vstmt(then_);
+        if let (Ok(()), Some(e)) = (&r, else_) {
+            self.vec.as_mut().unwrap().mask = Some(mf);
+            r = self.vstmt(e);
+        }
+        self.vec.as_mut().unwrap().mask = mask;
+        r
+    }
+
+    /// A lane-varying `if` entered from unmasked code: a vector whose lanes all take one arm
+    /// runs that arm unmasked (plain vector loads and stores) and skips the other; only a
+    /// mixed one pays for masks. Not again inside the arms it emits (code size).
+    pub(super) fn unmasked_if(
+        &mut self,
+        c: Value<'c>,
+        then_: &Stmt,
+        else_: Option<&Stmt>,
+    ) -> Result<(), String> {
+        if c.is_constant() {
+            // A mask known at compile time (an unrolled tile); LLVM uniques constants.
+            return if c == self.all_true() {
+                self.vstmt(then_)
+            } else if c == c.ty().null() {
+                else_.map_or(Ok(()), |e| self.vstmt(e))
+            } else {
+                self.masked_if(c, None, then_, else_)
+            };
+        }
+        let func = self.fx.func;
+        let block = |t: &Self, name: &str| t.cx.append_block(func, name);
+        let (full, some, mixed, join) = (
+            block(self, "vfull"),
+            block(self, "vsome"),
+            block(self, "vmixed"),
+            block(self, "vjoin"),
+        );
+        let empty = if else_.is_some() {
+            block(self, "vempty")
+        } else {
+            join
+        };
+        let all = self.reduce("llvm.vector.reduce.and", c)?;
+        self.b.cond_br(all, full, some);
+        self.b.position_at_end(some);
+        let any = self.reduce("llvm.vector.reduce.or", c)?;
+        self.b.cond_br(any, mixed, empty);
+        self.vec.as_mut().unwrap().fast_path = false;
+        let r = (|| {
+            self.b.position_at_end(full);
+            self.scoped(|t| t.vstmt(then_))?;
+            self.b.br(join);
+            self.b.position_at_end(mixed);
+            self.scoped(|t| t.masked_if(c, None, then_, else_))?;
+            self.b.br(join);
+            if let Some(e) = else_ {
+                self.b.position_at_end(empty);
+                self.scoped(|t| t.vstmt(e))?;
+                self.b.br(join);
+            }
+            Ok(())
+        })();
+        self.vec.as_mut().unwrap().fast_path = true;
+        self.b.position_at_end(join);
+        r
+    }
+
+    /// The i1 reduction `name` (`llvm.vector.reduce.and` / `.or`) of the mask `m`.
+    fn reduce(&mut self, name: &str, m: Value<'c>) -> Result<Value<'c>, String> {
+        let f = self.m.intrinsic(name, &[m.ty()]).ok_or(name)?;
+        Ok(self.b.call_fn(f, &[m]))
+    }
+
     /// The active lanes of the arms of a lane-varying condition `c` under `mask`: (then, else).
     /// `select(m, c, false)`, not `and`: `and false, poison` is poison, the select is false.
     pub(super) fn arm_masks(

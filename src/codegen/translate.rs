@@ -38,6 +38,9 @@ pub(crate) struct VecCtx<'c> {
     pub mask: Option<Value<'c>>,
     /// Every chunk base is a multiple of this (0: the base is 0; `Tr::chunk_align`).
     pub align: i64,
+    /// A lane-varying `if` may branch on its mask being full or empty (`Tr::unmasked_if`).
+    /// False inside the arms of such a branch, which it emits twice: code grows at most 2x.
+    pub fast_path: bool,
 }
 
 pub(crate) struct Tr<'c, 'a> {

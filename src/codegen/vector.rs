@@ -13,7 +13,8 @@
 //! those accesses may only be valid under the condition; a uniform condition branches instead.
 //! TVM scalarizes a loop with a lane-varying `if`; the guard of a split that does not divide
 //! its loop is one when the split's inner loop is fused into the vector, and a scalarized loop
-//! there ran 20-30x slower than its masked body.
+//! there ran 20-30x slower than its masked body. An `if` entered from unmasked code branches
+//! on its mask first: a vector whose lanes all take one arm (a full tile) runs it unmasked.
 //!
 //! Masks (`VecCtx::mask`, `None`: all lanes active). A lane is active when every enclosing
 //! lane-varying condition (`if`, or a `select` whose arms load) holds for it; a mask may
@@ -207,6 +208,7 @@ impl<'c> Tr<'c, '_> {
             iota,
             mask: None,
             align,
+            fast_path: true,
         });
         let r = self.scoped(|t| t.vstmt(body));
         self.vec = None;
@@ -226,7 +228,7 @@ impl<'c> Tr<'c, '_> {
         }
     }
 
-    fn vstmt(&mut self, s: &Stmt) -> Result<(), String> {
+    pub(super) fn vstmt(&mut self, s: &Stmt) -> Result<(), String> {
         match s {
             Stmt::Seq(v) => v.iter().try_for_each(|s| self.vstmt(s)),
             Stmt::Attr { body, .. } => self.vstmt(body),
@@ -240,18 +242,15 @@ impl<'c> Tr<'c, '_> {
                     let c = self.expr(cond)?;
                     return self.branch(c, then_, else_.as_deref(), "v", Self::vstmt);
                 }
-                // Lane-varying: each arm runs with its lanes masked.
+                // Lane-varying: each arm runs with its lanes masked (unmasked in a vector
+                // whose lanes all take it, when entered from unmasked code).
                 let c = self.vexpr(cond)?;
                 let c = self.widen(c);
-                let (mt, mf) = self.arm_masks(c, mask);
-                self.vec.as_mut().unwrap().mask = Some(mt);
-                let mut r = self.vstmt(then_);
-                if let (Ok(()), Some(e)) = (&r, else_) {
-                    self.vec.as_mut().unwrap().mask = Some(mf);
-                    r = self.vstmt(e);
+                let fast = self.vec.as_ref().is_some_and(|v| v.fast_path);
+                if mask.is_none() && fast {
+                    return self.unmasked_if(c, then_, else_.as_deref());
                 }
-                self.vec.as_mut().unwrap().mask = mask;
-                r
+                self.masked_if(c, mask, then_, else_.as_deref())
             }
             Stmt::Store { buf, index, value } => {
                 let v = self.vexpr(value)?;

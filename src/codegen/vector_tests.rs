@@ -2,8 +2,8 @@
 //! vector body (masked lanes, fused loops, chunks) and when it is scalarized. Every kernel is
 //! checked against the reference interpreter on random inputs.
 
-use super::tests::{check, check_with, f32b, i, v};
-use super::CodegenOptions;
+use super::tests::{check, check_with, close, f32b, i, inputs, v};
+use super::{CodegenOptions, RunOptions};
 use crate::loopnest::ir::*;
 
 /// out[r, j] = A[r, j] * B[j] + A[r, 2j'] … exercises contiguous, broadcast, gather, scatter.
@@ -338,6 +338,93 @@ fn uniform_select_conditions_load_only_in_active_lanes() {
     );
     let c = check(&k, 1);
     assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+}
+
+/// Entering a masked region, a tile whose lanes all take the guard runs the unmasked body,
+/// one with none skips it: a branch on `llvm.vector.reduce.and` of the mask.
+#[test]
+fn full_tiles_branch_to_unmasked_bodies() {
+    let ir = ir_of(&masked_tiles());
+    let all = ir
+        .lines()
+        .find_map(|l| l.split_once(" = call i1 @llvm.vector.reduce.and"))
+        .map(|(name, _)| name.trim().to_string())
+        .expect("a reduce.and of the guard's mask");
+    let br = format!("br i1 {all}, ");
+    assert!(
+        ir.lines().any(|l| l.trim_start().starts_with(&br)),
+        "no {br}"
+    );
+    // The full tile's `O` is a plain vector store.
+    assert!(ir
+        .lines()
+        .any(|l| l.trim_start().starts_with("store <") && l.contains(" x float> ")));
+}
+
+/// Tiles of 4 columns with a guard `col < 16` that always holds but is not known at compile
+/// time (the tile loop runs, not unrolled), or without the guard.
+fn guarded_tiles(guard: bool) -> Kernel {
+    let col = || Expr::add(Expr::mul(v("xo"), i(4)), Expr::floordiv(v("f"), i(4)));
+    let oc = || Expr::floormod(v("f"), i(4));
+    let value = Expr::add(
+        Expr::mul(Expr::load("D", vec![col()]), Expr::load("W", vec![oc()])),
+        Expr::load("G", vec![Expr::add(Expr::mul(col(), i(16)), oc())]),
+    );
+    let mut body = Stmt::seq(vec![
+        Stmt::store(
+            "O",
+            vec![col(), oc()],
+            Expr::add(Expr::load("O", vec![col(), oc()]), value),
+        ),
+        Stmt::if_(
+            Expr::lt(Expr::load("K", vec![col()]), Expr::f32(0.0)),
+            Stmt::store("T", vec![col(), oc()], Expr::f32(1.0)),
+            Some(Stmt::store(
+                "T",
+                vec![col(), oc()],
+                Expr::load("D", vec![col()]),
+            )),
+        ),
+    ]);
+    if guard {
+        body = Stmt::if_(Expr::lt(col(), i(16)), body, None);
+    }
+    Kernel::new(
+        if guard { "guarded" } else { "unguarded" },
+        vec![
+            f32b("D", &[16], BufferRole::Input),
+            f32b("K", &[16], BufferRole::Input),
+            f32b("W", &[4], BufferRole::Input),
+            f32b("G", &[15 * 16 + 4], BufferRole::Input),
+            f32b("O", &[16, 4], BufferRole::Output),
+            f32b("T", &[16, 4], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "xo",
+            4,
+            ForKind::Serial,
+            Stmt::loop_("f", 16, ForKind::Vectorized, body),
+        ),
+    )
+}
+
+#[test]
+fn always_true_guards_match_unguarded_bodies() {
+    let (guarded, plain) = (guarded_tiles(true), guarded_tiles(false));
+    assert!(ir_of(&guarded).contains("@llvm.vector.reduce.and"));
+    let run = |k: &Kernel| {
+        let mut bufs = inputs(k, 11);
+        let opts = RunOptions {
+            threads: Some(1),
+            timeout: None,
+        };
+        check(k, 1).run(&mut bufs, &opts).unwrap();
+        bufs
+    };
+    let (a, b) = (run(&guarded), run(&plain));
+    for (n, (x, y)) in a.iter().zip(&b).enumerate() {
+        close(x, y).unwrap_or_else(|e| panic!("buffer {}: {e}", guarded.params[n].name));
+    }
 }
 
 #[test]
