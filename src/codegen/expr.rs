@@ -146,6 +146,9 @@ impl<'c> Tr<'c, '_> {
     /// Integer division family without UB: b == 0 → 0; MIN / -1 wraps.
     fn emit_div(&self, op: BinOp, t: DType, a: Value<'c>, b: Value<'c>, lanes: u32) -> Value<'c> {
         let bd = &self.b;
+        // A poison divisor (e.g. a lane nothing defines) would pass the guards as poison, and
+        // `sdiv` by poison is UB: freeze it to some value first.
+        let b = bd.freeze(b);
         let zero = self.cint(t, 0, lanes);
         let one = self.cint(t, 1, lanes);
         let is_zero = bd.icmp(LLVMIntEQ, b, zero);

@@ -272,6 +272,10 @@ impl<'c> Value<'c> {
         // SAFETY: `self` is a phi node; arrays of length 1 live across the call.
         unsafe { LLVMAddIncoming(self.raw, vs.as_mut_ptr(), bs.as_mut_ptr(), 1) }
     }
+    pub fn is_constant(self) -> bool {
+        // SAFETY: valid value.
+        unsafe { LLVMIsConstant(self.raw) != 0 }
+    }
     pub fn const_vector(vals: &[Value<'c>]) -> Value<'c> {
         let mut v: Vec<LLVMValueRef> = vals.iter().map(|x| x.raw).collect();
         // SAFETY: all elements are constants of one type.
@@ -592,6 +596,11 @@ impl<'c> Builder<'c> {
     pub fn not(&self, v: Value<'c>) -> Value<'c> {
         // SAFETY: integer operand.
         Value::new(unsafe { LLVMBuildNot(self.raw, v.raw, EMPTY) })
+    }
+    /// `freeze`: a poison (or undef) input becomes some fixed value of its type.
+    pub fn freeze(&self, v: Value<'c>) -> Value<'c> {
+        // SAFETY: any first-class operand.
+        Value::new(unsafe { LLVMBuildFreeze(self.raw, v.raw, EMPTY) })
     }
     pub fn fneg(&self, v: Value<'c>) -> Value<'c> {
         // SAFETY: float operand.

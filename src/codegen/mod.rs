@@ -5,13 +5,14 @@
 //! with the host target machine → object file → ORC LLJIT.
 //!
 //! * [`llvm`]: safe wrapper over llvm-sys; [`jit`]: process-wide LLJIT;
-//! * [`translate`], [`expr`], [`vector`]: IR translation;
+//! * [`translate`], [`expr`], [`vector`], `mask`: IR translation;
 //! * [`runtime`]: parallel launcher, watchdog, math symbols; [`cache`]: compiled-kernel cache.
 
 pub mod cache;
 pub mod expr;
 pub mod jit;
 pub mod llvm;
+mod mask;
 mod pool;
 pub mod runtime;
 pub mod translate;

@@ -11,7 +11,7 @@ pub(super) fn i(x: i64) -> Expr {
     Expr::int(x)
 }
 
-fn inputs(k: &Kernel, seed: u64) -> Vec<BufferData> {
+pub(super) fn inputs(k: &Kernel, seed: u64) -> Vec<BufferData> {
     k.params
         .iter()
         .enumerate()
@@ -24,7 +24,7 @@ fn inputs(k: &Kernel, seed: u64) -> Vec<BufferData> {
         .collect()
 }
 
-fn close(a: &BufferData, b: &BufferData) -> Result<(), String> {
+pub(super) fn close(a: &BufferData, b: &BufferData) -> Result<(), String> {
     for n in 0..a.len() {
         let (x, y) = (a.get_f64(n), b.get_f64(n));
         if x.is_nan() && y.is_nan() {
@@ -39,7 +39,12 @@ fn close(a: &BufferData, b: &BufferData) -> Result<(), String> {
 
 /// Compile + run with `threads`, compare all buffers with the interpreter.
 pub(super) fn check(k: &Kernel, threads: usize) -> CompiledKernel {
-    let c = compile(k, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    check_with(k, threads, &CodegenOptions::default())
+}
+
+/// [`check`] compiling with `opts`.
+pub(super) fn check_with(k: &Kernel, threads: usize, opts: &CodegenOptions) -> CompiledKernel {
+    let c = compile(k, opts).unwrap_or_else(|e| panic!("{e}"));
     let mut a = inputs(k, 7);
     let mut b = a.clone();
     c.run(

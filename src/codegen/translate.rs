@@ -39,10 +39,13 @@ pub(crate) struct VecCtx<'c> {
     pub lanes: u32,
     /// `min + <0, 1, …, lanes-1>` as an i64 vector.
     pub iota: Value<'c>,
-    /// Active lanes while evaluating a select arm under a lane-varying condition.
+    /// Active lanes under a lane-varying `if` or select arm (see `vector.rs`'s module doc).
     pub mask: Option<Value<'c>>,
     /// Every chunk base is a multiple of this (0: the base is 0; `Tr::chunk_align`).
     pub align: i64,
+    /// A lane-varying `if` may branch on its mask being full or empty (`Tr::unmasked_if`).
+    /// False inside the arms of such a branch, which it emits twice: code grows at most 2x.
+    pub fast_path: bool,
 }
 
 pub(crate) struct Tr<'c, 'a> {

@@ -9,11 +9,22 @@
 //!   constant no lane difference can produce (each lane owns its elements).
 //!
 //! Selects whose arms contain loads, and `if`s, are evaluated with the arm's lanes masked
-//! (masked load/store, gather/scatter, no `inbounds` on their addresses), since those accesses
-//! may only be valid under the condition; a uniform condition branches instead. TVM scalarizes
-//! a loop with a lane-varying `if`; the guard of a split that does not divide its loop is one
-//! when the split's inner loop is fused into the vector, and a scalarized loop there ran 20-30x
-//! slower than its masked body.
+//! (masked load/store, gather/scatter: `mask.rs`; no `inbounds` on their addresses), since
+//! those accesses may only be valid under the condition; a uniform condition branches instead.
+//! TVM scalarizes a loop with a lane-varying `if`; the guard of a split that does not divide
+//! its loop is one when the split's inner loop is fused into the vector, and a scalarized loop
+//! there ran 20-30x slower than its masked body. An `if` entered from unmasked code branches
+//! on its mask first: a vector whose lanes all take one arm (a full tile) runs it unmasked.
+//!
+//! Masks (`VecCtx::mask`, `None`: all lanes active). A lane is active when every enclosing
+//! lane-varying condition (`if`, or a `select` whose arms load) holds for it; a mask may
+//! have no active lane (a chunk wholly past a split's end). Inactive lanes:
+//! * read and write nothing: every load under a mask is masked, also in conditions and
+//!   indices, and a uniform value is loaded lane-wise too (it may be out of bounds there);
+//! * hold a defined but meaningless value: masked loads and gathers give 0, never poison, so
+//!   a condition computed there is a plain `false`/`true`; arithmetic on them must not trap
+//!   (`emit_div` guards 0 and -1 and freezes its divisor);
+//! * have mask bit `false`, never poison: arm masks are `select(m, c, false)`, never `and`.
 //!
 //! Accesses: stride 0 → scalar load + broadcast, stride 1 → vector load/store, other constant
 //! stride → gather/scatter with a `base + c·iota` address vector, non-affine → gather with a
@@ -197,6 +208,7 @@ impl<'c> Tr<'c, '_> {
             iota,
             mask: None,
             align,
+            fast_path: true,
         });
         let r = self.scoped(|t| t.vstmt(body));
         self.vec = None;
@@ -205,7 +217,7 @@ impl<'c> Tr<'c, '_> {
         r
     }
 
-    fn lanes(&self) -> u32 {
+    pub(super) fn lanes(&self) -> u32 {
         self.vec.as_ref().map_or(1, |v| v.lanes)
     }
 
@@ -216,7 +228,7 @@ impl<'c> Tr<'c, '_> {
         }
     }
 
-    fn vstmt(&mut self, s: &Stmt) -> Result<(), String> {
+    pub(super) fn vstmt(&mut self, s: &Stmt) -> Result<(), String> {
         match s {
             Stmt::Seq(v) => v.iter().try_for_each(|s| self.vstmt(s)),
             Stmt::Attr { body, .. } => self.vstmt(body),
@@ -230,18 +242,15 @@ impl<'c> Tr<'c, '_> {
                     let c = self.expr(cond)?;
                     return self.branch(c, then_, else_.as_deref(), "v", Self::vstmt);
                 }
-                // Lane-varying: each arm runs with its lanes masked.
+                // Lane-varying: each arm runs with its lanes masked (unmasked in a vector
+                // whose lanes all take it, when entered from unmasked code).
                 let c = self.vexpr(cond)?;
                 let c = self.widen(c);
-                let (mt, mf) = self.arm_masks(c, mask);
-                self.vec.as_mut().unwrap().mask = Some(mt);
-                let mut r = self.vstmt(then_);
-                if let (Ok(()), Some(e)) = (&r, else_) {
-                    self.vec.as_mut().unwrap().mask = Some(mf);
-                    r = self.vstmt(e);
+                let fast = self.vec.as_ref().is_some_and(|v| v.fast_path);
+                if mask.is_none() && fast {
+                    return self.unmasked_if(c, then_, else_.as_deref());
                 }
-                self.vec.as_mut().unwrap().mask = mask;
-                r
+                self.masked_if(c, mask, then_, else_.as_deref())
             }
             Stmt::Store { buf, index, value } => {
                 let v = self.vexpr(value)?;
@@ -281,113 +290,7 @@ impl<'c> Tr<'c, '_> {
         }
     }
 
-    /// A `vt` from the lanes' pointers `ptrs` (inactive lanes of `mask` are not read).
-    fn gather(
-        &mut self,
-        vt: Type<'c>,
-        ptrs: Value<'c>,
-        align: Value<'c>,
-        mask: Option<Value<'c>>,
-    ) -> Result<Value<'c>, String> {
-        let f = self
-            .m
-            .intrinsic("llvm.masked.gather", &[vt, ptrs.ty()])
-            .ok_or("masked.gather")?;
-        let m = mask.unwrap_or_else(|| self.all_true());
-        Ok(self.b.call_fn(f, &[ptrs, align, m, vt.poison()]))
-    }
-
-    /// The active lanes of the arms of a lane-varying condition `c` under `mask`: (then, else).
-    fn arm_masks(&self, c: Value<'c>, mask: Option<Value<'c>>) -> (Value<'c>, Value<'c>) {
-        let not_c = self.b.not(c);
-        match mask {
-            Some(m) => (self.b.and(m, c), self.b.and(m, not_c)),
-            None => (c, not_c),
-        }
-    }
-
-    /// A `vt` from `p` (inactive lanes of `mask` are not read).
-    fn masked_load(
-        &mut self,
-        vt: Type<'c>,
-        p: Value<'c>,
-        align: Value<'c>,
-        mask: Value<'c>,
-    ) -> Result<Value<'c>, String> {
-        let f = self
-            .m
-            .intrinsic("llvm.masked.load", &[vt, p.ty()])
-            .ok_or("masked.load")?;
-        Ok(self.b.call_fn(f, &[p, align, mask, vt.poison()]))
-    }
-
-    /// Store `v` at `p` (inactive lanes of `mask` are not written).
-    fn store(
-        &mut self,
-        v: Value<'c>,
-        p: Value<'c>,
-        bytes: usize,
-        mask: Option<Value<'c>>,
-    ) -> Result<(), String> {
-        let Some(m) = mask else {
-            self.b.store(v, p, bytes as u32);
-            return Ok(());
-        };
-        let f = self
-            .m
-            .intrinsic("llvm.masked.store", &[v.ty(), p.ty()])
-            .ok_or("masked.store")?;
-        let align = self.cx.i32().const_int(bytes as i64);
-        self.b.call_fn(f, &[v, p, align, m]);
-        Ok(())
-    }
-
-    fn scatter(
-        &mut self,
-        v: Value<'c>,
-        ptrs: Value<'c>,
-        bytes: usize,
-        mask: Option<Value<'c>>,
-    ) -> Result<(), String> {
-        let f = self
-            .m
-            .intrinsic("llvm.masked.scatter", &[v.ty(), ptrs.ty()])
-            .ok_or("masked.scatter")?;
-        let mask = mask.unwrap_or_else(|| self.all_true());
-        let align = self.cx.i32().const_int(bytes as i64);
-        self.b.call_fn(f, &[v, ptrs, align, mask]);
-        Ok(())
-    }
-
-    /// The mask over a span of `span` elements from `lo` in which element j is active when an
-    /// active lane of `mask` reads it (lane l reads `offs[l]`): one shuffle of the mask per
-    /// lane reading the same element, or-ed.
-    fn span_mask(&mut self, mask: Value<'c>, offs: &[i64], lo: i64, span: usize) -> Value<'c> {
-        let lanes = offs.len() as u32;
-        let mut readers: Vec<Vec<u32>> = vec![Vec::new(); span];
-        for (l, &o) in offs.iter().enumerate() {
-            readers[(o - lo) as usize].push(l as u32);
-        }
-        let most = readers.iter().map(Vec::len).max().unwrap_or(0);
-        let off = Value::const_vector(&vec![self.cx.i1().const_int(0); lanes as usize]);
-        let mut acc: Option<Value<'c>> = None;
-        for k in 0..most {
-            // Index `lanes` picks the first (inactive) lane of `off`.
-            let pick: Vec<u32> = readers
-                .iter()
-                .map(|r| r.get(k).copied().unwrap_or(lanes))
-                .collect();
-            let pick = self.shuffle_mask(&pick);
-            let m = self.b.shuffle(mask, off, pick);
-            acc = Some(match acc {
-                None => m,
-                Some(a) => self.b.or(a, m),
-            });
-        }
-        acc.expect("at least one lane")
-    }
-
-    fn shuffle_mask(&self, lanes: &[u32]) -> Value<'c> {
+    pub(super) fn shuffle_mask(&self, lanes: &[u32]) -> Value<'c> {
         let i32t = self.cx.i32();
         let m: Vec<Value<'c>> = lanes.iter().map(|&l| i32t.const_int(l as i64)).collect();
         Value::const_vector(&m)
@@ -420,11 +323,6 @@ impl<'c> Tr<'c, '_> {
             Value::const_vector(&o),
         );
         self.gep_lanes(et, buf, idx)
-    }
-
-    fn all_true(&self) -> Value<'c> {
-        let t = self.cx.i1().const_int(1);
-        Value::const_vector(&vec![t; self.lanes() as usize])
     }
 
     fn vaddress(&mut self, buf: &str, index: &[Expr]) -> Result<Addr<'c>, String> {
@@ -578,8 +476,13 @@ impl<'c> Tr<'c, '_> {
                 let x = self.widen(x);
                 VV::V(self.b.not(x))
             }
-            Expr::Select(c, t, f) if !c.uses_var(&var) && (t.has_load() || f.has_load()) => {
+            Expr::Select(c, t, f)
+                if !c.uses_var(&var)
+                    && (mask.is_none() || !c.has_load())
+                    && (t.has_load() || f.has_load()) =>
+            {
                 // Uniform condition guarding loads: branch instead of evaluating both arms.
+                // (Under a mask a load in it is valid only in active lanes, maybe none.)
                 let cv = self.expr(c)?;
                 let func = self.fx.func;
                 let tb = self.cx.append_block(func, "vsel_t");

@@ -2,7 +2,8 @@
 //! vector body (masked lanes, fused loops, chunks) and when it is scalarized. Every kernel is
 //! checked against the reference interpreter on random inputs.
 
-use super::tests::{check, f32b, i, v};
+use super::tests::{check, check_with, close, f32b, i, inputs, v};
+use super::{CodegenOptions, RunOptions};
 use crate::loopnest::ir::*;
 
 /// out[r, j] = A[r, j] * B[j] + A[r, 2j'] … exercises contiguous, broadcast, gather, scatter.
@@ -159,8 +160,7 @@ fn vector_falls_back_to_scalar_when_lanes_interact() {
 /// span (`G`), and a nested lane-varying `if`/`else` whose condition loads a buffer (`K`).
 /// The outputs have two rows past the guard, which the interpreter never writes: a lane
 /// stored outside its mask shows as a mismatch.
-#[test]
-fn lane_varying_guards_are_masked_vector_bodies() {
+fn masked_tiles() -> Kernel {
     let col = || Expr::add(Expr::mul(v("xo"), i(4)), Expr::floordiv(v("f"), i(4)));
     let oc = || Expr::floormod(v("f"), i(4));
     let value = Expr::add(
@@ -187,7 +187,7 @@ fn lane_varying_guards_are_masked_vector_bodies() {
         ]),
         None,
     );
-    let k = Kernel::new(
+    Kernel::new(
         "masked_tiles",
         vec![
             f32b("D", &[14], BufferRole::Input),
@@ -204,10 +204,227 @@ fn lane_varying_guards_are_masked_vector_bodies() {
             ForKind::Serial,
             Stmt::loop_("f", 16, ForKind::Vectorized, body),
         ),
-    );
-    let c = check(&k, 1);
+    )
+}
+
+#[test]
+fn lane_varying_guards_are_masked_vector_bodies() {
+    let c = check(&masked_tiles(), 1);
     assert_eq!(c.stats.scalarized_loops, 0);
     assert!(c.stats.vector_loops >= 1);
+}
+
+fn keep_ir() -> CodegenOptions {
+    CodegenOptions {
+        keep_ir: true,
+        ..CodegenOptions::default()
+    }
+}
+
+/// The IR of `k` (checked against the interpreter first).
+fn ir_of(k: &Kernel) -> String {
+    check_with(k, 1, &keep_ir()).ir.expect("keep_ir")
+}
+
+/// An inactive lane holds 0, never poison: masked loads and gathers pass `zeroinitializer`,
+/// and masks are selects (`and false, poison` would be poison, i.e. maybe active).
+#[test]
+fn masked_loads_and_masks_hold_no_poison() {
+    let ir = ir_of(&masked_tiles());
+    let loads: Vec<&str> = ir
+        .lines()
+        .filter(|l| l.contains("call") && l.contains("@llvm.masked."))
+        .filter(|l| l.contains("masked.load") || l.contains("masked.gather"))
+        .collect();
+    assert!(loads.len() >= 3, "{}", loads.join("\n"));
+    for l in &loads {
+        // The passthrough is the last operand.
+        assert!(l.trim_end().ends_with(" zeroinitializer)"), "{l}");
+    }
+    let ands: Vec<&str> = ir
+        .lines()
+        .filter(|l| l.contains(" = and <") && l.contains(" x i1> "))
+        .collect();
+    assert!(ands.is_empty(), "masks made by `and`:\n{}", ands.join("\n"));
+}
+
+/// An `if` in an `if`: the inner condition loads the divisors under the outer mask (span load
+/// `V`, gather `U`) and the inner arm divides by them. They are non-zero where the inner
+/// condition holds (the interpreter never divides by 0) and read as 0 in inactive lanes,
+/// where the quotient is computed (its divisor frozen) and dropped. Tiles 0-2 are full, 3 mixed, 4 empty; the
+/// outputs have rows past the guard. Integer outputs: exact.
+#[test]
+fn nested_masks_guard_loaded_conditions_and_divisors() {
+    let col = || Expr::add(Expr::mul(v("xo"), i(4)), Expr::floordiv(v("f"), i(4)));
+    let oc = || Expr::floormod(v("f"), i(4));
+    let x = || Expr::load("X", vec![col(), oc()]);
+    let vd = || Expr::load("V", vec![col()]);
+    let ud = || Expr::load("U", vec![Expr::add(Expr::mul(col(), i(16)), oc())]);
+    let nonzero = |e: Expr| Expr::cmp(CmpOp::Ne, e, Expr::i32(0));
+    let body = Stmt::if_(
+        Expr::lt(col(), i(14)),
+        Stmt::if_(
+            Expr::And(Box::new(nonzero(vd())), Box::new(nonzero(ud()))),
+            Stmt::store(
+                "O",
+                vec![col(), oc()],
+                Expr::add(
+                    Expr::bin(BinOp::Div, x(), vd()),
+                    Expr::bin(BinOp::FloorMod, x(), ud()),
+                ),
+            ),
+            Some(Stmt::store("O", vec![col(), oc()], x())),
+        ),
+        None,
+    );
+    let i32b = |n: &str, shape: &[i64], role| Buffer::new(n, DType::I32, shape, role);
+    let k = Kernel::new(
+        "nested_masks",
+        vec![
+            i32b("V", &[14], BufferRole::Input),
+            i32b("U", &[13 * 16 + 4], BufferRole::Input),
+            i32b("X", &[14, 4], BufferRole::Input),
+            i32b("O", &[20, 4], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "xo",
+            5,
+            ForKind::Serial,
+            Stmt::loop_("f", 16, ForKind::Vectorized, body),
+        ),
+    );
+    let c = check_with(&k, 1, &keep_ir());
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+    let ir = c.ir.expect("keep_ir");
+    let frozen = ir.lines().filter(|l| l.contains(" = freeze <")).count();
+    assert!(frozen >= 2, "divisors not frozen ({frozen} freezes)");
+}
+
+/// A uniform select condition that loads, under a lane-varying guard: `K[xo·2^44]` is in
+/// bounds only for `xo = 0`, the one row with an active lane; every other row's vector has
+/// no active lane, and reading `K` there would fault (64 TiB past the buffer). The load must
+/// be masked like the arms.
+#[test]
+fn uniform_select_conditions_load_only_in_active_lanes() {
+    let far = || Expr::mul(v("xo"), i(1 << 44));
+    let guard = Expr::lt(Expr::add(far(), v("j")), i(4));
+    let inner = Expr::select(
+        Expr::cmp(CmpOp::Gt, Expr::load("K", vec![far()]), Expr::f32(0.0)),
+        Expr::load("A", vec![v("j")]),
+        Expr::f32(2.0),
+    );
+    let k = Kernel::new(
+        "far_select",
+        vec![
+            f32b("K", &[4], BufferRole::Input),
+            f32b("A", &[8], BufferRole::Input),
+            f32b("O", &[20, 8], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "xo",
+            20,
+            ForKind::Serial,
+            Stmt::loop_(
+                "j",
+                8,
+                ForKind::Vectorized,
+                Stmt::store(
+                    "O",
+                    vec![v("xo"), v("j")],
+                    Expr::select(guard, inner, Expr::f32(3.0)),
+                ),
+            ),
+        ),
+    );
+    let c = check(&k, 1);
+    assert_eq!((c.stats.vector_loops, c.stats.scalarized_loops), (1, 0));
+}
+
+/// Entering a masked region, a tile whose lanes all take the guard runs the unmasked body,
+/// one with none skips it: a branch on `llvm.vector.reduce.and` of the mask.
+#[test]
+fn full_tiles_branch_to_unmasked_bodies() {
+    let ir = ir_of(&masked_tiles());
+    let all = ir
+        .lines()
+        .find_map(|l| l.split_once(" = call i1 @llvm.vector.reduce.and"))
+        .map(|(name, _)| name.trim().to_string())
+        .expect("a reduce.and of the guard's mask");
+    let br = format!("br i1 {all}, ");
+    assert!(
+        ir.lines().any(|l| l.trim_start().starts_with(&br)),
+        "no {br}"
+    );
+    // The full tile's `O` is a plain vector store.
+    assert!(ir
+        .lines()
+        .any(|l| l.trim_start().starts_with("store <") && l.contains(" x float> ")));
+}
+
+/// Tiles of 4 columns with a guard `col < 16` that always holds but is not known at compile
+/// time (the tile loop runs, not unrolled), or without the guard.
+fn guarded_tiles(guard: bool) -> Kernel {
+    let col = || Expr::add(Expr::mul(v("xo"), i(4)), Expr::floordiv(v("f"), i(4)));
+    let oc = || Expr::floormod(v("f"), i(4));
+    let value = Expr::add(
+        Expr::mul(Expr::load("D", vec![col()]), Expr::load("W", vec![oc()])),
+        Expr::load("G", vec![Expr::add(Expr::mul(col(), i(16)), oc())]),
+    );
+    let mut body = Stmt::seq(vec![
+        Stmt::store(
+            "O",
+            vec![col(), oc()],
+            Expr::add(Expr::load("O", vec![col(), oc()]), value),
+        ),
+        Stmt::if_(
+            Expr::lt(Expr::load("K", vec![col()]), Expr::f32(0.0)),
+            Stmt::store("T", vec![col(), oc()], Expr::f32(1.0)),
+            Some(Stmt::store(
+                "T",
+                vec![col(), oc()],
+                Expr::load("D", vec![col()]),
+            )),
+        ),
+    ]);
+    if guard {
+        body = Stmt::if_(Expr::lt(col(), i(16)), body, None);
+    }
+    Kernel::new(
+        if guard { "guarded" } else { "unguarded" },
+        vec![
+            f32b("D", &[16], BufferRole::Input),
+            f32b("K", &[16], BufferRole::Input),
+            f32b("W", &[4], BufferRole::Input),
+            f32b("G", &[15 * 16 + 4], BufferRole::Input),
+            f32b("O", &[16, 4], BufferRole::Output),
+            f32b("T", &[16, 4], BufferRole::Output),
+        ],
+        Stmt::loop_(
+            "xo",
+            4,
+            ForKind::Serial,
+            Stmt::loop_("f", 16, ForKind::Vectorized, body),
+        ),
+    )
+}
+
+#[test]
+fn always_true_guards_match_unguarded_bodies() {
+    let (guarded, plain) = (guarded_tiles(true), guarded_tiles(false));
+    assert!(ir_of(&guarded).contains("@llvm.vector.reduce.and"));
+    let run = |k: &Kernel| {
+        let mut bufs = inputs(k, 11);
+        let opts = RunOptions {
+            threads: Some(1),
+            timeout: None,
+        };
+        check(k, 1).run(&mut bufs, &opts).unwrap();
+        bufs
+    };
+    let (a, b) = (run(&guarded), run(&plain));
+    for (n, (x, y)) in a.iter().zip(&b).enumerate() {
+        close(x, y).unwrap_or_else(|e| panic!("buffer {}: {e}", guarded.params[n].name));
+    }
 }
 
 #[test]
