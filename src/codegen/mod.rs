@@ -106,6 +106,9 @@ pub struct CodegenOptions {
     /// run-time differences on the conv/GEMM fixtures were within noise; the schedule's
     /// `auto_unroll_max_step` / unroll annotations are applied explicitly either way.
     pub llvm_unroll: bool,
+    /// A lane-varying `if` in a vector body first tests whether all lanes (or none) take an
+    /// arm, and runs full tiles unmasked (`mask.rs`). Off only to measure what it buys.
+    pub full_tile_fast_path: bool,
 }
 
 impl Default for CodegenOptions {
@@ -121,6 +124,7 @@ impl Default for CodegenOptions {
             max_vector_lanes: 0,
             aggressive_backend: std::env::var("TTDB_BACKEND_O2").is_err(),
             llvm_unroll: std::env::var("TTDB_LLVM_UNROLL").is_ok_and(|v| v == "1"),
+            full_tile_fast_path: true,
         }
     }
 }
@@ -350,6 +354,7 @@ fn compile_prepared(
         fn_count: 0,
         fn_attrs,
         abort_checks: opts.abort_checks,
+        full_tile_fast_path: opts.full_tile_fast_path,
         max_chunk: if opts.max_vector_lanes > 0 {
             opts.max_vector_lanes
         } else {

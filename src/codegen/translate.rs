@@ -61,6 +61,8 @@ pub(crate) struct Tr<'c, 'a> {
     pub fn_count: usize,
     pub fn_attrs: Vec<(String, String)>,
     pub abort_checks: bool,
+    /// `CodegenOptions::full_tile_fast_path`.
+    pub full_tile_fast_path: bool,
     /// Maximum lanes of one vector body (see `vector::MAX_CHUNK`).
     pub max_chunk: i64,
     /// Scoped cache of pure (load-free) index computations: a value emitted earlier in the

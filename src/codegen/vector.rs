@@ -208,7 +208,7 @@ impl<'c> Tr<'c, '_> {
             iota,
             mask: None,
             align,
-            fast_path: true,
+            fast_path: self.full_tile_fast_path,
         });
         let r = self.scoped(|t| t.vstmt(body));
         self.vec = None;
