@@ -45,7 +45,14 @@ def main(path):
     out.write(f"// Source: {SOURCE} (TVM's pre-tuned AutoTVM configs for x86, downloaded by\n")
     out.write("// Apache TVM, Apache-2.0; the tophub repository carries no license file of its own).\n")
     out.write("// Facts only: per conv NCHWc record, the workload, its mean cost and (ic_bn, oc_bn).\n")
-    out.write("use super::tophub::TopHubRecord;\n\n")
+    out.write("\n/// One conv NCHWc record of a TopHub log.\n")
+    out.write("#[derive(Clone, Copy, Debug, PartialEq)]\n")
+    out.write("pub struct TopHubRecord {\n")
+    for f, t in [("template", "&'static str"), ("data", "[i64; 4]"), ("kernel", "[i64; 4]"),
+                 ("strides", "[i64; 2]"), ("padding", "[i64; 4]"), ("dilation", "[i64; 2]")]:
+        out.write(f"    pub {f}: {t},\n")
+    out.write("    /// Mean cost (seconds) of the record.\n    pub cost: f64,\n")
+    out.write("    pub ic_bn: i64,\n    pub oc_bn: i64,\n}\n\n")
     out.write("/// The file the records come from (what `ttdb kernels` names as the TopHub source).\n")
     out.write('pub const SOURCE_NAME: &str = "llvm_v0.04.log";\n\n')
     out.write("#[rustfmt::skip]\n")

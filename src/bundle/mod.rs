@@ -17,6 +17,7 @@
 pub mod format;
 pub mod inputs;
 pub mod sign;
+mod stream;
 
 use crate::ansor::Record;
 use crate::store::bundle::{self as sql, HostRow, IncomingRecord, Origin};

@@ -13,21 +13,6 @@ use crate::schedule::divisors::largest_divisor_at_most;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// One conv NCHWc record of a TopHub log, as the built-in table holds it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TopHubRecord {
-    pub template: &'static str,
-    pub data: [i64; 4],
-    pub kernel: [i64; 4],
-    pub strides: [i64; 2],
-    pub padding: [i64; 4],
-    pub dilation: [i64; 2],
-    /// Mean cost (seconds) of the record.
-    pub cost: f64,
-    pub ic_bn: i64,
-    pub oc_bn: i64,
-}
-
 /// An AutoTVM conv workload as TopHub keys it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvWorkload {

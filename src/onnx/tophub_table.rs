@@ -2,7 +2,21 @@
 // Source: tlc-pack/tophub @ f05376ec : tophub/llvm_v0.04.log (TVM's pre-tuned AutoTVM configs for x86, downloaded by
 // Apache TVM, Apache-2.0; the tophub repository carries no license file of its own).
 // Facts only: per conv NCHWc record, the workload, its mean cost and (ic_bn, oc_bn).
-use super::tophub::TopHubRecord;
+
+/// One conv NCHWc record of a TopHub log.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TopHubRecord {
+    pub template: &'static str,
+    pub data: [i64; 4],
+    pub kernel: [i64; 4],
+    pub strides: [i64; 2],
+    pub padding: [i64; 4],
+    pub dilation: [i64; 2],
+    /// Mean cost (seconds) of the record.
+    pub cost: f64,
+    pub ic_bn: i64,
+    pub oc_bn: i64,
+}
 
 /// The file the records come from (what `ttdb kernels` names as the TopHub source).
 pub const SOURCE_NAME: &str = "llvm_v0.04.log";
