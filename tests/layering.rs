@@ -1,37 +1,44 @@
-//! The data flows one way: each module of `src/` may use only the modules before it in
-//! [`LAYERS`] (the order `src/lib.rs` documents). Checked on the source text: every
-//! `crate::<module>` outside comments, in production code and in unit tests alike. Also:
-//! SQL stays in `store/`.
+//! The data flows one way: each module uses only the modules before it in the order
+//! `docs/architecture.md` gives (its `layers` block). The layers are crates, so Cargo already
+//! refuses a crate that uses a later one; this checks the order of the modules inside the
+//! crates too, on the source text: every `crate::<module>` and `ttdb_<layer>::<module>` path
+//! outside comments, in production code and in unit tests alike. Also: SQL stays in `store/`.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Modules in data-flow order. Modules on one line are independent of each other.
-const LAYERS: &[&[&str]] = &[
-    &["ansor", "signature", "atomic_file"],
-    &["host"],
-    &["ir"],
-    &["ops"],
-    &["schedule"],
-    &["recognize"],
-    &["store"],
-    &["loopnest"],
-    &["lower"],
-    &["codegen"],
-    &["measure"],
-    &["evaluate"],
-    &["onnx"],
-    &["matcher"],
-    &["search"],
-    &["tune"],
-    &["bundle"],
-    &["cli"],
-];
+/// The module order of `docs/architecture.md`: one entry per line of its `layers` block.
+fn layers() -> Vec<Vec<String>> {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md");
+    let text = std::fs::read_to_string(&doc).expect("docs/architecture.md");
+    let block = text
+        .split("```layers\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a ```layers block in docs/architecture.md");
+    block
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
 
-/// What the crate root offers every module (not a stage).
-const ROOT_ITEMS: &[&str] = &["version"];
+/// What a crate root offers every module (not a stage): `ttdb_format::version`, the step
+/// dispatch macro.
+const ROOT_ITEMS: &[&str] = &["version", "each_step"];
+
+/// Where the modules' sources are: each crate's `src/`, and the root package's.
+fn source_roots() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = vec![root.join("src")];
+    for e in std::fs::read_dir(root.join("crates")).unwrap() {
+        out.push(e.unwrap().path().join("src"));
+    }
+    out.sort();
+    out
+}
 
 fn rank(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&module))
+    layers().iter().position(|l| l.iter().any(|m| m == module))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -59,7 +66,7 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
     (name != "lib" && name != "main").then_some(name)
 }
 
-/// `crate::x` paths used outside comments: (line number, x).
+/// `crate::x` and `ttdb_<layer>::x` paths used outside comments: (line number, x).
 fn crate_uses(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -68,8 +75,20 @@ fn crate_uses(text: &str) -> Vec<(usize, String)> {
         }
         let code = line.split(" // ").next().unwrap_or(line);
         let mut rest = code;
-        while let Some(i) = rest.find("crate::") {
-            rest = &rest[i + "crate::".len()..];
+        while let Some(i) = rest.find("::") {
+            let before = &rest[..i];
+            let head: String = before
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            rest = &rest[i + 2..];
+            if head != "crate" && !head.starts_with("ttdb_") {
+                continue;
+            }
             let name: String = rest
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -82,39 +101,43 @@ fn crate_uses(text: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn no_module_uses_a_later_stage() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
     let mut unknown = BTreeMap::new();
     let mut backwards = Vec::new();
-    for f in &files {
-        let Some(module) = module_of(&src, f) else {
-            continue;
-        };
-        let Some(mine) = rank(&module) else {
-            unknown.insert(module, f.display().to_string());
-            continue;
-        };
-        let text = std::fs::read_to_string(f).unwrap();
-        for (line, used) in crate_uses(&text) {
-            if used == module || ROOT_ITEMS.contains(&used.as_str()) {
+    let mut seen = 0;
+    for src in source_roots() {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for f in &files {
+            let Some(module) = module_of(&src, f) else {
                 continue;
-            }
-            match rank(&used) {
-                Some(r) if r < mine => {}
-                Some(_) => backwards.push(format!(
-                    "{}:{line}: `{module}` uses `crate::{used}`, which stands at or after it",
-                    f.strip_prefix(&src).unwrap().display()
-                )),
-                None => {
-                    unknown.insert(used, f.display().to_string());
+            };
+            let Some(mine) = rank(&module) else {
+                unknown.insert(module, f.display().to_string());
+                continue;
+            };
+            seen += 1;
+            let text = std::fs::read_to_string(f).unwrap();
+            for (line, used) in crate_uses(&text) {
+                if used == module || ROOT_ITEMS.contains(&used.as_str()) {
+                    continue;
+                }
+                match rank(&used) {
+                    Some(r) if r < mine => {}
+                    Some(_) => backwards.push(format!(
+                        "{}:{line}: `{module}` uses `{used}`, which stands at or after it",
+                        f.display()
+                    )),
+                    None => {
+                        unknown.insert(used, f.display().to_string());
+                    }
                 }
             }
         }
     }
+    assert!(seen > 150, "the layering check read only {seen} files");
     assert!(
         unknown.is_empty(),
-        "modules missing from LAYERS (add them where they stand in the data flow): {unknown:?}"
+        "modules missing from docs/architecture.md's layers (add them where they stand in the data flow): {unknown:?}"
     );
     assert!(
         backwards.is_empty(),
@@ -125,18 +148,19 @@ fn no_module_uses_a_later_stage() {
 
 #[test]
 fn sql_lives_in_the_store() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
     let mut outside = Vec::new();
-    for f in &files {
-        if module_of(&src, f).as_deref() == Some("store") {
-            continue;
-        }
-        let text = std::fs::read_to_string(f).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            if line.contains("rusqlite") || line.contains("connection_for_tests") {
-                outside.push(format!("{}:{}", f.display(), n + 1));
+    for src in source_roots() {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for f in &files {
+            if module_of(&src, f).as_deref() == Some("store") {
+                continue;
+            }
+            let text = std::fs::read_to_string(f).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if line.contains("rusqlite") || line.contains("connection_for_tests") {
+                    outside.push(format!("{}:{}", f.display(), n + 1));
+                }
             }
         }
     }
@@ -145,7 +169,17 @@ fn sql_lives_in_the_store() {
 
 #[test]
 fn the_checker_sees_uses() {
-    let uses = crate_uses("use crate::lower::x;\n// crate::cli in a comment\nlet a = crate::ir::Dag::new(); // crate::tune\n");
-    assert_eq!(uses, [(1, "lower".to_string()), (3, "ir".to_string())]);
+    let uses = crate_uses(
+        "use crate::lower::x;\n// crate::cli in a comment\nlet a = crate::ir::Dag::new(); // crate::tune\nuse ttdb_store::bundle::y;\n",
+    );
+    assert_eq!(
+        uses,
+        [
+            (1, "lower".to_string()),
+            (3, "ir".to_string()),
+            (4, "bundle".to_string())
+        ]
+    );
     assert!(rank("cli") > rank("store"));
+    assert!(rank("bundle") < rank("loopnest"));
 }

@@ -3,10 +3,10 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::store::Store;
-use crate::tune::apply::ApplyProgress;
-use crate::tune::refine::RefineOptions;
-use crate::tune::{apply, ApplyOptions, ApplyReport};
+use ttdb_store::store::Store;
+use ttdb_tuning::tune::apply::ApplyProgress;
+use ttdb_tuning::tune::refine::RefineOptions;
+use ttdb_tuning::tune::{apply, ApplyOptions, ApplyReport};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -156,7 +156,7 @@ pub fn render_apply(r: &ApplyReport) -> String {
     let none = r
         .kernels
         .iter()
-        .filter(|k| k.tier == crate::matcher::Tier::None && k.search.is_none())
+        .filter(|k| k.tier == ttdb_tuning::matcher::Tier::None && k.search.is_none())
         .count();
     if none > 0 {
         out.push_str(&format!(
@@ -204,13 +204,13 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         opts.droplet = Some(r);
     }
     if args.tune > 0 {
-        let mut t = crate::tune::search::TuneOptions::default();
+        let mut t = ttdb_tuning::tune::search::TuneOptions::default();
         t.refine.isolation = isolation.clone();
         t.search.trials = args.tune;
         t.search.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.tune = Some(t);
     }
-    crate::search::interrupt::install();
+    ttdb_tuning::search::interrupt::install();
     let report = with_kernel_bar(m.matches.len(), |progress| {
         super::with_sink(store, args.dry_run, |sink| apply(&m, &opts, progress, sink))
     })?;

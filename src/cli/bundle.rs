@@ -1,10 +1,10 @@
-//! `ttdb bundle export | inspect | import | sign | merge`: schedule bundles (`crate::bundle`).
+//! `ttdb bundle export | inspect | import | sign | merge`: schedule bundles (`ttdb_store::bundle`).
 use super::table::Table;
 use super::{CliError, CliResult};
-use crate::bundle::format::{self, Bundle, Limits};
-use crate::bundle::sign;
-use crate::bundle::{self, BundleImport, Selection, Verdict, WorkloadPlan};
-use crate::store::Store;
+use ttdb_store::bundle::format::{self, Bundle, Limits};
+use ttdb_store::bundle::sign;
+use ttdb_store::bundle::{self, BundleImport, Selection, Verdict, WorkloadPlan};
+use ttdb_store::store::Store;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -155,13 +155,13 @@ fn read_bundle_file(path: &Path, limits: &Limits) -> Result<(Bundle, bool), CliE
 /// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees
 /// half a bundle.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    crate::atomic_file::write(path, bytes).map_err(|e| fail(format!("{}: {e}", path.display())))
+    ttdb_format::atomic_file::write(path, bytes).map_err(|e| fail(format!("{}: {e}", path.display())))
 }
 
 pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
     match cmd {
         BundleCommand::Export(args) => export(
-            &super::open_store(db, crate::store::OpenMode::ReadOnly)?,
+            &super::open_store(db, ttdb_store::store::OpenMode::ReadOnly)?,
             args,
         ),
         BundleCommand::Inspect {
@@ -287,7 +287,7 @@ fn report_written(s: &WrittenBundle, verb: &str, json: bool) -> CliResult {
 }
 
 /// The signer as the trust list knows it.
-pub use crate::bundle::sign::SignerView;
+pub use ttdb_store::bundle::sign::SignerView;
 
 fn signer_view(b: &Bundle, store: Option<&Store>) -> Result<SignerView, CliError> {
     Ok(sign::signer_of(b, store)?)
@@ -417,7 +417,7 @@ fn short_key(signature: &str, key: &str) -> String {
 fn inspect(db: &Option<PathBuf>, file: &Path, limits: &Limits, json: bool) -> CliResult {
     let b = read_bundle_within(file, limits)?;
     // Inspecting needs no database: without one, every workload is new.
-    let store = match super::open_store(db, crate::store::OpenMode::ReadOnly) {
+    let store = match super::open_store(db, ttdb_store::store::OpenMode::ReadOnly) {
         Ok(s) => s,
         Err(_) if !db_exists(db) => Store::open_in_memory()?,
         Err(e) => return Err(e),
@@ -475,7 +475,7 @@ fn import(db: &Option<PathBuf>, args: &ImportArgs) -> CliResult {
         .iter()
         .map(|f| read_bundle_within(f, &limits_of(args.max_bundle_mib)).map(|b| (f.clone(), b)))
         .collect::<Result<_, _>>()?;
-    let mut store = super::open_store(db, crate::store::OpenMode::Create)?;
+    let mut store = super::open_store(db, ttdb_store::store::OpenMode::Create)?;
     let mut views = Vec::new();
     for (path, b) in &bundles {
         views.push(import_checked(
@@ -546,7 +546,7 @@ fn check_signature(path: &Path, s: &SignerView, require_signed: bool) -> CliResu
 /// Whether the database `db` names (or the default one) exists.
 fn db_exists(db: &Option<PathBuf>) -> bool {
     db.clone()
-        .unwrap_or_else(crate::store::default_db_path)
+        .unwrap_or_else(ttdb_store::store::default_db_path)
         .exists()
 }
 
@@ -603,7 +603,7 @@ pub(super) fn render_bundle_import(v: &ImportView) -> String {
 
 /// Re-measures the bundle's best valid record of each workload key on this host.
 fn verify_imported(store: &mut Store, b: &Bundle) -> Result<Vec<VerifyFlag>, CliError> {
-    use crate::ansor::Record;
+    use ttdb_format::ansor::Record;
     use std::collections::BTreeMap;
     let mut best: BTreeMap<String, (f64, [u8; 16])> = BTreeMap::new();
     for r in &b.records {
@@ -614,7 +614,7 @@ fn verify_imported(store: &mut Store, b: &Bundle) -> Result<Vec<VerifyFlag>, Cli
             continue;
         }
         let c = rec.result.mean_cost();
-        let d = crate::store::import::record_digest(&r.line);
+        let d = ttdb_store::store::import::record_digest(&r.line);
         let e = best.entry(rec.task.workload_key).or_insert((c, d));
         if c < e.0 {
             *e = (c, d);
@@ -623,12 +623,12 @@ fn verify_imported(store: &mut Store, b: &Bundle) -> Result<Vec<VerifyFlag>, Cli
     if best.is_empty() {
         return Ok(vec![]);
     }
-    let opts = crate::tune::verify::VerifyOptions {
+    let opts = ttdb_tuning::tune::verify::VerifyOptions {
         naive: false,
         records: Some(best.values().map(|v| v.1).collect()),
         ..Default::default()
     };
-    let report = crate::tune::verify::verify(store, &opts, &|_, _, _| {})
+    let report = ttdb_tuning::tune::verify::verify(store, &opts, &|_, _, _| {})
         .map_err(|e| fail(format!("--verify: {e}")))?;
     Ok(report
         .rows

@@ -2,9 +2,9 @@
 //! kernel of a model, for TVM's `ApplyHistoryBest`.
 use super::kernels::ModelArgs;
 use super::{CliError, CliResult};
-use crate::store::query::{export, ExportFilter};
-use crate::store::Store;
-use crate::tune::export::ModelExport;
+use ttdb_store::store::query::{export, ExportFilter};
+use ttdb_store::store::Store;
+use ttdb_tuning::tune::export::ModelExport;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -44,7 +44,7 @@ pub struct ExportArgs {
 /// Where the lines go: a file that appears only when the export succeeds (`-o`), else
 /// standard output.
 enum Output {
-    File(crate::atomic_file::AtomicFile, PathBuf),
+    File(ttdb_format::atomic_file::AtomicFile, PathBuf),
     Stdout(std::io::BufWriter<std::io::StdoutLock<'static>>),
 }
 
@@ -52,7 +52,7 @@ impl Output {
     fn open(output: &Option<PathBuf>) -> Result<Output, CliError> {
         Ok(match output {
             Some(p) => Output::File(
-                crate::atomic_file::AtomicFile::create(p).map_err(|e| CliError {
+                ttdb_format::atomic_file::AtomicFile::create(p).map_err(|e| CliError {
                     message: format!("{}: {e}", p.display()),
                     code: 1,
                 })?,
@@ -113,7 +113,7 @@ fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliRe
     };
     let (graph, extract) = margs.load()?;
     let host_isa = super::match_cmd::host_match_options().host_isa;
-    let e = crate::tune::export::export_model(
+    let e = ttdb_tuning::tune::export::export_model(
         store,
         &graph,
         &extract,
@@ -144,7 +144,7 @@ pub fn run(store: &Store, args: &ExportArgs) -> CliResult {
         signature: args.workload.clone(),
     };
     if let Some(prefix) = &args.workload {
-        if !crate::store::query::signature_prefix_exists(store, prefix)? {
+        if !ttdb_store::store::query::signature_prefix_exists(store, prefix)? {
             return Err(CliError {
                 message: format!(
                     "no workload's signature starts with `{prefix}` (`ttdb workloads` lists them); nothing was written"

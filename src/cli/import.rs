@@ -1,10 +1,10 @@
 //! `ttdb import PATH...`
 use super::{CliError, CliResult};
-use crate::bundle::inputs::{self, Imported, Skipped};
-use crate::host::IsaCompat;
-use crate::store::import::FileReport;
-use crate::store::target::NormalizedTarget;
-use crate::store::Store;
+use ttdb_store::bundle::inputs::{self, Imported, Skipped};
+use ttdb_format::host::IsaCompat;
+use ttdb_store::store::import::FileReport;
+use ttdb_store::store::target::NormalizedTarget;
+use ttdb_store::store::Store;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -61,14 +61,14 @@ impl ImportSummary {
     }
 
     /// Fills `workloads` and `classes` from the database.
-    pub fn count_workloads(&mut self, store: &Store) -> crate::store::Result<()> {
+    pub fn count_workloads(&mut self, store: &Store) -> ttdb_store::store::Result<()> {
         let ids: std::collections::BTreeSet<i64> = self
             .per_file
             .iter()
             .flat_map(|f| f.workload_ids.iter().copied())
             .collect();
         self.workloads = ids.len();
-        for class in crate::store::lookup::workload_classes(store, ids)? {
+        for class in ttdb_store::store::lookup::workload_classes(store, ids)? {
             *self.classes.entry(class).or_default() += 1;
         }
         Ok(())
@@ -79,7 +79,7 @@ impl ImportSummary {
         &mut self,
         store: &Store,
         host_isa: &[String],
-    ) -> crate::store::Result<()> {
+    ) -> ttdb_store::store::Result<()> {
         // A file named twice is one source.
         let files: Vec<&str> = self
             .per_file
@@ -88,7 +88,7 @@ impl ImportSummary {
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
-        for (target, n) in crate::store::lookup::record_targets_of_sources(store, &files)? {
+        for (target, n) in ttdb_store::store::lookup::record_targets_of_sources(store, &files)? {
             let need = NormalizedTarget::parse(&target, None).isa_requirement();
             if let (IsaCompat::Lacks, Some(isa)) = (need.check(host_isa), need.needs) {
                 self.needs_missing_isa += n as usize;
@@ -190,7 +190,7 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
 }
 
 /// Lines of one file listed under `verb`, at most [`LISTED`] (the JSON has them all).
-fn listed(out: &mut String, verb: &str, path: &std::path::Path, lines: &[crate::store::Rejected]) {
+fn listed(out: &mut String, verb: &str, path: &std::path::Path, lines: &[ttdb_store::store::Rejected]) {
     for r in lines.iter().take(LISTED) {
         out.push_str(&format!(
             "{verb} {}:{}: {}\n",
@@ -215,7 +215,7 @@ pub fn run(
     db: &Option<std::path::PathBuf>,
     paths: &[std::path::PathBuf],
     require_signed: bool,
-    limits: &crate::bundle::format::Limits,
+    limits: &ttdb_store::bundle::format::Limits,
     json: bool,
 ) -> CliResult {
     let found = inputs::collect(paths);
@@ -234,7 +234,7 @@ pub fn run(
     let mut store = if found.files.is_empty() {
         None
     } else {
-        Some(super::open_store(db, crate::store::OpenMode::Create)?)
+        Some(super::open_store(db, ttdb_store::store::OpenMode::Create)?)
     };
     if let Some(store) = &mut store {
         import_all(store, &found.files, require_signed, limits, &mut summary)?;
@@ -273,7 +273,7 @@ fn import_all(
     store: &mut Store,
     files: &[inputs::Input],
     require_signed: bool,
-    limits: &crate::bundle::format::Limits,
+    limits: &ttdb_store::bundle::format::Limits,
     summary: &mut ImportSummary,
 ) -> CliResult {
     let opts = inputs::ImportOptions {

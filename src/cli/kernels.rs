@@ -1,7 +1,7 @@
 //! `ttdb kernels MODEL.onnx`: the fused kernels TVM Relay would extract on x86.
 use super::table::{io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::onnx::{self, tophub, InputShape, KernelKind, KernelList, LayoutMode, Options, TopHub};
+use ttdb_onnx::onnx::{self, tophub, InputShape, KernelKind, KernelList, LayoutMode, Options, TopHub};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -223,7 +223,7 @@ pub fn run(args: &KernelsArgs) -> CliResult {
 /// The stored workload keys of the tunable kernels of `model`, in both layouts `apply
 /// --layout auto` may choose (NCHWc and NHWC) and every TVM era (`bundle export --model`).
 pub fn model_stored_keys(
-    store: &crate::store::Store,
+    store: &ttdb_store::store::Store,
     model: &std::path::Path,
 ) -> Result<Vec<String>, CliError> {
     let args = ModelArgs::for_model(model.to_path_buf(), "auto");
@@ -237,7 +237,7 @@ pub fn model_stored_keys(
                 ..opts.clone()
             },
         )?;
-        keys.extend(crate::tune::export::stored_kernel_keys(store, &list)?);
+        keys.extend(ttdb_tuning::tune::export::stored_kernel_keys(store, &list)?);
     }
     keys.sort();
     keys.dedup();

@@ -3,10 +3,10 @@
 use super::kernels::ModelArgs;
 use super::table::{io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::host::IsaCompat;
-use crate::matcher::{MatchOptions, ModelMatch, Tier};
-use crate::onnx::{KernelKind, KernelList};
-use crate::store::Store;
+use ttdb_format::host::IsaCompat;
+use ttdb_tuning::matcher::{MatchOptions, ModelMatch, Tier};
+use ttdb_onnx::onnx::{KernelKind, KernelList};
+use ttdb_store::store::Store;
 use serde::Serialize;
 
 #[derive(clap::Args, Debug)]
@@ -40,7 +40,7 @@ pub fn host_match_options() -> MatchOptions {
             flags.dedup();
             flags
         }
-        Err(_) => crate::measure::detect_host().isa_flags,
+        Err(_) => ttdb_backend::measure::detect_host().isa_flags,
     };
     MatchOptions {
         host_isa,
@@ -48,14 +48,14 @@ pub fn host_match_options() -> MatchOptions {
     }
 }
 
-/// Loads the model and matches it in each layout asked for (`crate::matcher::match_layouts`).
+/// Loads the model and matches it in each layout asked for (`ttdb_tuning::matcher::match_layouts`).
 pub fn match_layouts(
     store: &Store,
     model: &ModelArgs,
     opts: MatchOptions,
 ) -> Result<ModelMatch, CliError> {
     let (graph, extract) = model.load()?;
-    Ok(crate::matcher::match_layouts(
+    Ok(ttdb_tuning::matcher::match_layouts(
         store,
         &graph,
         &extract,
@@ -67,11 +67,11 @@ pub fn match_layouts(
 #[derive(Serialize)]
 struct JsonCandidate<'a> {
     tier: Tier,
-    source: &'a crate::matcher::SourceRecord,
+    source: &'a ttdb_tuning::matcher::SourceRecord,
     changed_steps: usize,
     estimate: f64,
-    isa: &'a crate::host::IsaRequirement,
-    compat: crate::host::IsaCompat,
+    isa: &'a ttdb_format::host::IsaRequirement,
+    compat: ttdb_format::host::IsaCompat,
 }
 
 #[derive(Serialize)]
@@ -84,7 +84,7 @@ struct JsonKernel<'a> {
     multiplicity: usize,
     tier: Tier,
     candidates: Vec<JsonCandidate<'a>>,
-    rejections: &'a [crate::matcher::Rejection],
+    rejections: &'a [ttdb_tuning::matcher::Rejection],
 }
 
 fn layout_name(m: &ModelMatch) -> String {

@@ -135,8 +135,8 @@ pub struct IsolationArgs {
 impl IsolationArgs {
     /// The isolation these flags ask for: a worker process running this executable's
     /// `measure-worker`, unless --in-process.
-    pub fn isolation(&self) -> Result<crate::evaluate::Isolation, CliError> {
-        use crate::evaluate::{Isolation, WorkerSpec};
+    pub fn isolation(&self) -> Result<ttdb_backend::evaluate::Isolation, CliError> {
+        use ttdb_backend::evaluate::{Isolation, WorkerSpec};
         if self.in_process {
             return Ok(Isolation::InProcess);
         }
@@ -197,35 +197,35 @@ fn trials_bar(len: u64) -> Option<indicatif::ProgressBar> {
 /// Runs `f` with the database as the sink of what it measures (records of this host), or,
 /// for `--dry-run`, a sink that keeps nothing.
 fn with_sink<R>(
-    store: &mut crate::store::Store,
+    store: &mut ttdb_store::store::Store,
     dry_run: bool,
-    f: impl FnOnce(&mut dyn crate::tune::record::Sink) -> R,
+    f: impl FnOnce(&mut dyn ttdb_tuning::tune::record::Sink) -> R,
 ) -> R {
     if dry_run {
-        f(&mut crate::tune::record::DryRun {
+        f(&mut ttdb_tuning::tune::record::DryRun {
             store,
-            host: crate::measure::detect_host(),
+            host: ttdb_backend::measure::detect_host(),
         })
     } else {
-        f(&mut crate::tune::record::StoreSink {
+        f(&mut ttdb_tuning::tune::record::StoreSink {
             store,
-            host: crate::measure::detect_host(),
+            host: ttdb_backend::measure::detect_host(),
         })
     }
 }
 
-/// Opens the database as `mode` says (`crate::store::OpenMode`): only the commands that
+/// Opens the database as `mode` says (`ttdb_store::store::OpenMode`): only the commands that
 /// store create it, so a mistyped `--db` in a reading command is an error, not an empty
 /// database.
 fn open_store(
     db: &Option<PathBuf>,
-    mode: crate::store::OpenMode,
-) -> Result<crate::store::Store, CliError> {
-    let path = db.clone().unwrap_or_else(crate::store::default_db_path);
-    crate::store::Store::open_with(&path, mode).map_err(|e| CliError {
+    mode: ttdb_store::store::OpenMode,
+) -> Result<ttdb_store::store::Store, CliError> {
+    let path = db.clone().unwrap_or_else(ttdb_store::store::default_db_path);
+    ttdb_store::store::Store::open_with(&path, mode).map_err(|e| CliError {
         message: match e {
             // These name the path themselves.
-            crate::store::StoreError::Missing { .. } | crate::store::StoreError::Foreign { .. } => {
+            ttdb_store::store::StoreError::Missing { .. } | ttdb_store::store::StoreError::Foreign { .. } => {
                 e.to_string()
             }
             e => format!("{}: {e}", path.display()),
@@ -235,7 +235,7 @@ fn open_store(
 }
 
 pub fn run(cli: Cli) -> CliResult {
-    use crate::store::OpenMode::{Create, ReadOnly, Write};
+    use ttdb_store::store::OpenMode::{Create, ReadOnly, Write};
     let db = &cli.db;
     match cli.command {
         Command::Import {
@@ -294,7 +294,7 @@ fn measure_worker() -> CliResult {
         }
         std::fs::File::from_raw_fd(fd)
     };
-    crate::search::worker::serve(std::io::stdin().lock(), std::io::BufWriter::new(protocol))
+    ttdb_tuning::search::worker::serve(std::io::stdin().lock(), std::io::BufWriter::new(protocol))
         .map_err(|message| CliError { message, code: 1 })
 }
 

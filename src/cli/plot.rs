@@ -1,6 +1,6 @@
 //! `tune MODEL.onnx --plot out.svg`: the tuning curve as an SVG chart, the best model
 //! latency (kernel sum, ms) against trials and against wall time, side by side.
-use crate::tune::model::CurvePoint;
+use ttdb_tuning::tune::model::CurvePoint;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -17,7 +17,7 @@ const LINE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 pub fn write_tune_plot(path: &Path, title: &str, curve: &[CurvePoint]) -> Result<(), String> {
     let svg = render(title, curve)
         .map_err(|e| format!("{}: cannot draw the plot: {e}", path.display()))?;
-    crate::atomic_file::write(path, svg.as_bytes())
+    ttdb_format::atomic_file::write(path, svg.as_bytes())
         .map_err(|e| format!("{}: cannot write the plot: {e}", path.display()))
 }
 

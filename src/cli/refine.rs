@@ -1,11 +1,11 @@
 //! `ttdb refine`: Droplet search on this machine for stored workloads
-//! (`crate::tune::refine`), or for the schedules `apply` chooses for a model (`--model`,
+//! (`ttdb_tuning::tune::refine`), or for the schedules `apply` chooses for a model (`--model`,
 //! the same as `apply --droplet`). This file parses and renders.
 use super::kernels::ModelArgs;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::store::Store;
-use crate::tune::refine::{
+use ttdb_store::store::Store;
+use ttdb_tuning::tune::refine::{
     plan, refine_jobs, RefineOptions, RefineProgress, RefineReport, Selection,
 };
 use std::path::PathBuf;
@@ -243,7 +243,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
             code: 1,
         });
     }
-    crate::search::interrupt::install();
+    ttdb_tuning::search::interrupt::install();
     let per_kernel = opts.droplet.max_trials as u64;
     let bar = super::trials_bar(per_kernel * jobs.len() as u64);
     let mut progress = Bar {

@@ -1,8 +1,8 @@
 //! `ttdb stats`
 use super::table::Table;
 use super::CliResult;
-use crate::store::query::{stats, Stats};
-use crate::store::Store;
+use ttdb_store::store::query::{stats, Stats};
+use ttdb_store::store::Store;
 
 pub fn render_stats(s: &Stats) -> String {
     let mut out = format!(

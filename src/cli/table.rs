@@ -84,7 +84,7 @@ pub fn fmt_opt(v: Option<f64>, digits: usize) -> String {
 }
 
 /// One line on the cost model a run ranked with.
-pub(super) fn cost_model_line(m: &crate::search::cost_model::CostModelSummary) -> String {
+pub(super) fn cost_model_line(m: &ttdb_tuning::search::cost_model::CostModelSummary) -> String {
     let start = if m.warm_programs > 0 {
         format!("warm start from {} stored programs", m.warm_programs)
     } else {

@@ -1,6 +1,6 @@
 //! `ttdb key generate` and `ttdb trust add | list | remove`: the signing keys of bundles.
 use super::{CliError, CliResult};
-use crate::bundle::sign;
+use ttdb_store::bundle::sign;
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand, Debug)]
@@ -59,7 +59,7 @@ pub fn run_key(cmd: &KeyCommand) -> CliResult {
 }
 
 pub fn run_trust(db: &Option<PathBuf>, cmd: &TrustCommand) -> CliResult {
-    use crate::store::OpenMode;
+    use ttdb_store::store::OpenMode;
     let mode = match cmd {
         TrustCommand::Add { .. } => OpenMode::Create,
         TrustCommand::List { .. } => OpenMode::ReadOnly,
@@ -78,11 +78,11 @@ pub fn run_trust(db: &Option<PathBuf>, cmd: &TrustCommand) -> CliResult {
                     code: 2,
                 });
             }
-            crate::store::bundle::trust_key(&mut store, name, &key)?;
+            ttdb_store::store::bundle::trust_key(&mut store, name, &key)?;
             eprintln!("trusted `{name}`: {key}");
         }
         TrustCommand::List { json } => {
-            let keys = crate::store::bundle::trusted_keys(&store)?;
+            let keys = ttdb_store::store::bundle::trusted_keys(&store)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&keys)?);
             } else if keys.is_empty() {
@@ -94,7 +94,7 @@ pub fn run_trust(db: &Option<PathBuf>, cmd: &TrustCommand) -> CliResult {
             }
         }
         TrustCommand::Remove { name_or_key } => {
-            if !crate::store::bundle::untrust_key(&mut store, name_or_key)? {
+            if !ttdb_store::store::bundle::untrust_key(&mut store, name_or_key)? {
                 return Err(CliError {
                     message: format!("no trusted key is named or equal to `{name_or_key}`"),
                     code: 1,

@@ -1,11 +1,11 @@
 //! `ttdb tune`: Ansor-style search on this machine for stored workloads
-//! (`crate::tune::search`), each seeded with its stored records, then optionally Droplet.
+//! (`ttdb_tuning::tune::search`), each seeded with its stored records, then optionally Droplet.
 //! This file parses and renders.
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::store::Store;
-use crate::tune::refine::{plan, Selection};
-use crate::tune::search::{tune_jobs, TuneOptions, TuneProgress, TuneReport};
+use ttdb_store::store::Store;
+use ttdb_tuning::tune::refine::{plan, Selection};
+use ttdb_tuning::tune::search::{tune_jobs, TuneOptions, TuneProgress, TuneReport};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -250,7 +250,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
             code: 1,
         });
     }
-    crate::search::interrupt::install();
+    ttdb_tuning::search::interrupt::install();
     let per_kernel = (opts.search.trials + opts.droplet_trials) as u64;
     let bar = super::trials_bar(per_kernel * jobs.len() as u64);
     let mut progress = Bar {
@@ -267,7 +267,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
     if let Some(b) = progress.bar.take() {
         b.finish_and_clear();
     }
-    let peak = crate::measure::peak::measure_peak(&Default::default())
+    let peak = ttdb_backend::measure::peak::measure_peak(&Default::default())
         .ok()
         .map(|p| p.gflops_all);
     if args.json {

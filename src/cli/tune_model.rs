@@ -1,12 +1,12 @@
-//! `ttdb tune MODEL.onnx`: the model mode of `tune` (`crate::tune::model`). Parses, calls
+//! `ttdb tune MODEL.onnx`: the model mode of `tune` (`ttdb_tuning::tune::model`). Parses, calls
 //! the library, renders the per-kernel table, the kernel sum, the curve file and its plot.
 use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::store::Store;
-use crate::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
-use crate::tune::search::TuneOptions;
+use ttdb_store::store::Store;
+use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
+use ttdb_tuning::tune::search::TuneOptions;
 use std::io::Write;
 use std::path::Path;
 
@@ -55,7 +55,7 @@ pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> Strin
 }
 
 fn write_curve(path: &Path, r: &ModelTuneReport) -> std::io::Result<()> {
-    let mut f = crate::atomic_file::AtomicFile::create(path)?;
+    let mut f = ttdb_format::atomic_file::AtomicFile::create(path)?;
     writeln!(f, "trial,wall_s,kernel,kernel_name,kernel_best_ms,model_ms")?;
     for p in &r.curve {
         let name = r
@@ -121,7 +121,7 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         droplet_trials: args.droplet,
         seeds: args.seeds.max(1),
     };
-    crate::search::interrupt::install();
+    ttdb_tuning::search::interrupt::install();
     let bar = super::trials_bar(opts.trials as u64);
     let mut progress = Bar(bar);
     let report = super::with_sink(store, args.dry_run, |sink| {
@@ -141,7 +141,7 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         super::plot::write_tune_plot(path, &title, &report.curve)
             .map_err(|message| CliError { message, code: 1 })?;
     }
-    let peak = crate::measure::peak::measure_peak(&Default::default())
+    let peak = ttdb_backend::measure::peak::measure_peak(&Default::default())
         .ok()
         .map(|p| p.gflops_all);
     if args.json {

@@ -1,11 +1,11 @@
 //! `ttdb verify`: replays, compiles, verifies and times the best records of the database on
 //! this machine, against the naive default schedule and the machine's FMA peak
-//! (`crate::tune::verify`); this file parses and renders.
+//! (`ttdb_tuning::tune::verify`); this file parses and renders.
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use crate::measure::peak::measure_peak;
-use crate::measure::runner::MeasureOptions;
-use crate::tune::verify::{verify, VerifyOptions, VerifyReport};
+use ttdb_backend::measure::peak::measure_peak;
+use ttdb_backend::measure::runner::MeasureOptions;
+use ttdb_tuning::tune::verify::{verify, VerifyOptions, VerifyReport};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -109,7 +109,7 @@ pub fn render_verify(r: &VerifyReport) -> String {
     out
 }
 
-pub fn run(store: &mut crate::store::Store, args: &VerifyArgs) -> CliResult {
+pub fn run(store: &mut ttdb_store::store::Store, args: &VerifyArgs) -> CliResult {
     if !args.all && args.workload.is_none() && args.class.is_none() {
         return Err(CliError {
             message: "say which workloads: --workload SIG, --class C or --all".into(),
@@ -167,7 +167,7 @@ pub fn bench_peak(json: bool) -> CliResult {
         message: e.to_string(),
         code: 1,
     })?;
-    let host = crate::measure::detect_host();
+    let host = ttdb_backend::measure::detect_host();
     if json {
         println!(
             "{}",

@@ -1,9 +1,9 @@
 //! `ttdb workloads`
 use super::table::{io_shapes, Table};
 use super::CliResult;
-use crate::ansor::record::format_seconds;
-use crate::store::query::{workloads, WorkloadRow};
-use crate::store::Store;
+use ttdb_format::ansor::record::format_seconds;
+use ttdb_store::store::query::{workloads, WorkloadRow};
+use ttdb_store::store::Store;
 
 pub fn render_workloads(rows: &[WorkloadRow]) -> String {
     let mut t = Table::new(&[

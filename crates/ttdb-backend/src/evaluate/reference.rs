@@ -1,0 +1,83 @@
+//! The reference a candidate is verified against: one workload's seeded inputs and its
+//! outputs at sampled points, computed once by the naive evaluator (`ir::eval`) and shared
+//! by every candidate of the workload.
+use ttdb_algo::ir::eval::{evaluate_points, random_inputs, TensorData};
+use ttdb_algo::ir::Dag;
+use crate::loopnest::verify::{kernel_output_error, Expected, OutputError};
+use crate::loopnest::{BufferData, Kernel};
+use std::time::{Duration, Instant};
+
+/// Output points checked per output tensor: all of them up to this size, else a spread
+/// sample of this many (first and last elements included). The reference evaluator is
+/// demand-driven, so a sample costs its receptive field only.
+pub const SAMPLE_POINTS: usize = 1024;
+
+/// Inputs and reference values of one workload's outputs at the checked points.
+pub struct Reference {
+    /// What [`Reference::new`] drew the inputs and checked points from: a measuring worker
+    /// rebuilds the same reference from the DAG and this.
+    pub seed: u64,
+    pub inputs: Vec<TensorData>,
+    /// Per output: (flat positions, reference values there).
+    pub expected: Vec<(Vec<usize>, Vec<f64>)>,
+    pub eval_time: Duration,
+}
+
+/// Deterministic spread sample of `n` positions in `0..total`.
+fn sample_points(total: usize, n: usize, seed: u64) -> Vec<usize> {
+    if total <= n {
+        return (0..total).collect();
+    }
+    let mut state = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+    let mut pts: Vec<usize> = (0..n - 2)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % total as u64) as usize
+        })
+        .collect();
+    pts.push(0);
+    pts.push(total - 1);
+    pts.sort_unstable();
+    pts.dedup();
+    pts
+}
+
+impl Reference {
+    pub fn new(dag: &Dag, seed: u64) -> Result<Reference, String> {
+        let t = Instant::now();
+        let inputs = random_inputs(dag, seed);
+        let mut expected = Vec::new();
+        for (i, out) in dag.outputs.iter().enumerate() {
+            let total = dag.stage(*out).shape().iter().product::<i64>() as usize;
+            let points = sample_points(total, SAMPLE_POINTS, seed);
+            let values = evaluate_points(dag, &inputs, i, &points)
+                .map_err(|e| format!("reference evaluation failed: {e}"))?;
+            expected.push((points, values));
+        }
+        Ok(Reference {
+            seed,
+            inputs,
+            expected,
+            eval_time: t.elapsed(),
+        })
+    }
+
+    /// How far the kernel's outputs are from the reference at the checked points.
+    pub fn output_error(
+        &self,
+        kernel: &Kernel,
+        args: &[BufferData],
+    ) -> Result<OutputError, String> {
+        let expected: Vec<Expected> = self
+            .expected
+            .iter()
+            .map(|(points, values)| Expected {
+                points: Some(points),
+                values,
+            })
+            .collect();
+        kernel_output_error(kernel, args, &expected)
+    }
+}

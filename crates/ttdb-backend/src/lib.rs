@@ -1,0 +1,9 @@
+//! ttdb backend: loop nests, lowering, LLVM codegen, measuring and evaluating schedules.
+//!
+//! One stage of the layer order in `docs/architecture.md`.
+
+pub mod loopnest;
+pub mod lower;
+pub mod codegen;
+pub mod measure;
+pub mod evaluate;

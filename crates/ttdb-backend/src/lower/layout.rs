@@ -1,0 +1,641 @@
+//! Ansor's layout rewrite, option 2 `RewriteForPreTransformed` (spec §4.8; TVM v0.18
+//! `compute_dag.cc`: `ComputeDAG::RewriteLayout`, `GetOrigLayout`, `GetNewLayout`,
+//! `IndexRewriter`; TOPI `auto_scheduler_layout_transform`).
+//!
+//! Relay-extracted tasks were measured with their layout-free weights (the placeholders a
+//! conv2d NHWC, dense / matmul, batch_matmul or winograd bgemm declares in
+//! `layout_free_placeholders`) already packed into the layout the final schedule walks: the
+//! packing is a constant-folded transform outside the timed kernel. This module derives that
+//! layout from the replayed state the way TVM does, rewrites the kernel's loads of the weight
+//! ([`PackedWeight::index`], TVM's `IndexRewriter`: `(idx / div) % extent` per new dimension)
+//! and packs a weight in plain Rust ([`pack_weight`]).
+//!
+//! The layout (`GetNewLayout`): the loops of the stage that reads the weight directly and
+//! carries the attribute (after cache_write the `.local` stage; cache_read and rfactor stages
+//! carry none, so those schedules keep the original layout), preceded by the attach target's
+//! loops up to the attach point when that stage is computed at a loop; fused loops expand to
+//! the loops they fused (with the extents those had when they were fused, 1 when undefined);
+//! every loop whose original axis (`AxisBaseName` of its name) indexes the weight becomes a
+//! dimension `<extent><axis>`, outer to inner, with the extent bound inference gives it. The
+//! attach target's loops take the axis name of the consumer's loop at the same position
+//! (`new_axis_names[i + iters_before_attach]`: the target's `ax3.0` of a relu stands for the
+//! conv's `ff.0`).
+//!
+//! Where TVM's derivation would abort (index expressions that are not plain axis variables,
+//! an axis used twice, nested fused names), [`derive`] returns [`LowerError::Unsupported`].
+//! A derived layout whose extents for some axis multiply to less than that axis's extent
+//! would alias weight elements (TVM computed it regardless, without checking results): it is
+//! refused too, so a pre-packed kernel is always exact.
+use super::bound::{interval, Bounds};
+use super::convert;
+use super::op::LOp;
+use super::te::TSchedule;
+use super::LowerError;
+use ttdb_algo::ir::eval::TensorData;
+use ttdb_algo::ir::{self, Dag, TensorId};
+use crate::loopnest::{BinOp, Expr};
+use ttdb_algo::schedule::State;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+/// Which layout the layout-free weights have in the kernel's parameters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum WeightLayoutMode {
+    /// The DAG's layout (layout rewrite option 0).
+    #[default]
+    Original,
+    /// Pre-packed into the layout the final state derives (option 2, what TVM measured for
+    /// relay tasks on llvm). DAGs without layout-free placeholders are unaffected.
+    PrePacked,
+}
+
+/// One dimension of a packed weight: `(original index along axis / div) % extent`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedDim {
+    /// The weight dimension (in the DAG's layout) this one slices.
+    pub axis: usize,
+    /// Axis base name (`ff`, `rc`, `j`).
+    pub name: String,
+    pub extent: i64,
+    /// Product of the extents of the inner dimensions slicing the same axis.
+    pub div: i64,
+}
+
+/// A layout-free weight and the layout it is packed into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedWeight {
+    /// The DAG placeholder.
+    pub tensor: TensorId,
+    /// Its position among the DAG's placeholders (= among the kernel's inputs).
+    pub input: usize,
+    /// The stage whose loops define the layout (`conv2d_nhwc`, `T_matmul_NT.local`).
+    pub consumer: String,
+    pub orig_shape: Vec<i64>,
+    /// Axis name per original dimension (`IntImm` for a dimension indexed by a constant 0).
+    pub orig_names: Vec<String>,
+    /// Outer to inner.
+    pub dims: Vec<PackedDim>,
+}
+
+impl PackedWeight {
+    /// The packed shape, outer to inner.
+    pub fn shape(&self) -> Vec<i64> {
+        self.dims.iter().map(|d| d.extent).collect()
+    }
+
+    /// TVM's layout string of the original layout (`1ry1rx1024rc512ff`).
+    pub fn orig_layout(&self) -> String {
+        self.orig_shape
+            .iter()
+            .zip(&self.orig_names)
+            .map(|(e, n)| format!("{e}{n}"))
+            .collect()
+    }
+
+    /// TVM's layout string of the packed layout (`2ff32ff1ry1rx128rc1ff1ry1rx8rc8ff`).
+    pub fn new_layout(&self) -> String {
+        self.dims
+            .iter()
+            .map(|d| format!("{}{}", d.extent, d.name))
+            .collect()
+    }
+
+    /// The packed coordinates of an access given in the DAG's coordinates (`IndexRewriter`).
+    pub fn index(&self, idx: &[Expr]) -> Vec<Expr> {
+        self.dims
+            .iter()
+            .map(|d| {
+                let i = idx.get(d.axis).cloned().unwrap_or_else(|| Expr::int(0));
+                let q = if d.div == 1 {
+                    i
+                } else {
+                    Expr::floordiv(i, Expr::int(d.div))
+                };
+                Expr::floormod(q, Expr::int(d.extent))
+            })
+            .collect()
+    }
+
+    /// The original coordinates of packed position `coords` (TOPI's
+    /// `auto_scheduler_layout_transform`: per axis, Horner over its dimensions outer to inner),
+    /// or None for a hole (a padded tile beyond the axis's extent).
+    fn source(&self, coords: &[i64], out: &mut [i64]) -> bool {
+        out.iter_mut().for_each(|x| *x = 0);
+        for (d, &c) in self.dims.iter().zip(coords) {
+            out[d.axis] = out[d.axis] * d.extent + c;
+        }
+        out.iter().zip(&self.orig_shape).all(|(&x, &e)| x < e)
+    }
+}
+
+impl fmt::Display for PackedWeight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} -> {} (loops of {})",
+            self.orig_layout(),
+            self.new_layout(),
+            self.consumer
+        )
+    }
+}
+
+/// Packs `original` (the weight in the DAG's layout) into `layout`; holes of padded tiles are 0.
+pub fn pack_weight(layout: &PackedWeight, original: &TensorData) -> TensorData {
+    assert_eq!(
+        original.shape, layout.orig_shape,
+        "packing a tensor of another shape"
+    );
+    let shape = layout.shape();
+    let total = shape.iter().product::<i64>() as usize;
+    let strides: Vec<usize> = {
+        let mut s = vec![1usize; layout.orig_shape.len()];
+        for d in (0..s.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * layout.orig_shape[d + 1] as usize;
+        }
+        s
+    };
+    let mut data = vec![0.0; total];
+    let mut coords = vec![0i64; shape.len()];
+    let mut src = vec![0i64; layout.orig_shape.len()];
+    for v in data.iter_mut() {
+        if layout.source(&coords, &mut src) {
+            *v = original.data[src
+                .iter()
+                .zip(&strides)
+                .map(|(&x, &s)| x as usize * s)
+                .sum::<usize>()];
+        }
+        for k in (0..coords.len()).rev() {
+            coords[k] += 1;
+            if coords[k] < shape[k] {
+                break;
+            }
+            coords[k] = 0;
+        }
+    }
+    TensorData::new(&shape, data)
+}
+
+/// Layout of the layout-free weights (spec §4.8) in the kernel's parameters.
+///
+/// [`WeightLayout::param_shape`] gives a parameter's shape and [`WeightLayout::rewrite_index`]
+/// maps every load of a weight to its packed coordinates.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum WeightLayout {
+    #[default]
+    Original,
+    /// The listed weights are pre-packed; the other inputs keep their layout.
+    PrePacked(Vec<PackedWeight>),
+}
+
+impl WeightLayout {
+    /// The packed weights (none for [`WeightLayout::Original`]).
+    pub fn packed(&self) -> &[PackedWeight] {
+        match self {
+            WeightLayout::Original => &[],
+            WeightLayout::PrePacked(v) => v,
+        }
+    }
+
+    fn find(&self, t: TensorId) -> Option<&PackedWeight> {
+        self.packed().iter().find(|p| p.tensor == t)
+    }
+
+    /// Is placeholder `t` packed?
+    pub fn is_packed(&self, t: TensorId) -> bool {
+        self.find(t).is_some()
+    }
+
+    /// Shape of placeholder `t`'s kernel parameter.
+    pub fn param_shape(&self, dag: &Dag, t: TensorId) -> Vec<i64> {
+        match self.find(t) {
+            Some(p) => p.shape(),
+            None => dag.stage(t).shape(),
+        }
+    }
+
+    /// Indices of a load of placeholder `t` (given in the DAG's coordinates).
+    pub fn rewrite_index(&self, _dag: &Dag, t: TensorId, idx: Vec<Expr>) -> Vec<Expr> {
+        match self.find(t) {
+            Some(p) => p.index(&idx),
+            None => idx,
+        }
+    }
+
+    /// The kernel inputs for the DAG's inputs (placeholders in stage order): the packed
+    /// weights packed, the others unchanged.
+    pub fn pack_inputs(&self, inputs: &[TensorData]) -> Vec<TensorData> {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match self.packed().iter().find(|p| p.input == i) {
+                Some(p) => pack_weight(p, t),
+                None => t.clone(),
+            })
+            .collect()
+    }
+}
+
+/// `CleanName` + `AxisBaseName` (auto_scheduler `utils.h`): the axis a TE variable stands for.
+fn axis_base_name(te_name: &str) -> String {
+    let clean = ir::clean_name(te_name);
+    match clean.rfind('_') {
+        Some(p) => clean[..p].to_string(),
+        None => clean,
+    }
+}
+
+/// `ExtractOriginalIterators`: the primitive names in a split (`.`) / fused (`@`) name.
+fn original_iterators(name: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let b = name.as_bytes();
+    let mut last = 0;
+    let take = |from: usize, to: usize, out: &mut Vec<String>| {
+        if from < b.len() && !b[from].is_ascii_digit() && b[from] != b'@' && b[from] != b'.' {
+            let s = name[from..to].to_string();
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    };
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'@' || c == b'.' {
+            take(last, i, &mut out);
+            last = i + 1;
+        }
+    }
+    if last < b.len() {
+        take(last, b.len(), &mut out);
+    }
+    out
+}
+
+/// Axis names of the single read of stage `ps` in `op` (`GetOrigLayout`).
+fn read_names(op: &LOp, ps: usize, weight: &str) -> Result<Vec<String>, LowerError> {
+    let mut reads = Vec::new();
+    for e in op.exprs() {
+        convert::loads_of(e, TensorId(ps), &mut reads);
+    }
+    let unsupported = |m: String| {
+        Err(LowerError::Unsupported(format!(
+            "layout rewrite of {weight} in {}: {m}",
+            op.name
+        )))
+    };
+    if reads.len() != 1 {
+        return unsupported(format!(
+            "{} reads of the weight (TVM handles exactly one)",
+            reads.len()
+        ));
+    }
+    let mut names = Vec::new();
+    for i in &reads[0] {
+        let n = match i {
+            ir::Expr::Var(v) => axis_base_name(v),
+            ir::Expr::IntImm { value: 0, .. } => "IntImm".to_string(),
+            other => return unsupported(format!("index {other:?} is not an axis variable")),
+        };
+        if n != "IntImm" && names.contains(&n) {
+            return unsupported(format!("axis {n} indexes two dimensions"));
+        }
+        names.push(n);
+    }
+    Ok(names)
+}
+
+/// The layout-free weights' packed layouts (`RewriteLayout` with `RewriteForPreTransformed`).
+///
+/// `ops` are the stages' ops before inlining (TVM looks at the state's ops), `sch` the
+/// schedule (checked against `state`), `bounds` its bound inference.
+pub fn derive(
+    dag: &Dag,
+    state: &State,
+    ops: &[LOp],
+    sch: &TSchedule,
+    bounds: &Bounds,
+) -> Result<WeightLayout, LowerError> {
+    let ss = state.stages();
+    if ss.len() != sch.stages.len() || ops.len() != sch.stages.len() {
+        return Err(LowerError::Internal(
+            "layout rewrite: state and schedule differ in stages".into(),
+        ));
+    }
+    let placeholders = dag.placeholders();
+    let mut handled: HashSet<TensorId> = HashSet::new();
+    let mut out = Vec::new();
+    for (s, op) in ops.iter().enumerate() {
+        let Some(a) = op.attrs_of else { continue };
+        if op.is_placeholder() {
+            continue;
+        }
+        let Some(c) = dag.stages.get(a).and_then(|x| x.compute()) else {
+            continue;
+        };
+        for &p in &c.attrs.layout_free_placeholders {
+            if handled.contains(&p) {
+                continue;
+            }
+            let weight = &dag.stage(p).name;
+            let ps = ops
+                .iter()
+                .position(|o| o.is_placeholder() && o.dag_tensor == Some(p.0));
+            let ps = ps.ok_or_else(|| {
+                LowerError::Internal(format!("layout rewrite: no stage for placeholder {weight}"))
+            })?;
+            // only a direct consumer (not the copy stage of a cache_write, not after a cache_read)
+            if !op.inputs().contains(&TensorId(ps)) {
+                continue;
+            }
+            handled.insert(p);
+            let orig_names = read_names(op, ps, weight)?;
+            let orig_shape = dag.stage(p).shape();
+            if orig_names.len() != orig_shape.len() {
+                return Err(LowerError::Internal(format!(
+                    "layout rewrite: {weight} read with {} indices",
+                    orig_names.len()
+                )));
+            }
+            let dims = new_layout(state, sch, bounds, s, &orig_names)?;
+            let input = placeholders.iter().position(|&t| t == p).unwrap_or(0);
+            let pw = PackedWeight {
+                tensor: p,
+                input,
+                consumer: op.name.clone(),
+                orig_shape,
+                orig_names,
+                dims,
+            };
+            check_covers(&pw)?;
+            out.push(pw);
+        }
+    }
+    Ok(if out.is_empty() {
+        WeightLayout::Original
+    } else {
+        WeightLayout::PrePacked(out)
+    })
+}
+
+/// `GetNewLayout` for the consumer at stage `s`.
+fn new_layout(
+    state: &State,
+    sch: &TSchedule,
+    bounds: &Bounds,
+    s: usize,
+    names: &[String],
+) -> Result<Vec<PackedDim>, LowerError> {
+    let ss = state.stages();
+    let st_name = &ss[s].op.name;
+    let unsupported =
+        |m: String| LowerError::Unsupported(format!("layout rewrite at {st_name}: {m}"));
+    // (stage, loop position) of the loops walked, outer to inner
+    let mut walked: Vec<(usize, usize)> = Vec::new();
+    let attach = state
+        .attach_map()
+        .attach_point(s)
+        .map(|p| (p.stage, p.iter));
+    if let Some((t, pos)) = attach {
+        walked.extend((0..=pos).map(|k| (t, k)));
+    }
+    walked.extend((0..ss[s].iters.len()).map(|k| (s, k)));
+    // expanded iterators: (name, extent)
+    let mut iters: Vec<(String, i64)> = Vec::new();
+    let mut before_attach = 0;
+    for (n, &(x, k)) in walked.iter().enumerate() {
+        let it = ss[x]
+            .iters
+            .get(k)
+            .ok_or_else(|| LowerError::Internal("layout rewrite: loop out of range".into()))?;
+        if it.orig_iters.is_empty() {
+            let leaf = sch.stages[x].leaves.get(k).copied();
+            let ext = leaf.and_then(|l| bounds.stages[x].as_ref().and_then(|b| b.ext[l].as_ref()));
+            let ext = ext.ok_or_else(|| {
+                LowerError::Internal(format!(
+                    "layout rewrite: no extent for loop {k} of stage {x}"
+                ))
+            })?;
+            let e = ext.as_const().ok_or_else(|| {
+                unsupported(format!("loop {} has a non-constant extent", it.name))
+            })?;
+            iters.push((it.name.clone(), e));
+        } else {
+            // TVM keeps the extents the loops had when they were fused (1 when undefined)
+            iters.extend(
+                it.orig_iters
+                    .iter()
+                    .map(|o| (o.name.clone(), o.extent.unwrap_or(1))),
+            );
+        }
+        if attach.is_some_and(|(_, pos)| n == pos) {
+            before_attach = iters.len();
+        }
+    }
+    let mut axis_names = Vec::with_capacity(iters.len());
+    for (name, _) in &iters {
+        let orig = original_iterators(name);
+        if orig.len() != 1 {
+            return Err(unsupported(format!(
+                "loop {name} stands for {} axes",
+                orig.len()
+            )));
+        }
+        axis_names.push(axis_base_name(&orig[0]));
+    }
+    let mut dims: Vec<PackedDim> = Vec::new();
+    for (i, (_, extent)) in iters.iter().enumerate() {
+        let name = if i < before_attach {
+            axis_names.get(i + before_attach).ok_or_else(|| {
+                unsupported(format!(
+                    "{before_attach} loops outside the attach point, {} loops in all",
+                    iters.len()
+                ))
+            })?
+        } else {
+            &axis_names[i]
+        };
+        if let Some(axis) = names.iter().position(|n| n == name && n != "IntImm") {
+            dims.push(PackedDim {
+                axis,
+                name: name.clone(),
+                extent: *extent,
+                div: 1,
+            });
+        }
+    }
+    let mut acc: HashMap<usize, i64> = HashMap::new();
+    for d in dims.iter_mut().rev() {
+        let a = acc.entry(d.axis).or_insert(1);
+        d.div = *a;
+        *a = a.saturating_mul(d.extent.max(1));
+    }
+    Ok(dims)
+}
+
+/// Every weight element must have its own packed position.
+fn check_covers(p: &PackedWeight) -> Result<(), LowerError> {
+    for (a, (&e, name)) in p.orig_shape.iter().zip(&p.orig_names).enumerate() {
+        if name == "IntImm" {
+            continue;
+        }
+        let covered = p
+            .dims
+            .iter()
+            .filter(|d| d.axis == a)
+            .fold(1i64, |acc, d| acc.saturating_mul(d.extent));
+        if covered < e {
+            return Err(LowerError::Unsupported(format!(
+                "layout rewrite of {}: the derived layout {} covers {covered} of the {e} values of axis {name}",
+                p.consumer,
+                p.new_layout()
+            )));
+        }
+    }
+    let total = p
+        .dims
+        .iter()
+        .try_fold(1i64, |acc, d| acc.checked_mul(d.extent));
+    if total.is_none_or(|t| t > ttdb_algo::schedule::MAX_EXTENT) {
+        return Err(LowerError::TooLarge(format!(
+            "packed weight {}",
+            p.new_layout()
+        )));
+    }
+    Ok(())
+}
+
+/// Range-aware folding of a packed index (TVM's simplifier with the loop ranges):
+/// `floordiv(x, c)` and `floormod(x, c)` of an `x` whose range stays within one multiple of
+/// `c` become a constant and `x - k*c`. Exact for every value of the loop variables within
+/// their ranges, so the weight's inner dimensions index with plain loop variables.
+pub fn fold_index(e: &Expr, ranges: &HashMap<String, (i128, i128)>) -> Expr {
+    let mut cur = convert::simplify_index(e);
+    for _ in 0..8 {
+        let next = convert::simplify_index(&fold_once(&cur, ranges));
+        if next == cur {
+            break;
+        }
+        cur = next;
+    }
+    cur
+}
+
+fn fold_once(e: &Expr, r: &HashMap<String, (i128, i128)>) -> Expr {
+    e.map(&mut |x| match x {
+        Expr::Bin(op @ (BinOp::FloorDiv | BinOp::FloorMod), a, b) => {
+            let c = b.as_int().filter(|&c| c > 0)? as i128;
+            let a = fold_once(a, r);
+            if let Some((lo, hi)) = interval(&a, r) {
+                let q = lo.div_euclid(c);
+                if q == hi.div_euclid(c) && i64::try_from(q * c).is_ok() {
+                    return Some(match op {
+                        BinOp::FloorDiv => Expr::int(q as i64),
+                        _ if q == 0 => a,
+                        _ => Expr::sub(a, Expr::int((q * c) as i64)),
+                    });
+                }
+            }
+            Some(Expr::bin(*op, a, (**b).clone()))
+        }
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_like_tvm() {
+        assert_eq!(original_iterators("ff.0"), ["ff"]);
+        assert_eq!(original_iterators("i_c.3"), ["i_c"]);
+        assert_eq!(original_iterators("nn.0@yy.0@"), ["nn", "yy"]);
+        assert_eq!(original_iterators("k_o"), ["k_o"]);
+        assert_eq!(axis_base_name("j.c"), "j");
+        assert_eq!(axis_base_name("i_c"), "i");
+        assert_eq!(axis_base_name("ff"), "ff");
+    }
+
+    fn weight(shape: &[i64], names: &[&str], dims: &[(usize, i64)]) -> PackedWeight {
+        let mut d: Vec<PackedDim> = dims
+            .iter()
+            .map(|&(axis, extent)| PackedDim {
+                axis,
+                name: names[axis].into(),
+                extent,
+                div: 1,
+            })
+            .collect();
+        let mut acc: HashMap<usize, i64> = HashMap::new();
+        for x in d.iter_mut().rev() {
+            let a = acc.entry(x.axis).or_insert(1);
+            x.div = *a;
+            *a *= x.extent;
+        }
+        PackedWeight {
+            tensor: TensorId(1),
+            input: 1,
+            consumer: "c".into(),
+            orig_shape: shape.to_vec(),
+            orig_names: names.iter().map(|s| s.to_string()).collect(),
+            dims: d,
+        }
+    }
+
+    /// Packing then reading through the rewritten index gives the original element, padded
+    /// tiles included.
+    #[test]
+    fn pack_and_index_agree() {
+        // [3, 7] (axes a, b) -> 2b 2a 4b 2a: b padded to 8, a padded to 4
+        let w = weight(&[3, 7], &["a", "b"], &[(1, 2), (0, 2), (1, 4), (0, 2)]);
+        assert_eq!(w.new_layout(), "2b2a4b2a");
+        assert_eq!(w.orig_layout(), "3a7b");
+        let orig = TensorData::new(&[3, 7], (0..21).map(|x| x as f64 + 1.0).collect());
+        let packed = pack_weight(&w, &orig);
+        assert_eq!(packed.shape, vec![2, 2, 4, 2]);
+        assert_eq!(packed.data.iter().filter(|&&x| x == 0.0).count(), 32 - 21);
+        let strides = [16i64, 8, 2, 1];
+        for a in 0..3 {
+            for b in 0..7 {
+                let idx = w.index(&[Expr::int(a), Expr::int(b)]);
+                let flat: i64 = idx
+                    .iter()
+                    .zip(strides)
+                    .map(|(e, s)| crate::loopnest::simplify_expr(e).as_int().unwrap() * s)
+                    .sum();
+                assert_eq!(packed.data[flat as usize], orig.data[(a * 7 + b) as usize]);
+            }
+        }
+    }
+
+    #[test]
+    fn folding_uses_loop_ranges() {
+        let r: HashMap<String, (i128, i128)> = [
+            ("f0".to_string(), (0, 1)),
+            ("f1".to_string(), (0, 31)),
+            ("f3".to_string(), (0, 7)),
+        ]
+        .into_iter()
+        .collect();
+        // ff = f0*256 + f1*8 + f3 in 2ff 32ff 1ff 8ff
+        let w = weight(&[512], &["ff"], &[(0, 2), (0, 32), (0, 1), (0, 8)]);
+        let ff = Expr::add(
+            Expr::add(
+                Expr::mul(Expr::var("f0"), Expr::int(256)),
+                Expr::mul(Expr::var("f1"), Expr::int(8)),
+            ),
+            Expr::var("f3"),
+        );
+        let got: Vec<String> = w
+            .index(&[ff])
+            .iter()
+            .map(|e| crate::loopnest::printer::expr_to_string(&fold_index(e, &r)))
+            .collect();
+        assert_eq!(got, ["f0", "f1", "0", "f3"]);
+        // not provable: kept
+        let x = Expr::floormod(Expr::var("f1"), Expr::int(8));
+        assert!(matches!(fold_index(&x, &r), Expr::Bin(BinOp::FloorMod, ..)));
+        let y = Expr::floordiv(Expr::add(Expr::var("f3"), Expr::int(16)), Expr::int(8));
+        assert_eq!(fold_index(&y, &r).as_int(), Some(2));
+    }
+}

@@ -1,0 +1,252 @@
+//! The Relay-like op graph that lowering produces: values (logical and physical shapes,
+//! layouts), ops with their Relay fusion pattern, and the graph that holds them in
+//! topological order.
+use crate::onnx::graph::Data;
+use ttdb_algo::ops::{PoolKind, Window2d};
+
+pub type ValId = usize;
+pub type OpId = usize;
+
+/// Relay's `OpPatternKind` (ordering matters: fusion compares with `<=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pattern {
+    ElemWise = 0,
+    Broadcast = 1,
+    Injective = 2,
+    CommReduce = 3,
+    OutEWiseFusable = 4,
+    Opaque = 8,
+}
+
+/// A tensor of the op graph. `shape` is the logical (ONNX, NCHW) shape; layout selection
+/// assigns `layout` and the physical `phys` shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Value {
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub constant: bool,
+    /// For constants: broadcasts along the channel axis of an NCHW tensor only (a bias or BN
+    /// scale / shift), so it is re-laid-out with its consumer.
+    pub channel_vector: bool,
+    pub data: Option<Data>,
+    pub producer: Option<OpId>,
+    pub layout: Layout,
+    pub phys: Vec<i64>,
+}
+
+/// Data layout of a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// The logical layout (NCHW for 4-D tensors).
+    Plain,
+    /// NCHW[x]c.
+    Nchwc(i64),
+    Nhwc,
+}
+
+impl Layout {
+    pub fn name(self, rank: usize) -> String {
+        match (self, rank) {
+            (Layout::Plain, 4) => "NCHW".into(),
+            (Layout::Plain, 2) => "NC".into(),
+            (Layout::Plain, _) => String::new(),
+            (Layout::Nchwc(b), _) => format!("NCHW{b}c"),
+            (Layout::Nhwc, _) => "NHWC".into(),
+        }
+    }
+
+    /// Physical shape of a logical 4-D NCHW shape (other ranks stay).
+    pub fn physical(self, s: &[i64]) -> Vec<i64> {
+        match (self, s) {
+            (Layout::Nchwc(b), [n, c, h, w]) if b > 0 => vec![*n, c / b, *h, *w, b],
+            (Layout::Nhwc, [n, c, h, w]) => vec![*n, *h, *w, *c],
+            _ => s.to_vec(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum BinKind {
+    Add,
+    Multiply,
+    Subtract,
+    Divide,
+    Power,
+    Other(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum UnaryKind {
+    Relu,
+    Clip { lo: f64, hi: f64 },
+    Tanh,
+    Other(String),
+}
+
+/// Pool attributes in NCHW terms (2-D).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pool2d {
+    pub kind: PoolKind,
+    pub kernel: [i64; 2],
+    pub stride: [i64; 2],
+    pub dilation: [i64; 2],
+    pub padding: [i64; 4],
+    pub ceil_mode: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpKind {
+    /// 2-D convolution; inputs (data, weight OIHW).
+    Conv {
+        window: Window2d,
+        groups: i64,
+    },
+    /// inputs (data [M,K], weight [N,K]).
+    Dense,
+    /// inputs (A [B,M,K], B [B,N,K]).
+    BatchMatmul,
+    Pool(Pool2d),
+    GlobalPool(PoolKind),
+    Softmax {
+        axis: usize,
+    },
+    Mean {
+        axes: Vec<usize>,
+        keepdims: bool,
+    },
+    Binary(BinKind),
+    Unary(UnaryKind),
+    /// Concatenation (along `axis` of the logical shape).
+    Concat {
+        axis: usize,
+    },
+    /// Other injective ops, by Relay name (`reshape`, `transpose`, `batch_flatten`, ...).
+    Injective(String),
+    LayoutTransform {
+        src: Layout,
+        dst: Layout,
+    },
+    /// Reductions other than mean (`sum`, `max`, ...).
+    Reduce(String),
+    /// Ops with no fusion (`lrn`, unknown ops), by name.
+    Opaque(String),
+}
+
+impl OpKind {
+    pub fn pattern(&self) -> Pattern {
+        match self {
+            OpKind::Conv { .. }
+            | OpKind::Dense
+            | OpKind::BatchMatmul
+            | OpKind::Pool(_)
+            | OpKind::GlobalPool(_) => Pattern::OutEWiseFusable,
+            OpKind::Softmax { .. } | OpKind::Opaque(_) => Pattern::Opaque,
+            OpKind::Mean { .. } | OpKind::Reduce(_) => Pattern::CommReduce,
+            OpKind::Binary(_) => Pattern::Broadcast,
+            OpKind::Unary(_) => Pattern::ElemWise,
+            OpKind::Concat { .. } | OpKind::Injective(_) | OpKind::LayoutTransform { .. } => {
+                Pattern::Injective
+            }
+        }
+    }
+
+    /// Relay-style name for reports.
+    pub fn name(&self) -> String {
+        match self {
+            OpKind::Conv { groups: 1, .. } => "conv2d".into(),
+            OpKind::Conv { .. } => "group_conv2d".into(),
+            OpKind::Dense => "dense".into(),
+            OpKind::BatchMatmul => "batch_matmul".into(),
+            OpKind::Pool(p) => match p.kind {
+                PoolKind::Max => "max_pool2d".into(),
+                PoolKind::Avg { .. } => "avg_pool2d".into(),
+            },
+            OpKind::GlobalPool(PoolKind::Max) => "global_max_pool2d".into(),
+            OpKind::GlobalPool(_) => "global_avg_pool2d".into(),
+            OpKind::Softmax { .. } => "softmax".into(),
+            OpKind::Mean { .. } => "mean".into(),
+            OpKind::Binary(b) => match b {
+                BinKind::Add => "add".into(),
+                BinKind::Multiply => "multiply".into(),
+                BinKind::Subtract => "subtract".into(),
+                BinKind::Divide => "divide".into(),
+                BinKind::Power => "power".into(),
+                BinKind::Other(s) => s.clone(),
+            },
+            OpKind::Unary(u) => match u {
+                UnaryKind::Relu => "relu".into(),
+                UnaryKind::Clip { .. } => "clip".into(),
+                UnaryKind::Tanh => "tanh".into(),
+                UnaryKind::Other(s) => s.clone(),
+            },
+            OpKind::Concat { .. } => "concatenate".into(),
+            OpKind::Injective(s) | OpKind::Reduce(s) | OpKind::Opaque(s) => s.clone(),
+            OpKind::LayoutTransform { .. } => "layout_transform".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub inputs: Vec<ValId>,
+    pub output: ValId,
+    /// ONNX node names this op comes from.
+    pub nodes: Vec<String>,
+}
+
+/// Ops in topological order over values.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpGraph {
+    pub values: Vec<Value>,
+    pub ops: Vec<Op>,
+    pub inputs: Vec<ValId>,
+    pub outputs: Vec<ValId>,
+}
+
+impl OpGraph {
+    pub fn add_value(&mut self, name: String, shape: Vec<i64>, constant: bool) -> ValId {
+        let phys = shape.clone();
+        self.values.push(Value {
+            name,
+            shape,
+            constant,
+            channel_vector: false,
+            data: None,
+            producer: None,
+            layout: Layout::Plain,
+            phys,
+        });
+        self.values.len() - 1
+    }
+
+    pub fn add_op(
+        &mut self,
+        kind: OpKind,
+        inputs: Vec<ValId>,
+        out_name: String,
+        out_shape: Vec<i64>,
+        nodes: Vec<String>,
+    ) -> ValId {
+        let out = self.add_value(out_name, out_shape, false);
+        self.values[out].producer = Some(self.ops.len());
+        self.ops.push(Op {
+            kind,
+            inputs,
+            output: out,
+            nodes,
+        });
+        out
+    }
+
+    /// Readers of each value: (op, input position).
+    pub fn consumers(&self) -> Vec<Vec<(OpId, usize)>> {
+        let mut c = vec![Vec::new(); self.values.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for (k, &v) in op.inputs.iter().enumerate() {
+                c[v].push((i, k));
+            }
+        }
+        c
+    }
+}

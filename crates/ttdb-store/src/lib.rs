@@ -1,0 +1,6 @@
+//! ttdb storage: the SQLite schedule database and schedule bundles.
+//!
+//! One stage of the layer order in `docs/architecture.md`.
+
+pub mod store;
+pub mod bundle;

@@ -1,0 +1,193 @@
+//! Re-targeting a record's steps to another workload of the same class: split lengths move
+//! to the nearest exact factorization of the new extents
+//! ([`ttdb_algo::schedule::retarget::adapt_split_lengths`]), and stage lists that differ by
+//! inlinable stages are aligned ([`map_stages`]).
+use ttdb_format::ansor::Step;
+use ttdb_algo::schedule::{ReplayFailure, StageInit};
+
+/// Replays `steps` on `inits`, adapting every SP to its loop's extent in the new workload
+/// (FSP/FFSP then follow the adapted SPs). Fails where a step cannot apply at all.
+pub fn retarget(
+    inits: &[StageInit],
+    steps: &[Step],
+) -> Result<ttdb_algo::schedule::Retargeted, ReplayFailure> {
+    ttdb_algo::schedule::retarget_steps(inits, steps)
+}
+
+/// Source-stage to target-stage ids while steps are translated.
+struct StageMap {
+    /// `map[source id] = target id`, None for a source stage the target does not have.
+    map: Vec<Option<u32>>,
+}
+
+impl StageMap {
+    fn get(&self, s: u32) -> Result<u32, String> {
+        self.map
+            .get(s as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("stage {s} of the source has no counterpart in the target"))
+    }
+
+    /// A stage inserted at source id `s` and target id `t`: later ids shift in both.
+    fn insert(&mut self, s: u32, t: u32) {
+        for x in self.map.iter_mut().flatten() {
+            if *x >= t {
+                *x += 1;
+            }
+        }
+        self.map.insert(s as usize, Some(t));
+    }
+}
+
+/// Translates a record's steps from the source DAG to a target DAG of the same op whose
+/// stage list differs by inlinable element-wise stages (NCHWc convs have a `data_pad` stage
+/// only when padded, so a padded conv can take a 1x1 conv's schedule). Stages are aligned by
+/// name (both DAGs are built in the source's TVM era); extra target stages are inlined first
+/// (`CI`, as Ansor's always-inline rule does); steps on source-only stages are dropped.
+/// Returns None when the lists are identical (nothing to translate).
+pub fn map_stages(
+    source: &ttdb_algo::ir::Dag,
+    target: &ttdb_algo::ir::Dag,
+    steps: &[Step],
+) -> Result<Option<Vec<Step>>, String> {
+    use ttdb_format::ansor::step::*;
+    let names = |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    let (src, tgt) = (names(source), names(target));
+    if src == tgt {
+        return Ok(None);
+    }
+    // Greedy alignment: equal names pair up; an unpaired target stage must be inlinable.
+    let (mut i, mut j) = (0, 0);
+    let mut map = vec![None; src.len()];
+    let mut extra = Vec::new();
+    while i < src.len() || j < tgt.len() {
+        if i < src.len() && j < tgt.len() && src[i] == tgt[j] {
+            map[i] = Some(j as u32);
+            i += 1;
+            j += 1;
+        } else if j < tgt.len() && !src[i.min(src.len())..].contains(&tgt[j]) {
+            extra.push(j);
+            j += 1;
+        } else if i < src.len() {
+            i += 1; // a source-only stage
+        } else {
+            return Err("the stage lists cannot be aligned".into());
+        }
+    }
+    for &t in &extra {
+        let st = &target.stages[t];
+        let inlinable = st.compute().is_some_and(|c| c.reduce_axes.is_empty())
+            && !target.outputs.iter().any(|o| o.0 == t);
+        if !inlinable {
+            return Err(format!(
+                "the target has stage {} ({}) that the source lacks and it cannot be inlined",
+                t, st.name
+            ));
+        }
+    }
+    let mut sm = StageMap { map };
+    let mut out: Vec<Step> = extra
+        .iter()
+        .map(|&t| Step::ComputeInline(ComputeInlineStep { stage_id: t as u32 }))
+        .collect();
+    // New index of every kept source step (FSP/FFSP refer to steps by index).
+    let mut new_index: Vec<Option<u32>> = Vec::with_capacity(steps.len());
+    for step in steps {
+        let s = step.stage_id();
+        let Ok(t) = sm.get(s) else {
+            // A step on a stage the target does not have (e.g. inlining its data_pad).
+            if let Step::ComputeInline(_)
+            | Step::ComputeRoot(_)
+            | Step::Annotation(_)
+            | Step::Pragma(_) = step
+            {
+                new_index.push(None);
+                continue;
+            }
+            return Err(format!(
+                "step {step} works on a stage the target does not have"
+            ));
+        };
+        let follow = |src: u32, new_index: &[Option<u32>]| {
+            new_index
+                .get(src as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| format!("step {step} follows a dropped step"))
+        };
+        let translated = match step {
+            Step::Annotation(a) => Step::Annotation(AnnotationStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::Fuse(a) => Step::Fuse(FuseStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::Pragma(a) => Step::Pragma(PragmaStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::Reorder(a) => Step::Reorder(ReorderStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::Split(a) => Step::Split(SplitStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::FollowSplit(a) => Step::FollowSplit(FollowSplitStep {
+                stage_id: t,
+                src_step_id: follow(a.src_step_id, &new_index)?,
+                ..a.clone()
+            }),
+            Step::FollowFusedSplit(a) => Step::FollowFusedSplit(FollowFusedSplitStep {
+                stage_id: t,
+                src_step_ids: a
+                    .src_step_ids
+                    .iter()
+                    .map(|&x| follow(x, &new_index))
+                    .collect::<Result<_, _>>()?,
+                ..a.clone()
+            }),
+            Step::StorageAlign(a) => Step::StorageAlign(StorageAlignStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+            Step::ComputeAt(a) => Step::ComputeAt(ComputeAtStep {
+                stage_id: t,
+                target_stage_id: sm.get(a.target_stage_id)?,
+                ..a.clone()
+            }),
+            Step::ComputeInline(_) => Step::ComputeInline(ComputeInlineStep { stage_id: t }),
+            Step::ComputeRoot(_) => Step::ComputeRoot(ComputeRootStep { stage_id: t }),
+            Step::CacheRead(a) => Step::CacheRead(CacheReadStep {
+                stage_id: t,
+                scope: a.scope.clone(),
+                reader_stage_ids: a
+                    .reader_stage_ids
+                    .iter()
+                    .map(|&r| sm.get(r))
+                    .collect::<Result<_, _>>()?,
+            }),
+            Step::CacheWrite(a) => Step::CacheWrite(CacheWriteStep {
+                stage_id: t,
+                scope: a.scope.clone(),
+            }),
+            Step::Rfactor(a) => Step::Rfactor(RfactorStep {
+                stage_id: t,
+                ..a.clone()
+            }),
+        };
+        // Stage-adding steps insert a stage in both lists.
+        match step {
+            Step::CacheWrite(_) | Step::Rfactor(_) => sm.insert(s, t),
+            Step::CacheRead(_) => sm.insert(s + 1, t + 1),
+            _ => {}
+        }
+        new_index.push(Some(out.len() as u32));
+        out.push(translated);
+    }
+    Ok(Some(out))
+}

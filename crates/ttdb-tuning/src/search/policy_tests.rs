@@ -1,0 +1,90 @@
+//! The search loop against a synthetic measurer (no LLVM): a known cost per step list and
+//! injected faults. Compile errors, timeouts and wrong answers become failed trials, the
+//! search goes on to its budget, and the cost model learns from every trial.
+use super::cost_model::CostModel;
+use super::droplet_tests::{failed, split_lengths, timed};
+use super::measurer::Measurer;
+use super::policy::*;
+use super::sketch::{tests::matmul, HardwareParams};
+use ttdb_format::ansor::Step;
+use ttdb_backend::evaluate::Evaluation;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Cost: 1 ms x (1 + Σ |log2(length / 4)|) over the split lengths (tiles of 4 are best);
+/// every 5th schedule fails to compile (2), every 7th times out (7), every 11th is wrong (5).
+struct Faulty {
+    n: usize,
+}
+
+impl Measurer for Faulty {
+    fn measure(&mut self, schedules: &[Vec<Step>], _timeout: Duration) -> Vec<Option<Evaluation>> {
+        schedules
+            .iter()
+            .map(|s| {
+                self.n += 1;
+                for (every, code) in [(5, 2), (7, 7), (11, 5)] {
+                    if self.n.is_multiple_of(every) {
+                        return Some(failed(code));
+                    }
+                }
+                let cost: f64 = split_lengths(s)
+                    .iter()
+                    .map(|&l| ((l as f64) / 4.0).log2().abs())
+                    .sum();
+                Some(timed(vec![1e-3 * (1.0 + cost); 3]))
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn faults_are_failed_trials_and_the_search_goes_on() {
+    let dag = matmul(64, 64, 64);
+    let hw = HardwareParams {
+        num_cores: 2,
+        vector_lanes: 8,
+    };
+    let opts = SearchOptions {
+        trials: 96,
+        batch: 16,
+        population: 64,
+        ..SearchOptions::default()
+    };
+    let mut model = CostModel::new();
+    let out = search_task(
+        &dag,
+        hw,
+        &[],
+        &mut Faulty { n: 0 },
+        &opts,
+        &mut QuietSearch,
+        &mut model,
+    )
+    .unwrap();
+    assert_eq!(out.stop, SearchStop::Trials);
+    assert_eq!(out.trials.len(), 96);
+    let codes: HashSet<u8> = out
+        .trials
+        .iter()
+        .filter_map(|t| t.evaluation.failure.as_ref().map(|f| f.error_no))
+        .collect();
+    assert_eq!(codes, HashSet::from([2, 5, 7]));
+    let best = out.best_trial().expect("a verified best");
+    assert!(best.evaluation.verified());
+    // Every trial, failed ones included (label 0), taught the model; it is trained.
+    assert_eq!(model.programs(), 96);
+    model.maybe_retrain();
+    assert!(model.is_trained());
+    // The search improved on its first round.
+    let first_round_best = out
+        .trials
+        .iter()
+        .filter(|t| t.round == 0)
+        .filter_map(|t| t.evaluation.median())
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        best.evaluation.median().unwrap() < first_round_best,
+        "no progress after round 0"
+    );
+}

@@ -1,0 +1,587 @@
+//! `apply`: transfer-tuning a model. For every tuned kernel, the untuned default schedule is
+//! measured, then the top-k matched candidates (exact first, then class by static estimate)
+//! are replayed, compiled, verified and timed — the measure-all strategy of transfer-tuning,
+//! bounded by k and a time budget — and the fastest verified one wins. The default is always
+//! a candidate, so a kernel is never reported slower than untuned. With `droplet`, the chosen
+//! transferred schedule is then refined on this machine (TT + Droplet, `super::refine`).
+//! Every measurement goes to the sink as it is taken; Ctrl-C stops after the current run.
+use super::record::Sink;
+use super::refine::{refine_schedules, RefineOptions};
+use super::search::keep_model;
+use ttdb_format::ansor::Step;
+use ttdb_backend::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
+use ttdb_algo::ir::{dag_hash, Dag};
+use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
+use ttdb_backend::measure::runner::MeasureOptions;
+use ttdb_onnx::onnx::Kernel;
+use crate::search::cost_model::{starting_model, CostModel};
+use crate::search::droplet::Stop;
+use crate::search::interrupt;
+use ttdb_store::store::measurement::NewMeasurement;
+use ttdb_store::store::StoreError;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct ApplyOptions {
+    /// Candidates measured per kernel (the default schedule comes on top).
+    pub top_k: usize,
+    /// Search time budget; once spent, remaining kernels keep their default schedule.
+    pub budget: Duration,
+    pub eval: EvalOptions,
+    /// The naive default is slow by design: fewer repeats suffice for its time.
+    pub default_eval: EvalOptions,
+    /// Refine each kernel's chosen transferred schedule with Droplet search (None: no).
+    pub droplet: Option<RefineOptions>,
+    /// Search the kernels no transferred schedule sped up (None: no; `apply --tune N`).
+    pub tune: Option<super::search::TuneOptions>,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        let eval = EvalOptions::default();
+        let default_eval = EvalOptions {
+            measure: MeasureOptions {
+                repeat: 3,
+                min_repeat_ms: 50,
+                ..eval.measure.clone()
+            },
+            ..eval.clone()
+        };
+        ApplyOptions {
+            top_k: 3,
+            budget: Duration::from_secs(600),
+            eval,
+            default_eval,
+            droplet: None,
+            tune: None,
+        }
+    }
+}
+
+/// One measured candidate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Trial {
+    pub tier: Tier,
+    pub source: String,
+    pub verified: bool,
+    pub median_ms: Option<f64>,
+    pub error: Option<String>,
+    pub compile_ms: f64,
+}
+
+/// The outcome for one kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelResult {
+    pub name: String,
+    pub class: String,
+    pub inputs: Vec<Vec<i64>>,
+    pub output: Vec<i64>,
+    pub multiplicity: usize,
+    pub tier: Tier,
+    /// The chosen schedule's source ("default" when no candidate beat it).
+    pub chosen: String,
+    pub chosen_tier: Option<Tier>,
+    pub untuned_ms: Option<f64>,
+    pub tuned_ms: Option<f64>,
+    pub speedup: Option<f64>,
+    pub verified: bool,
+    pub gflops: Option<f64>,
+    pub trials: Vec<Trial>,
+    /// Why no candidate was measured, if so.
+    pub note: Option<String>,
+    /// The chosen schedule's median before Droplet refined it (with `droplet`).
+    pub transferred_ms: Option<f64>,
+    pub droplet: Option<DropletSummary>,
+    /// `apply --tune`: the search of a kernel no transferred schedule sped up.
+    pub search: Option<super::search::SearchSummary>,
+}
+
+/// What Droplet did to one kernel's chosen schedule.
+#[derive(Clone, Debug, Serialize)]
+pub struct DropletSummary {
+    pub trials: usize,
+    pub failed_trials: usize,
+    pub batches: usize,
+    pub knobs: usize,
+    pub stop: Option<Stop>,
+    /// The transferred schedule timed again at the start, and the result.
+    pub start_ms: Option<f64>,
+    pub refined_ms: Option<f64>,
+    pub seconds: f64,
+    /// Why it did not run or failed, if so.
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ApplyReport {
+    pub model: String,
+    pub layout: String,
+    pub kernels: Vec<KernelResult>,
+    /// Σ latency × multiplicity over the tuned kernels, default schedules.
+    pub untuned_total_ms: f64,
+    /// The same with the chosen schedules (after Droplet, with `droplet`).
+    pub tuned_total_ms: f64,
+    /// The chosen transferred schedules before Droplet (with `droplet`).
+    pub transferred_total_ms: Option<f64>,
+    /// Seconds spent in Droplet (included in `search_seconds`).
+    pub droplet_seconds: f64,
+    /// Droplet trials in all.
+    pub droplet_trials: usize,
+    /// Stopped by Ctrl-C: kernels after it keep their default schedule.
+    pub interrupted: bool,
+    pub speedup: f64,
+    pub search_seconds: f64,
+    pub budget_exhausted: bool,
+    /// Kernels of the model not timed (layout transforms, concat, plain element-wise).
+    pub untimed_kernels: usize,
+}
+
+/// The TVM workload key of a DAG: md5 of its PrintDAG text and its io shapes.
+pub fn workload_key_of(dag: &Dag) -> String {
+    let mut items = vec![serde_json::json!(dag_hash(dag))];
+    items.extend(dag.io_shapes().into_iter().map(|s| serde_json::json!(s)));
+    serde_json::to_string(&items)
+        .expect("json")
+        .replace(',', ", ")
+}
+
+fn ms(e: &Evaluation) -> Option<f64> {
+    e.median().map(|s| s * 1e3)
+}
+
+fn measurement(
+    e: &Evaluation,
+    dag: &Dag,
+    steps: Vec<ttdb_format::ansor::Step>,
+    origin: Option<i64>,
+    provenance: String,
+) -> NewMeasurement {
+    super::record::measurement_of(
+        e,
+        workload_key_of(dag),
+        steps,
+        dag.flop_ct(),
+        origin,
+        provenance,
+    )
+}
+
+fn provenance(c: &Candidate) -> String {
+    let what = match c.tier {
+        Tier::Exact => "exact match of",
+        _ => "transferred from",
+    };
+    format!(
+        "{what} workload {} (record {}) of file {}",
+        c.source.signature, c.source.record_id, c.source.source_path
+    )
+}
+
+/// Measures the default and the top-k candidates of every tuned kernel of `m`, within the
+/// budget, then refines the chosen ones (with `droplet`); every measurement goes to `sink` as
+/// it is taken. `progress` hears of every kernel and of every Droplet batch.
+pub fn apply(
+    m: &ModelMatch,
+    opts: &ApplyOptions,
+    progress: &dyn ApplyProgress,
+    sink: &mut dyn Sink,
+) -> Result<ApplyReport, StoreError> {
+    let start = Instant::now();
+    // Spend the budget where it matters: biggest kernels (FLOPs x multiplicity) first.
+    // (Each weight builds the kernel's DAG: computed once per kernel, not per comparison.)
+    let weights: Vec<f64> = m
+        .matches
+        .iter()
+        .map(|km| {
+            let k = &m.list.kernels[km.kernel];
+            kernel_flops(k) * k.multiplicity() as f64
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..m.matches.len()).collect();
+    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]));
+    let mut results: Vec<Option<KernelResult>> = vec![None; m.matches.len()];
+    let mut exhausted = false;
+    let mut failed = None;
+    // `--tune` and `--droplet`: one cost model for the run's searches and refinements,
+    // loaded and kept once.
+    let warm = opts.tune.as_ref().is_none_or(|t| t.search.warm_start);
+    let mut cost = (opts.tune.is_some() || opts.droplet.is_some())
+        .then(|| starting_model(warm, || sink.load_cost_model()));
+    for (n, &i) in order.iter().enumerate() {
+        let km = &m.matches[i];
+        let k = &m.list.kernels[km.kernel];
+        progress.kernel(n, order.len(), &k.name);
+        let over = start.elapsed() >= opts.budget;
+        exhausted |= over;
+        let stop = over || interrupt::requested();
+        match apply_kernel(k, km, opts, stop, cost.as_mut(), sink, progress) {
+            Ok(r) => results[i] = Some(r),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    // Once per run, even when storing a measurement failed.
+    match (&opts.tune, &opts.droplet, cost.as_mut()) {
+        (Some(t), _, Some(c)) => keep_model(sink, &t.search, c)?,
+        (None, Some(d), Some(c)) if d.rank_by_model => {
+            c.maybe_retrain();
+            sink.keep_cost_model(c)?;
+        }
+        _ => {}
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let kernels: Vec<KernelResult> = results.into_iter().flatten().collect();
+    let total = |f: &dyn Fn(&KernelResult) -> Option<f64>| {
+        kernels
+            .iter()
+            .map(|r| f(r).unwrap_or(0.0) * r.multiplicity as f64)
+            .sum::<f64>()
+    };
+    let untuned = total(&|r| r.untuned_ms);
+    let tuned = total(&|r| r.tuned_ms.or(r.untuned_ms));
+    let refined: Vec<&DropletSummary> = kernels.iter().filter_map(|k| k.droplet.as_ref()).collect();
+    Ok(ApplyReport {
+        transferred_total_ms: opts
+            .droplet
+            .is_some()
+            .then(|| total(&|r| r.transferred_ms.or(r.tuned_ms).or(r.untuned_ms))),
+        droplet_seconds: refined.iter().map(|d| d.seconds).sum(),
+        droplet_trials: refined.iter().map(|d| d.trials).sum(),
+        interrupted: interrupt::requested(),
+        model: m.list.model.clone(),
+        layout: m.list.layout.clone(),
+        untimed_kernels: m.list.kernels.iter().filter(|k| !k.is_tuned()).count(),
+        kernels,
+        untuned_total_ms: untuned,
+        tuned_total_ms: tuned,
+        speedup: if tuned > 0.0 {
+            untuned / tuned
+        } else {
+            f64::NAN
+        },
+        search_seconds: start.elapsed().as_secs_f64(),
+        budget_exhausted: exhausted,
+    })
+}
+
+/// What `apply` tells its caller as it goes.
+pub trait ApplyProgress {
+    /// Kernel `done` of `total` (by weight, biggest first) starts.
+    fn kernel(&self, done: usize, total: usize, name: &str);
+    /// Droplet on the current kernel: trials so far, the incumbent's mean seconds.
+    fn droplet(&self, _trials: usize, _best_seconds: f64) {}
+}
+
+impl<F: Fn(usize, usize, &str)> ApplyProgress for F {
+    fn kernel(&self, done: usize, total: usize, name: &str) {
+        self(done, total, name)
+    }
+}
+
+/// Reference values per distinct DAG text: candidates of one era and operand order share
+/// one (and its inputs), others get their own.
+#[derive(Default)]
+struct References(HashMap<String, Result<Reference, String>>);
+
+impl References {
+    fn get(&mut self, dag: &Dag) -> Result<&Reference, String> {
+        self.0
+            .entry(dag_hash(dag))
+            .or_insert_with(|| Reference::new(dag, 17))
+            .as_ref()
+            .map_err(|e| e.clone())
+    }
+}
+
+fn apply_kernel(
+    k: &Kernel,
+    km: &crate::matcher::KernelMatch,
+    opts: &ApplyOptions,
+    stop: bool,
+    cost: Option<&mut CostModel>,
+    sink: &mut dyn Sink,
+    progress: &dyn ApplyProgress,
+) -> Result<KernelResult, StoreError> {
+    let mut r = KernelResult {
+        name: k.name.clone(),
+        class: k.class.clone(),
+        inputs: k.inputs.clone(),
+        output: k.output.clone(),
+        multiplicity: k.multiplicity(),
+        tier: km.tier,
+        chosen: "default".into(),
+        chosen_tier: None,
+        untuned_ms: None,
+        tuned_ms: None,
+        speedup: None,
+        verified: false,
+        gflops: None,
+        trials: vec![],
+        note: None,
+        transferred_ms: None,
+        droplet: None,
+        search: None,
+    };
+    let Some(spec) = &k.spec else {
+        r.note = Some("no workload spec".into());
+        return Ok(r);
+    };
+    let default_dag = match spec.build(ttdb_algo::ops::Era::V010, &k.inputs) {
+        Ok(d) => d,
+        Err(e) => {
+            r.note = Some(format!("cannot build the kernel: {e}"));
+            return Ok(r);
+        }
+    };
+    let mut references = References::default();
+    let default = match references.get(&default_dag) {
+        Ok(reference) => evaluate_default(&default_dag, reference, &opts.default_eval),
+        Err(e) => {
+            r.note = Some(e);
+            return Ok(r);
+        }
+    };
+    r.untuned_ms = ms(&default);
+    r.verified = default.verified();
+    let naive = measurement(
+        &default,
+        &default_dag,
+        vec![],
+        None,
+        "naive default schedule".into(),
+    );
+    sink.keep("default", &[naive])?;
+    // (median ms, candidate index, GFLOP/s) of the fastest verified candidate.
+    let mut best: Option<(f64, usize, Option<f64>)> = None;
+    if stop {
+        r.note = Some(if interrupt::requested() {
+            "interrupted: default schedule kept".into()
+        } else {
+            "search budget exhausted: default schedule kept".into()
+        });
+    } else if km.candidates.is_empty() {
+        r.note = Some("no candidate (tier none)".into());
+    }
+    let candidates = if stop {
+        &[][..]
+    } else {
+        &km.candidates[..km.candidates.len().min(opts.top_k)]
+    };
+    let mut measured = Vec::new();
+    // (median ms, candidate index) of every verified candidate.
+    let mut verified: Vec<(f64, usize)> = Vec::new();
+    for c in candidates {
+        let e = match references.get(&c.dag) {
+            Ok(reference) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
+            Err(msg) => {
+                r.trials.push(Trial {
+                    tier: c.tier,
+                    source: c.source.label(),
+                    verified: false,
+                    median_ms: None,
+                    error: Some(msg),
+                    compile_ms: 0.0,
+                });
+                continue;
+            }
+        };
+        let t = ms(&e);
+        r.trials.push(Trial {
+            tier: c.tier,
+            source: c.source.label(),
+            verified: e.verified(),
+            median_ms: t,
+            error: e.failure.as_ref().map(|f| f.message.clone()),
+            compile_ms: e.total_compile_time().as_secs_f64() * 1e3,
+        });
+        if let Some(t) = t {
+            verified.push((t, r.trials.len() - 1));
+            if best.is_none_or(|(b, _, _)| t < b) {
+                best = Some((t, r.trials.len() - 1, e.gflops(c.dag.flop_ct())));
+            }
+        }
+        measured.push(measurement(
+            &e,
+            &c.dag,
+            c.steps.clone(),
+            Some(c.source.record_id),
+            provenance(c),
+        ));
+    }
+    sink.keep("apply", &measured)?;
+    // The default is a candidate too: a transferred schedule must beat it to be chosen.
+    match (best, r.untuned_ms) {
+        (Some((t, i, gflops)), u) if u.is_none_or(|u| t < u) => {
+            let c = &candidates[i];
+            r.tuned_ms = Some(t);
+            r.chosen = c.source.label();
+            r.chosen_tier = Some(c.tier);
+            r.verified = true;
+            r.gflops = gflops;
+            if let (Some(dopts), Some(cost)) = (&opts.droplet, cost) {
+                let reference = references.get(&c.dag).expect("measured above");
+                // The other verified candidates of the same DAG, fastest first.
+                let mut others: Vec<(f64, usize)> = verified
+                    .iter()
+                    .copied()
+                    .filter(|&(_, j)| j != i && dag_hash(&candidates[j].dag) == dag_hash(&c.dag))
+                    .collect();
+                others.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let others: Vec<Vec<Step>> = others
+                    .iter()
+                    .map(|&(_, j)| candidates[j].steps.clone())
+                    .collect();
+                refine_chosen(&mut r, c, &others, reference, dopts, cost, sink, progress);
+            }
+        }
+        _ => {
+            r.tuned_ms = r.untuned_ms;
+            r.gflops = default.gflops(default_dag.flop_ct());
+            if opts.droplet.is_some() && opts.tune.is_none() {
+                r.droplet = Some(DropletSummary::skipped(
+                    "no transferred schedule beat the default (the naive default has no knobs)",
+                ));
+            }
+            if let (Some(topts), Some(cost), false) =
+                (&opts.tune, cost, stop || interrupt::requested())
+            {
+                if let Ok(reference) = references.get(&default_dag) {
+                    search_default(&mut r, &default_dag, reference, topts, cost, sink, progress)?;
+                }
+            }
+        }
+    }
+    if let (Some(u), Some(t)) = (r.untuned_ms, r.tuned_ms) {
+        r.speedup = Some(u / t);
+    }
+    Ok(r)
+}
+
+/// `apply --tune`: no transferred schedule beat the default, so search the kernel; the
+/// searched schedule is chosen if it beats the default.
+fn search_default(
+    r: &mut KernelResult,
+    dag: &Dag,
+    reference: &Reference,
+    opts: &super::search::TuneOptions,
+    cost: &mut CostModel,
+    sink: &mut dyn Sink,
+    progress: &dyn ApplyProgress,
+) -> Result<(), StoreError> {
+    let (summary, best) = super::search::search_kernel(
+        dag,
+        reference,
+        &workload_key_of(dag),
+        &[],
+        opts,
+        cost,
+        sink,
+        &mut |trials, best| progress.droplet(trials, best),
+    )?;
+    if let (Some(b), Some(ms)) = (best, summary.best_ms) {
+        if r.untuned_ms.is_none_or(|u| ms < u) {
+            r.tuned_ms = Some(ms);
+            r.chosen = format!("search ({} trials)", summary.trials);
+            r.verified = true;
+            r.gflops = b.evaluation.gflops(dag.flop_ct());
+        }
+    }
+    r.search = Some(summary);
+    Ok(())
+}
+
+impl DropletSummary {
+    fn skipped(why: &str) -> DropletSummary {
+        DropletSummary {
+            trials: 0,
+            failed_trials: 0,
+            batches: 0,
+            knobs: 0,
+            stop: None,
+            start_ms: None,
+            refined_ms: None,
+            seconds: 0.0,
+            note: Some(why.into()),
+        }
+    }
+}
+
+/// TT + Droplet: refines the chosen candidate `c` on this machine (with the other verified
+/// candidates of its DAG, `others`, fastest first, as further starts); the kernel's time
+/// becomes the refined schedule's.
+#[allow(clippy::too_many_arguments)]
+fn refine_chosen(
+    r: &mut KernelResult,
+    c: &Candidate,
+    others: &[Vec<Step>],
+    reference: &Reference,
+    opts: &RefineOptions,
+    model: &mut CostModel,
+    sink: &mut dyn Sink,
+    progress: &dyn ApplyProgress,
+) {
+    if interrupt::requested() {
+        r.droplet = Some(DropletSummary::skipped("interrupted"));
+        return;
+    }
+    let t0 = Instant::now();
+    let what = provenance(c);
+    let key = workload_key_of(&c.dag);
+    let starts: Vec<Vec<Step>> = std::iter::once(c.steps.clone())
+        .chain(others.iter().cloned())
+        .collect();
+    let refined = refine_schedules(
+        &c.dag,
+        &starts,
+        reference,
+        &key,
+        Some(c.source.record_id),
+        &what,
+        opts,
+        model,
+        sink,
+        &mut |trials, best| progress.droplet(trials, best),
+    );
+    r.droplet = Some(match refined {
+        Ok(x) => {
+            // Droplet times its start and its best in the same conditions; the model's
+            // totals compare with the untuned times taken earlier, so the chosen schedule
+            // keeps apply's time and an improvement scales it by Droplet's ratio (re-timing
+            // on a loaded machine must not make an unchanged schedule look slower).
+            let (start_ms, refined_ms) = (ms(&x.start), ms(&x.best));
+            if let (Some(a), Some(b)) = (start_ms, refined_ms) {
+                let before = r.tuned_ms.unwrap_or(a);
+                r.transferred_ms = Some(before);
+                if x.improved {
+                    let after = before * b / a;
+                    r.tuned_ms = Some(after);
+                    r.gflops = Some(c.dag.flop_ct() / (after * 1e-3) / 1e9);
+                }
+            }
+            if x.improved {
+                r.chosen = format!("{} + droplet", r.chosen);
+            }
+            DropletSummary {
+                trials: x.trials.len(),
+                failed_trials: x.trials.iter().filter(|t| !t.evaluation.verified()).count(),
+                batches: x.batches,
+                knobs: x.knobs,
+                stop: Some(x.stop),
+                start_ms,
+                refined_ms,
+                seconds: t0.elapsed().as_secs_f64(),
+                note: None,
+            }
+        }
+        Err(e) => DropletSummary {
+            seconds: t0.elapsed().as_secs_f64(),
+            ..DropletSummary::skipped(e.as_str())
+        },
+    });
+}

@@ -1,0 +1,360 @@
+//! `ttdb tune MODEL.onnx`: search every tunable kernel of a model on this machine, one
+//! measurement round at a time, with Ansor's task scheduler deciding which kernel gets the
+//! next round (`crate::search::scheduler`; weights = how often the kernel occurs). The
+//! schedules `apply` would transfer (exact and class matches of the database) seed each
+//! kernel's first round. Every trial is stored as it is measured (provenance "search"), and
+//! the curve of the best kernel times and the model's kernel sum is kept for `--curve`.
+use super::apply::workload_key_of;
+use super::record::Sink;
+use super::refine::RefineOptions;
+use super::search::{droplet_after_search, keep_model, store_trials};
+use ttdb_format::ansor::Step;
+use ttdb_backend::evaluate::Reference;
+use ttdb_algo::ir::{dag_hash, Dag};
+use crate::matcher::ModelMatch;
+use ttdb_algo::schedule::{replay, stage_inits_from_dag};
+use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
+use crate::search::interrupt;
+use crate::search::measurer::KernelMeasurer;
+use crate::search::policy::{SearchObserver, SearchOptions, SearchTrial, TaskSearch};
+use crate::search::scheduler::{schedule, ScheduleStop, SchedulerOptions, Tasks};
+use ttdb_store::store::StoreError;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct ModelTuneOptions {
+    /// Measured trials over the whole model.
+    pub trials: usize,
+    pub time_budget: Option<Duration>,
+    /// Per-task search options (`trials` and `batch` are the scheduler's business).
+    pub search: SearchOptions,
+    /// Timing options of candidates; Droplet's options when `droplet_trials > 0`.
+    pub refine: RefineOptions,
+    /// Droplet trials per kernel after the search.
+    pub droplet_trials: usize,
+    /// Transferred candidates per kernel that seed the search.
+    pub seeds: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelTunedKernel {
+    pub name: String,
+    pub class: String,
+    pub inputs: Vec<Vec<i64>>,
+    pub output: Vec<i64>,
+    pub multiplicity: usize,
+    pub sketches: usize,
+    pub seeds: usize,
+    pub rounds: usize,
+    pub trials: usize,
+    pub failed_trials: usize,
+    pub best_ms: Option<f64>,
+    pub gflops: Option<f64>,
+    pub droplet_trials: usize,
+    pub note: Option<String>,
+}
+
+/// One point of the tuning curve: after trial `trial` (over the model), at `wall_s`.
+#[derive(Clone, Debug, Serialize)]
+pub struct CurvePoint {
+    pub trial: usize,
+    pub wall_s: f64,
+    /// The kernel that just ran a round, and its best.
+    pub kernel: usize,
+    pub kernel_best_ms: f64,
+    /// Sum over searched kernels of best x multiplicity (NaN until each has a time).
+    pub model_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelTuneReport {
+    pub model: String,
+    pub host: String,
+    pub kernels: Vec<ModelTunedKernel>,
+    /// Sum of best x multiplicity over the kernels that have a verified schedule.
+    pub kernel_sum_ms: f64,
+    /// Tunable kernels without any verified schedule (not in the sum).
+    pub kernels_without_schedule: usize,
+    pub trials: usize,
+    pub seconds: f64,
+    pub stop: ScheduleStop,
+    pub curve: Vec<CurvePoint>,
+    pub interrupted: bool,
+    pub cost_model: CostModelSummary,
+}
+
+/// What a model tuning run tells its caller.
+pub trait ModelTuneProgress {
+    /// After each round: trials so far, the model's current kernel sum (ms).
+    fn round(&mut self, _trials: usize, _model_ms: f64) {}
+}
+
+struct Store<'s> {
+    sink: &'s mut dyn Sink,
+    key: String,
+    flops: f64,
+    stored: usize,
+    error: Option<StoreError>,
+}
+
+impl SearchObserver for Store<'_> {
+    fn round_done(&mut self, trials: &[SearchTrial]) {
+        store_trials(
+            self.sink,
+            &self.key,
+            self.flops,
+            &mut self.stored,
+            &mut self.error,
+            trials,
+        );
+    }
+}
+
+struct ModelTasks<'a, 's> {
+    searches: Vec<TaskSearch<'a>>,
+    dags: &'a [Dag],
+    references: &'a [Reference],
+    weights: Vec<f64>,
+    eval: ttdb_backend::evaluate::EvalOptions,
+    store: Store<'s>,
+    cost: CostModel,
+    t0: Instant,
+    trials: usize,
+    curve: Vec<CurvePoint>,
+    progress: &'s mut dyn ModelTuneProgress,
+}
+
+impl ModelTasks<'_, '_> {
+    fn model_ms(&self) -> f64 {
+        self.searches
+            .iter()
+            .zip(&self.weights)
+            .map(|(s, w)| s.best_seconds().map_or(f64::NAN, |b| b * 1e3 * w))
+            .sum()
+    }
+}
+
+impl Tasks for ModelTasks<'_, '_> {
+    fn len(&self) -> usize {
+        self.searches.len()
+    }
+    fn weight(&self, i: usize) -> f64 {
+        self.weights[i]
+    }
+    fn round(&mut self, i: usize, want: usize) -> (usize, Option<f64>) {
+        let interrupted = || interrupt::requested();
+        let mut measurer = KernelMeasurer::new(
+            &self.dags[i],
+            &self.references[i],
+            self.eval.clone(),
+            &interrupted,
+        );
+        self.store.key = workload_key_of(&self.dags[i]);
+        self.store.flops = self.dags[i].flop_ct();
+        let n = self.searches[i].round(want, &mut measurer, &mut self.store, &mut self.cost);
+        self.trials += n;
+        let best = self.searches[i].best_seconds();
+        let model_ms = self.model_ms();
+        self.curve.push(CurvePoint {
+            trial: self.trials,
+            wall_s: self.t0.elapsed().as_secs_f64(),
+            kernel: i,
+            kernel_best_ms: best.map_or(f64::NAN, |b| b * 1e3),
+            model_ms,
+        });
+        self.progress.round(self.trials, model_ms);
+        (n, best)
+    }
+    fn interrupted(&self) -> bool {
+        interrupt::requested() || self.store.error.is_some()
+    }
+}
+
+/// Seeds for `dag` from the matched candidates: those whose steps replay on it.
+fn seeds_for(dag: &Dag, candidates: &[crate::matcher::Candidate], n: usize) -> Vec<Vec<Step>> {
+    let inits = stage_inits_from_dag(dag);
+    let hash = dag_hash(dag);
+    let mut out: Vec<Vec<Step>> = Vec::new();
+    for c in candidates.iter().take(n) {
+        let fits = dag_hash(&c.dag) == hash || replay(&inits, &c.steps).is_ok();
+        if fits && !out.contains(&c.steps) {
+            out.push(c.steps.clone());
+        }
+    }
+    out
+}
+
+/// Tunes every tunable kernel of `m` (see the module docs).
+pub fn tune_model(
+    m: &ModelMatch,
+    opts: &ModelTuneOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn ModelTuneProgress,
+) -> Result<ModelTuneReport, StoreError> {
+    let t0 = Instant::now();
+    let host = ttdb_backend::measure::detect_host();
+    let hw = crate::search::sketch::HardwareParams::of_host();
+    let mut rows = Vec::new();
+    let mut dags = Vec::new();
+    let mut references = Vec::new();
+    let mut seeds = Vec::new();
+    let mut weights = Vec::new();
+    // (row index) of each task.
+    let mut task_rows = Vec::new();
+    for km in &m.matches {
+        let k = &m.list.kernels[km.kernel];
+        let mut row = ModelTunedKernel {
+            name: k.name.clone(),
+            class: k.class.clone(),
+            inputs: k.inputs.clone(),
+            output: k.output.clone(),
+            multiplicity: k.multiplicity(),
+            sketches: 0,
+            seeds: 0,
+            rounds: 0,
+            trials: 0,
+            failed_trials: 0,
+            best_ms: None,
+            gflops: None,
+            droplet_trials: 0,
+            note: None,
+        };
+        let built = k
+            .spec
+            .as_ref()
+            .ok_or_else(|| "no workload spec".to_string())
+            .and_then(|s| {
+                s.build(ttdb_algo::ops::Era::V010, &k.inputs)
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|d| Reference::new(&d, 11).map(|r| (d, r)));
+        let built = built.and_then(|(d, r)| {
+            crate::search::sketch::generate_sketches(&d, &hw)
+                .map(|sk| (d, r, sk.len()))
+                .map_err(|e| format!("no search: {e}"))
+        });
+        match built {
+            Ok((dag, reference, n_sketches)) => {
+                row.sketches = n_sketches;
+                let s = seeds_for(&dag, &km.candidates, opts.seeds);
+                row.seeds = s.len();
+                seeds.push(s);
+                dags.push(dag);
+                references.push(reference);
+                weights.push(k.multiplicity() as f64);
+                task_rows.push(rows.len());
+            }
+            Err(e) => row.note = Some(e),
+        }
+        rows.push(row);
+    }
+    let searches = dags
+        .iter()
+        .enumerate()
+        .map(|(t, dag)| {
+            let o = SearchOptions {
+                seed: opts.search.seed.wrapping_add(t as u64),
+                ..opts.search.clone()
+            };
+            TaskSearch::new(dag, hw, &seeds[t], &o).expect("sketches generated above")
+        })
+        .collect();
+    let cost = starting_model(opts.search.warm_start, || sink.load_cost_model());
+    let mut tasks = ModelTasks {
+        searches,
+        dags: &dags,
+        references: &references,
+        weights,
+        cost,
+        eval: opts.refine.eval(),
+        store: Store {
+            sink,
+            key: String::new(),
+            flops: 0.0,
+            stored: 0,
+            error: None,
+        },
+        t0,
+        trials: 0,
+        curve: vec![],
+        progress,
+    };
+    let sched = schedule(
+        &mut tasks,
+        &SchedulerOptions::new(opts.trials, dags.len(), opts.time_budget),
+    );
+    keep_model(tasks.store.sink, &opts.search, &mut tasks.cost)?;
+    if let Some(e) = tasks.store.error.take() {
+        return Err(e);
+    }
+    for (t, s) in tasks.searches.iter().enumerate() {
+        let row = &mut rows[task_rows[t]];
+        row.rounds = sched.rounds[t];
+        row.trials = s.out.trials.len();
+        row.failed_trials = s
+            .out
+            .trials
+            .iter()
+            .filter(|t| !t.evaluation.verified())
+            .count();
+        if let Some(b) = s.out.best_trial() {
+            row.best_ms = b.evaluation.median().map(|x| x * 1e3);
+            row.gflops = b.evaluation.gflops(dags[t].flop_ct());
+        } else if row.note.is_none() {
+            row.note = Some("no candidate verified".into());
+        }
+    }
+    if opts.droplet_trials > 0 {
+        for (t, s) in tasks.searches.iter().enumerate() {
+            if interrupt::requested() {
+                break;
+            }
+            if s.out.best.is_none() {
+                continue;
+            }
+            let row = &mut rows[task_rows[t]];
+            let refined = droplet_after_search(
+                &dags[t],
+                &references[t],
+                &workload_key_of(&dags[t]),
+                &s.out,
+                opts.droplet_trials,
+                &opts.refine,
+                &mut tasks.cost,
+                tasks.store.sink,
+                &mut |_, _| {},
+            );
+            match refined {
+                Ok(x) => {
+                    row.droplet_trials = x.trials.len();
+                    if let Some(b) = x.best.median() {
+                        row.best_ms = Some(b * 1e3);
+                        row.gflops = x.best.gflops(dags[t].flop_ct());
+                    }
+                }
+                Err(e) => row.note = Some(format!("droplet: {e}")),
+            }
+        }
+    }
+    let kernel_sum_ms = rows
+        .iter()
+        .filter_map(|r| r.best_ms.map(|b| b * r.multiplicity as f64))
+        .sum();
+    Ok(ModelTuneReport {
+        model: m.list.model.clone(),
+        host: format!(
+            "{} ({}, {} cores)",
+            host.cpu_model, host.llvm_cpu, host.cores
+        ),
+        kernels_without_schedule: rows.iter().filter(|r| r.best_ms.is_none()).count(),
+        trials: tasks.trials + rows.iter().map(|r| r.droplet_trials).sum::<usize>(),
+        kernels: rows,
+        kernel_sum_ms,
+        seconds: t0.elapsed().as_secs_f64(),
+        stop: sched.stop,
+        curve: tasks.curve,
+        interrupted: interrupt::requested(),
+        cost_model: tasks.cost.summary(),
+    })
+}

@@ -1,0 +1,444 @@
+//! `ttdb tune`: search schedules on this machine for stored workloads
+//! (`crate::search::policy`), then optionally refine the best with Droplet
+//! (`super::refine`). Stored records of the workload (imported or transferred) seed the
+//! first round. Every trial is stored as it is measured: a record under the workload's TVM
+//! key on this host's target, provenance "search", so `ttdb export` writes lines TVM reads
+//! and a second `tune` starts from them (they are seeds too).
+use super::record::{measurement_of, Sink};
+use super::refine::{recognized_workload, refine_schedules, RefineJob, RefineOptions};
+use ttdb_format::ansor::Step;
+use ttdb_backend::evaluate::Reference;
+use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
+use crate::search::interrupt;
+use crate::search::measurer::KernelMeasurer;
+use crate::search::policy::{
+    search_task, SearchObserver, SearchOptions, SearchStop, SearchTrial, Searched,
+};
+use crate::search::sketch::HardwareParams;
+use ttdb_store::store::StoreError;
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    pub search: SearchOptions,
+    /// Droplet trials after the search (0: none); its options and the timing options of
+    /// every candidate come from `refine`.
+    pub droplet_trials: usize,
+    pub refine: RefineOptions,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            search: SearchOptions::default(),
+            droplet_trials: 0,
+            refine: RefineOptions {
+                // Ranking a population needs fewer samples than Droplet's t-test.
+                samples: 3,
+                min_repeat_ms: 10,
+                ..RefineOptions::default()
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TunedKernel {
+    pub signature: String,
+    pub op_class: String,
+    pub inputs: Vec<Vec<i64>>,
+    pub output: Vec<i64>,
+    pub sketches: usize,
+    pub seeds: usize,
+    pub trials: usize,
+    pub failed_trials: usize,
+    /// The fastest seed as timed here, if any verified.
+    pub seed_ms: Option<f64>,
+    /// The search's best, and after Droplet.
+    pub searched_ms: Option<f64>,
+    pub best_ms: Option<f64>,
+    pub gflops: Option<f64>,
+    pub droplet_trials: usize,
+    pub stop: Option<SearchStop>,
+    pub seconds: f64,
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TuneReport {
+    pub host: String,
+    pub cost_model: CostModelSummary,
+    pub kernels: Vec<TunedKernel>,
+    pub trials: usize,
+    pub seconds: f64,
+    pub interrupted: bool,
+}
+
+/// What a tuning run tells its caller.
+pub trait TuneProgress {
+    fn kernel(&mut self, _index: usize, _total: usize, _label: &str) {}
+    /// Trials so far in this kernel and its best median seconds.
+    fn trials(&mut self, _trials: usize, _best_s: f64) {}
+    fn kernel_done(&mut self) {}
+}
+
+/// Stores each round's trials and forwards progress.
+struct Keeper<'a> {
+    sink: &'a mut dyn Sink,
+    key: &'a str,
+    flops: f64,
+    stored: usize,
+    error: Option<StoreError>,
+    progress: &'a mut dyn TuneProgress,
+}
+
+/// Stores a round's trials as search records of workload `key` (counting them for the
+/// provenance); the first storage error is kept and stops the search.
+pub(super) fn store_trials(
+    sink: &mut dyn Sink,
+    key: &str,
+    flops: f64,
+    stored: &mut usize,
+    error: &mut Option<StoreError>,
+    trials: &[SearchTrial],
+) {
+    let items: Vec<_> = trials
+        .iter()
+        .map(|t| {
+            *stored += 1;
+            measurement_of(
+                &t.evaluation,
+                key.to_string(),
+                t.steps.clone(),
+                flops,
+                None,
+                format!("search trial {} (round {}, {})", *stored, t.round, t.origin),
+            )
+        })
+        .collect();
+    if error.is_none() {
+        if let Err(e) = sink.keep("search", &items) {
+            *error = Some(e);
+        }
+    }
+}
+
+impl SearchObserver for Keeper<'_> {
+    fn round_done(&mut self, trials: &[SearchTrial]) {
+        store_trials(
+            self.sink,
+            self.key,
+            self.flops,
+            &mut self.stored,
+            &mut self.error,
+            trials,
+        );
+    }
+    fn progress(&mut self, trials: usize, best: f64) {
+        self.progress.trials(trials, best);
+    }
+    fn interrupted(&self) -> bool {
+        interrupt::requested() || self.error.is_some()
+    }
+}
+
+/// Droplet with `trials` from the search's 10 fastest states (its restarts take distinct
+/// structures first); every trial goes to `sink`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn droplet_after_search(
+    dag: &ttdb_algo::ir::Dag,
+    reference: &Reference,
+    key: &str,
+    searched: &Searched,
+    trials: usize,
+    refine: &RefineOptions,
+    model: &mut CostModel,
+    sink: &mut dyn Sink,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<crate::search::droplet::Refined, String> {
+    let mut opts = refine.clone();
+    opts.droplet.max_trials = trials;
+    refine_schedules(
+        dag,
+        &searched.fastest(10),
+        reference,
+        key,
+        None,
+        "the search's best",
+        &opts,
+        model,
+        sink,
+        progress,
+    )
+}
+
+/// What `apply --tune` did for one kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct SearchSummary {
+    pub trials: usize,
+    pub failed_trials: usize,
+    pub best_ms: Option<f64>,
+    pub seconds: f64,
+    pub note: Option<String>,
+}
+
+struct Forward<'f>(&'f mut dyn FnMut(usize, f64));
+impl TuneProgress for Forward<'_> {
+    fn trials(&mut self, trials: usize, best_s: f64) {
+        (self.0)(trials, best_s)
+    }
+}
+
+/// Searches one kernel (`apply --tune`): `opts.search.trials` trials seeded with `seeds`,
+/// ranked by and teaching `model` (the caller loads and keeps it once per run), every trial
+/// stored under `key`. Returns the summary and the fastest verified trial.
+#[allow(clippy::too_many_arguments)]
+pub fn search_kernel(
+    dag: &ttdb_algo::ir::Dag,
+    reference: &Reference,
+    key: &str,
+    seeds: &[Vec<Step>],
+    opts: &TuneOptions,
+    model: &mut CostModel,
+    sink: &mut dyn Sink,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<(SearchSummary, Option<SearchTrial>), StoreError> {
+    let t0 = Instant::now();
+    let interrupted = || interrupt::requested();
+    let mut measurer = KernelMeasurer::new(dag, reference, opts.refine.eval(), &interrupted);
+    let mut forward = Forward(progress);
+    let mut keeper = Keeper {
+        sink,
+        key,
+        flops: dag.flop_ct(),
+        stored: 0,
+        error: None,
+        progress: &mut forward,
+    };
+    let searched = search_task(
+        dag,
+        HardwareParams::of_host(),
+        seeds,
+        &mut measurer,
+        &opts.search,
+        &mut keeper,
+        model,
+    );
+    if let Some(e) = keeper.error.take() {
+        return Err(e);
+    }
+    Ok(match searched {
+        Ok(s) => {
+            let best = s.best_trial().cloned();
+            (
+                SearchSummary {
+                    trials: s.trials.len(),
+                    failed_trials: s.trials.iter().filter(|t| !t.evaluation.verified()).count(),
+                    best_ms: best
+                        .as_ref()
+                        .and_then(|b| b.evaluation.median())
+                        .map(|m| m * 1e3),
+                    seconds: t0.elapsed().as_secs_f64(),
+                    note: best.is_none().then(|| "no candidate verified".into()),
+                },
+                best,
+            )
+        }
+        Err(e) => (
+            SearchSummary {
+                trials: 0,
+                failed_trials: 0,
+                best_ms: None,
+                seconds: t0.elapsed().as_secs_f64(),
+                note: Some(format!("no search: {e}")),
+            },
+            None,
+        ),
+    })
+}
+
+/// Tunes every job (see the module docs).
+pub fn tune_jobs(
+    jobs: &[RefineJob],
+    opts: &TuneOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn TuneProgress,
+) -> Result<TuneReport, StoreError> {
+    let t0 = Instant::now();
+    let host = ttdb_backend::measure::detect_host();
+    let mut kernels = Vec::new();
+    let mut model = starting_model(opts.search.warm_start, || sink.load_cost_model());
+    let mut failed = None;
+    for (i, job) in jobs.iter().enumerate() {
+        if interrupt::requested() {
+            break;
+        }
+        progress.kernel(i, jobs.len(), &job.workload.op_class);
+        let k = tune_job(job, opts, sink, progress, &mut model);
+        progress.kernel_done();
+        match k {
+            Ok(k) => kernels.push(k),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    // Once per run: the model learned from what was measured, even when storing a trial
+    // failed.
+    keep_model(sink, &opts.search, &mut model)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(TuneReport {
+        host: format!(
+            "{} ({}, {} cores)",
+            host.cpu_model, host.llvm_cpu, host.cores
+        ),
+        cost_model: model.summary(),
+        trials: kernels.iter().map(|k| k.trials + k.droplet_trials).sum(),
+        kernels,
+        seconds: t0.elapsed().as_secs_f64(),
+        interrupted: interrupt::requested(),
+    })
+}
+
+/// Trains `model` on what it has not been trained on yet and keeps it for the next run (not
+/// when the run started cold on purpose: a cold model would replace a warmer one).
+pub(super) fn keep_model(
+    sink: &mut dyn Sink,
+    opts: &SearchOptions,
+    model: &mut CostModel,
+) -> Result<(), StoreError> {
+    if opts.warm_start && opts.learned_model {
+        model.maybe_retrain();
+        sink.keep_cost_model(model)?;
+    }
+    Ok(())
+}
+
+fn tune_job(
+    job: &RefineJob,
+    opts: &TuneOptions,
+    sink: &mut dyn Sink,
+    progress: &mut dyn TuneProgress,
+    model: &mut CostModel,
+) -> Result<TunedKernel, StoreError> {
+    let t0 = Instant::now();
+    let w = &job.workload;
+    let mut row = TunedKernel {
+        signature: w.signature.clone(),
+        op_class: w.op_class.clone(),
+        inputs: vec![],
+        output: vec![],
+        sketches: 0,
+        seeds: 0,
+        trials: 0,
+        failed_trials: 0,
+        seed_ms: None,
+        searched_ms: None,
+        best_ms: None,
+        gflops: None,
+        droplet_trials: 0,
+        stop: None,
+        seconds: 0.0,
+        note: None,
+    };
+    let (r, reference) = match recognized_workload(&w.key) {
+        Ok(x) => x,
+        Err(e) => {
+            row.note = Some(e);
+            return Ok(row);
+        }
+    };
+    row.inputs = r.signature.inputs.clone();
+    row.output = r.signature.output.clone();
+    let seeds: Vec<Vec<Step>> = job
+        .start_schedules(&r.dag, opts.refine.starts)
+        .schedules
+        .into_iter()
+        .map(|(_, steps)| steps)
+        .collect();
+    row.seeds = seeds.len();
+    let flops = r.dag.flop_ct();
+    let eval = opts.refine.eval();
+    let interrupted = || interrupt::requested();
+    let mut measurer = KernelMeasurer::new(&r.dag, &reference, eval, &interrupted);
+    let mut keeper = Keeper {
+        sink,
+        key: &w.key,
+        flops,
+        stored: 0,
+        error: None,
+        progress,
+    };
+    let searched = search_task(
+        &r.dag,
+        HardwareParams::of_host(),
+        &seeds,
+        &mut measurer,
+        &opts.search,
+        &mut keeper,
+        model,
+    );
+    if let Some(e) = keeper.error.take() {
+        return Err(e);
+    }
+    let searched = match searched {
+        Ok(s) => s,
+        Err(e) => {
+            row.note = Some(format!("no search: {e}"));
+            return Ok(row);
+        }
+    };
+    row.sketches = searched.sketches;
+    row.trials = searched.trials.len();
+    row.failed_trials = searched
+        .trials
+        .iter()
+        .filter(|t| !t.evaluation.verified())
+        .count();
+    row.stop = Some(searched.stop);
+    row.seed_ms = searched
+        .trials
+        .iter()
+        .filter(|t| t.origin == "seed")
+        .filter_map(|t| t.evaluation.median())
+        .min_by(f64::total_cmp)
+        .map(|s| s * 1e3);
+    let Some(best) = searched.best_trial() else {
+        row.note = Some("no candidate verified".into());
+        row.seconds = t0.elapsed().as_secs_f64();
+        return Ok(row);
+    };
+    row.searched_ms = best.evaluation.median().map(|s| s * 1e3);
+    row.best_ms = row.searched_ms;
+    row.gflops = best.evaluation.gflops(flops);
+    if opts.droplet_trials > 0 && !interrupt::requested() {
+        let mut on_progress =
+            |trials: usize, best: f64| keeper.progress.trials(row.trials + trials, best);
+        match droplet_after_search(
+            &r.dag,
+            &reference,
+            &w.key,
+            &searched,
+            opts.droplet_trials,
+            &opts.refine,
+            model,
+            keeper.sink,
+            &mut on_progress,
+        ) {
+            Ok(x) => {
+                row.droplet_trials = x.trials.len();
+                if let Some(m) = x.best.median() {
+                    row.best_ms = Some(m * 1e3);
+                    row.gflops = x.best.gflops(flops);
+                }
+            }
+            Err(e) => row.note = Some(format!("droplet: {e}")),
+        }
+    }
+    row.seconds = t0.elapsed().as_secs_f64();
+    Ok(row)
+}
