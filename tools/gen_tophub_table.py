@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes src/onnx/tophub_table.rs: the x86 conv NCHWc records of TVM's TopHub log
+"""Writes crates/ttdb-onnx/src/onnx/tophub_table.rs: the x86 conv NCHWc records of TVM's TopHub log
 `llvm_v0.04.log`, which ttdb embeds so that NCHWc blocking (and with it every kernel's
 signature) never depends on a file outside the binary.
 
-Usage: tools/gen_tophub_table.py TOPHUB_LOG > src/onnx/tophub_table.rs
+Usage: tools/gen_tophub_table.py TOPHUB_LOG > crates/ttdb-onnx/src/onnx/tophub_table.rs
 
 TOPHUB_LOG is tophub/llvm_v0.04.log of https://github.com/tlc-pack/tophub at commit
 f05376ec (the file Apache TVM's autotvm/tophub.py downloads for `llvm` targets). Only the

@@ -3,11 +3,11 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
+use std::time::Duration;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::apply::ApplyProgress;
 use ttdb_tuning::tune::refine::RefineOptions;
 use ttdb_tuning::tune::{apply, ApplyOptions, ApplyReport};
-use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {

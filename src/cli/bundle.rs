@@ -1,12 +1,12 @@
 //! `ttdb bundle export | inspect | import | sign | merge`: schedule bundles (`ttdb_store::bundle`).
 use super::table::Table;
 use super::{CliError, CliResult};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
 use ttdb_store::bundle::format::{self, Bundle, Limits};
 use ttdb_store::bundle::sign;
 use ttdb_store::bundle::{self, BundleImport, Selection, Verdict, WorkloadPlan};
 use ttdb_store::store::Store;
-use serde::Serialize;
-use std::path::{Path, PathBuf};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BundleCommand {
@@ -155,7 +155,8 @@ fn read_bundle_file(path: &Path, limits: &Limits) -> Result<(Bundle, bool), CliE
 /// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees
 /// half a bundle.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    ttdb_format::atomic_file::write(path, bytes).map_err(|e| fail(format!("{}: {e}", path.display())))
+    ttdb_format::atomic_file::write(path, bytes)
+        .map_err(|e| fail(format!("{}: {e}", path.display())))
 }
 
 pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
@@ -603,8 +604,8 @@ pub(super) fn render_bundle_import(v: &ImportView) -> String {
 
 /// Re-measures the bundle's best valid record of each workload key on this host.
 fn verify_imported(store: &mut Store, b: &Bundle) -> Result<Vec<VerifyFlag>, CliError> {
-    use ttdb_format::ansor::Record;
     use std::collections::BTreeMap;
+    use ttdb_format::ansor::Record;
     let mut best: BTreeMap<String, (f64, [u8; 16])> = BTreeMap::new();
     for r in &b.records {
         let Ok(rec) = Record::parse(&r.line) else {

@@ -2,11 +2,11 @@
 //! kernel of a model, for TVM's `ApplyHistoryBest`.
 use super::kernels::ModelArgs;
 use super::{CliError, CliResult};
+use std::io::Write;
+use std::path::PathBuf;
 use ttdb_store::store::query::{export, ExportFilter};
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::export::ModelExport;
-use std::io::Write;
-use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct ExportArgs {

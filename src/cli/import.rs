@@ -1,12 +1,12 @@
 //! `ttdb import PATH...`
 use super::{CliError, CliResult};
-use ttdb_store::bundle::inputs::{self, Imported, Skipped};
+use serde::Serialize;
+use std::collections::BTreeMap;
 use ttdb_format::host::IsaCompat;
+use ttdb_store::bundle::inputs::{self, Imported, Skipped};
 use ttdb_store::store::import::FileReport;
 use ttdb_store::store::target::NormalizedTarget;
 use ttdb_store::store::Store;
-use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// The summary of one `import` run, over all its files.
 #[derive(Debug, Default, Serialize)]
@@ -190,7 +190,12 @@ pub fn render_import_summary(s: &ImportSummary) -> String {
 }
 
 /// Lines of one file listed under `verb`, at most [`LISTED`] (the JSON has them all).
-fn listed(out: &mut String, verb: &str, path: &std::path::Path, lines: &[ttdb_store::store::Rejected]) {
+fn listed(
+    out: &mut String,
+    verb: &str,
+    path: &std::path::Path,
+    lines: &[ttdb_store::store::Rejected],
+) {
     for r in lines.iter().take(LISTED) {
         out.push_str(&format!(
             "{verb} {}:{}: {}\n",

@@ -1,9 +1,11 @@
 //! `ttdb kernels MODEL.onnx`: the fused kernels TVM Relay would extract on x86.
 use super::table::{io_shapes, Table};
 use super::{CliError, CliResult};
-use ttdb_onnx::onnx::{self, tophub, InputShape, KernelKind, KernelList, LayoutMode, Options, TopHub};
 use std::path::PathBuf;
 use std::sync::Arc;
+use ttdb_onnx::onnx::{
+    self, tophub, InputShape, KernelKind, KernelList, LayoutMode, Options, TopHub,
+};
 
 /// How to read a model into kernels (shared by `kernels`, `match`, `apply`).
 #[derive(clap::Args, Debug, Clone)]

@@ -3,11 +3,11 @@
 use super::kernels::ModelArgs;
 use super::table::{io_shapes, Table};
 use super::{CliError, CliResult};
+use serde::Serialize;
 use ttdb_format::host::IsaCompat;
-use ttdb_tuning::matcher::{MatchOptions, ModelMatch, Tier};
 use ttdb_onnx::onnx::{KernelKind, KernelList};
 use ttdb_store::store::Store;
-use serde::Serialize;
+use ttdb_tuning::matcher::{MatchOptions, ModelMatch, Tier};
 
 #[derive(clap::Args, Debug)]
 pub struct MatchArgs {

@@ -221,13 +221,14 @@ fn open_store(
     db: &Option<PathBuf>,
     mode: ttdb_store::store::OpenMode,
 ) -> Result<ttdb_store::store::Store, CliError> {
-    let path = db.clone().unwrap_or_else(ttdb_store::store::default_db_path);
+    let path = db
+        .clone()
+        .unwrap_or_else(ttdb_store::store::default_db_path);
     ttdb_store::store::Store::open_with(&path, mode).map_err(|e| CliError {
         message: match e {
             // These name the path themselves.
-            ttdb_store::store::StoreError::Missing { .. } | ttdb_store::store::StoreError::Foreign { .. } => {
-                e.to_string()
-            }
+            ttdb_store::store::StoreError::Missing { .. }
+            | ttdb_store::store::StoreError::Foreign { .. } => e.to_string(),
             e => format!("{}: {e}", path.display()),
         },
         code: 1,

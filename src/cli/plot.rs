@@ -1,8 +1,8 @@
 //! `tune MODEL.onnx --plot out.svg`: the tuning curve as an SVG chart, the best model
 //! latency (kernel sum, ms) against trials and against wall time, side by side.
-use ttdb_tuning::tune::model::CurvePoint;
 use plotters::prelude::*;
 use std::path::Path;
+use ttdb_tuning::tune::model::CurvePoint;
 
 /// The panels' axis labels (the tests look for them in the SVG).
 const X_TRIALS: &str = "trials";

@@ -4,12 +4,12 @@
 use super::kernels::ModelArgs;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
+use std::path::PathBuf;
+use std::time::Duration;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::refine::{
     plan, refine_jobs, RefineOptions, RefineProgress, RefineReport, Selection,
 };
-use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct RefineArgs {

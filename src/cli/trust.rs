@@ -1,7 +1,7 @@
 //! `ttdb key generate` and `ttdb trust add | list | remove`: the signing keys of bundles.
 use super::{CliError, CliResult};
-use ttdb_store::bundle::sign;
 use std::path::PathBuf;
+use ttdb_store::bundle::sign;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum KeyCommand {

@@ -3,11 +3,11 @@
 //! This file parses and renders.
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
+use std::path::PathBuf;
+use std::time::Duration;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::refine::{plan, Selection};
 use ttdb_tuning::tune::search::{tune_jobs, TuneOptions, TuneProgress, TuneReport};
-use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct TuneArgs {

@@ -4,11 +4,11 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
+use std::io::Write;
+use std::path::Path;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
 use ttdb_tuning::tune::search::TuneOptions;
-use std::io::Write;
-use std::path::Path;
 
 pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
     let mut t = Table::new(&[

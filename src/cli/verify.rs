@@ -3,11 +3,11 @@
 //! (`ttdb_tuning::tune::verify`); this file parses and renders.
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
+use std::io::IsTerminal;
+use std::time::Duration;
 use ttdb_backend::measure::peak::measure_peak;
 use ttdb_backend::measure::runner::MeasureOptions;
 use ttdb_tuning::tune::verify::{verify, VerifyOptions, VerifyReport};
-use std::io::IsTerminal;
-use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct VerifyArgs {

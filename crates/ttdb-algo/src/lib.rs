@@ -4,5 +4,5 @@
 
 pub mod ir;
 pub mod ops;
-pub mod schedule;
 pub mod recognize;
+pub mod schedule;

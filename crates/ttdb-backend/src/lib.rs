@@ -2,8 +2,8 @@
 //!
 //! One stage of the layer order in `docs/architecture.md`.
 
+pub mod codegen;
+pub mod evaluate;
 pub mod loopnest;
 pub mod lower;
-pub mod codegen;
 pub mod measure;
-pub mod evaluate;

@@ -3,9 +3,9 @@
 //! One stage of the layer order in `docs/architecture.md`.
 
 pub mod ansor;
-pub mod signature;
-pub mod host;
 pub mod atomic_file;
+pub mod host;
+pub mod signature;
 
 /// ttdb's own version, recorded in provenance and host fingerprints.
 pub fn version() -> &'static str {

@@ -2,5 +2,5 @@
 //!
 //! One stage of the layer order in `docs/architecture.md`.
 
-pub mod store;
 pub mod bundle;
+pub mod store;

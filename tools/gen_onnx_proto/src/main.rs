@@ -1,10 +1,10 @@
-//! Writes `src/onnx/proto/onnx.rs` (prost types for the `onnx` package) from
-//! `src/onnx/proto/onnx.proto3`. No protoc needed: protox compiles the file descriptor set.
+//! Writes `crates/ttdb-onnx/src/onnx/proto/onnx.rs` (prost types for the `onnx` package) from
+//! `crates/ttdb-onnx/src/onnx/proto/onnx.proto3`. No protoc needed: protox compiles the file descriptor set.
 use std::path::PathBuf;
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let proto_dir = root.join("src/onnx/proto");
+    let proto_dir = root.join("crates/ttdb-onnx/src/onnx/proto");
     let fds = protox::compile(["onnx.proto3"], [&proto_dir]).expect("onnx.proto3 compiles");
     let out = tempdir();
     prost_build::Config::new()

@@ -19,15 +19,15 @@ pub mod registered;
 pub mod signature;
 pub mod windows;
 
-use ttdb_format::ansor::{KeyForm, WorkloadKey};
 use crate::ir::{dag_hash, Dag};
 use crate::ops::{Anchor, EpilogueOp, Era, WorkloadSpec};
-use ttdb_format::signature::WorkloadSignature;
 use candidates::{candidates, Candidate, Pass};
 pub use signature::{signature_for, unknown_signature};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
+use ttdb_format::ansor::{KeyForm, WorkloadKey};
+use ttdb_format::signature::WorkloadSignature;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum RecognizedBy {

@@ -2,13 +2,13 @@
 //! the tutorial workloads of `crate::ops::registered`.
 use super::signature::registered_signature;
 use super::RecognizeError;
-use ttdb_format::ansor::{KeyArg, WorkloadKey};
 use crate::ir::{DType, Dag};
 use crate::ops::registered::{conv2d_layer, matmul_add, sparse_dense};
 use crate::ops::{Anchor, Era, Window2d};
-use ttdb_format::signature::WorkloadSignature;
 use serde_json::json;
 use std::collections::BTreeMap;
+use ttdb_format::ansor::{KeyArg, WorkloadKey};
+use ttdb_format::signature::WorkloadSignature;
 
 fn int(key: &WorkloadKey, i: usize) -> Result<i64, RecognizeError> {
     key.args

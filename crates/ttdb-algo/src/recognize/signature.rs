@@ -6,9 +6,9 @@
 //! the same sha256.
 use crate::ir::DType;
 use crate::ops::{EpilogueOp, WorkloadSpec};
-use ttdb_format::signature::WorkloadSignature;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use ttdb_format::signature::WorkloadSignature;
 
 pub fn spec_signature(
     spec: &WorkloadSpec,

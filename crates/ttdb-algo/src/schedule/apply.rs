@@ -2,8 +2,8 @@
 use super::error::{InitError, ReplayError};
 use super::state::{StageInit, State};
 use super::validate;
-use ttdb_format::each_step;
 use ttdb_format::ansor::Step;
+use ttdb_format::each_step;
 
 /// A transform step that knows its effect on a [`State`] (TVM's `ApplyToState`).
 /// Implemented for each step struct in `schedule/steps/`.

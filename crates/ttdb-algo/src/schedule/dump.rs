@@ -9,8 +9,8 @@
 //! does not update); `iter` = `<name>=<extent or ?>:<S|R|M|X>[:<annotation>]`.
 use super::iterator::{IterKind, Iterator};
 use super::state::{AxisInit, ComputeAt, OpKind, StageInit, State};
-use ttdb_format::ansor::Annotation;
 use std::fmt::Write;
+use ttdb_format::ansor::Annotation;
 
 fn write_iter(out: &mut String, it: &Iterator) {
     out.push_str(&it.name);

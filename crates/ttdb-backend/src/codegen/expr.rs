@@ -267,13 +267,7 @@ impl<'c> Tr<'c, '_> {
     }
 
     /// Math intrinsic on `t` (float) values with `lanes` lanes.
-    pub fn emit_call(
-        &self,
-        f: Intrinsic,
-        t: DType,
-        args: &[Value<'c>],
-        lanes: u32,
-    ) -> Value<'c> {
+    pub fn emit_call(&self, f: Intrinsic, t: DType, args: &[Value<'c>], lanes: u32) -> Value<'c> {
         let ty = args[0].ty();
         let bd = &self.b;
         let intr = |name: &str| self.m.intrinsic(name, &[ty]).expect("math intrinsic");

@@ -126,12 +126,7 @@ impl<'c, 'a> Tr<'c, 'a> {
     }
 
     /// Create a function with entry / start / abort blocks and make it current.
-    pub fn begin_function(
-        &mut self,
-        name: &str,
-        fty: Type<'c>,
-        internal: bool,
-    ) -> Value<'c> {
+    pub fn begin_function(&mut self, name: &str, fty: Type<'c>, internal: bool) -> Value<'c> {
         let f = self.m.add_function(name, fty);
         if internal {
             f.set_internal();

@@ -23,9 +23,7 @@ pub mod worker;
 pub use reference::{Reference, SAMPLE_POINTS};
 pub use worker::{Isolation, WorkerSpec};
 
-use ttdb_format::ansor::Step;
 use crate::codegen::{compile, CodegenError, CodegenOptions, CompiledKernel, RunError, RunOptions};
-use ttdb_algo::ir::Dag;
 use crate::loopnest::verify::RTOL;
 use crate::loopnest::{BufferData, Kernel};
 use crate::lower::check::kernel_args;
@@ -34,6 +32,8 @@ use crate::lower::{
 };
 use crate::measure::runner::{measure, measure_again, MeasureOptions, Measurement};
 use std::time::{Duration, Instant};
+use ttdb_algo::ir::Dag;
+use ttdb_format::ansor::Step;
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EvalOptions {

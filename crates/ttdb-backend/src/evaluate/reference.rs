@@ -1,11 +1,11 @@
 //! The reference a candidate is verified against: one workload's seeded inputs and its
 //! outputs at sampled points, computed once by the naive evaluator (`ir::eval`) and shared
 //! by every candidate of the workload.
-use ttdb_algo::ir::eval::{evaluate_points, random_inputs, TensorData};
-use ttdb_algo::ir::Dag;
 use crate::loopnest::verify::{kernel_output_error, Expected, OutputError};
 use crate::loopnest::{BufferData, Kernel};
 use std::time::{Duration, Instant};
+use ttdb_algo::ir::eval::{evaluate_points, random_inputs, TensorData};
+use ttdb_algo::ir::Dag;
 
 /// Output points checked per output tensor: all of them up to this size, else a spread
 /// sample of this many (first and last elements included). The reference evaluator is

@@ -15,13 +15,13 @@
 //! The protocol is one JSON object per line on the worker's stdin and stdout: the same
 //! worker a team's machines will run for a shared queue.
 use super::{EvalOptions, Evaluation};
-use ttdb_format::ansor::{steps_to_json, Step};
-use ttdb_algo::ir::Dag;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+use ttdb_algo::ir::Dag;
+use ttdb_format::ansor::{steps_to_json, Step};
 
 /// Where candidates are measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -19,11 +19,11 @@ use super::names::Naming;
 use super::op::LKind;
 use super::te::{Loc, Rel, TSchedule, TStage};
 use super::LowerError;
-use ttdb_algo::ir::TensorId;
 use crate::loopnest::affine::{linearize, Linear};
 use crate::loopnest::{simplify_expr, BinOp, Expr};
-use ttdb_algo::schedule::MAX_EXTENT;
 use std::collections::{HashMap, HashSet};
+use ttdb_algo::ir::TensorId;
+use ttdb_algo::schedule::MAX_EXTENT;
 
 /// A loop extent: an expression (constant except for data- or index-dependent reduction
 /// windows) and a constant upper bound.

@@ -2,11 +2,11 @@
 //! the same pseudo-random inputs go through the checked interpreter
 //! ([`crate::loopnest::interp`]) and through `ir::eval`; outputs are compared.
 use super::{param_tensors, WeightLayout};
-use ttdb_algo::ir::eval::{evaluate, random_inputs, TensorData};
-use ttdb_algo::ir::Dag;
 use crate::loopnest::interp::{run, InterpOptions};
 use crate::loopnest::verify::{kernel_output_error, Expected};
 use crate::loopnest::{BufferData, BufferRole, Kernel};
+use ttdb_algo::ir::eval::{evaluate, random_inputs, TensorData};
+use ttdb_algo::ir::Dag;
 
 /// Outcome of one comparison.
 #[derive(Clone, Debug, PartialEq)]

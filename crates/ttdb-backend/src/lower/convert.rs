@@ -7,9 +7,9 @@
 //! narrow again ([`store_value`]). `tir.if_then_else` becomes a `Select`, which evaluates only
 //! the chosen arm, like TVM's lazy intrinsic (padding reads rely on it).
 use super::LowerError;
-use ttdb_algo::ir::{self, TensorId};
 use crate::loopnest::{self as ln, BinOp, CmpOp};
 use std::collections::HashMap;
+use ttdb_algo::ir::{self, TensorId};
 
 /// Element type of a buffer holding an `ir` tensor.
 pub fn buffer_dtype(t: ir::DType) -> Result<ln::DType, LowerError> {

@@ -16,12 +16,12 @@ use super::names::Naming;
 use super::op::{LBody, LKind};
 use super::te::{Loc, Rel, TSchedule, TStage};
 use super::{LowerError, WeightLayout};
-use ttdb_format::ansor::Annotation;
-use ttdb_algo::ir::{Combiner, Dag, TensorId};
 use crate::loopnest::{
     simplify_expr, Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt,
 };
 use std::collections::{HashMap, HashSet};
+use ttdb_algo::ir::{Combiner, Dag, TensorId};
+use ttdb_format::ansor::Annotation;
 
 pub struct Emitter<'a> {
     pub dag: &'a Dag,

@@ -31,12 +31,12 @@ use super::convert;
 use super::op::LOp;
 use super::te::TSchedule;
 use super::LowerError;
-use ttdb_algo::ir::eval::TensorData;
-use ttdb_algo::ir::{self, Dag, TensorId};
 use crate::loopnest::{BinOp, Expr};
-use ttdb_algo::schedule::State;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use ttdb_algo::ir::eval::TensorData;
+use ttdb_algo::ir::{self, Dag, TensorId};
+use ttdb_algo::schedule::State;
 
 /// Which layout the layout-free weights have in the kernel's parameters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -59,12 +59,12 @@ mod tests;
 
 pub use layout::{pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode};
 
-use ttdb_format::ansor::Step;
-use ttdb_algo::ir::{Dag, TensorId};
 use crate::loopnest::cost::{check_cost, CostLimits};
 use crate::loopnest::{check_bounds, simplify_kernel, validate, Kernel};
-use ttdb_algo::schedule::{stage_inits_from_dag, State};
 use std::fmt;
+use ttdb_algo::ir::{Dag, TensorId};
+use ttdb_algo::schedule::{stage_inits_from_dag, State};
+use ttdb_format::ansor::Step;
 
 /// Why a schedule could not be lowered.
 #[derive(Clone, Debug, PartialEq)]

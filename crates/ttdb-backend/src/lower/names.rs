@@ -4,9 +4,9 @@
 //! followed by its outputs: the order of [`ttdb_algo::ir::Dag::io_shapes`].
 use super::te::{Loc, TSchedule};
 use super::{convert, LowerError, WeightLayout};
-use ttdb_algo::ir::{Dag, TensorId};
 use crate::loopnest::{Buffer, BufferRole};
 use std::collections::HashSet;
+use ttdb_algo::ir::{Dag, TensorId};
 
 /// Unique identifiers from arbitrary names.
 #[derive(Default, Clone, Debug)]

@@ -5,8 +5,8 @@
 //! Bodies stay `ir::Expr` with TE axis variables; a load's tensor id is the *current* stage
 //! index (stage insertions renumber them, like TVM's stage list).
 use super::LowerError;
-use ttdb_algo::ir::{self, Body, Combiner, Dag, Expr, Operation, TensorId};
 use std::collections::HashMap;
+use ttdb_algo::ir::{self, Body, Combiner, Dag, Expr, Operation, TensorId};
 
 /// One axis of an op: TE variable name and extent (constant, or an expression of the op's
 /// spatial axes for windows of adaptive pooling and sparse rows).
@@ -228,11 +228,7 @@ fn rename_vars(e: &Expr, map: &HashMap<String, Expr>) -> Expr {
 /// TE `cache_write` of a fresh stage: `(cache op, copy op)`. The cache computes the original
 /// body on axes renamed `<axis>.c` (same reduce axes); the copy keeps the name and axes and
 /// reads the cache, which will be at stage index `cache_index`.
-pub fn cache_write(
-    op: &LOp,
-    scope: &str,
-    cache_index: usize,
-) -> Result<(LOp, LOp), LowerError> {
+pub fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(LOp, LOp), LowerError> {
     let LKind::Compute {
         axes,
         reduce_axes,

@@ -8,10 +8,10 @@
 //! checked against the state the caller replayed.
 use super::op::{self, LAxis, LBody, LKind, LOp};
 use super::LowerError;
-use ttdb_format::ansor::{Annotation, Step};
+use std::collections::HashMap;
 use ttdb_algo::ir::{self, Dag, Expr, TensorId};
 use ttdb_algo::schedule::{split_lengths, ComputeAt, State};
-use std::collections::HashMap;
+use ttdb_format::ansor::{Annotation, Step};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VKind {

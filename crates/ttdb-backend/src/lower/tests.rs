@@ -2,14 +2,14 @@
 //! feature each, every kernel run in the checked interpreter against `ir::eval`.
 use super::check::interpret_against_reference;
 use super::*;
-use ttdb_format::ansor::Step;
-use ttdb_algo::ir::Dag;
 use crate::loopnest::Expr;
 use crate::loopnest::{kernel_to_string, Attr, ForKind, Stmt};
+use ttdb_algo::ir::Dag;
 use ttdb_algo::ops::{
     registered, Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
 };
 use ttdb_algo::schedule::{replay, retarget_steps, stage_inits_from_dag};
+use ttdb_format::ansor::Step;
 
 pub fn steps(json: &str) -> Vec<Step> {
     let v: serde_json::Value = serde_json::from_str(json).unwrap();

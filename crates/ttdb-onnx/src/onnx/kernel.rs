@@ -16,11 +16,11 @@ use super::chain::{chain_op, rejoin_op, simplify_scalars};
 use super::layout::{Blocking, ConvChoice};
 use super::prologue::{prologue_of, prologue_ops};
 use super::relay::{Layout, OpGraph, OpId, OpKind};
+use serde::Serialize;
+use std::collections::HashMap;
 use ttdb_algo::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolLayout, WorkloadSpec};
 use ttdb_algo::recognize::signature::spec_signature;
 use ttdb_format::signature::WorkloadSignature;
-use serde::Serialize;
-use std::collections::HashMap;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

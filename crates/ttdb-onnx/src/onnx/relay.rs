@@ -7,8 +7,8 @@
 use super::error::{OnnxError, Result};
 use super::graph::{Graph, Node};
 use super::shape::{conv_params, pool_params};
-use ttdb_algo::ops::{PoolKind, Window2d};
 use std::collections::HashMap;
+use ttdb_algo::ops::{PoolKind, Window2d};
 mod hard;
 
 mod op_graph;

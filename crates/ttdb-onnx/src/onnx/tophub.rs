@@ -9,9 +9,9 @@
 //!
 //! The table is built in because the blocking decides every NCHWc kernel's signature: read
 //! from a file, a missing file silently changed which stored schedules match.
-use ttdb_algo::schedule::divisors::largest_divisor_at_most;
 use std::collections::HashMap;
 use std::path::Path;
+use ttdb_algo::schedule::divisors::largest_divisor_at_most;
 
 /// An AutoTVM conv workload as TopHub keys it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -449,8 +449,8 @@ mod tests {
     /// The built-in table is the corpus's TopHub log, record for record.
     #[test]
     fn builtin_tophub_equals_the_corpus_log() {
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tophub/llvm_v0.04.log");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/corpus/tophub/llvm_v0.04.log");
         assert!(
             path.is_file(),
             "TopHub log missing: expected {} (the shared corpus beside the checkout)",

@@ -19,12 +19,12 @@
 //! record's hash, the manifest's counts and the trailer's hash are checked, and the first
 //! mismatch refuses the whole bundle, naming the line and record.
 use super::stream::{stream_error, text_stream, Lines};
-use ttdb_format::signature::hex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Read;
+use ttdb_format::signature::hex;
 
 pub const FORMAT: &str = "ttdb-bundle";
 pub const FORMAT_VERSION: u32 = 1;

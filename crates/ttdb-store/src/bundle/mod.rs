@@ -19,13 +19,13 @@ pub mod inputs;
 pub mod sign;
 mod stream;
 
-use ttdb_format::ansor::Record;
 use crate::store::bundle::{self as sql, HostRow, IncomingRecord, Origin};
 use crate::store::target::NormalizedTarget;
 use crate::store::{Store, StoreError};
 use format::{Bundle, BundleRecord, Creation, HostEntry, Provenance, RecordMeta};
 use std::collections::BTreeMap;
 use std::path::Path;
+use ttdb_format::ansor::Record;
 
 pub use crate::store::bundle::{BundleImport, Selection};
 

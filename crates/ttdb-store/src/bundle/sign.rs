@@ -8,9 +8,9 @@
 //! Key files are one line of text: `ttdb-ed25519-secret-key <64 hex digits>` (the seed)
 //! and `ttdb-ed25519-public-key <64 hex digits>`.
 use super::format::{signed_message, unhex, Bundle, Signature};
-use ttdb_format::signature::hex;
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use std::path::Path;
+use ttdb_format::signature::hex;
 
 const SECRET_TAG: &str = "ttdb-ed25519-secret-key";
 const PUBLIC_TAG: &str = "ttdb-ed25519-public-key";

@@ -3,10 +3,10 @@
 //! text before it. Nothing holds more than one line and the decoder's window, so a
 //! decompression bomb is refused in bounded memory (`format::read_from` checks the lines).
 use super::format::{at, is_zstd, whole, FormatError, Limits};
-use ttdb_format::signature::hex;
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io::BufRead;
+use ttdb_format::signature::hex;
 
 /// The largest zstd window a bundle may need (2^24 = 16 MiB): the decoder allocates the
 /// window a frame asks for, so a hostile frame must not choose it. ttdb's own bundles,

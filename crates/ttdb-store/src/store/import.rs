@@ -6,16 +6,16 @@
 //! two cores overlap JSON parsing with SQLite writes.
 use super::target::NormalizedTarget;
 use super::{Result, Store, StoreError};
-use ttdb_format::ansor::log::lines;
-#[cfg(doc)]
-use ttdb_format::ansor::MeasureResult;
-use ttdb_format::ansor::{parse_line, LogLine, WorkloadKey};
-use ttdb_format::signature::{self, hex};
 use rayon::prelude::*;
 use rusqlite::{params, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use ttdb_format::ansor::log::lines;
+#[cfg(doc)]
+use ttdb_format::ansor::MeasureResult;
+use ttdb_format::ansor::{parse_line, LogLine, WorkloadKey};
+use ttdb_format::signature::{self, hex};
 
 /// A line that is not a record.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

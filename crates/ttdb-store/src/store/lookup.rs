@@ -3,10 +3,10 @@
 //! nothing matches. (The ranking itself lives in `ttdb_tuning::matcher`.)
 use super::target::NormalizedTarget;
 use super::{Result, Store};
-use ttdb_format::host::IsaRequirement;
-use ttdb_format::signature::WorkloadSignature;
 use rusqlite::params;
 use serde::Serialize;
+use ttdb_format::host::IsaRequirement;
+use ttdb_format::signature::WorkloadSignature;
 
 /// A stored record that may be transferred or refined.
 #[derive(Clone, Debug, Serialize)]

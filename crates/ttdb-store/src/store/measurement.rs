@@ -3,9 +3,9 @@
 //! queries treat them like TVM's) plus a `measurements` row each, in one transaction.
 use super::import::import_in;
 use super::{now_rfc3339, Result, Store, StoreError};
+use rusqlite::{params, OptionalExtension, Transaction};
 use ttdb_format::ansor::{ErrorNo, MeasureResult, Record, Step, Task};
 use ttdb_format::host::HostFingerprint;
-use rusqlite::{params, OptionalExtension, Transaction};
 
 /// The id of `host` in the `hosts` table, inserting it on first use.
 pub fn host_id(tx: &Transaction, host: &HostFingerprint) -> Result<i64> {

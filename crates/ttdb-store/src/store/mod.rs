@@ -431,7 +431,10 @@ fn register_functions(conn: &Connection) -> Result<()> {
         FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
         |ctx| {
             let raw: String = ctx.get(0)?;
-            Ok(ttdb_format::ansor::Record::parse(raw.trim_end()).is_ok_and(|r| r.result.is_valid()))
+            Ok(
+                ttdb_format::ansor::Record::parse(raw.trim_end())
+                    .is_ok_and(|r| r.result.is_valid()),
+            )
         },
     )?;
     Ok(())

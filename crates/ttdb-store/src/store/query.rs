@@ -1,8 +1,8 @@
 //! Read queries: statistics, workload listings, best records, export.
 use super::{Result, Store};
-use ttdb_format::signature::WorkloadSignature;
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
+use ttdb_format::signature::WorkloadSignature;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ClassCount {

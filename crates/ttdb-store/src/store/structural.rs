@@ -4,9 +4,9 @@
 //! the real DAG has other stages, so the workload becomes `unknown`, with the reason,
 //! instead of being matched and transferred under a wrong class.
 use super::Result;
-use ttdb_format::ansor::{Record, WorkloadKey};
 use rusqlite::{params, Transaction};
 use serde::Serialize;
+use ttdb_format::ansor::{Record, WorkloadKey};
 
 /// A structural guess its records refuted.
 #[derive(Clone, Debug, Serialize)]

@@ -2,8 +2,8 @@
 //! to the nearest exact factorization of the new extents
 //! ([`ttdb_algo::schedule::retarget::adapt_split_lengths`]), and stage lists that differ by
 //! inlinable stages are aligned ([`map_stages`]).
-use ttdb_format::ansor::Step;
 use ttdb_algo::schedule::{ReplayFailure, StageInit};
+use ttdb_format::ansor::Step;
 
 /// Replays `steps` on `inits`, adapting every SP to its loop's extent in the new workload
 /// (FSP/FFSP then follow the adapted SPs). Fails where a step cannot apply at all.
@@ -52,7 +52,8 @@ pub fn map_stages(
     steps: &[Step],
 ) -> Result<Option<Vec<Step>>, String> {
     use ttdb_format::ansor::step::*;
-    let names = |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    let names =
+        |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
     let (src, tgt) = (names(source), names(target));
     if src == tgt {
         return Ok(None);

@@ -10,9 +10,9 @@
 //! times the source record's per-core throughput where it was tuned (a schedule that ran
 //! fast on its own workload is a better bet).
 use super::{MatchOptions, SourceRecord};
-use ttdb_format::ansor::{Annotation, Step};
 use ttdb_algo::ir::Dag;
 use ttdb_algo::schedule::State;
+use ttdb_format::ansor::{Annotation, Step};
 
 /// L2 cache per core assumed by the footprint factor (bytes).
 pub const L2_BYTES: f64 = 512.0 * 1024.0;

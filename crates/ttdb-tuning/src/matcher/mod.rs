@@ -15,15 +15,15 @@
 //! A candidate's DAG is the *kernel's* computation (its attributes and shapes) built with the
 //! source record's TVM era and operand order, because Ansor steps index stages and loops and
 //! only mean something on the stage structure they were tuned on.
-use ttdb_format::ansor::{Record, Step, WorkloadKey};
-use ttdb_format::host::{IsaCompat, IsaRequirement};
-use ttdb_algo::ir::Dag;
-use ttdb_onnx::onnx::Kernel;
-use ttdb_algo::ops::{EpilogueOp, WorkloadSpec};
-use ttdb_algo::recognize::Recognized;
-use ttdb_store::store::Store;
 use serde::Serialize;
 use std::collections::HashMap;
+use ttdb_algo::ir::Dag;
+use ttdb_algo::ops::{EpilogueOp, WorkloadSpec};
+use ttdb_algo::recognize::Recognized;
+use ttdb_format::ansor::{Record, Step, WorkloadKey};
+use ttdb_format::host::{IsaCompat, IsaRequirement};
+use ttdb_onnx::onnx::Kernel;
+use ttdb_store::store::Store;
 
 pub mod adapt;
 pub mod estimate;

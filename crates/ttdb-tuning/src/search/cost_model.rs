@@ -12,9 +12,9 @@ use super::draft::draft_estimate;
 use super::features::{store_infos, store_row, STORE_FEATURES};
 use super::gbdt::{Gbdt, GbdtParams, Grouped};
 use super::sketch::HardwareParams;
-use ttdb_backend::loopnest::ir::Kernel;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use ttdb_backend::loopnest::ir::Kernel;
 
 /// Samples before the model is trained at all.
 pub const MIN_TRAIN_PROGRAMS: usize = 48;

@@ -126,12 +126,12 @@ pub fn draft_estimate(stores: &[StoreInfo], hw: &HardwareParams) -> (f64, Vec<Dr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ttdb_backend::lower::{lower_steps, LowerOptions};
     use crate::search::cost_model::program_features;
     use crate::search::features::STORE_FEATURES;
     use crate::search::init::Sampler;
     use crate::search::rng::Rng;
     use crate::search::sketch::{generate_sketches, tests::matmul};
+    use ttdb_backend::lower::{lower_steps, LowerOptions};
 
     const HW: HardwareParams = HardwareParams {
         num_cores: 2,

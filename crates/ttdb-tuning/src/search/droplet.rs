@@ -28,11 +28,11 @@ use super::knobs::{Point, Space};
 use super::measurer::{time_pooled, Measurer, PICK_BUILDS};
 use super::rng::Rng;
 use super::stats::{mean, welch};
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Evaluation;
 use serde::Serialize;
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
+use ttdb_backend::evaluate::Evaluation;
+use ttdb_format::ansor::Step;
 
 #[derive(Clone, Debug)]
 pub struct DropletOptions {

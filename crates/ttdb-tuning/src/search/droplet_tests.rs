@@ -3,13 +3,13 @@
 use super::droplet::*;
 use super::knobs::Space;
 use super::measurer::{time_pooled, Measurer};
-use ttdb_format::ansor::Step;
+use std::collections::HashSet;
+use std::time::Duration;
+use ttdb_algo::schedule::stage_inits_from_dag;
 use ttdb_backend::evaluate::{Evaluation, Failure};
 use ttdb_backend::lower::WeightLayout;
 use ttdb_backend::measure::runner::Measurement;
-use ttdb_algo::schedule::stage_inits_from_dag;
-use std::collections::HashSet;
-use std::time::Duration;
+use ttdb_format::ansor::Step;
 
 fn space() -> Space {
     let (dag, steps) = super::knobs::tests::conv_and_sketch();

@@ -15,10 +15,10 @@
 //! Footprints use the affine form of each index: along one dimension, the loops inside a
 //! depth span `1 + Σ |coef|·(extent-1)` elements, times the extents of the loops inside a
 //! non-affine part, capped at the dimension.
+use std::collections::HashMap;
 use ttdb_backend::loopnest::affine::linearize;
 use ttdb_backend::loopnest::bounds::{expr_interval, Interval};
 use ttdb_backend::loopnest::ir::*;
-use std::collections::HashMap;
 
 /// Floats per store row.
 pub const STORE_FEATURES: usize = 34 + BUFFER_SLOTS * BUFFER_FEATURES + CURVE_POINTS + 2 + 4;

@@ -8,14 +8,14 @@
 //! extent 1, as TVM's `GetExtent` does for undefined ranges.
 use super::rng::Rng;
 use super::sketch::{is_tiled, stage_has_reduce_iter, Analysis, HardwareParams, Sketch};
+use std::collections::HashMap;
+use ttdb_algo::ir::Dag;
+use ttdb_algo::schedule::{replay, ComputeAt, IterKind, StageInit, State};
 use ttdb_format::ansor::step::{
     Annotation, AnnotationStep, ComputeAtStep, ComputeInlineStep, ComputeRootStep, FuseStep,
     PragmaStep,
 };
 use ttdb_format::ansor::Step;
-use ttdb_algo::ir::Dag;
-use ttdb_algo::schedule::{replay, ComputeAt, IterKind, StageInit, State};
-use std::collections::HashMap;
 
 /// TVM's `max_innermost_split_factor`.
 pub const MAX_INNERMOST_SPLIT: i64 = 64;

@@ -13,10 +13,10 @@
 //! A point is one index per knob into its value list; values are distinct, so distinct
 //! points give distinct step lists (the visited set of the search is injective). A point
 //! whose steps do not replay is invalid, never measured.
-use ttdb_format::ansor::step::FuseStep;
-use ttdb_format::ansor::{Annotation, Step};
 use ttdb_algo::schedule::divisors::{divisors, prime_factors};
 use ttdb_algo::schedule::{replay, IterKind, StageInit, State};
+use ttdb_format::ansor::step::FuseStep;
+use ttdb_format::ansor::{Annotation, Step};
 
 /// One index per knob into its values.
 pub type Point = Vec<u16>;

@@ -1,11 +1,11 @@
 //! Tests of the knob space ([`super`]).
 use super::*;
+use std::collections::HashSet;
 use ttdb_algo::ir::Dag;
-use ttdb_backend::lower::check::interpret_against_reference;
-use ttdb_backend::lower::{lower_steps, LowerOptions};
 use ttdb_algo::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
 use ttdb_algo::schedule::stage_inits_from_dag;
-use std::collections::HashSet;
+use ttdb_backend::lower::check::interpret_against_reference;
+use ttdb_backend::lower::{lower_steps, LowerOptions};
 
 /// An NHWC conv + bias + relu, 3x3 from 8 to 16 channels, on an 8-row image `columns` wide.
 fn conv_dag(columns: i64) -> Dag {
@@ -293,8 +293,9 @@ fn widening_moves_give_vector_bodies() {
     for m in &moves {
         let steps = sp.steps_at(m).unwrap();
         let k = lower_steps(&dag, &steps, &LowerOptions::default()).unwrap();
-        let c = ttdb_backend::codegen::compile(&k, &ttdb_backend::codegen::CodegenOptions::default())
-            .unwrap_or_else(|e| panic!("{}: {e}", sp.describe(m)));
+        let c =
+            ttdb_backend::codegen::compile(&k, &ttdb_backend::codegen::CodegenOptions::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", sp.describe(m)));
         assert_eq!(c.stats.scalarized_loops, 0, "{}", sp.describe(m));
         ttdb_backend::measure::verify::verify_against_interpreter(&c, 3)
             .unwrap_or_else(|e| panic!("{}: {e}", sp.describe(m)));

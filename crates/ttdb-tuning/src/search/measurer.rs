@@ -1,16 +1,16 @@
 //! Measuring candidate schedules of one workload: the [`Measurer`] Droplet, the restarts
 //! and the search call, ttdb's own [`KernelMeasurer`] (build in parallel, verify, time in
 //! interleaved rounds), and timings pooled over several builds ([`time_pooled`]).
-use ttdb_format::ansor::Step;
+use rayon::prelude::*;
+use std::time::{Duration, Instant};
+use ttdb_algo::ir::Dag;
 use ttdb_backend::codegen::RunError;
 use ttdb_backend::evaluate::worker::{with_client, TaskRef};
 use ttdb_backend::evaluate::{
     build_steps, Build, EvalOptions, Evaluation, Isolation, Reference, PLACEMENTS,
 };
-use ttdb_algo::ir::Dag;
 use ttdb_backend::measure::runner::{MeasureOptions, Measurement};
-use rayon::prelude::*;
-use std::time::{Duration, Instant};
+use ttdb_format::ansor::Step;
 
 /// Builds and runs schedules of one workload.
 pub trait Measurer {

@@ -10,11 +10,11 @@
 use super::cost_model::{program_features, CostModel, ProgramFeatures};
 use super::droplet::Ranker;
 use super::sketch::HardwareParams;
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Evaluation;
-use ttdb_algo::ir::Dag;
-use ttdb_backend::lower::{lower_steps, LowerOptions};
 use rayon::prelude::*;
+use ttdb_algo::ir::Dag;
+use ttdb_backend::evaluate::Evaluation;
+use ttdb_backend::lower::{lower_steps, LowerOptions};
+use ttdb_format::ansor::Step;
 
 pub struct ModelRanker<'a> {
     pub dag: &'a Dag,
@@ -66,10 +66,10 @@ impl Ranker for ModelRanker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ttdb_algo::schedule::stage_inits_from_dag;
     use crate::search::cost_model::MIN_TRAIN_PROGRAMS;
     use crate::search::droplet_tests::{failed, timed};
     use crate::search::knobs::Space;
+    use ttdb_algo::schedule::stage_inits_from_dag;
 
     /// Untrained, it has no opinion; once it has learned enough measured schedules it
     /// scores every candidate, and learns that a faster schedule is faster.

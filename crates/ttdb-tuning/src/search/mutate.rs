@@ -12,9 +12,9 @@ use super::init::{MAX_INNERMOST_SPLIT, UNROLL_CHOICES};
 use super::knobs::{KnobKind, Space};
 use super::rng::Rng;
 use super::sketch::{is_tiled, Analysis};
-use ttdb_format::ansor::Step;
 use ttdb_algo::ir::Dag;
 use ttdb_algo::schedule::{replay, StageInit};
+use ttdb_format::ansor::Step;
 
 /// The mutation kinds, with TVM's weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

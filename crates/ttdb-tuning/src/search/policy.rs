@@ -22,17 +22,17 @@ use super::measurer::Measurer;
 use super::mutate::{mutate, pick};
 use super::rng::Rng;
 use super::sketch::{generate_sketches, HardwareParams, Sketch};
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Evaluation;
-use ttdb_algo::ir::printdag::dag_hash;
-use ttdb_algo::ir::Dag;
-use ttdb_backend::loopnest::printer::kernel_to_string;
-use ttdb_backend::lower::{lower_steps, LowerOptions};
-use ttdb_algo::schedule::stage_inits_from_dag;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
+use ttdb_algo::ir::printdag::dag_hash;
+use ttdb_algo::ir::Dag;
+use ttdb_algo::schedule::stage_inits_from_dag;
+use ttdb_backend::evaluate::Evaluation;
+use ttdb_backend::loopnest::printer::kernel_to_string;
+use ttdb_backend::lower::{lower_steps, LowerOptions};
+use ttdb_format::ansor::Step;
 
 #[derive(Clone, Debug)]
 pub struct SearchOptions {

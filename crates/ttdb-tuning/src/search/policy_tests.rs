@@ -6,10 +6,10 @@ use super::droplet_tests::{failed, split_lengths, timed};
 use super::measurer::Measurer;
 use super::policy::*;
 use super::sketch::{tests::matmul, HardwareParams};
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Evaluation;
 use std::collections::HashSet;
 use std::time::Duration;
+use ttdb_backend::evaluate::Evaluation;
+use ttdb_format::ansor::Step;
 
 /// Cost: 1 ms x (1 + Σ |log2(length / 4)|) over the split lengths (tiles of 4 are best);
 /// every 5th schedule fails to compile (2), every 7th times out (7), every 11th is wrong (5).

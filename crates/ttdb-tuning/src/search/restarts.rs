@@ -13,10 +13,10 @@
 use super::droplet::{refine_with, DropletOptions, Observer, Prior, Ranker, Refined, Stop, Trial};
 use super::knobs::{structure, Point, Space};
 use super::measurer::{time_pooled, Measurer, PICK_BUILDS};
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Evaluation;
 use std::collections::HashSet;
 use std::time::Instant;
+use ttdb_backend::evaluate::Evaluation;
+use ttdb_format::ansor::Step;
 
 /// How descents share the budget.
 #[derive(Clone, Debug)]

@@ -4,12 +4,14 @@
 //! candidate it is about to run before it runs it, so that if the candidate kills it the
 //! parent knows whom to blame.
 use super::measurer::{KernelMeasurer, Measurer, Phase};
-use ttdb_format::ansor::steps_from_json;
-use ttdb_backend::evaluate::worker::{Reply, Request};
-use ttdb_backend::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
-use ttdb_algo::ir::Dag;
 use std::io::{BufRead, Write};
 use std::sync::Mutex;
+use ttdb_algo::ir::Dag;
+use ttdb_backend::evaluate::worker::{Reply, Request};
+use ttdb_backend::evaluate::{
+    evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference,
+};
+use ttdb_format::ansor::steps_from_json;
 
 extern "C" {
     fn raise(sig: i32) -> i32;

@@ -8,20 +8,22 @@
 use super::record::Sink;
 use super::refine::{refine_schedules, RefineOptions};
 use super::search::keep_model;
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference};
-use ttdb_algo::ir::{dag_hash, Dag};
 use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
-use ttdb_backend::measure::runner::MeasureOptions;
-use ttdb_onnx::onnx::Kernel;
 use crate::search::cost_model::{starting_model, CostModel};
 use crate::search::droplet::Stop;
 use crate::search::interrupt;
-use ttdb_store::store::measurement::NewMeasurement;
-use ttdb_store::store::StoreError;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use ttdb_algo::ir::{dag_hash, Dag};
+use ttdb_backend::evaluate::{
+    evaluate_default, evaluate_steps, EvalOptions, Evaluation, Reference,
+};
+use ttdb_backend::measure::runner::MeasureOptions;
+use ttdb_format::ansor::Step;
+use ttdb_onnx::onnx::Kernel;
+use ttdb_store::store::measurement::NewMeasurement;
+use ttdb_store::store::StoreError;
 
 #[derive(Clone, Debug)]
 pub struct ApplyOptions {

@@ -10,14 +10,14 @@
 //! another workload is never written under this kernel's key, and no cost is made up. A
 //! kernel with no valid record under its keys is listed with the reason.
 use super::apply::workload_key_of;
+use crate::matcher::ModelMatchError;
+use serde::Serialize;
+use ttdb_algo::ir::dag_hash;
+use ttdb_algo::ops::Era;
 use ttdb_format::ansor::{KeyForm, WorkloadKey};
 use ttdb_format::host::IsaCompat;
-use ttdb_algo::ir::dag_hash;
-use crate::matcher::ModelMatchError;
 use ttdb_onnx::onnx::{Kernel, KernelList};
-use ttdb_algo::ops::Era;
 use ttdb_store::store::{lookup, Store};
-use serde::Serialize;
 
 /// A record written for a kernel.
 #[derive(Clone, Debug, Serialize)]
@@ -191,7 +191,10 @@ fn export_kernel(
 
 /// The stored workload keys that are TVM keys of a tunable kernel of `list` (any era, any
 /// key form): what `bundle export --model` takes.
-pub fn stored_kernel_keys(store: &Store, list: &KernelList) -> ttdb_store::store::Result<Vec<String>> {
+pub fn stored_kernel_keys(
+    store: &Store,
+    list: &KernelList,
+) -> ttdb_store::store::Result<Vec<String>> {
     let mut out = Vec::new();
     for k in list.tuned() {
         let Ok(keys) = kernel_keys(k) else { continue };

@@ -8,19 +8,19 @@ use super::apply::workload_key_of;
 use super::record::Sink;
 use super::refine::RefineOptions;
 use super::search::{droplet_after_search, keep_model, store_trials};
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Reference;
-use ttdb_algo::ir::{dag_hash, Dag};
 use crate::matcher::ModelMatch;
-use ttdb_algo::schedule::{replay, stage_inits_from_dag};
 use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
 use crate::search::interrupt;
 use crate::search::measurer::KernelMeasurer;
 use crate::search::policy::{SearchObserver, SearchOptions, SearchTrial, TaskSearch};
 use crate::search::scheduler::{schedule, ScheduleStop, SchedulerOptions, Tasks};
-use ttdb_store::store::StoreError;
 use serde::Serialize;
 use std::time::{Duration, Instant};
+use ttdb_algo::ir::{dag_hash, Dag};
+use ttdb_algo::schedule::{replay, stage_inits_from_dag};
+use ttdb_backend::evaluate::Reference;
+use ttdb_format::ansor::Step;
+use ttdb_store::store::StoreError;
 
 #[derive(Clone, Debug)]
 pub struct ModelTuneOptions {

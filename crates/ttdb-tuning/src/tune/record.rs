@@ -1,9 +1,9 @@
 //! What the database keeps of an evaluation: a ttdb-native record (an Ansor line of the
 //! measured workload on this host's target) plus its measurement row.
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Evaluation;
-use ttdb_format::host::HostFingerprint;
 use crate::search::cost_model::CostModel;
+use ttdb_backend::evaluate::Evaluation;
+use ttdb_format::ansor::Step;
+use ttdb_format::host::HostFingerprint;
 use ttdb_store::store::measurement::{store_measurements, NewMeasurement};
 use ttdb_store::store::{Store, StoreError};
 

@@ -5,11 +5,6 @@
 //! with the workload's TVM key on this host's target, provenance "droplet", so `ttdb export`
 //! writes lines TVM reads and an interrupted run loses nothing.
 use super::record::{measurement_of, Sink};
-use ttdb_format::ansor::{Record, Step, WorkloadKey};
-use ttdb_backend::evaluate::{EvalOptions, Evaluation, Reference};
-use ttdb_algo::ir::Dag;
-use ttdb_backend::measure::runner::MeasureOptions;
-use ttdb_algo::schedule::stage_inits_from_dag;
 use crate::search::cost_model::CostModel;
 use crate::search::droplet::{DropletOptions, Observer, Ranker, Refined, Stop, Trial, Unranked};
 use crate::search::interrupt;
@@ -18,10 +13,15 @@ use crate::search::measurer::{KernelMeasurer, Measurer};
 use crate::search::model_ranker::ModelRanker;
 use crate::search::restarts::{refine_from, RestartOptions};
 use crate::search::sketch::HardwareParams;
-use ttdb_store::store::lookup::{self, RefinableWorkload, SourceRecord};
-use ttdb_store::store::{Store, StoreError};
 use serde::Serialize;
 use std::time::Instant;
+use ttdb_algo::ir::Dag;
+use ttdb_algo::schedule::stage_inits_from_dag;
+use ttdb_backend::evaluate::{EvalOptions, Evaluation, Reference};
+use ttdb_backend::measure::runner::MeasureOptions;
+use ttdb_format::ansor::{Record, Step, WorkloadKey};
+use ttdb_store::store::lookup::{self, RefinableWorkload, SourceRecord};
+use ttdb_store::store::{Store, StoreError};
 
 /// How to refine.
 #[derive(Clone, Debug)]

@@ -6,8 +6,6 @@
 //! and a second `tune` starts from them (they are seeds too).
 use super::record::{measurement_of, Sink};
 use super::refine::{recognized_workload, refine_schedules, RefineJob, RefineOptions};
-use ttdb_format::ansor::Step;
-use ttdb_backend::evaluate::Reference;
 use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
 use crate::search::interrupt;
 use crate::search::measurer::KernelMeasurer;
@@ -15,9 +13,11 @@ use crate::search::policy::{
     search_task, SearchObserver, SearchOptions, SearchStop, SearchTrial, Searched,
 };
 use crate::search::sketch::HardwareParams;
-use ttdb_store::store::StoreError;
 use serde::Serialize;
 use std::time::Instant;
+use ttdb_backend::evaluate::Reference;
+use ttdb_format::ansor::Step;
+use ttdb_store::store::StoreError;
 
 #[derive(Clone, Debug)]
 pub struct TuneOptions {

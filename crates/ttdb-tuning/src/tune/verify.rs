@@ -1,14 +1,14 @@
 //! `ttdb verify` as a library function: replay, compile, verify and time the best imported
 //! records of the database on this machine, against the naive default schedule and the
 //! machine's FMA peak; store the measurements.
-use ttdb_format::ansor::{Record, WorkloadKey};
+use serde::Serialize;
+use std::time::Duration;
 use ttdb_backend::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Reference};
 use ttdb_backend::measure::peak::measure_peak;
 use ttdb_backend::measure::runner::MeasureOptions;
+use ttdb_format::ansor::{Record, WorkloadKey};
 use ttdb_store::store::measurement::{store_measurements, NewMeasurement};
 use ttdb_store::store::{lookup, Store};
-use serde::Serialize;
-use std::time::Duration;
 
 /// Which workloads, and how to measure them.
 #[derive(Clone, Debug)]

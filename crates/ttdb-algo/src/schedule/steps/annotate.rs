@@ -1,9 +1,9 @@
 //! Steps that only set attributes: AN (loop annotation), PR (pragma), SA (storage align).
-use ttdb_format::ansor::step::{AnnotationStep, PragmaStep, StorageAlignStep};
-use ttdb_format::ansor::Annotation;
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, State};
+use ttdb_format::ansor::step::{AnnotationStep, PragmaStep, StorageAlignStep};
+use ttdb_format::ansor::Annotation;
 
 impl ApplyToState for AnnotationStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {

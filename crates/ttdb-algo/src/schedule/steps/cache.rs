@@ -1,8 +1,8 @@
 //! CHR (cache_read) and CHW (cache_write): steps that insert a stage (spec §2.3).
-use ttdb_format::ansor::step::{CacheReadStep, CacheWriteStep};
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, OpAxis, OpKind, OpOrigin, StageOp, State};
+use ttdb_format::ansor::step::{CacheReadStep, CacheWriteStep};
 
 /// A storage scope such as `local`, `shared`, `global`, `shared.dyn`.
 fn check_scope(scope: &str) -> StepResult {

@@ -1,9 +1,9 @@
 //! CA, CI, CR: where a stage is computed.
-use ttdb_format::ansor::step::{ComputeAtStep, ComputeInlineStep, ComputeRootStep};
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::attach::AttachPoint;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, State};
+use ttdb_format::ansor::step::{ComputeAtStep, ComputeInlineStep, ComputeRootStep};
 
 /// After CA/CR the loop ranges are stale until bounds are inferred again (TVM drops them).
 fn forget_extents(state: &mut State, s: usize) {

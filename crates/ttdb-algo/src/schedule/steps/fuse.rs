@@ -1,10 +1,10 @@
 //! FU: fuse consecutive loops into one.
-use ttdb_format::ansor::step::FuseStep;
-use ttdb_format::ansor::Annotation;
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{capped_product, ensure, StepResult};
 use crate::schedule::iterator::{IterKind, Iterator};
 use crate::schedule::state::State;
+use ttdb_format::ansor::step::FuseStep;
+use ttdb_format::ansor::Annotation;
 
 impl ApplyToState for FuseStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
@@ -89,9 +89,9 @@ impl ApplyToState for FuseStep {
 
 #[cfg(test)]
 mod tests {
-    use ttdb_format::ansor::Annotation;
     use crate::schedule::test_util::{matmul_state, stage_line, step};
     use crate::schedule::IterKind;
+    use ttdb_format::ansor::Annotation;
 
     #[test]
     fn fuse_names_extent_kind_and_orig_iters() {

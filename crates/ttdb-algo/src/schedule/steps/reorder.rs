@@ -1,8 +1,8 @@
 //! RE: reorder the loops of a stage.
-use ttdb_format::ansor::step::ReorderStep;
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::State;
+use ttdb_format::ansor::step::ReorderStep;
 
 impl ApplyToState for ReorderStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {

@@ -1,11 +1,11 @@
 //! RF (rfactor): split a reduction into a partial stage `<op>.rf` and a final `<op>.repl`
 //! (spec §2.3, TE `Schedule::rfactor`).
-use ttdb_format::ansor::step::RfactorStep;
-use ttdb_format::ansor::Step;
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::iterator::IterKind;
 use crate::schedule::state::{OpAxis, OpKind, OpOrigin, StageOp, State};
+use ttdb_format::ansor::step::RfactorStep;
+use ttdb_format::ansor::Step;
 
 impl ApplyToState for RfactorStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {

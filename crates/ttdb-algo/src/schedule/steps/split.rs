@@ -1,11 +1,11 @@
 //! SP, FSP and FFSP: all three end in `ApplySplitToState` with different lengths, which
 //! [`split_lengths`] derives for both the state replay and lowering's TE-level replay.
-use ttdb_format::ansor::step::{FollowFusedSplitStep, FollowSplitStep, SplitStep};
-use ttdb_format::ansor::{Annotation, Step};
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{capped_product, ceil_div, ensure, StepResult, MAX_EXTENT};
 use crate::schedule::iterator::Iterator;
 use crate::schedule::state::{SplitExtentMismatch, State};
+use ttdb_format::ansor::step::{FollowFusedSplitStep, FollowSplitStep, SplitStep};
+use ttdb_format::ansor::{Annotation, Step};
 
 /// TE names of the parts of a split of `te` (outer to inner), as TE's repeated `split`
 /// (factor, from the innermost) or `split_by_nparts` (from the outermost) creates them.

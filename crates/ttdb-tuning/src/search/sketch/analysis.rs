@@ -6,9 +6,9 @@
 //! cache stage computes its original's body; the original becomes an element-wise copy of
 //! it). Rfactor stages read their inputs through a fused, split reduction: their accesses
 //! are never simple, which is all the rules need to know about them.
+use std::collections::{BTreeMap, BTreeSet};
 use ttdb_algo::ir::{Body, Dag, Expr, Intrinsic, Operation};
 use ttdb_algo::schedule::{ComputeAt, IterKind, OpOrigin, State};
-use std::collections::{BTreeMap, BTreeSet};
 
 /// How a stage reads one producer: each access as its index list, or `None` when the
 /// accesses are not expressible in the op's own axes (rfactor stages).

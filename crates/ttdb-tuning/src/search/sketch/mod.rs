@@ -16,10 +16,10 @@ mod rules;
 
 pub use analysis::{is_tiled, stage_has_reduce_iter, Analysis};
 
-use ttdb_format::ansor::Step;
+use std::fmt;
 use ttdb_algo::ir::Dag;
 use ttdb_algo::schedule::{stage_inits_from_dag, State};
-use std::fmt;
+use ttdb_format::ansor::Step;
 
 /// What the rules need to know about the machine. TVM hard-codes 64-byte vectors; ttdb
 /// takes the host's lanes and cores.

@@ -2,12 +2,12 @@
 //! application producing (state, next stage) children.
 use super::analysis::{stage_has_reduce_iter, Analysis};
 use super::{Condition, HardwareParams, Partial};
+use ttdb_algo::schedule::{IterIdent, IterKind, OpOrigin, State};
 use ttdb_format::ansor::step::{
     Annotation, AnnotationStep, CacheWriteStep, ComputeAtStep, ComputeInlineStep, FollowSplitStep,
     FuseStep, ReorderStep, RfactorStep, SplitStep,
 };
 use ttdb_format::ansor::Step;
-use ttdb_algo::schedule::{IterIdent, IterKind, OpOrigin, State};
 
 type CondFn = fn(&Analysis, &State, usize, &HardwareParams) -> Condition;
 type ApplyFn = fn(&Analysis, &Partial, usize) -> Vec<(Partial, i64)>;

@@ -1,11 +1,11 @@
 //! Sketch counts against TVM's own test expectations (`test_auto_scheduler_sketch_generation.py`,
 //! 4 cores; `shared/spec/search.md` §1), on ttdb's DAGs of the same workloads.
 use super::*;
-use ttdb_format::ansor::Step;
 use ttdb_algo::ir::{Combiner, ComputeAttrs, DType, DagBuilder, IterVar};
 use ttdb_algo::ops::{
     Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
 };
+use ttdb_format::ansor::Step;
 
 const HW: HardwareParams = HardwareParams {
     num_cores: 4,
@@ -33,7 +33,10 @@ fn double_matmul(n: i64) -> Dag {
     let a = b.placeholder("A", &[n, n], DType::F32);
     let bb = b.placeholder("B", &[n, n], DType::F32);
     let d = b.placeholder("D", &[n, n], DType::F32);
-    let mm = |b: &mut DagBuilder, name: &str, x: &ttdb_algo::ir::Tensor, y: &ttdb_algo::ir::Tensor| {
+    let mm = |b: &mut DagBuilder,
+              name: &str,
+              x: &ttdb_algo::ir::Tensor,
+              y: &ttdb_algo::ir::Tensor| {
         b.reduce(
             name,
             "",
