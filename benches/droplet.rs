@@ -144,9 +144,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(usize::MAX);
     let host = ttdb::measure::detect_host();
-    let peak = ttdb::measure::measure_peak(&MeasureOptions::default())
-        .map(|p| p.gflops_all)
-        .unwrap_or(f64::NAN);
+    let peak =
+        ttdb::measure::measure_peak(&ttdb::target::Target::detect(), &MeasureOptions::default())
+            .map(|p| p.gflops_all)
+            .unwrap_or(f64::NAN);
     println!(
         "host: {} ({}, {} cores, {} fp32 lanes); fp32 FMA peak {peak:.0} GFLOP/s",
         host.cpu_model,

@@ -38,7 +38,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let hw = HardwareParams::of_host();
+    let hw = HardwareParams::of(&ttdb::target::Target::detect());
     let host = ttdb::measure::detect_host();
     let trials = env("TTDB_ISOLATION_TRIALS", 256);
     let rounds = env("TTDB_ISOLATION_ROUNDS", 3);

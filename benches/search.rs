@@ -55,11 +55,12 @@ fn onnxruntime_ms(op: &str, threads: usize) -> Option<f64> {
 }
 
 fn main() {
-    let hw = HardwareParams::of_host();
+    let hw = HardwareParams::of(&ttdb::target::Target::detect());
     let host = ttdb::measure::detect_host();
-    let peak = ttdb::measure::peak::measure_peak(&Default::default())
-        .map(|p| p.gflops_all)
-        .unwrap_or(f64::NAN);
+    let peak =
+        ttdb::measure::peak::measure_peak(&ttdb::target::Target::detect(), &Default::default())
+            .map(|p| p.gflops_all)
+            .unwrap_or(f64::NAN);
     let trials: usize = std::env::var("TTDB_SEARCH_TRIALS")
         .ok()
         .and_then(|s| s.parse().ok())

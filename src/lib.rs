@@ -7,7 +7,7 @@
 //! benches and fuzz targets.
 
 pub use ttdb_algo::{ir, ops, recognize, schedule};
-pub use ttdb_backend::{codegen, evaluate, loopnest, lower, measure};
+pub use ttdb_backend::{codegen, evaluate, loopnest, lower, measure, target};
 pub use ttdb_format::{ansor, atomic_file, host, signature, version};
 pub use ttdb_onnx::onnx;
 pub use ttdb_store::{bundle, store};

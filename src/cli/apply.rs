@@ -194,9 +194,15 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     opts.default_eval.measure.timeout = timeout;
     opts.eval.isolation = isolation.clone();
     opts.default_eval.isolation = isolation.clone();
+    let target = &super::machine().target;
+    for e in [&mut opts.eval, &mut opts.default_eval] {
+        e.codegen = target.codegen_options();
+        e.profile = target.profile;
+    }
     if args.droplet > 0 {
         let mut r = RefineOptions {
             isolation: isolation.clone(),
+            target: target.clone(),
             ..RefineOptions::default()
         };
         r.droplet.max_trials = args.droplet;
@@ -206,6 +212,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     if args.tune > 0 {
         let mut t = ttdb_tuning::tune::search::TuneOptions::default();
         t.refine.isolation = isolation.clone();
+        t.refine.target = target.clone();
         t.search.trials = args.tune;
         t.search.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.tune = Some(t);

@@ -244,7 +244,9 @@ fn export(store: &Store, args: &ExportArgs) -> CliResult {
     } else {
         Selection::All
     };
-    let creation = bundle::creation_now(args.creator.clone(), args.description.clone());
+    // The creator defaults to the user's login name (the library reads no environment).
+    let creator = args.creator.clone().or_else(|| std::env::var("USER").ok());
+    let creation = bundle::creation_now(creator, args.description.clone());
     let mut b = bundle::export(store, &selection, !args.all_records, creation)?;
     let mut signed_by = None;
     if let Some(k) = &args.sign {
@@ -546,9 +548,7 @@ fn check_signature(path: &Path, s: &SignerView, require_signed: bool) -> CliResu
 
 /// Whether the database `db` names (or the default one) exists.
 fn db_exists(db: &Option<PathBuf>) -> bool {
-    db.clone()
-        .unwrap_or_else(ttdb_store::store::default_db_path)
-        .exists()
+    db.clone().unwrap_or_else(super::default_db_path).exists()
 }
 
 pub(super) fn render_bundle_import(v: &ImportView) -> String {
@@ -627,6 +627,7 @@ fn verify_imported(store: &mut Store, b: &Bundle) -> Result<Vec<VerifyFlag>, Cli
     let opts = ttdb_tuning::tune::verify::VerifyOptions {
         naive: false,
         records: Some(best.values().map(|v| v.1).collect()),
+        target: super::machine().target.clone(),
         ..Default::default()
     };
     let report = ttdb_tuning::tune::verify::verify(store, &opts, &|_, _, _| {})

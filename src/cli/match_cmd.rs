@@ -25,25 +25,12 @@ pub struct MatchArgs {
     pub json: bool,
 }
 
-/// Match options for this host: its ISA flags rank the candidates. `TTDB_PRETEND_ISA` (a
-/// comma list of `/proc/cpuinfo` flags, e.g. `avx2,fma`) stands in for them, so tests can
-/// play another host; it changes the ranking only, never what codegen targets.
+/// Match options for this run's machine: its ISA flags rank the candidates (`--pretend-isa`
+/// stands in for them, so tests can play another host; it changes the ranking only, never
+/// what codegen targets).
 pub fn host_match_options() -> MatchOptions {
-    let host_isa = match std::env::var("TTDB_PRETEND_ISA") {
-        Ok(v) => {
-            let mut flags: Vec<String> = v
-                .split(',')
-                .map(|f| f.trim().to_string())
-                .filter(|f| !f.is_empty())
-                .collect();
-            flags.sort();
-            flags.dedup();
-            flags
-        }
-        Err(_) => ttdb_backend::measure::detect_host().isa_flags,
-    };
     MatchOptions {
-        host_isa,
+        host_isa: super::machine().ranking_isa.clone(),
         ..MatchOptions::default()
     }
 }

@@ -40,6 +40,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "TTDB_DB")]
     pub db: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub target: TargetArgs,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -118,6 +121,80 @@ pub enum Command {
     /// Serve measurement requests on stdin/stdout (started by tune, refine and apply).
     #[command(hide = true)]
     MeasureWorker,
+}
+
+/// The machine the commands compile for, measure on and rank candidates for: built once from
+/// these flags (each with an environment fallback) into a `Target` that options carry down.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TargetArgs {
+    /// Rank candidates as for a host with these /proc/cpuinfo ISA flags (comma list, e.g.
+    /// `avx2,fma`) instead of this one's; changes the ranking only, never what is compiled.
+    #[arg(long, global = true, env = "TTDB_PRETEND_ISA", value_name = "FLAGS")]
+    pub pretend_isa: Option<String>,
+    /// Print where measuring time goes: `batches` (a line per measured batch) or `builds`
+    /// (also each build).
+    #[arg(long, global = true, env = "TTDB_PROFILE", value_name = "WHAT")]
+    pub profile: Option<String>,
+    /// LLVM pass pipeline instead of ttdb's (e.g. `default<O3>`); for experiments.
+    #[arg(long, global = true, env = "TTDB_LLVM_PIPELINE", hide = true)]
+    pub llvm_pipeline: Option<String>,
+    /// `0`: LLVM's loop and SLP vectorizers off; for experiments.
+    #[arg(long, global = true, env = "TTDB_LLVM_VECTORIZERS", hide = true)]
+    pub llvm_vectorizers: Option<String>,
+    /// Set (any value): the LLVM back end at O2 instead of O3; for experiments.
+    #[arg(long, global = true, env = "TTDB_BACKEND_O2", hide = true)]
+    pub backend_o2: Option<String>,
+    /// `1`: let LLVM unroll loops on its own; for experiments.
+    #[arg(long, global = true, env = "TTDB_LLVM_UNROLL", hide = true)]
+    pub llvm_unroll: Option<String>,
+}
+
+/// This run's machine: the `Target` options carry down, and the ISA flags candidates are
+/// ranked for (`--pretend-isa`, else the host's).
+pub struct Machine {
+    pub target: ttdb_backend::target::Target,
+    pub ranking_isa: Vec<String>,
+}
+
+impl TargetArgs {
+    fn build(&self) -> Machine {
+        use ttdb_backend::target::{Profile, Target};
+        let mut target = Target::detect();
+        let s = &mut target.codegen;
+        if let Some(p) = &self.llvm_pipeline {
+            s.pipeline = p.clone();
+        }
+        s.llvm_vectorizers = self.llvm_vectorizers.as_deref() != Some("0");
+        s.aggressive_backend = self.backend_o2.is_none();
+        s.llvm_unroll = self.llvm_unroll.as_deref() == Some("1");
+        target.profile = self.profile.as_deref().map_or(Profile::Off, Profile::parse);
+        let ranking_isa = match &self.pretend_isa {
+            Some(v) => {
+                let mut flags: Vec<String> = v
+                    .split(',')
+                    .map(|f| f.trim().to_string())
+                    .filter(|f| !f.is_empty())
+                    .collect();
+                flags.sort();
+                flags.dedup();
+                flags
+            }
+            None => target.host.isa_flags.clone(),
+        };
+        Machine {
+            target,
+            ranking_isa,
+        }
+    }
+}
+
+static TARGET_ARGS: std::sync::OnceLock<TargetArgs> = std::sync::OnceLock::new();
+
+/// The machine of this run, built on first use from the flags `run` was given (detecting
+/// the host once).
+pub fn machine() -> &'static Machine {
+    static MACHINE: std::sync::OnceLock<Machine> = std::sync::OnceLock::new();
+    MACHINE.get_or_init(|| TARGET_ARGS.get().cloned().unwrap_or_default().build())
 }
 
 /// Where `tune`, `refine` and `apply` measure candidates.
@@ -201,17 +278,24 @@ fn with_sink<R>(
     dry_run: bool,
     f: impl FnOnce(&mut dyn ttdb_tuning::tune::record::Sink) -> R,
 ) -> R {
+    let host = machine().target.host.clone();
     if dry_run {
-        f(&mut ttdb_tuning::tune::record::DryRun {
-            store,
-            host: ttdb_backend::measure::detect_host(),
-        })
+        f(&mut ttdb_tuning::tune::record::DryRun { store, host })
     } else {
-        f(&mut ttdb_tuning::tune::record::StoreSink {
-            store,
-            host: ttdb_backend::measure::detect_host(),
-        })
+        f(&mut ttdb_tuning::tune::record::StoreSink { store, host })
     }
+}
+
+/// The default database location: `$TTDB_DB` if set (handled by the CLI), else
+/// `$XDG_DATA_HOME/ttdb/ttdb.db`, else `~/.local/share/ttdb/ttdb.db`, else `./ttdb.db`.
+fn default_db_path() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("ttdb/ttdb.db");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(h).join(".local/share/ttdb/ttdb.db");
+    }
+    PathBuf::from("ttdb.db")
 }
 
 /// Opens the database as `mode` says (`ttdb_store::store::OpenMode`): only the commands that
@@ -221,9 +305,7 @@ fn open_store(
     db: &Option<PathBuf>,
     mode: ttdb_store::store::OpenMode,
 ) -> Result<ttdb_store::store::Store, CliError> {
-    let path = db
-        .clone()
-        .unwrap_or_else(ttdb_store::store::default_db_path);
+    let path = db.clone().unwrap_or_else(default_db_path);
     ttdb_store::store::Store::open_with(&path, mode).map_err(|e| CliError {
         message: match e {
             // These name the path themselves.
@@ -237,6 +319,7 @@ fn open_store(
 
 pub fn run(cli: Cli) -> CliResult {
     use ttdb_store::store::OpenMode::{Create, ReadOnly, Write};
+    let _ = TARGET_ARGS.set(cli.target.clone());
     let db = &cli.db;
     match cli.command {
         Command::Import {

@@ -84,6 +84,7 @@ impl RefineArgs {
             samples: self.samples,
             starts: self.starts.max(1),
             isolation: self.isolation.isolation()?,
+            target: super::machine().target.clone(),
             ..RefineOptions::default()
         };
         o.droplet.max_trials = self.trials_per_kernel;

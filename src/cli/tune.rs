@@ -96,6 +96,7 @@ impl TuneArgs {
     fn options(&self) -> Result<TuneOptions, CliError> {
         let mut o = TuneOptions::default();
         o.refine.isolation = self.isolation.isolation()?;
+        o.refine.target = super::machine().target.clone();
         o.search.trials = self.trials.unwrap_or(200);
         o.search.batch = self.batch.max(1);
         o.search.population = self.population.max(1);
@@ -267,9 +268,10 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
     if let Some(b) = progress.bar.take() {
         b.finish_and_clear();
     }
-    let peak = ttdb_backend::measure::peak::measure_peak(&Default::default())
-        .ok()
-        .map(|p| p.gflops_all);
+    let peak =
+        ttdb_backend::measure::peak::measure_peak(&super::machine().target, &Default::default())
+            .ok()
+            .map(|p| p.gflops_all);
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -141,9 +141,10 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         super::plot::write_tune_plot(path, &title, &report.curve)
             .map_err(|message| CliError { message, code: 1 })?;
     }
-    let peak = ttdb_backend::measure::peak::measure_peak(&Default::default())
-        .ok()
-        .map(|p| p.gflops_all);
+    let peak =
+        ttdb_backend::measure::peak::measure_peak(&super::machine().target, &Default::default())
+            .ok()
+            .map(|p| p.gflops_all);
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -127,6 +127,7 @@ pub fn run(store: &mut ttdb_store::store::Store, args: &VerifyArgs) -> CliResult
         prepack: !args.no_prepack,
         store: !args.dry_run,
         records: None,
+        target: super::machine().target.clone(),
     };
     let bar = std::io::stderr()
         .is_terminal()
@@ -159,15 +160,19 @@ pub fn run(store: &mut ttdb_store::store::Store, args: &VerifyArgs) -> CliResult
 
 /// `ttdb bench-peak`: this machine's fp32 FMA peak, one thread and all threads.
 pub fn bench_peak(json: bool) -> CliResult {
-    let p = measure_peak(&MeasureOptions {
-        repeat: 7,
-        ..MeasureOptions::default()
-    })
+    let target = &super::machine().target;
+    let p = measure_peak(
+        target,
+        &MeasureOptions {
+            repeat: 7,
+            ..MeasureOptions::default()
+        },
+    )
     .map_err(|e| CliError {
         message: e.to_string(),
         code: 1,
     })?;
-    let host = ttdb_backend::measure::detect_host();
+    let host = &target.host;
     if json {
         println!(
             "{}",

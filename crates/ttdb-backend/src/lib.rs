@@ -7,3 +7,4 @@ pub mod evaluate;
 pub mod loopnest;
 pub mod lower;
 pub mod measure;
+pub mod target;

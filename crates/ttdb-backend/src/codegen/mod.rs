@@ -90,8 +90,8 @@ pub struct CodegenOptions {
     pub limits: CostLimits,
     /// Keep the unoptimised LLVM IR text in the compiled kernel (debugging).
     pub keep_ir: bool,
-    /// New-pass-manager pipeline ([`KERNEL_PIPELINE`]; `TTDB_LLVM_PIPELINE` overrides it,
-    /// e.g. `default<O3>`).
+    /// New-pass-manager pipeline ([`KERNEL_PIPELINE`]; the CLI's `--llvm-pipeline` overrides
+    /// it, e.g. `default<O3>`, through `crate::target::Target`).
     pub pipeline: String,
     /// Let the pipeline's loop and SLP vectorizers work (on top of ttdb's explicit
     /// vectorization).
@@ -118,12 +118,11 @@ impl Default for CodegenOptions {
             reassociate: false,
             limits: CostLimits::default(),
             keep_ir: false,
-            pipeline: std::env::var("TTDB_LLVM_PIPELINE")
-                .unwrap_or_else(|_| KERNEL_PIPELINE.into()),
-            llvm_vectorizers: std::env::var("TTDB_LLVM_VECTORIZERS").map_or(true, |v| v != "0"),
+            pipeline: KERNEL_PIPELINE.into(),
+            llvm_vectorizers: true,
             max_vector_lanes: 0,
-            aggressive_backend: std::env::var("TTDB_BACKEND_O2").is_err(),
-            llvm_unroll: std::env::var("TTDB_LLVM_UNROLL").is_ok_and(|v| v == "1"),
+            aggressive_backend: true,
+            llvm_unroll: false,
             full_tile_fast_path: true,
         }
     }

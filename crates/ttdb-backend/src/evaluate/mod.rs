@@ -52,6 +52,8 @@ pub struct EvalOptions {
     /// candidate cannot take down with the caller ([`worker`]). Not sent to the worker.
     #[serde(skip)]
     pub isolation: Isolation,
+    /// What measuring prints about where time goes (`Target::profile`).
+    pub profile: crate::target::Profile,
 }
 
 impl Default for EvalOptions {
@@ -63,6 +65,7 @@ impl Default for EvalOptions {
             verify_only: false,
             prepack_weights: true,
             isolation: Isolation::InProcess,
+            profile: crate::target::Profile::Off,
         }
     }
 }

@@ -87,11 +87,13 @@ pub fn measure_fma(lanes: i64, threads: usize, opts: &MeasureOptions) -> Result<
     Ok(flops / m.min / 1e9)
 }
 
-/// Peak with 1 thread and with all cores.
-pub fn measure_peak(opts: &MeasureOptions) -> Result<Peak, CodegenError> {
-    let host = super::detect_host();
-    let lanes = host.f32_lanes();
-    let threads = host.cores;
+/// Peak of `target` with 1 thread and with all its cores.
+pub fn measure_peak(
+    target: &crate::target::Target,
+    opts: &MeasureOptions,
+) -> Result<Peak, CodegenError> {
+    let lanes = target.lanes() as u32;
+    let threads = target.cores();
     Ok(Peak {
         lanes,
         gflops_1t: measure_fma(lanes as i64, 1, opts)?,

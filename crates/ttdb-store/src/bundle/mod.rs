@@ -299,13 +299,11 @@ pub fn merge(a: &Bundle, b: &Bundle) -> Bundle {
     Bundle::new(records, &hosts, creation)
 }
 
-/// The creation fields of a bundle written now by `creator` (default: `$USER`).
+/// The creation fields of a bundle written now by `creator` (the CLI gives `$USER`).
 pub fn creation_now(creator: Option<String>, description: Option<String>) -> Creation {
     Creation {
         created_at: crate::store::now_rfc3339(),
-        creator: creator
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_default(),
+        creator: creator.unwrap_or_default(),
         description: description.unwrap_or_default(),
     }
 }

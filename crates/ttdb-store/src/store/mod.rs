@@ -440,18 +440,6 @@ fn register_functions(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// The default database location: `$TTDB_DB` if set (handled by the CLI), else
-/// `$XDG_DATA_HOME/ttdb/ttdb.db`, else `~/.local/share/ttdb/ttdb.db`, else `./ttdb.db`.
-pub fn default_db_path() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("ttdb/ttdb.db");
-    }
-    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(h).join(".local/share/ttdb/ttdb.db");
-    }
-    PathBuf::from("ttdb.db")
-}
-
 /// Current UTC time as RFC 3339 (`2026-11-22T01:12:14Z`), without a date crate.
 pub fn now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()

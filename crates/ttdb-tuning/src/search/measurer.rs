@@ -10,6 +10,7 @@ use ttdb_backend::evaluate::{
     build_steps, Build, EvalOptions, Evaluation, Isolation, Reference, PLACEMENTS,
 };
 use ttdb_backend::measure::runner::{MeasureOptions, Measurement};
+use ttdb_backend::target::Profile;
 use ttdb_format::ansor::Step;
 
 /// Builds and runs schedules of one workload.
@@ -137,11 +138,10 @@ impl Measurer for KernelMeasurer<'_> {
                 c.batch(&task, schedules, timeout, self.interrupted)
             });
         }
-        let profile_var = std::env::var_os("TTDB_PROFILE");
-        let profile = profile_var.is_some();
-        // TTDB_PROFILE=builds: each build's steps when it starts, and its time when done
-        // (a build that never ends is the last started without a done line).
-        let each = profile_var.is_some_and(|v| v == "builds");
+        let profile = self.eval.profile != Profile::Off;
+        // Profile::Builds: each build's steps when it starts, and its time when done (a
+        // build that never ends is the last started without a done line).
+        let each = self.eval.profile == Profile::Builds;
         let t_build = Instant::now();
         (self.on_phase)(Phase::Building);
         let builds: Vec<Build> = schedules

@@ -193,8 +193,8 @@ pub fn tune_model(
     progress: &mut dyn ModelTuneProgress,
 ) -> Result<ModelTuneReport, StoreError> {
     let t0 = Instant::now();
-    let host = ttdb_backend::measure::detect_host();
-    let hw = crate::search::sketch::HardwareParams::of_host();
+    let host = opts.refine.target.host.clone();
+    let hw = crate::search::sketch::HardwareParams::of(&opts.refine.target);
     let mut rows = Vec::new();
     let mut dags = Vec::new();
     let mut references = Vec::new();

@@ -43,6 +43,8 @@ pub struct RefineOptions {
     /// Where candidates are measured (a worker process keeps a faulting one from ending
     /// the run).
     pub isolation: ttdb_backend::evaluate::Isolation,
+    /// The machine candidates are compiled for and measured on.
+    pub target: ttdb_backend::target::Target,
 }
 
 impl Default for RefineOptions {
@@ -56,6 +58,7 @@ impl Default for RefineOptions {
             prepack: true,
             rank_by_model: true,
             isolation: ttdb_backend::evaluate::Isolation::InProcess,
+            target: ttdb_backend::target::Target::detect(),
         }
     }
 }
@@ -73,6 +76,8 @@ impl RefineOptions {
             },
             prepack_weights: self.prepack,
             isolation: self.isolation.clone(),
+            codegen: self.target.codegen_options(),
+            profile: self.target.profile,
             ..EvalOptions::default()
         }
     }
@@ -144,7 +149,7 @@ pub fn refine_schedules(
     sink: &mut dyn Sink,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<Refined, String> {
-    let lanes = ttdb_backend::measure::detect_host().f32_lanes() as i64;
+    let lanes = opts.target.lanes() as i64;
     let inits = stage_inits_from_dag(dag);
     let mut spaces = Vec::new();
     for (i, s) in starts.iter().enumerate() {
@@ -169,7 +174,7 @@ pub fn refine_schedules(
     let mut ranker = ModelRanker {
         dag,
         task: key,
-        hw: HardwareParams::of_host(),
+        hw: HardwareParams::of(&opts.target),
         model,
     };
     let ranker: &mut dyn Ranker = if opts.rank_by_model {
@@ -343,7 +348,7 @@ pub fn refine_jobs(
     progress: &mut dyn RefineProgress,
 ) -> Result<RefineReport, StoreError> {
     let t0 = Instant::now();
-    let host = ttdb_backend::measure::detect_host();
+    let host = opts.target.host.clone();
     let mut kernels = Vec::new();
     // One model for the run, from the one stored for this host class; kept at the end with
     // what this run taught it (the search's next run starts from it too).

@@ -218,7 +218,7 @@ pub fn search_kernel(
     };
     let searched = search_task(
         dag,
-        HardwareParams::of_host(),
+        HardwareParams::of(&opts.refine.target),
         seeds,
         &mut measurer,
         &opts.search,
@@ -266,7 +266,7 @@ pub fn tune_jobs(
     progress: &mut dyn TuneProgress,
 ) -> Result<TuneReport, StoreError> {
     let t0 = Instant::now();
-    let host = ttdb_backend::measure::detect_host();
+    let host = opts.refine.target.host.clone();
     let mut kernels = Vec::new();
     let mut model = starting_model(opts.search.warm_start, || sink.load_cost_model());
     let mut failed = None;
@@ -375,7 +375,7 @@ fn tune_job(
     };
     let searched = search_task(
         &r.dag,
-        HardwareParams::of_host(),
+        HardwareParams::of(&opts.refine.target),
         &seeds,
         &mut measurer,
         &opts.search,

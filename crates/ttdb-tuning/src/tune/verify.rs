@@ -34,6 +34,8 @@ pub struct VerifyOptions {
     /// Exactly these records (by digest; valid ones only) instead of each selected
     /// workload's best (`bundle import --verify`).
     pub records: Option<Vec<[u8; 16]>>,
+    /// The machine the records are compiled for and timed on.
+    pub target: ttdb_backend::target::Target,
 }
 
 impl Default for VerifyOptions {
@@ -49,6 +51,7 @@ impl Default for VerifyOptions {
             prepack: true,
             store: true,
             records: None,
+            target: ttdb_backend::target::Target::detect(),
         }
     }
 }
@@ -147,7 +150,7 @@ pub fn verify(
         Some(p) => Some(p),
         None if !opts.timing => None,
         None => Some(
-            measure_peak(&mopts)
+            measure_peak(&opts.target, &mopts)
                 .map_err(|e| VerifyError::Peak(e.to_string()))?
                 .gflops_all,
         ),
@@ -156,6 +159,8 @@ pub fn verify(
         measure: mopts.clone(),
         verify_only: !opts.timing,
         prepack_weights: opts.prepack,
+        codegen: opts.target.codegen_options(),
+        profile: opts.target.profile,
         ..EvalOptions::default()
     };
     // The naive schedule is slow by design: fewer repeats are enough for a speedup ratio.
@@ -166,6 +171,7 @@ pub fn verify(
             ..mopts
         },
         verify_only: !opts.timing,
+        codegen: opts.target.codegen_options(),
         ..EvalOptions::default()
     };
     let (mut rows, mut tuned_rows, mut naive_rows) = (Vec::new(), Vec::new(), Vec::new());
@@ -262,7 +268,7 @@ pub fn verify(
     }
     progress(total, total, "");
     if opts.store {
-        store_all(store, &tuned_rows, &naive_rows)?;
+        store_all(store, &opts.target.host, &tuned_rows, &naive_rows)?;
     }
     Ok(VerifyReport {
         peak_gflops: peak,
@@ -272,11 +278,11 @@ pub fn verify(
 
 fn store_all(
     store: &mut Store,
+    host: &ttdb_format::host::HostFingerprint,
     tuned: &[NewMeasurement],
     naive: &[NewMeasurement],
 ) -> ttdb_store::store::Result<()> {
-    let host = ttdb_backend::measure::detect_host();
-    store_measurements(store, "verify", &host, tuned)?;
-    store_measurements(store, "default", &host, naive)?;
+    store_measurements(store, "verify", host, tuned)?;
+    store_measurements(store, "default", host, naive)?;
     Ok(())
 }

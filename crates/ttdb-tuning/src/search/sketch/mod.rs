@@ -31,12 +31,11 @@ pub struct HardwareParams {
 }
 
 impl HardwareParams {
-    /// This machine's cores and vector width.
-    pub fn of_host() -> HardwareParams {
-        let host = ttdb_backend::measure::detect_host();
+    /// The cores and vector width of `target`.
+    pub fn of(target: &ttdb_backend::target::Target) -> HardwareParams {
         HardwareParams {
-            num_cores: host.cores.max(1),
-            vector_lanes: host.f32_lanes().max(1) as usize,
+            num_cores: target.cores(),
+            vector_lanes: target.lanes(),
         }
     }
 

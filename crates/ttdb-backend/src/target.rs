@@ -1,0 +1,137 @@
+//! The machine ttdb compiles for and measures on, as one value.
+//!
+//! The binary builds it once ([`Target::detect`] plus its flags: `--pretend-isa`,
+//! `--llvm-pipeline`, `--profile`, ...) and options structs carry it down, so no layer
+//! re-detects the host or reads the environment, and a test can play another machine (an
+//! AVX2 host, a 4-lane target) by building its own.
+use crate::codegen::{CodegenOptions, KERNEL_PIPELINE};
+use ttdb_format::host::HostFingerprint;
+
+/// What the measuring code prints about where time goes (`--profile`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Profile {
+    #[default]
+    Off,
+    /// One line per measured batch: where its wall time went.
+    Batches,
+    /// Also each build's steps as it starts and its time when done.
+    Builds,
+}
+
+impl Profile {
+    /// `--profile` / `TTDB_PROFILE`: empty or `0` off, `builds` per build, anything else per
+    /// batch.
+    pub fn parse(s: &str) -> Profile {
+        match s {
+            "" | "0" | "off" => Profile::Off,
+            "builds" => Profile::Builds,
+            _ => Profile::Batches,
+        }
+    }
+}
+
+/// LLVM settings for experiments (the defaults are what ttdb measured best).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CodegenSettings {
+    /// The new-pass-manager pipeline ([`KERNEL_PIPELINE`], e.g. `default<O3>` instead).
+    pub pipeline: String,
+    /// LLVM's loop and SLP vectorizers on top of ttdb's explicit vectorization.
+    pub llvm_vectorizers: bool,
+    /// The back end at O3 (else O2).
+    pub aggressive_backend: bool,
+    /// LLVM's own loop unrolling.
+    pub llvm_unroll: bool,
+}
+
+impl Default for CodegenSettings {
+    fn default() -> Self {
+        CodegenSettings {
+            pipeline: KERNEL_PIPELINE.into(),
+            llvm_vectorizers: true,
+            aggressive_backend: true,
+            llvm_unroll: false,
+        }
+    }
+}
+
+/// The machine: its fingerprint (CPU, ISA flags, LLVM cpu, cores), the codegen settings and
+/// the profiling switch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    pub host: HostFingerprint,
+    pub codegen: CodegenSettings,
+    pub profile: Profile,
+}
+
+impl Target {
+    /// This machine with ttdb's default settings: the one place that detects the host.
+    pub fn detect() -> Target {
+        Target::of(crate::measure::detect_host())
+    }
+
+    /// A machine with this fingerprint and default settings (tests play other hosts).
+    pub fn of(host: HostFingerprint) -> Target {
+        Target {
+            host,
+            codegen: CodegenSettings::default(),
+            profile: Profile::Off,
+        }
+    }
+
+    /// fp32 lanes of the widest vector its ISA has.
+    pub fn lanes(&self) -> usize {
+        self.host.f32_lanes().max(1) as usize
+    }
+
+    /// Cores (threads) its kernels run on.
+    pub fn cores(&self) -> usize {
+        self.host.cores.max(1)
+    }
+
+    /// Codegen options with this target's settings (the rest at their defaults).
+    pub fn codegen_options(&self) -> CodegenOptions {
+        let s = &self.codegen;
+        CodegenOptions {
+            pipeline: s.pipeline.clone(),
+            llvm_vectorizers: s.llvm_vectorizers,
+            aggressive_backend: s.aggressive_backend,
+            llvm_unroll: s.llvm_unroll,
+            ..CodegenOptions::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(flags: &[&str], cores: usize) -> HostFingerprint {
+        HostFingerprint {
+            cpu_model: "test".into(),
+            isa_flags: flags.iter().map(|f| f.to_string()).collect(),
+            llvm_cpu: "test".into(),
+            llvm_features: String::new(),
+            cores,
+            ttdb_version: "test".into(),
+        }
+    }
+
+    /// A test plays another machine by building its target, whatever this one is.
+    #[test]
+    fn a_target_is_the_machine_it_describes() {
+        let avx2 = Target::of(host(&["avx", "avx2", "fma"], 4));
+        assert_eq!((avx2.lanes(), avx2.cores()), (8, 4));
+        let avx512 = Target::of(host(&["avx", "avx2", "avx512f"], 2));
+        assert_eq!(avx512.lanes(), 16);
+        let sse = Target::of(host(&["sse4_2"], 0));
+        assert_eq!((sse.lanes(), sse.cores()), (4, 1));
+        let mut o3 = Target::of(host(&[], 1));
+        o3.codegen.pipeline = "default<O3>".into();
+        o3.codegen.llvm_unroll = true;
+        let c = o3.codegen_options();
+        assert_eq!((c.pipeline.as_str(), c.llvm_unroll), ("default<O3>", true));
+        assert_eq!(Profile::parse("builds"), Profile::Builds);
+        assert_eq!(Profile::parse("1"), Profile::Batches);
+        assert_eq!(Profile::parse(""), Profile::Off);
+    }
+}
