@@ -33,7 +33,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     println!(
         "host: {} ({}, {} cores)",
         host.cpu_model, host.llvm_cpu, host.cores

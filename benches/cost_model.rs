@@ -101,7 +101,7 @@ fn top_recall(items: &[(u32, f64, f64)]) -> f64 {
 
 fn main() {
     let hw = HardwareParams::of(&ttdb::target::Target::detect());
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     let lanes = hw.vector_lanes as i64;
     println!(
         "host: {} ({}, {} cores, {} fp32 lanes)",

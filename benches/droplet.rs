@@ -143,7 +143,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(usize::MAX);
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     let peak =
         ttdb::measure::measure_peak(&ttdb::target::Target::detect(), &MeasureOptions::default())
             .map(|p| p.gflops_all)

@@ -14,7 +14,7 @@ use ttdb::loopnest::verify::{output_error, Expected};
 use ttdb::loopnest::{BufferData, DType};
 use ttdb::measure::gemm::{gemm_flops, gemm_kernel, GemmSchedule};
 use ttdb::measure::peak::measure_fma;
-use ttdb::measure::{detect_host, measure, MeasureOptions, Measurement};
+use ttdb::measure::{measure, MeasureOptions, Measurement};
 
 fn numpy_gflops(n: i64, threads: usize) -> Option<f64> {
     let script = format!(
@@ -134,7 +134,7 @@ fn sweep(n: i64, lanes: i64, threads: usize) {
 }
 
 fn main() {
-    let host = detect_host();
+    let host = ttdb::target::Target::detect().host;
     if std::env::var("TTDB_SWEEP").is_ok() {
         sweep(
             env("TTDB_GEMM_N", 1024),

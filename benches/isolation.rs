@@ -39,7 +39,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let hw = HardwareParams::of(&ttdb::target::Target::detect());
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     let trials = env("TTDB_ISOLATION_TRIALS", 256);
     let rounds = env("TTDB_ISOLATION_ROUNDS", 3);
     println!(

@@ -50,7 +50,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(usize::MAX);
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     let lanes = host.f32_lanes() as i64;
     println!(
         "host: {} ({}, {} cores, {lanes} fp32 lanes); the fast path on and off, built side by \

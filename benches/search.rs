@@ -56,7 +56,7 @@ fn onnxruntime_ms(op: &str, threads: usize) -> Option<f64> {
 
 fn main() {
     let hw = HardwareParams::of(&ttdb::target::Target::detect());
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     let peak =
         ttdb::measure::peak::measure_peak(&ttdb::target::Target::detect(), &Default::default())
             .map(|p| p.gflops_all)

@@ -43,7 +43,7 @@ fn main() {
     };
     let builds = env_usize("TTDB_STABILITY_BUILDS", 6).max(2);
     let max_tasks = env_usize("TTDB_STABILITY_TASKS", usize::MAX);
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     println!(
         "host: {} ({}, {} cores); MALLOC_CONF={}; {builds} builds of each schedule, 10 \
          interleaved timings of >= 50 ms each",

@@ -32,7 +32,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
     let model = std::env::var("TTDB_TT_MODEL").unwrap_or_else(|_| "resnet18".into());
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     println!(
         "host: {} ({}, {} cores, {} fp32 lanes)",
         host.cpu_model,

@@ -110,7 +110,7 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
     );
     assert_eq!(search_measurements(&db), 48);
     let stored = ttdb::store::Store::open(&db).unwrap();
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     assert_eq!(
         stored.cost_model(&host.class()).unwrap().unwrap().programs,
         48
@@ -255,7 +255,7 @@ fn apply_tune_searches_kernels_without_a_candidate() {
         .map(|k| k["search"]["trials"].as_i64().unwrap())
         .sum();
     let stored = Store::open(&db).unwrap();
-    let host = ttdb::measure::detect_host();
+    let host = ttdb::target::Target::detect().host;
     assert_eq!(
         stored.cost_model(&host.class()).unwrap().unwrap().programs,
         searched

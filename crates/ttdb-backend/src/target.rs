@@ -63,10 +63,22 @@ pub struct Target {
     pub profile: Profile,
 }
 
+/// This machine, as codegen targets it; private so that [`Target::detect`] stays the one place.
+fn detect_host() -> HostFingerprint {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let (llvm_cpu, llvm_features) = crate::codegen::target_id();
+    HostFingerprint::from_cpuinfo(
+        &info,
+        llvm_cpu,
+        llvm_features,
+        ttdb_format::host::available_cores(),
+    )
+}
+
 impl Target {
     /// This machine with ttdb's default settings: the one place that detects the host.
     pub fn detect() -> Target {
-        Target::of(crate::measure::detect_host())
+        Target::of(detect_host())
     }
 
     /// A machine with this fingerprint and default settings (tests play other hosts).

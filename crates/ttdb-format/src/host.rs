@@ -1,6 +1,6 @@
 //! The machine a schedule was measured on: CPU model, ISA features, LLVM's name for the CPU,
 //! cores. A leaf: the store records it with every measurement, codegen and measurement
-//! detect it (`ttdb_backend::measure::detect_host`), the matcher compares it.
+//! detect it (`ttdb_backend::target::Target::detect`), the matcher compares it.
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
