@@ -8,7 +8,7 @@
 
 pub use ttdb_algo::{ir, ops, recognize, schedule};
 pub use ttdb_backend::{codegen, evaluate, loopnest, lower, measure, target};
-pub use ttdb_format::{ansor, atomic_file, host, signature, version};
+pub use ttdb_format::{ansor, atomic_file, host, npy, signature, version};
 pub use ttdb_onnx::onnx;
 pub use ttdb_store::{bundle, store};
 pub use ttdb_tuning::{matcher, search, tune};

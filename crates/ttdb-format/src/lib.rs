@@ -5,6 +5,7 @@
 pub mod ansor;
 pub mod atomic_file;
 pub mod host;
+pub mod npy;
 pub mod signature;
 
 /// ttdb's own version, recorded in provenance and host fingerprints.
