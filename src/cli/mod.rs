@@ -10,6 +10,7 @@ mod import;
 mod kernels;
 mod match_cmd;
 mod plot;
+mod progress;
 mod refine;
 mod stats;
 mod table;
@@ -261,14 +262,6 @@ fn progress_bar(len: u64, template: &str) -> Option<indicatif::ProgressBar> {
         );
         b
     })
-}
-
-/// A bar over trials (refine, tune).
-fn trials_bar(len: u64) -> Option<indicatif::ProgressBar> {
-    progress_bar(
-        len,
-        "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}",
-    )
 }
 
 /// Runs `f` with the database as the sink of what it measures (records of this host), or,
