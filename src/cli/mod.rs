@@ -62,7 +62,7 @@ pub enum Command {
         #[arg(long)]
         require_signed: bool,
         /// The largest bundle text read, in MiB (a cap against decompression bombs).
-        #[arg(long, default_value_t = bundle::DEFAULT_MAX_BUNDLE_MIB)]
+        #[arg(long, default_value_t = ttdb_store::bundle::format::DEFAULT_MAX_MIB)]
         max_bundle_mib: u64,
         /// Print the summary as one JSON object.
         #[arg(long)]
@@ -324,7 +324,7 @@ pub fn run(cli: Cli) -> CliResult {
             db,
             &paths,
             require_signed,
-            &bundle::limits_of(max_bundle_mib),
+            &ttdb_store::bundle::format::Limits::with_max_mib(max_bundle_mib),
             json,
         ),
         Command::Stats { json } => stats::run(&open_store(db, ReadOnly)?, json),
