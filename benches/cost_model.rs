@@ -26,7 +26,8 @@ use ttdb::ir::Dag;
 use ttdb::lower::{lower_steps, LowerOptions};
 use ttdb::search::cost_model::{pairwise_accuracy, program_features, CostModel, ProgramFeatures};
 use ttdb::search::measurer::KernelMeasurer;
-use ttdb::search::policy::{search_task, SearchObserver, SearchOptions, Searched};
+use ttdb::search::observer::Observer;
+use ttdb::search::policy::{search_task, SearchOptions, SearchTrial, Searched};
 use ttdb::search::sketch::HardwareParams;
 use ttdb::tune::search::TuneOptions;
 use workloads::{conv_nchwc as conv, matmul_512 as matmul};
@@ -39,7 +40,7 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 struct Curve(Vec<(usize, f64, f64)>, Instant);
-impl SearchObserver for Curve {
+impl Observer<SearchTrial> for Curve {
     fn progress(&mut self, trials: usize, best: f64) {
         self.0
             .push((trials, self.1.elapsed().as_secs_f64(), best * 1e3));

@@ -51,6 +51,7 @@ use ttdb::search::measurer::{time_pooled, KernelMeasurer, Measurer};
 use ttdb::search::stats::welch;
 use ttdb::tune::record::Discard;
 use ttdb::tune::refine::{refine_schedules, RefineOptions};
+use ttdb::tune::trials::{Provenance, TrialSink};
 
 fn ms(e: &Evaluation) -> Option<f64> {
     e.median().map(|s| s * 1e3)
@@ -278,18 +279,14 @@ fn main() {
             }
             let starts: Vec<Vec<Step>> = starts.into_iter().map(|(s, _)| s).collect();
             let droplet = |opts: &RefineOptions, model: &mut CostModel| {
-                refine_schedules(
-                    &rec.dag,
-                    &starts,
-                    &reference,
-                    &task.key,
-                    None,
-                    "bench",
-                    opts,
-                    model,
-                    &mut Discard,
-                    &mut |_, _| {},
-                )
+                let provenance = Provenance::Droplet {
+                    record: None,
+                    start: "bench",
+                };
+                let mut discard = Discard;
+                let mut trials =
+                    TrialSink::new(&mut discard, &task.key, rec.dag.flop_ct(), provenance);
+                refine_schedules(&rec.dag, &starts, &reference, opts, model, &mut trials)
             };
             let refined = droplet(&opts, &mut model);
             let summary = |refined: &Result<ttdb::search::droplet::Refined, String>| match refined {

@@ -11,12 +11,13 @@ mod workloads;
 use std::time::Duration;
 use ttdb::evaluate::{Isolation, Reference, WorkerSpec};
 use ttdb::search::measurer::KernelMeasurer;
-use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
+use ttdb::search::observer::Observer;
+use ttdb::search::policy::{search_task, SearchOptions, SearchTrial};
 use ttdb::search::sketch::HardwareParams;
 use ttdb::tune::search::TuneOptions;
 
 struct Quiet;
-impl SearchObserver for Quiet {
+impl Observer<SearchTrial> for Quiet {
     fn progress(&mut self, _trials: usize, _best: f64) {}
 }
 

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use ttdb::ansor::Step;
 use ttdb::evaluate::{Evaluation, Reference};
 use ttdb::search::measurer::{KernelMeasurer, Measurer};
-use ttdb::search::policy::{search_task, SearchObserver, SearchOptions};
+use ttdb::search::observer::Observer;
+use ttdb::search::policy::{search_task, SearchOptions, SearchTrial};
 use ttdb::search::sketch::HardwareParams;
 use ttdb::tune::search::TuneOptions;
 
@@ -28,7 +29,7 @@ struct Curve {
     t0: Instant,
     points: Vec<(usize, f64, f64)>,
 }
-impl SearchObserver for Curve {
+impl Observer<SearchTrial> for Curve {
     fn progress(&mut self, trials: usize, best: f64) {
         self.points
             .push((trials, self.t0.elapsed().as_secs_f64(), best * 1e3));

@@ -16,6 +16,7 @@ use ttdb::matcher::{match_layouts, MatchOptions};
 use ttdb::onnx::{self, LayoutMode};
 use ttdb::store::import::import_file;
 use ttdb::store::Store;
+use ttdb::tune::progress::Silent;
 use ttdb::tune::record::Discard;
 use ttdb::tune::refine::RefineOptions;
 use ttdb::tune::{apply, ApplyOptions, ApplyReport};
@@ -73,7 +74,7 @@ fn main() {
         ..base.clone()
     };
     let run = |opts: &ApplyOptions| -> ApplyReport {
-        apply(&m, opts, &|_: usize, _: usize, _: &str| {}, &mut Discard).unwrap()
+        apply(&m, opts, &mut Discard, &mut Silent).unwrap()
     };
     let tt = run(&base);
     let ttd = run(&with);

@@ -132,8 +132,8 @@ fn transfer_tuning_resnet18_gives_a_verified_speedup() {
     let r = apply(
         &m,
         &opts,
-        &|_: usize, _: usize, _: &str| {},
         &mut ttdb::tune::record::Discard,
+        &mut ttdb::tune::progress::Silent,
     )
     .unwrap();
     eprint!("{}", ttdb::cli::render_apply(&r));

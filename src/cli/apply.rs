@@ -5,7 +5,6 @@ use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use std::time::Duration;
 use ttdb_store::store::Store;
-use ttdb_tuning::tune::apply::ApplyProgress;
 use ttdb_tuning::tune::refine::RefineOptions;
 use ttdb_tuning::tune::{apply, ApplyOptions, ApplyReport};
 
@@ -217,21 +216,10 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         t.search.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.tune = Some(t);
     }
-    ttdb_tuning::search::interrupt::install();
-    let report = with_kernel_bar(m.matches.len(), |progress| {
-        super::with_sink(store, args.dry_run, |sink| apply(&m, &opts, progress, sink))
+    let report = super::progress::track(|progress| {
+        super::with_sink(store, args.dry_run, |sink| apply(&m, &opts, sink, progress))
     })?;
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{}", render_apply(&report));
-    }
-    if report.interrupted {
-        return Err(CliError {
-            message: "interrupted".into(),
-            code: 130,
-        });
-    }
+    super::progress::print_report(&report, report.interrupted, args.json, render_apply)?;
     if report.kernels.iter().any(|k| !k.verified) {
         return Err(CliError {
             message: "some kernels could not be verified (see the table)".into(),
@@ -239,47 +227,4 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         });
     }
     Ok(())
-}
-
-/// A progress bar over the kernels on a terminal: kernel, and Droplet trials with the best
-/// time so far when refining.
-struct KernelBar {
-    bar: Option<indicatif::ProgressBar>,
-    name: std::cell::RefCell<String>,
-}
-
-impl ApplyProgress for KernelBar {
-    fn kernel(&self, done: usize, _total: usize, name: &str) {
-        if let Some(b) = &self.bar {
-            b.set_position(done as u64);
-            b.set_message(name.to_string());
-        }
-        *self.name.borrow_mut() = name.to_string();
-    }
-    fn droplet(&self, trials: usize, best_seconds: f64) {
-        if let Some(b) = &self.bar {
-            b.set_message(format!(
-                "{}: droplet trial {trials}, best {:.3} ms",
-                self.name.borrow(),
-                best_seconds * 1e3
-            ));
-        }
-    }
-}
-
-/// Runs `work` with a progress bar over `n` kernels on a terminal (nothing otherwise).
-fn with_kernel_bar<T>(n: usize, work: impl FnOnce(&dyn ApplyProgress) -> T) -> T {
-    let bar = super::progress_bar(
-        n as u64,
-        "{spinner} [{bar:30}] {pos}/{len} kernels {elapsed} (ETA {eta}) {msg}",
-    );
-    let progress = KernelBar {
-        bar,
-        name: Default::default(),
-    };
-    let out = work(&progress);
-    if let Some(b) = progress.bar {
-        b.finish_and_clear();
-    }
-    out
 }

@@ -19,7 +19,7 @@ pub enum BundleCommand {
         /// The bundle file (compressed or not).
         file: PathBuf,
         /// The largest bundle text read, in MiB (a cap against decompression bombs).
-        #[arg(long, default_value_t = DEFAULT_MAX_BUNDLE_MIB)]
+        #[arg(long, default_value_t = format::DEFAULT_MAX_MIB)]
         max_bundle_mib: u64,
         /// Print the result as JSON on standard output.
         #[arg(long)]
@@ -107,7 +107,7 @@ pub struct ImportArgs {
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// The largest bundle text read, in MiB (a cap against decompression bombs).
-    #[arg(long, default_value_t = DEFAULT_MAX_BUNDLE_MIB)]
+    #[arg(long, default_value_t = format::DEFAULT_MAX_MIB)]
     pub max_bundle_mib: u64,
     /// Refuse bundles that are unsigned or signed by a key not in `ttdb trust list`.
     #[arg(long)]
@@ -120,9 +120,6 @@ pub struct ImportArgs {
     #[arg(long)]
     pub json: bool,
 }
-
-/// The default of `--max-bundle-mib` ([`format::DEFAULT_MAX_BYTES`]).
-pub const DEFAULT_MAX_BUNDLE_MIB: u64 = format::DEFAULT_MAX_BYTES >> 20;
 
 fn fail(message: String) -> CliError {
     CliError { message, code: 1 }
@@ -139,24 +136,9 @@ pub fn read_bundle_within(path: &Path, limits: &Limits) -> Result<Bundle, CliErr
     read_bundle_file(path, limits).map(|(b, _)| b)
 }
 
-/// The limits a `--max-bundle-mib` option asks for.
-pub fn limits_of(max_bundle_mib: u64) -> Limits {
-    Limits {
-        max_bytes: max_bundle_mib.saturating_mul(1 << 20),
-        ..Limits::default()
-    }
-}
-
 /// [`read_bundle`], and whether the file was zstd-compressed.
 fn read_bundle_file(path: &Path, limits: &Limits) -> Result<(Bundle, bool), CliError> {
     bundle::read_file(path, limits).map_err(fail)
-}
-
-/// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees
-/// half a bundle.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    ttdb_format::atomic_file::write(path, bytes)
-        .map_err(|e| fail(format!("{}: {e}", path.display())))
 }
 
 pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
@@ -169,7 +151,7 @@ pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
             file,
             max_bundle_mib,
             json,
-        } => inspect(db, file, &limits_of(*max_bundle_mib), *json),
+        } => inspect(db, file, &Limits::with_max_mib(*max_bundle_mib), *json),
         BundleCommand::Import(args) => import(db, args),
         BundleCommand::Sign {
             file,
@@ -182,13 +164,12 @@ pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
             let key = sign::read_secret_key(key).map_err(fail)?;
             sign::sign(&mut b, &key);
             let out = output.as_ref().unwrap_or(file);
-            let bytes = b.to_bytes(compressed)?;
-            write_atomically(out, &bytes)?;
+            let bytes = bundle::write_file(out, &b, compressed).map_err(fail)?;
             report_written(
                 &WrittenBundle {
                     path: out,
                     records: b.records.len(),
-                    bytes: bytes.len(),
+                    bytes,
                     compressed,
                     signed_by: Some(sign::public_hex(&key)),
                     bundle_sha256: &b.sha256,
@@ -205,13 +186,12 @@ pub fn run(db: &Option<PathBuf>, cmd: &BundleCommand) -> CliResult {
             json,
         } => {
             let merged = bundle::merge(&read_bundle(a)?, &read_bundle(b)?);
-            let bytes = merged.to_bytes(*compress)?;
-            write_atomically(output, &bytes)?;
+            let bytes = bundle::write_file(output, &merged, *compress).map_err(fail)?;
             report_written(
                 &WrittenBundle {
                     path: output,
                     records: merged.records.len(),
-                    bytes: bytes.len(),
+                    bytes,
                     compressed: *compress,
                     signed_by: None,
                     bundle_sha256: &merged.sha256,
@@ -254,13 +234,12 @@ fn export(store: &Store, args: &ExportArgs) -> CliResult {
         sign::sign(&mut b, &key);
         signed_by = Some(sign::public_hex(&key));
     }
-    let bytes = b.to_bytes(args.compress)?;
-    write_atomically(&args.output, &bytes)?;
+    let bytes = bundle::write_file(&args.output, &b, args.compress).map_err(fail)?;
     report_written(
         &WrittenBundle {
             path: &args.output,
             records: b.records.len(),
-            bytes: bytes.len(),
+            bytes,
             compressed: args.compress,
             signed_by,
             bundle_sha256: &b.sha256,
@@ -476,7 +455,10 @@ fn import(db: &Option<PathBuf>, args: &ImportArgs) -> CliResult {
     let bundles: Vec<(PathBuf, Bundle)> = args
         .files
         .iter()
-        .map(|f| read_bundle_within(f, &limits_of(args.max_bundle_mib)).map(|b| (f.clone(), b)))
+        .map(|f| {
+            read_bundle_within(f, &Limits::with_max_mib(args.max_bundle_mib))
+                .map(|b| (f.clone(), b))
+        })
         .collect::<Result<_, _>>()?;
     let mut store = super::open_store(db, ttdb_store::store::OpenMode::Create)?;
     let mut views = Vec::new();

@@ -10,6 +10,7 @@ mod import;
 mod kernels;
 mod match_cmd;
 mod plot;
+mod progress;
 mod refine;
 mod stats;
 mod table;
@@ -61,7 +62,7 @@ pub enum Command {
         #[arg(long)]
         require_signed: bool,
         /// The largest bundle text read, in MiB (a cap against decompression bombs).
-        #[arg(long, default_value_t = bundle::DEFAULT_MAX_BUNDLE_MIB)]
+        #[arg(long, default_value_t = ttdb_store::bundle::format::DEFAULT_MAX_MIB)]
         max_bundle_mib: u64,
         /// Print the summary as one JSON object.
         #[arg(long)]
@@ -263,14 +264,6 @@ fn progress_bar(len: u64, template: &str) -> Option<indicatif::ProgressBar> {
     })
 }
 
-/// A bar over trials (refine, tune).
-fn trials_bar(len: u64) -> Option<indicatif::ProgressBar> {
-    progress_bar(
-        len,
-        "{spinner} [{bar:25}] {pos}/{len} trials, {elapsed} (ETA {eta}) {msg}",
-    )
-}
-
 /// Runs `f` with the database as the sink of what it measures (records of this host), or,
 /// for `--dry-run`, a sink that keeps nothing.
 fn with_sink<R>(
@@ -331,7 +324,7 @@ pub fn run(cli: Cli) -> CliResult {
             db,
             &paths,
             require_signed,
-            &bundle::limits_of(max_bundle_mib),
+            &ttdb_store::bundle::format::Limits::with_max_mib(max_bundle_mib),
             json,
         ),
         Command::Stats { json } => stats::run(&open_store(db, ReadOnly)?, json),

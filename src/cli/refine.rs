@@ -7,9 +7,7 @@ use super::{CliError, CliResult};
 use std::path::PathBuf;
 use std::time::Duration;
 use ttdb_store::store::Store;
-use ttdb_tuning::tune::refine::{
-    plan, refine_jobs, RefineOptions, RefineProgress, RefineReport, Selection,
-};
+use ttdb_tuning::tune::refine::{plan, refine_jobs, RefineOptions, RefineReport, Selection};
 
 #[derive(clap::Args, Debug)]
 pub struct RefineArgs {
@@ -158,49 +156,6 @@ pub fn render_refine(r: &RefineReport) -> String {
     out
 }
 
-/// A progress bar over the trial budget of every kernel: kernels done, trials, best so far,
-/// ETA.
-struct Bar {
-    bar: Option<indicatif::ProgressBar>,
-    per_kernel: u64,
-    kernel: usize,
-    total: usize,
-    label: String,
-    done_before: u64,
-}
-
-impl RefineProgress for Bar {
-    fn kernel(&mut self, index: usize, total: usize, label: &str) {
-        (self.kernel, self.total, self.label) = (index, total, label.to_string());
-        if let Some(b) = &self.bar {
-            b.set_message(format!(
-                "kernel {}/{total} {label}: timing the stored schedules",
-                index + 1
-            ));
-        }
-    }
-    fn trials(&mut self, trials: usize, start_s: f64, best_s: f64) {
-        if let Some(b) = &self.bar {
-            b.set_position(self.done_before + trials as u64);
-            b.set_message(format!(
-                "kernel {}/{} {}: best {:.3} ms ({:.2}x over the start)",
-                self.kernel + 1,
-                self.total,
-                self.label,
-                best_s * 1e3,
-                start_s / best_s
-            ));
-        }
-    }
-    fn kernel_done(&mut self, _trials: usize) {
-        // A kernel that stops early leaves its budget: the ETA counts whole kernels.
-        self.done_before += self.per_kernel;
-        if let Some(b) = &self.bar {
-            b.set_position(self.done_before);
-        }
-    }
-}
-
 pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
     let chosen = [
         args.all,
@@ -244,33 +199,10 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
             code: 1,
         });
     }
-    ttdb_tuning::search::interrupt::install();
-    let per_kernel = opts.droplet.max_trials as u64;
-    let bar = super::trials_bar(per_kernel * jobs.len() as u64);
-    let mut progress = Bar {
-        bar,
-        per_kernel,
-        kernel: 0,
-        total: jobs.len(),
-        label: String::new(),
-        done_before: 0,
-    };
-    let report = super::with_sink(store, args.dry_run, |sink| {
-        refine_jobs(&jobs, &opts, sink, &mut progress)
+    let report = super::progress::track(|progress| {
+        super::with_sink(store, args.dry_run, |sink| {
+            refine_jobs(&jobs, &opts, sink, progress)
+        })
     })?;
-    if let Some(b) = progress.bar.take() {
-        b.finish_and_clear();
-    }
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{}", render_refine(&report));
-    }
-    if report.interrupted {
-        return Err(CliError {
-            message: "interrupted".into(),
-            code: 130,
-        });
-    }
-    Ok(())
+    super::progress::print_report(&report, report.interrupted, args.json, render_refine)
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::refine::{plan, Selection};
-use ttdb_tuning::tune::search::{tune_jobs, TuneOptions, TuneProgress, TuneReport};
+use ttdb_tuning::tune::search::{tune_jobs, TuneOptions, TuneReport};
 
 #[derive(clap::Args, Debug)]
 pub struct TuneArgs {
@@ -168,42 +168,6 @@ pub fn render_tune(r: &TuneReport, peak_gflops: Option<f64>) -> String {
     out
 }
 
-struct Bar {
-    bar: Option<indicatif::ProgressBar>,
-    per_kernel: u64,
-    kernel: usize,
-    total: usize,
-    label: String,
-    done_before: u64,
-}
-
-impl TuneProgress for Bar {
-    fn kernel(&mut self, index: usize, total: usize, label: &str) {
-        (self.kernel, self.total, self.label) = (index, total, label.to_string());
-        if let Some(b) = &self.bar {
-            b.set_message(format!("kernel {}/{total} {label}: sampling", index + 1));
-        }
-    }
-    fn trials(&mut self, trials: usize, best_s: f64) {
-        if let Some(b) = &self.bar {
-            b.set_position(self.done_before + (trials as u64).min(self.per_kernel));
-            b.set_message(format!(
-                "kernel {}/{} {}: best {:.3} ms",
-                self.kernel + 1,
-                self.total,
-                self.label,
-                best_s * 1e3
-            ));
-        }
-    }
-    fn kernel_done(&mut self) {
-        self.done_before += self.per_kernel;
-        if let Some(b) = &self.bar {
-            b.set_position(self.done_before);
-        }
-    }
-}
-
 pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
     if args.trials == Some(0) {
         return Err(CliError {
@@ -251,37 +215,12 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
             code: 1,
         });
     }
-    ttdb_tuning::search::interrupt::install();
-    let per_kernel = (opts.search.trials + opts.droplet_trials) as u64;
-    let bar = super::trials_bar(per_kernel * jobs.len() as u64);
-    let mut progress = Bar {
-        bar,
-        per_kernel,
-        kernel: 0,
-        total: jobs.len(),
-        label: String::new(),
-        done_before: 0,
-    };
-    let report = super::with_sink(store, args.dry_run, |sink| {
-        tune_jobs(&jobs, &opts, sink, &mut progress)
+    let report = super::progress::track(|progress| {
+        super::with_sink(store, args.dry_run, |sink| {
+            tune_jobs(&jobs, &opts, sink, progress)
+        })
     })?;
-    if let Some(b) = progress.bar.take() {
-        b.finish_and_clear();
-    }
-    let peak =
-        ttdb_backend::measure::peak::measure_peak(&super::machine().target, &Default::default())
-            .ok()
-            .map(|p| p.gflops_all);
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{}", render_tune(&report, peak));
-    }
-    if report.interrupted {
-        return Err(CliError {
-            message: "interrupted".into(),
-            code: 130,
-        });
-    }
-    Ok(())
+    super::progress::print_report(&report, report.interrupted, args.json, |r| {
+        render_tune(r, super::progress::peak_gflops())
+    })
 }

@@ -7,7 +7,7 @@ use super::{CliError, CliResult};
 use std::io::Write;
 use std::path::Path;
 use ttdb_store::store::Store;
-use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneProgress, ModelTuneReport};
+use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneReport};
 use ttdb_tuning::tune::search::TuneOptions;
 
 pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
@@ -73,20 +73,6 @@ fn write_curve(path: &Path, r: &ModelTuneReport) -> std::io::Result<()> {
     f.commit()
 }
 
-struct Bar(Option<indicatif::ProgressBar>);
-impl ModelTuneProgress for Bar {
-    fn round(&mut self, trials: usize, model_ms: f64) {
-        if let Some(b) = &self.0 {
-            b.set_position(trials as u64);
-            b.set_message(if model_ms.is_finite() {
-                format!("kernel sum {model_ms:.3} ms")
-            } else {
-                "warming up every kernel".into()
-            });
-        }
-    }
-}
-
 /// What `tune MODEL.onnx` was asked (parsed by `super::tune`).
 pub struct ModelRun<'a> {
     /// The model and how to read it (layout, input shapes, lanes).
@@ -121,15 +107,11 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         droplet_trials: args.droplet,
         seeds: args.seeds.max(1),
     };
-    ttdb_tuning::search::interrupt::install();
-    let bar = super::trials_bar(opts.trials as u64);
-    let mut progress = Bar(bar);
-    let report = super::with_sink(store, args.dry_run, |sink| {
-        tune_model(&m, &opts, sink, &mut progress)
+    let report = super::progress::track(|progress| {
+        super::with_sink(store, args.dry_run, |sink| {
+            tune_model(&m, &opts, sink, progress)
+        })
     })?;
-    if let Some(b) = progress.0.take() {
-        b.finish_and_clear();
-    }
     if let Some(path) = args.curve {
         write_curve(path, &report).map_err(|e| CliError {
             message: format!("{}: {e}", path.display()),
@@ -141,20 +123,7 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         super::plot::write_tune_plot(path, &title, &report.curve)
             .map_err(|message| CliError { message, code: 1 })?;
     }
-    let peak =
-        ttdb_backend::measure::peak::measure_peak(&super::machine().target, &Default::default())
-            .ok()
-            .map(|p| p.gflops_all);
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{}", render_model_tune(&report, peak));
-    }
-    if report.interrupted {
-        return Err(CliError {
-            message: "interrupted".into(),
-            code: 130,
-        });
-    }
-    Ok(())
+    super::progress::print_report(&report, report.interrupted, args.json, |r| {
+        render_model_tune(r, super::progress::peak_gflops())
+    })
 }

@@ -143,6 +143,9 @@ pub struct Creation {
 /// records, the whole public corpus; `--max-bundle-mib` raises it.
 pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
 
+/// [`DEFAULT_MAX_BYTES`] in MiB, the unit `--max-bundle-mib` counts in.
+pub const DEFAULT_MAX_MIB: u64 = DEFAULT_MAX_BYTES >> 20;
+
 /// Caps that keep a hostile file from exhausting memory.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -159,6 +162,16 @@ impl Default for Limits {
             max_bytes: DEFAULT_MAX_BYTES,
             max_line: 4 << 20,
             max_records: 20_000_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The default limits with the cap on a bundle's text at `mib` MiB.
+    pub fn with_max_mib(mib: u64) -> Limits {
+        Limits {
+            max_bytes: mib.saturating_mul(1 << 20),
+            ..Limits::default()
         }
     }
 }

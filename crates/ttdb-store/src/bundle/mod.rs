@@ -115,6 +115,15 @@ pub fn read_file(path: &Path, limits: &format::Limits) -> Result<(Bundle, bool),
     Ok((bundle, compressed))
 }
 
+/// Writes `bundle` to `path` (zstd-compressed with `compress`) whole or not at all, so a
+/// reader never sees half a bundle; returns the bytes written. Errors name the file.
+pub fn write_file(path: &Path, bundle: &Bundle, compress: bool) -> Result<usize, String> {
+    let named = |e: std::io::Error| format!("{}: {e}", path.display());
+    let bytes = bundle.to_bytes(compress).map_err(named)?;
+    ttdb_format::atomic_file::write(path, &bytes).map_err(named)?;
+    Ok(bytes.len())
+}
+
 /// Imports a bundle read (and so checked) by [`format::read`], recording `path` as its
 /// source. Signature policy is the caller's (see `sign::check`).
 pub fn import(store: &mut Store, path: &Path, bundle: &Bundle) -> Result<BundleImport, StoreError> {

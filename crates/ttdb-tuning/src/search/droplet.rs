@@ -26,6 +26,7 @@
 //! coordinate per batch, about 6 moves in 100 trials).
 use super::knobs::{Point, Space};
 use super::measurer::{time_pooled, Measurer, PICK_BUILDS};
+use super::observer::{MeasuredTrial, Observer};
 use super::rng::Rng;
 use super::stats::{mean, welch};
 use serde::Serialize;
@@ -157,21 +158,17 @@ impl Refined {
     }
 }
 
-/// What the caller sees of a running search.
-pub trait Observer {
-    /// After each batch, its trials (to store them as they come).
-    fn batch_done(&mut self, _trials: &[Trial]) {}
-    /// After each batch: trials so far and the incumbent's mean seconds.
-    fn progress(&mut self, _trials: usize, _best_seconds: f64) {}
-    /// Stop at the next opportunity, keeping what was measured.
-    fn interrupted(&self) -> bool {
-        false
+impl MeasuredTrial for Trial {
+    fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+    fn evaluation(&self) -> &Evaluation {
+        &self.evaluation
+    }
+    fn how(&self) -> String {
+        self.change.clone()
     }
 }
-
-/// An observer that sees nothing.
-pub struct Quiet;
-impl Observer for Quiet {}
 
 /// Predicts which neighbours are worth a trial (a cost model), and learns from every
 /// measurement. Ranking is free next to a trial: lowering a candidate takes about a
@@ -482,7 +479,7 @@ pub fn refine(
     measurer: &mut dyn Measurer,
     ranker: &mut dyn Ranker,
     opts: &DropletOptions,
-    observer: &mut dyn Observer,
+    observer: &mut dyn Observer<Trial>,
 ) -> Result<Refined, String> {
     let mut seen = HashSet::new();
     let prior = Prior {
@@ -499,7 +496,7 @@ pub fn refine_with(
     measurer: &mut dyn Measurer,
     ranker: &mut dyn Ranker,
     opts: &DropletOptions,
-    observer: &mut dyn Observer,
+    observer: &mut dyn Observer<Trial>,
     prior: Prior<'_>,
 ) -> Result<Refined, String> {
     let t0 = Instant::now();
@@ -635,7 +632,7 @@ pub fn refine_with(
             idle += 1;
         }
         let new: Vec<Trial> = done.into_iter().map(|(_, _, t)| t).collect();
-        observer.batch_done(&new);
+        observer.measured(&new);
         trials.extend(new);
         batches += 1;
         observer.progress(trials.len(), mean(&inc.3));

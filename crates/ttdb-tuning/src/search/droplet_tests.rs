@@ -3,6 +3,7 @@
 use super::droplet::*;
 use super::knobs::Space;
 use super::measurer::{time_pooled, Measurer};
+use super::observer::{Observer, Quiet};
 use std::collections::HashSet;
 use std::time::Duration;
 use ttdb_algo::schedule::stage_inits_from_dag;
@@ -290,8 +291,8 @@ struct StopAfter {
     batches: usize,
     seen: usize,
 }
-impl Observer for StopAfter {
-    fn batch_done(&mut self, trials: &[Trial]) {
+impl Observer<Trial> for StopAfter {
+    fn measured(&mut self, trials: &[Trial]) {
         self.seen += trials.len();
         self.batches = self.batches.saturating_sub(1);
     }

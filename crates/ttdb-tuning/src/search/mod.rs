@@ -7,6 +7,7 @@
 //!   over the knobs of a step list ([`knobs`]), from the fastest start of each distinct
 //!   structure ([`restarts`]); its neighbours ranked by the same cost model
 //!   ([`model_ranker`]).
+//! * Both report their trials to one [`observer`].
 pub mod cost_model;
 pub mod draft;
 pub mod droplet;
@@ -20,6 +21,7 @@ pub mod knobs;
 pub mod measurer;
 pub mod model_ranker;
 pub mod mutate;
+pub mod observer;
 pub mod policy;
 #[cfg(test)]
 mod policy_tests;

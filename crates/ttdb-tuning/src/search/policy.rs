@@ -20,6 +20,7 @@ use super::cost_model::{program_features, CostModel, ProgramFeatures};
 use super::init::Sampler;
 use super::measurer::Measurer;
 use super::mutate::{mutate, pick};
+use super::observer::{MeasuredTrial, Observer};
 use super::rng::Rng;
 use super::sketch::{generate_sketches, HardwareParams, Sketch};
 use rayon::prelude::*;
@@ -149,19 +150,17 @@ impl Searched {
     }
 }
 
-/// What the caller sees of a running search.
-pub trait SearchObserver {
-    /// After each round, its trials (to store them as they come).
-    fn round_done(&mut self, _trials: &[SearchTrial]) {}
-    /// Trials so far and the best median seconds (NaN before the first verified one).
-    fn progress(&mut self, _trials: usize, _best_seconds: f64) {}
-    fn interrupted(&self) -> bool {
-        false
+impl MeasuredTrial for SearchTrial {
+    fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+    fn evaluation(&self) -> &Evaluation {
+        &self.evaluation
+    }
+    fn how(&self) -> String {
+        format!("round {}, {}", self.round, self.origin)
     }
 }
-
-pub struct QuietSearch;
-impl SearchObserver for QuietSearch {}
 
 /// The dedup key of a schedule (a hash of its printed loop nest) and its features, or
 /// `None` when it does not lower (then it is invalid).
@@ -428,7 +427,7 @@ impl<'a> TaskSearch<'a> {
         &mut self,
         want: usize,
         measurer: &mut dyn Measurer,
-        observer: &mut dyn SearchObserver,
+        observer: &mut dyn Observer<SearchTrial>,
         model: &mut CostModel,
     ) -> usize {
         if self.opts.learned_model {
@@ -471,7 +470,7 @@ impl<'a> TaskSearch<'a> {
         }
         out.rounds += 1;
         out.seconds = self.t0.elapsed().as_secs_f64();
-        observer.round_done(&out.trials[first..]);
+        observer.measured(&out.trials[first..]);
         let n = out.trials.len();
         observer.progress(n, self.best_seconds().unwrap_or(f64::NAN));
         n - first
@@ -486,7 +485,7 @@ pub fn search_task(
     seeds: &[Vec<Step>],
     measurer: &mut dyn Measurer,
     opts: &SearchOptions,
-    observer: &mut dyn SearchObserver,
+    observer: &mut dyn Observer<SearchTrial>,
     model: &mut CostModel,
 ) -> Result<Searched, String> {
     let t0 = Instant::now();

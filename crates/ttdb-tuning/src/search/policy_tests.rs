@@ -4,6 +4,7 @@
 use super::cost_model::CostModel;
 use super::droplet_tests::{failed, split_lengths, timed};
 use super::measurer::Measurer;
+use super::observer::Quiet;
 use super::policy::*;
 use super::sketch::{tests::matmul, HardwareParams};
 use std::collections::HashSet;
@@ -58,7 +59,7 @@ fn faults_are_failed_trials_and_the_search_goes_on() {
         &[],
         &mut Faulty { n: 0 },
         &opts,
-        &mut QuietSearch,
+        &mut Quiet,
         &mut model,
     )
     .unwrap();

@@ -10,9 +10,10 @@
 //! budget left then continues from the best result so far, batch after batch, never
 //! measuring a step list twice. Last, the first start and every descent's result are timed
 //! side by side and the fastest is kept.
-use super::droplet::{refine_with, DropletOptions, Observer, Prior, Ranker, Refined, Stop, Trial};
+use super::droplet::{refine_with, DropletOptions, Prior, Ranker, Refined, Stop, Trial};
 use super::knobs::{structure, Point, Space};
 use super::measurer::{time_pooled, Measurer, PICK_BUILDS};
+use super::observer::Observer;
 use std::collections::HashSet;
 use std::time::Instant;
 use ttdb_backend::evaluate::Evaluation;
@@ -45,13 +46,13 @@ impl Default for RestartOptions {
 
 /// Passes trials on with the counts of earlier descents added.
 struct Offset<'a> {
-    inner: &'a mut dyn Observer,
+    inner: &'a mut dyn Observer<Trial>,
     before: usize,
 }
 
-impl Observer for Offset<'_> {
-    fn batch_done(&mut self, trials: &[Trial]) {
-        self.inner.batch_done(trials)
+impl Observer<Trial> for Offset<'_> {
+    fn measured(&mut self, trials: &[Trial]) {
+        self.inner.measured(trials)
     }
     fn progress(&mut self, trials: usize, best: f64) {
         self.inner.progress(self.before + trials, best)
@@ -106,7 +107,7 @@ pub fn refine_from(
     ranker: &mut dyn Ranker,
     opts: &DropletOptions,
     restarts: &RestartOptions,
-    observer: &mut dyn Observer,
+    observer: &mut dyn Observer<Trial>,
 ) -> Result<Refined, String> {
     let t0 = Instant::now();
     let starts: Vec<Vec<Step>> = spaces
@@ -139,7 +140,7 @@ pub fn refine_from(
     let mut used = 0;
     let left_after = |used: usize| opts.max_trials.saturating_sub(used);
     let time_left = |t0: Instant| opts.time_budget.map(|b| b.saturating_sub(t0.elapsed()));
-    let room_for_more = |used: usize, runs: &[(usize, Refined)], observer: &dyn Observer| {
+    let room_for_more = |used: usize, runs: &[(usize, Refined)], observer: &dyn Observer<Trial>| {
         left_after(used) >= opts.batch.max(1)
             && !observer.interrupted()
             && time_left(t0).is_none_or(|t| !t.is_zero())
@@ -196,7 +197,7 @@ fn descend(
     measurer: &mut dyn Measurer,
     ranker: &mut dyn Ranker,
     opts: &DropletOptions,
-    observer: &mut dyn Observer,
+    observer: &mut dyn Observer<Trial>,
     used: usize,
     prior: Prior<'_>,
 ) -> Result<Refined, String> {

@@ -5,11 +5,12 @@
 //! a candidate, so a kernel is never reported slower than untuned. With `droplet`, the chosen
 //! transferred schedule is then refined on this machine (TT + Droplet, `super::refine`).
 //! Every measurement goes to the sink as it is taken; Ctrl-C stops after the current run.
-use super::record::Sink;
+use super::progress::{Phase, Progress, Work};
+use super::record::{CostModelUse, Sink};
 use super::refine::{refine_schedules, RefineOptions};
-use super::search::keep_model;
+use super::trials::{Provenance, TrialSink};
 use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
-use crate::search::cost_model::{starting_model, CostModel};
+use crate::search::cost_model::CostModel;
 use crate::search::droplet::Stop;
 use crate::search::interrupt;
 use serde::Serialize;
@@ -183,12 +184,12 @@ fn provenance(c: &Candidate) -> String {
 
 /// Measures the default and the top-k candidates of every tuned kernel of `m`, within the
 /// budget, then refines the chosen ones (with `droplet`); every measurement goes to `sink` as
-/// it is taken. `progress` hears of every kernel and of every Droplet batch.
+/// it is taken. `progress` hears of every kernel and of every Droplet batch or search round.
 pub fn apply(
     m: &ModelMatch,
     opts: &ApplyOptions,
-    progress: &dyn ApplyProgress,
     sink: &mut dyn Sink,
+    progress: &mut dyn Progress,
 ) -> Result<ApplyReport, StoreError> {
     let start = Instant::now();
     // Spend the budget where it matters: biggest kernels (FLOPs x multiplicity) first.
@@ -207,10 +208,14 @@ pub fn apply(
     let mut exhausted = false;
     let mut failed = None;
     // `--tune` and `--droplet`: one cost model for the run's searches and refinements,
-    // loaded and kept once.
-    let warm = opts.tune.as_ref().is_none_or(|t| t.search.warm_start);
-    let mut cost = (opts.tune.is_some() || opts.droplet.is_some())
-        .then(|| starting_model(warm, || sink.load_cost_model()));
+    // loaded and kept once (as the search uses it when searching, else as Droplet does).
+    let model_use = match (&opts.tune, &opts.droplet) {
+        (Some(t), _) => Some(CostModelUse::of_search(&t.search)),
+        (None, Some(d)) => Some(CostModelUse::of_refine(d)),
+        (None, None) => None,
+    };
+    let mut cost = model_use.map(|u| u.start(sink));
+    progress.start(Work::Kernels(order.len()));
     for (n, &i) in order.iter().enumerate() {
         let km = &m.matches[i];
         let k = &m.list.kernels[km.kernel];
@@ -225,15 +230,11 @@ pub fn apply(
                 break;
             }
         }
+        progress.kernel_done();
     }
     // Once per run, even when storing a measurement failed.
-    match (&opts.tune, &opts.droplet, cost.as_mut()) {
-        (Some(t), _, Some(c)) => keep_model(sink, &t.search, c)?,
-        (None, Some(d), Some(c)) if d.rank_by_model => {
-            c.maybe_retrain();
-            sink.keep_cost_model(c)?;
-        }
-        _ => {}
+    if let (Some(u), Some(c)) = (model_use, cost.as_mut()) {
+        u.finish(sink, c)?;
     }
     if let Some(e) = failed {
         return Err(e);
@@ -272,20 +273,6 @@ pub fn apply(
     })
 }
 
-/// What `apply` tells its caller as it goes.
-pub trait ApplyProgress {
-    /// Kernel `done` of `total` (by weight, biggest first) starts.
-    fn kernel(&self, done: usize, total: usize, name: &str);
-    /// Droplet on the current kernel: trials so far, the incumbent's mean seconds.
-    fn droplet(&self, _trials: usize, _best_seconds: f64) {}
-}
-
-impl<F: Fn(usize, usize, &str)> ApplyProgress for F {
-    fn kernel(&self, done: usize, total: usize, name: &str) {
-        self(done, total, name)
-    }
-}
-
 /// Reference values per distinct DAG text: candidates of one era and operand order share
 /// one (and its inputs), others get their own.
 #[derive(Default)]
@@ -308,7 +295,7 @@ fn apply_kernel(
     stop: bool,
     cost: Option<&mut CostModel>,
     sink: &mut dyn Sink,
-    progress: &dyn ApplyProgress,
+    progress: &mut dyn Progress,
 ) -> Result<KernelResult, StoreError> {
     let mut r = KernelResult {
         name: k.name.clone(),
@@ -439,6 +426,7 @@ fn apply_kernel(
                     .iter()
                     .map(|&(_, j)| candidates[j].steps.clone())
                     .collect();
+                progress.phase(Phase::Refining { start_s: None });
                 refine_chosen(&mut r, c, &others, reference, dopts, cost, sink, progress);
             }
         }
@@ -454,6 +442,7 @@ fn apply_kernel(
                 (&opts.tune, cost, stop || interrupt::requested())
             {
                 if let Ok(reference) = references.get(&default_dag) {
+                    progress.phase(Phase::Searching);
                     search_default(&mut r, &default_dag, reference, topts, cost, sink, progress)?;
                 }
             }
@@ -474,7 +463,7 @@ fn search_default(
     opts: &super::search::TuneOptions,
     cost: &mut CostModel,
     sink: &mut dyn Sink,
-    progress: &dyn ApplyProgress,
+    progress: &mut dyn Progress,
 ) -> Result<(), StoreError> {
     let (summary, best) = super::search::search_kernel(
         dag,
@@ -484,7 +473,7 @@ fn search_default(
         opts,
         cost,
         sink,
-        &mut |trials, best| progress.droplet(trials, best),
+        progress,
     )?;
     if let (Some(b), Some(ms)) = (best, summary.best_ms) {
         if r.untuned_ms.is_none_or(|u| ms < u) {
@@ -526,7 +515,7 @@ fn refine_chosen(
     opts: &RefineOptions,
     model: &mut CostModel,
     sink: &mut dyn Sink,
-    progress: &dyn ApplyProgress,
+    progress: &mut dyn Progress,
 ) {
     if interrupt::requested() {
         r.droplet = Some(DropletSummary::skipped("interrupted"));
@@ -538,18 +527,13 @@ fn refine_chosen(
     let starts: Vec<Vec<Step>> = std::iter::once(c.steps.clone())
         .chain(others.iter().cloned())
         .collect();
-    let refined = refine_schedules(
-        &c.dag,
-        &starts,
-        reference,
-        &key,
-        Some(c.source.record_id),
-        &what,
-        opts,
-        model,
-        sink,
-        &mut |trials, best| progress.droplet(trials, best),
-    );
+    let provenance = Provenance::Droplet {
+        record: Some(c.source.record_id),
+        start: &what,
+    };
+    let mut trials =
+        TrialSink::new(sink, &key, c.dag.flop_ct(), provenance).reporting_to(progress, 0);
+    let refined = refine_schedules(&c.dag, &starts, reference, opts, model, &mut trials);
     r.droplet = Some(match refined {
         Ok(x) => {
             // Droplet times its start and its best in the same conditions; the model's

@@ -11,13 +11,19 @@
 //!   optionally Droplet;
 //! * [`export`]: the chosen schedule of each kernel of a model, as a log TVM reads;
 //! * [`verify`]: re-measuring the best imported records on this machine;
-//! * [`record`]: what the database keeps of an evaluation.
+//! * [`record`]: what the database keeps of an evaluation;
+//! * [`trials`]: where a search's trials go as they are measured (Droplet's and the search's
+//!   alike);
+//! * [`progress`]: what the four long runs (apply, refine, tune, tune MODEL) tell their
+//!   caller as they go.
 pub mod apply;
 pub mod export;
 pub mod model;
+pub mod progress;
 pub mod record;
 pub mod refine;
 pub mod search;
+pub mod trials;
 pub mod verify;
 
 pub use apply::{apply, ApplyOptions, ApplyReport};

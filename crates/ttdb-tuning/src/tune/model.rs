@@ -5,14 +5,16 @@
 //! kernel's first round. Every trial is stored as it is measured (provenance "search"), and
 //! the curve of the best kernel times and the model's kernel sum is kept for `--curve`.
 use super::apply::workload_key_of;
-use super::record::Sink;
-use super::refine::RefineOptions;
-use super::search::{droplet_after_search, keep_model, store_trials};
+use super::progress::{Progress, Work};
+use super::record::{CostModelUse, Sink};
+use super::refine::{host_line, RefineOptions};
+use super::search::{droplet_after_search, AFTER_SEARCH};
+use super::trials::{Provenance, TrialSink};
 use crate::matcher::ModelMatch;
-use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
+use crate::search::cost_model::{CostModel, CostModelSummary};
 use crate::search::interrupt;
 use crate::search::measurer::KernelMeasurer;
-use crate::search::policy::{SearchObserver, SearchOptions, SearchTrial, TaskSearch};
+use crate::search::policy::{SearchOptions, TaskSearch};
 use crate::search::scheduler::{schedule, ScheduleStop, SchedulerOptions, Tasks};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -84,45 +86,20 @@ pub struct ModelTuneReport {
     pub cost_model: CostModelSummary,
 }
 
-/// What a model tuning run tells its caller.
-pub trait ModelTuneProgress {
-    /// After each round: trials so far, the model's current kernel sum (ms).
-    fn round(&mut self, _trials: usize, _model_ms: f64) {}
-}
-
-struct Store<'s> {
-    sink: &'s mut dyn Sink,
-    key: String,
-    flops: f64,
-    stored: usize,
-    error: Option<StoreError>,
-}
-
-impl SearchObserver for Store<'_> {
-    fn round_done(&mut self, trials: &[SearchTrial]) {
-        store_trials(
-            self.sink,
-            &self.key,
-            self.flops,
-            &mut self.stored,
-            &mut self.error,
-            trials,
-        );
-    }
-}
-
 struct ModelTasks<'a, 's> {
     searches: Vec<TaskSearch<'a>>,
     dags: &'a [Dag],
     references: &'a [Reference],
     weights: Vec<f64>,
     eval: ttdb_backend::evaluate::EvalOptions,
-    store: Store<'s>,
+    /// Where every task's trials go (the tasks take turns).
+    store: TrialSink<'s>,
+    /// Hears of each round, with the model's kernel sum.
+    progress: &'s mut dyn Progress,
     cost: CostModel,
     t0: Instant,
     trials: usize,
     curve: Vec<CurvePoint>,
-    progress: &'s mut dyn ModelTuneProgress,
 }
 
 impl ModelTasks<'_, '_> {
@@ -150,8 +127,8 @@ impl Tasks for ModelTasks<'_, '_> {
             self.eval.clone(),
             &interrupted,
         );
-        self.store.key = workload_key_of(&self.dags[i]);
-        self.store.flops = self.dags[i].flop_ct();
+        self.store
+            .switch_workload(workload_key_of(&self.dags[i]), self.dags[i].flop_ct());
         let n = self.searches[i].round(want, &mut measurer, &mut self.store, &mut self.cost);
         self.trials += n;
         let best = self.searches[i].best_seconds();
@@ -163,11 +140,11 @@ impl Tasks for ModelTasks<'_, '_> {
             kernel_best_ms: best.map_or(f64::NAN, |b| b * 1e3),
             model_ms,
         });
-        self.progress.round(self.trials, model_ms);
+        self.progress.trials(self.trials, model_ms / 1e3);
         (n, best)
     }
     fn interrupted(&self) -> bool {
-        interrupt::requested() || self.store.error.is_some()
+        self.store.should_stop()
     }
 }
 
@@ -190,10 +167,9 @@ pub fn tune_model(
     m: &ModelMatch,
     opts: &ModelTuneOptions,
     sink: &mut dyn Sink,
-    progress: &mut dyn ModelTuneProgress,
+    progress: &mut dyn Progress,
 ) -> Result<ModelTuneReport, StoreError> {
     let t0 = Instant::now();
-    let host = opts.refine.target.host.clone();
     let hw = crate::search::sketch::HardwareParams::of(&opts.refine.target);
     let mut rows = Vec::new();
     let mut dags = Vec::new();
@@ -260,7 +236,9 @@ pub fn tune_model(
             TaskSearch::new(dag, hw, &seeds[t], &o).expect("sketches generated above")
         })
         .collect();
-    let cost = starting_model(opts.search.warm_start, || sink.load_cost_model());
+    let model_use = CostModelUse::of_search(&opts.search);
+    let cost = model_use.start(sink);
+    progress.start(Work::SharedTrials(opts.trials));
     let mut tasks = ModelTasks {
         searches,
         dags: &dags,
@@ -268,27 +246,30 @@ pub fn tune_model(
         weights,
         cost,
         eval: opts.refine.eval(),
-        store: Store {
-            sink,
-            key: String::new(),
-            flops: 0.0,
-            stored: 0,
-            error: None,
-        },
+        store: TrialSink::new(&mut *sink, "", 0.0, Provenance::Search),
+        progress,
         t0,
         trials: 0,
         curve: vec![],
-        progress,
     };
     let sched = schedule(
         &mut tasks,
         &SchedulerOptions::new(opts.trials, dags.len(), opts.time_budget),
     );
-    keep_model(tasks.store.sink, &opts.search, &mut tasks.cost)?;
-    if let Some(e) = tasks.store.error.take() {
-        return Err(e);
-    }
-    for (t, s) in tasks.searches.iter().enumerate() {
+    let ModelTasks {
+        searches,
+        mut store,
+        mut cost,
+        trials,
+        curve,
+        ..
+    } = tasks;
+    let stored = store.finish();
+    // Once per run: the model learned from what was measured, even when storing a trial
+    // failed.
+    model_use.finish(sink, &mut cost)?;
+    stored?;
+    for (t, s) in searches.iter().enumerate() {
         let row = &mut rows[task_rows[t]];
         row.rounds = sched.rounds[t];
         row.trials = s.out.trials.len();
@@ -306,7 +287,7 @@ pub fn tune_model(
         }
     }
     if opts.droplet_trials > 0 {
-        for (t, s) in tasks.searches.iter().enumerate() {
+        for (t, s) in searches.iter().enumerate() {
             if interrupt::requested() {
                 break;
             }
@@ -314,16 +295,16 @@ pub fn tune_model(
                 continue;
             }
             let row = &mut rows[task_rows[t]];
+            let key = workload_key_of(&dags[t]);
+            let mut trials = TrialSink::new(sink, &key, dags[t].flop_ct(), AFTER_SEARCH);
             let refined = droplet_after_search(
                 &dags[t],
                 &references[t],
-                &workload_key_of(&dags[t]),
                 &s.out,
                 opts.droplet_trials,
                 &opts.refine,
-                &mut tasks.cost,
-                tasks.store.sink,
-                &mut |_, _| {},
+                &mut cost,
+                &mut trials,
             );
             match refined {
                 Ok(x) => {
@@ -343,18 +324,15 @@ pub fn tune_model(
         .sum();
     Ok(ModelTuneReport {
         model: m.list.model.clone(),
-        host: format!(
-            "{} ({}, {} cores)",
-            host.cpu_model, host.llvm_cpu, host.cores
-        ),
+        host: host_line(&opts.refine.target),
         kernels_without_schedule: rows.iter().filter(|r| r.best_ms.is_none()).count(),
-        trials: tasks.trials + rows.iter().map(|r| r.droplet_trials).sum::<usize>(),
+        trials: trials + rows.iter().map(|r| r.droplet_trials).sum::<usize>(),
         kernels: rows,
         kernel_sum_ms,
         seconds: t0.elapsed().as_secs_f64(),
         stop: sched.stop,
-        curve: tasks.curve,
+        curve,
         interrupted: interrupt::requested(),
-        cost_model: tasks.cost.summary(),
+        cost_model: cost.summary(),
     })
 }

@@ -1,6 +1,8 @@
 //! What the database keeps of an evaluation: a ttdb-native record (an Ansor line of the
 //! measured workload on this host's target) plus its measurement row.
-use crate::search::cost_model::CostModel;
+use super::refine::RefineOptions;
+use crate::search::cost_model::{starting_model, CostModel};
+use crate::search::policy::SearchOptions;
 use ttdb_backend::evaluate::Evaluation;
 use ttdb_format::ansor::Step;
 use ttdb_format::host::HostFingerprint;
@@ -57,6 +59,47 @@ pub trait Sink {
     }
     /// Keeps the cost model for the next search on a like machine.
     fn keep_cost_model(&mut self, _model: &CostModel) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// How a run uses the cost model stored for this host class: whether it starts from it, and
+/// whether it keeps what the run taught it (once, at the end of the run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CostModelUse {
+    pub load: bool,
+    pub keep: bool,
+}
+
+impl CostModelUse {
+    /// The search's: a cold start neither loads the stored model nor replaces it (a cold
+    /// model would replace a warmer one), and a search without the model teaches none.
+    pub fn of_search(opts: &SearchOptions) -> CostModelUse {
+        CostModelUse {
+            load: opts.warm_start,
+            keep: opts.warm_start && opts.learned_model,
+        }
+    }
+
+    /// Droplet's: only a refinement that ranks by the model uses or teaches it.
+    pub fn of_refine(opts: &RefineOptions) -> CostModelUse {
+        CostModelUse {
+            load: opts.rank_by_model,
+            keep: opts.rank_by_model,
+        }
+    }
+
+    /// The model the run starts from: the stored one, or a cold one.
+    pub fn start(self, sink: &mut dyn Sink) -> CostModel {
+        starting_model(self.load, || sink.load_cost_model())
+    }
+
+    /// Trains `model` on what it has not been trained on yet and keeps it for the next run.
+    pub fn finish(self, sink: &mut dyn Sink, model: &mut CostModel) -> Result<(), StoreError> {
+        if self.keep {
+            model.maybe_retrain();
+            sink.keep_cost_model(model)?;
+        }
         Ok(())
     }
 }

@@ -4,9 +4,11 @@
 //! logged cost taken on another machine. Every trial is stored as it is measured: a record
 //! with the workload's TVM key on this host's target, provenance "droplet", so `ttdb export`
 //! writes lines TVM reads and an interrupted run loses nothing.
-use super::record::{measurement_of, Sink};
+use super::progress::{Phase, Progress, Work};
+use super::record::{measurement_of, CostModelUse, Sink};
+use super::trials::{Provenance, TrialSink};
 use crate::search::cost_model::CostModel;
-use crate::search::droplet::{DropletOptions, Observer, Ranker, Refined, Stop, Trial, Unranked};
+use crate::search::droplet::{DropletOptions, Ranker, Refined, Stop, Unranked};
 use crate::search::interrupt;
 use crate::search::knobs::Space;
 use crate::search::measurer::{KernelMeasurer, Measurer};
@@ -83,71 +85,20 @@ impl RefineOptions {
     }
 }
 
-/// Stores a search's trials as they come, reports progress, and stops on Ctrl-C or when
-/// storing fails.
-struct Keeper<'a> {
-    sink: &'a mut dyn Sink,
-    key: &'a str,
-    flops: f64,
-    origin: Option<i64>,
-    what: &'a str,
-    stored: usize,
-    error: Option<StoreError>,
-    progress: &'a mut dyn FnMut(usize, f64),
-}
-
-impl Observer for Keeper<'_> {
-    fn batch_done(&mut self, trials: &[Trial]) {
-        let items: Vec<_> = trials
-            .iter()
-            .map(|t| {
-                self.stored += 1;
-                measurement_of(
-                    &t.evaluation,
-                    self.key.to_string(),
-                    t.steps.clone(),
-                    self.flops,
-                    self.origin,
-                    format!(
-                        "droplet trial {} ({}) of {}",
-                        self.stored, t.change, self.what
-                    ),
-                )
-            })
-            .collect();
-        if self.error.is_none() {
-            if let Err(e) = self.sink.keep("droplet", &items) {
-                self.error = Some(e);
-            }
-        }
-    }
-    fn progress(&mut self, trials: usize, best: f64) {
-        (self.progress)(trials, best);
-    }
-    fn interrupted(&self) -> bool {
-        interrupt::requested() || self.error.is_some()
-    }
-}
-
-/// Droplet on `dag` (the workload of TVM key `key`) from `starts` (timed again side by side;
-/// the first is the reference the result is compared with): from the fastest of each
-/// distinct structure, then on from the best result, while the trial budget lasts
-/// (`crate::search::restarts`). Every trial goes to `sink` as it is measured. `what` names
-/// the start in the trials' provenance; `progress(trials, best seconds)` follows the search.
-/// `model` ranks the neighbours (when `opts.rank_by_model`) and learns from every trial; one
-/// model for a whole run lets each workload start from what the others taught it.
-#[allow(clippy::too_many_arguments)]
+/// Droplet on `dag` from `starts` (timed again side by side; the first is the reference the
+/// result is compared with): from the fastest of each distinct structure, then on from the
+/// best result, while the trial budget lasts (`crate::search::restarts`). Every trial goes to
+/// `trials` as it is measured (which names the workload and the start in their provenance,
+/// and follows the search's progress). `model` ranks the neighbours (when
+/// `opts.rank_by_model`) and learns from every trial; one model for a whole run lets each
+/// workload start from what the others taught it.
 pub fn refine_schedules(
     dag: &Dag,
     starts: &[Vec<Step>],
     reference: &Reference,
-    key: &str,
-    origin: Option<i64>,
-    what: &str,
     opts: &RefineOptions,
     model: &mut CostModel,
-    sink: &mut dyn Sink,
-    progress: &mut dyn FnMut(usize, f64),
+    trials: &mut TrialSink,
 ) -> Result<Refined, String> {
     let lanes = opts.target.lanes() as i64;
     let inits = stage_inits_from_dag(dag);
@@ -161,19 +112,10 @@ pub fn refine_schedules(
     }
     let interrupted = || interrupt::requested();
     let mut measurer = KernelMeasurer::new(dag, reference, opts.eval(), &interrupted);
-    let mut keeper = Keeper {
-        sink,
-        key,
-        flops: dag.flop_ct(),
-        origin,
-        what,
-        stored: 0,
-        error: None,
-        progress,
-    };
+    let key = trials.key().to_string();
     let mut ranker = ModelRanker {
         dag,
-        task: key,
+        task: &key,
         hw: HardwareParams::of(&opts.target),
         model,
     };
@@ -188,12 +130,12 @@ pub fn refine_schedules(
         ranker,
         &opts.droplet,
         &opts.restarts,
-        &mut keeper,
+        trials,
     )?;
-    match keeper.error {
-        Some(e) => Err(format!("storing the trials: {e}")),
-        None => Ok(refined),
-    }
+    trials
+        .finish()
+        .map_err(|e| format!("storing the trials: {e}"))?;
+    Ok(refined)
 }
 
 /// One workload to refine and the records it may start from.
@@ -329,43 +271,34 @@ pub struct RefineReport {
     pub interrupted: bool,
 }
 
-/// What a refinement run tells its caller.
-pub trait RefineProgress {
-    /// Workload `index` of `total` starts.
-    fn kernel(&mut self, _index: usize, _total: usize, _label: &str) {}
-    /// Trials so far in this workload, the start's and the incumbent's median seconds.
-    fn trials(&mut self, _trials: usize, _start_s: f64, _best_s: f64) {}
-    /// The workload is done, `trials` spent of its budget.
-    fn kernel_done(&mut self, _trials: usize) {}
-}
-
 /// Refines every job: start = the fastest verified candidate record timed here, then
 /// Droplet with `opts`. Trials (and the start candidates' timings) go to `sink` as measured.
 pub fn refine_jobs(
     jobs: &[RefineJob],
     opts: &RefineOptions,
     sink: &mut dyn Sink,
-    progress: &mut dyn RefineProgress,
+    progress: &mut dyn Progress,
 ) -> Result<RefineReport, StoreError> {
     let t0 = Instant::now();
-    let host = opts.target.host.clone();
     let mut kernels = Vec::new();
     // One model for the run, from the one stored for this host class; kept at the end with
     // what this run taught it (the search's next run starts from it too).
-    let mut model = if opts.rank_by_model {
-        sink.load_cost_model()
-    } else {
-        CostModel::new()
-    };
+    let model_use = CostModelUse::of_refine(opts);
+    let mut model = model_use.start(sink);
+    progress.start(Work::KernelTrials {
+        kernels: jobs.len(),
+        trials_per_kernel: opts.droplet.max_trials,
+    });
     let mut failed = None;
     for (i, job) in jobs.iter().enumerate() {
         if interrupt::requested() {
             break;
         }
         progress.kernel(i, jobs.len(), &job.workload.op_class);
+        progress.phase(Phase::TimingStarts);
         match refine_job(job, opts, &mut model, sink, progress) {
             Ok(k) => {
-                progress.kernel_done(k.trials);
+                progress.kernel_done();
                 kernels.push(k);
             }
             Err(e) => {
@@ -374,23 +307,26 @@ pub fn refine_jobs(
             }
         }
     }
-    if opts.rank_by_model {
-        model.maybe_retrain();
-        sink.keep_cost_model(&model)?;
-    }
+    model_use.finish(sink, &mut model)?;
     if let Some(e) = failed {
         return Err(e);
     }
     Ok(RefineReport {
-        host: format!(
-            "{} ({}, {} cores)",
-            host.cpu_model, host.llvm_cpu, host.cores
-        ),
+        host: host_line(&opts.target),
         trials: kernels.iter().map(|k| k.trials).sum(),
         kernels,
         seconds: t0.elapsed().as_secs_f64(),
         interrupted: interrupt::requested(),
     })
+}
+
+/// How a report names the machine: its CPU, LLVM's name for it, its cores.
+pub(super) fn host_line(target: &ttdb_backend::target::Target) -> String {
+    let host = &target.host;
+    format!(
+        "{} ({}, {} cores)",
+        host.cpu_model, host.llvm_cpu, host.cores
+    )
 }
 
 /// The DAG of a stored workload, recognized from its TVM key, and its reference outputs;
@@ -413,7 +349,7 @@ fn refine_job(
     opts: &RefineOptions,
     model: &mut CostModel,
     sink: &mut dyn Sink,
-    progress: &mut dyn RefineProgress,
+    progress: &mut dyn Progress,
 ) -> Result<RefinedKernel, StoreError> {
     let t0 = Instant::now();
     let w = &job.workload;
@@ -511,19 +447,15 @@ fn refine_job(
     row.logged_ms = Some(source.mean_cost * 1e3);
     let what = format!("record {} ({})", source.record_id, source.label());
     let starts: Vec<Vec<Step>> = ranked.iter().map(|(_, s, _)| (*s).clone()).collect();
-    let mut on_progress = |trials: usize, best: f64| progress.trials(trials, start_s, best);
-    match refine_schedules(
-        &r.dag,
-        &starts,
-        &reference,
-        &w.key,
-        Some(source.record_id),
-        &what,
-        opts,
-        model,
-        sink,
-        &mut on_progress,
-    ) {
+    progress.phase(Phase::Refining {
+        start_s: Some(start_s),
+    });
+    let provenance = Provenance::Droplet {
+        record: Some(source.record_id),
+        start: &what,
+    };
+    let mut trials = TrialSink::new(sink, &w.key, flops, provenance).reporting_to(progress, 0);
+    match refine_schedules(&r.dag, &starts, &reference, opts, model, &mut trials) {
         Ok(x) => {
             row.start_ms = ms(&x.start);
             row.refined_ms = ms(&x.best);

@@ -4,14 +4,14 @@
 //! first round. Every trial is stored as it is measured: a record under the workload's TVM
 //! key on this host's target, provenance "search", so `ttdb export` writes lines TVM reads
 //! and a second `tune` starts from them (they are seeds too).
-use super::record::{measurement_of, Sink};
-use super::refine::{recognized_workload, refine_schedules, RefineJob, RefineOptions};
-use crate::search::cost_model::{starting_model, CostModel, CostModelSummary};
+use super::progress::{Phase, Progress, Work};
+use super::record::{CostModelUse, Sink};
+use super::refine::{host_line, recognized_workload, refine_schedules, RefineJob, RefineOptions};
+use super::trials::{Provenance, TrialSink};
+use crate::search::cost_model::{CostModel, CostModelSummary};
 use crate::search::interrupt;
 use crate::search::measurer::KernelMeasurer;
-use crate::search::policy::{
-    search_task, SearchObserver, SearchOptions, SearchStop, SearchTrial, Searched,
-};
+use crate::search::policy::{search_task, SearchOptions, SearchStop, SearchTrial, Searched};
 use crate::search::sketch::HardwareParams;
 use serde::Serialize;
 use std::time::Instant;
@@ -75,102 +75,26 @@ pub struct TuneReport {
     pub interrupted: bool,
 }
 
-/// What a tuning run tells its caller.
-pub trait TuneProgress {
-    fn kernel(&mut self, _index: usize, _total: usize, _label: &str) {}
-    /// Trials so far in this kernel and its best median seconds.
-    fn trials(&mut self, _trials: usize, _best_s: f64) {}
-    fn kernel_done(&mut self) {}
-}
+/// The provenance of the Droplet trials that follow a search.
+pub(super) const AFTER_SEARCH: Provenance<'static> = Provenance::Droplet {
+    record: None,
+    start: "the search's best",
+};
 
-/// Stores each round's trials and forwards progress.
-struct Keeper<'a> {
-    sink: &'a mut dyn Sink,
-    key: &'a str,
-    flops: f64,
-    stored: usize,
-    error: Option<StoreError>,
-    progress: &'a mut dyn TuneProgress,
-}
-
-/// Stores a round's trials as search records of workload `key` (counting them for the
-/// provenance); the first storage error is kept and stops the search.
-pub(super) fn store_trials(
-    sink: &mut dyn Sink,
-    key: &str,
-    flops: f64,
-    stored: &mut usize,
-    error: &mut Option<StoreError>,
-    trials: &[SearchTrial],
-) {
-    let items: Vec<_> = trials
-        .iter()
-        .map(|t| {
-            *stored += 1;
-            measurement_of(
-                &t.evaluation,
-                key.to_string(),
-                t.steps.clone(),
-                flops,
-                None,
-                format!("search trial {} (round {}, {})", *stored, t.round, t.origin),
-            )
-        })
-        .collect();
-    if error.is_none() {
-        if let Err(e) = sink.keep("search", &items) {
-            *error = Some(e);
-        }
-    }
-}
-
-impl SearchObserver for Keeper<'_> {
-    fn round_done(&mut self, trials: &[SearchTrial]) {
-        store_trials(
-            self.sink,
-            self.key,
-            self.flops,
-            &mut self.stored,
-            &mut self.error,
-            trials,
-        );
-    }
-    fn progress(&mut self, trials: usize, best: f64) {
-        self.progress.trials(trials, best);
-    }
-    fn interrupted(&self) -> bool {
-        interrupt::requested() || self.error.is_some()
-    }
-}
-
-/// Droplet with `trials` from the search's 10 fastest states (its restarts take distinct
-/// structures first); every trial goes to `sink`.
-#[allow(clippy::too_many_arguments)]
+/// Droplet with `budget` trials from the search's 10 fastest states (its restarts take
+/// distinct structures first); every trial goes to `trials`.
 pub(super) fn droplet_after_search(
     dag: &ttdb_algo::ir::Dag,
     reference: &Reference,
-    key: &str,
     searched: &Searched,
-    trials: usize,
+    budget: usize,
     refine: &RefineOptions,
     model: &mut CostModel,
-    sink: &mut dyn Sink,
-    progress: &mut dyn FnMut(usize, f64),
+    trials: &mut TrialSink,
 ) -> Result<crate::search::droplet::Refined, String> {
     let mut opts = refine.clone();
-    opts.droplet.max_trials = trials;
-    refine_schedules(
-        dag,
-        &searched.fastest(10),
-        reference,
-        key,
-        None,
-        "the search's best",
-        &opts,
-        model,
-        sink,
-        progress,
-    )
+    opts.droplet.max_trials = budget;
+    refine_schedules(dag, &searched.fastest(10), reference, &opts, model, trials)
 }
 
 /// What `apply --tune` did for one kernel.
@@ -181,13 +105,6 @@ pub struct SearchSummary {
     pub best_ms: Option<f64>,
     pub seconds: f64,
     pub note: Option<String>,
-}
-
-struct Forward<'f>(&'f mut dyn FnMut(usize, f64));
-impl TuneProgress for Forward<'_> {
-    fn trials(&mut self, trials: usize, best_s: f64) {
-        (self.0)(trials, best_s)
-    }
 }
 
 /// Searches one kernel (`apply --tune`): `opts.search.trials` trials seeded with `seeds`,
@@ -202,32 +119,23 @@ pub fn search_kernel(
     opts: &TuneOptions,
     model: &mut CostModel,
     sink: &mut dyn Sink,
-    progress: &mut dyn FnMut(usize, f64),
+    progress: &mut dyn Progress,
 ) -> Result<(SearchSummary, Option<SearchTrial>), StoreError> {
     let t0 = Instant::now();
     let interrupted = || interrupt::requested();
     let mut measurer = KernelMeasurer::new(dag, reference, opts.refine.eval(), &interrupted);
-    let mut forward = Forward(progress);
-    let mut keeper = Keeper {
-        sink,
-        key,
-        flops: dag.flop_ct(),
-        stored: 0,
-        error: None,
-        progress: &mut forward,
-    };
+    let mut trials =
+        TrialSink::new(sink, key, dag.flop_ct(), Provenance::Search).reporting_to(progress, 0);
     let searched = search_task(
         dag,
         HardwareParams::of(&opts.refine.target),
         seeds,
         &mut measurer,
         &opts.search,
-        &mut keeper,
+        &mut trials,
         model,
     );
-    if let Some(e) = keeper.error.take() {
-        return Err(e);
-    }
+    trials.finish()?;
     Ok(match searched {
         Ok(s) => {
             let best = s.best_trial().cloned();
@@ -263,18 +171,23 @@ pub fn tune_jobs(
     jobs: &[RefineJob],
     opts: &TuneOptions,
     sink: &mut dyn Sink,
-    progress: &mut dyn TuneProgress,
+    progress: &mut dyn Progress,
 ) -> Result<TuneReport, StoreError> {
     let t0 = Instant::now();
-    let host = opts.refine.target.host.clone();
     let mut kernels = Vec::new();
-    let mut model = starting_model(opts.search.warm_start, || sink.load_cost_model());
+    let model_use = CostModelUse::of_search(&opts.search);
+    let mut model = model_use.start(sink);
+    progress.start(Work::KernelTrials {
+        kernels: jobs.len(),
+        trials_per_kernel: opts.search.trials + opts.droplet_trials,
+    });
     let mut failed = None;
     for (i, job) in jobs.iter().enumerate() {
         if interrupt::requested() {
             break;
         }
         progress.kernel(i, jobs.len(), &job.workload.op_class);
+        progress.phase(Phase::Searching);
         let k = tune_job(job, opts, sink, progress, &mut model);
         progress.kernel_done();
         match k {
@@ -287,15 +200,12 @@ pub fn tune_jobs(
     }
     // Once per run: the model learned from what was measured, even when storing a trial
     // failed.
-    keep_model(sink, &opts.search, &mut model)?;
+    model_use.finish(sink, &mut model)?;
     if let Some(e) = failed {
         return Err(e);
     }
     Ok(TuneReport {
-        host: format!(
-            "{} ({}, {} cores)",
-            host.cpu_model, host.llvm_cpu, host.cores
-        ),
+        host: host_line(&opts.refine.target),
         cost_model: model.summary(),
         trials: kernels.iter().map(|k| k.trials + k.droplet_trials).sum(),
         kernels,
@@ -304,25 +214,11 @@ pub fn tune_jobs(
     })
 }
 
-/// Trains `model` on what it has not been trained on yet and keeps it for the next run (not
-/// when the run started cold on purpose: a cold model would replace a warmer one).
-pub(super) fn keep_model(
-    sink: &mut dyn Sink,
-    opts: &SearchOptions,
-    model: &mut CostModel,
-) -> Result<(), StoreError> {
-    if opts.warm_start && opts.learned_model {
-        model.maybe_retrain();
-        sink.keep_cost_model(model)?;
-    }
-    Ok(())
-}
-
 fn tune_job(
     job: &RefineJob,
     opts: &TuneOptions,
     sink: &mut dyn Sink,
-    progress: &mut dyn TuneProgress,
+    progress: &mut dyn Progress,
     model: &mut CostModel,
 ) -> Result<TunedKernel, StoreError> {
     let t0 = Instant::now();
@@ -365,26 +261,18 @@ fn tune_job(
     let eval = opts.refine.eval();
     let interrupted = || interrupt::requested();
     let mut measurer = KernelMeasurer::new(&r.dag, &reference, eval, &interrupted);
-    let mut keeper = Keeper {
-        sink,
-        key: &w.key,
-        flops,
-        stored: 0,
-        error: None,
-        progress,
-    };
+    let mut trials = TrialSink::new(&mut *sink, &w.key, flops, Provenance::Search)
+        .reporting_to(&mut *progress, 0);
     let searched = search_task(
         &r.dag,
         HardwareParams::of(&opts.refine.target),
         &seeds,
         &mut measurer,
         &opts.search,
-        &mut keeper,
+        &mut trials,
         model,
     );
-    if let Some(e) = keeper.error.take() {
-        return Err(e);
-    }
+    trials.finish()?;
     let searched = match searched {
         Ok(s) => s,
         Err(e) => {
@@ -416,18 +304,17 @@ fn tune_job(
     row.best_ms = row.searched_ms;
     row.gflops = best.evaluation.gflops(flops);
     if opts.droplet_trials > 0 && !interrupt::requested() {
-        let mut on_progress =
-            |trials: usize, best: f64| keeper.progress.trials(row.trials + trials, best);
+        progress.phase(Phase::Refining { start_s: None });
+        let mut trials =
+            TrialSink::new(sink, &w.key, flops, AFTER_SEARCH).reporting_to(progress, row.trials);
         match droplet_after_search(
             &r.dag,
             &reference,
-            &w.key,
             &searched,
             opts.droplet_trials,
             &opts.refine,
             model,
-            keeper.sink,
-            &mut on_progress,
+            &mut trials,
         ) {
             Ok(x) => {
                 row.droplet_trials = x.trials.len();
