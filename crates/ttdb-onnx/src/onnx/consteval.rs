@@ -6,9 +6,9 @@
 //! Where -> Expand`, position ids from `Range` or `CumSum`) load with static shapes.
 //!
 //! Also here: the shape rules of the ops that mostly live in those sub-graphs (`Range`,
-//! `CumSum`, `GatherElements`, `Scatter*`, `Trilu`, `NonZero`), which stay run-time ops
-//! when their inputs are not known, and `Slice` (its index normalization is shared by the
-//! shape and the values).
+//! `CumSum`, `GatherElements`, `NonZero`), which stay run-time ops when their inputs are not
+//! known, and `Slice` (its index normalization is shared by the shape and the values); their
+//! descriptors in [`crate::onnx::ops`] call them.
 //!
 //! Bounds: values are computed only for outputs of at most [`MAX_KEPT_ELEMENTS`] elements,
 //! checked before anything is allocated. A larger constant keeps its shape and no values; a
@@ -21,7 +21,7 @@ use crate::onnx::graph::{dtype, numel, Data, TensorInfo, MAX_KEPT_ELEMENTS};
 
 /// Why the values of `t` (input `i` of a node, described as `what`) are not known: the
 /// message of the error a node that needs them gets.
-pub(super) fn unknown_values(t: &TensorInfo, name: &str, what: &str, i: usize) -> String {
+pub(crate) fn unknown_values(t: &TensorInfo, name: &str, what: &str, i: usize) -> String {
     let n = t.numel().unwrap_or(i64::MAX);
     if t.data.is_some() {
         format!("{what} (input {i}, `{name}`) must be integers")
@@ -40,20 +40,6 @@ pub(super) fn unknown_values(t: &TensorInfo, name: &str, what: &str, i: usize) -
             "{what} (input {i}, `{name}`) must be a constant known at load time; it is computed \
              at run time"
         )
-    }
-}
-
-/// Shape rules of ops not in `shape.rs`'s table; None when `ctx`'s op has none here either.
-pub(super) fn infer(ctx: &Ctx) -> Option<Result<Vec<TensorInfo>>> {
-    let one = |t: Result<TensorInfo>| Some(t.map(|t| vec![t]));
-    match ctx.node.op_type.as_str() {
-        "Range" => one(range(ctx)),
-        "CumSum" => one(cumsum_shape(ctx)),
-        "GatherElements" => one(gather_elements_shape(ctx)),
-        // the data's shape, whatever the updates
-        "ScatterElements" | "ScatterND" | "Scatter" | "Trilu" => one(ctx.same()),
-        "NonZero" => one(nonzero(ctx)),
-        _ => None,
     }
 }
 
@@ -160,7 +146,7 @@ pub(super) fn cast(d: Option<&Data>, to: i32) -> Option<Data> {
 
 /// Values of a data-movement op on a small known tensor: `src(out_coords)` gives the input
 /// coordinates each output element reads (None for a coordinate out of range).
-pub(super) fn remap(
+pub(crate) fn remap(
     d: &Data,
     in_shape: &[i64],
     out_shape: &[i64],
@@ -439,7 +425,7 @@ fn gather(ctx: &Ctx, out: &TensorInfo) -> Result<Option<Data>> {
     Ok(remap(d, &x.shape, &out.shape, src))
 }
 
-fn gather_elements_shape(ctx: &Ctx) -> Result<TensorInfo> {
+pub(crate) fn gather_elements_shape(ctx: &Ctx) -> Result<TensorInfo> {
     let (x, idx) = (ctx.input(0)?, ctx.input(1)?);
     if x.shape.len() != idx.shape.len() || x.shape.is_empty() {
         return ctx.err(format!(
@@ -533,7 +519,7 @@ fn scalar<'a>(ctx: &Ctx<'a>, i: usize) -> Result<Option<&'a Data>> {
 
 /// `Range(start, limit, delta)`: `max(ceil((limit - start) / delta), 0)` elements
 /// `start, start + delta, ...` (accumulated, as the spec's function body does), in start's type.
-fn range(ctx: &Ctx) -> Result<TensorInfo> {
+pub(crate) fn range(ctx: &Ctx) -> Result<TensorInfo> {
     let dt = ctx.input(0)?.dtype;
     let (Some(s), Some(l), Some(d)) = (scalar(ctx, 0)?, scalar(ctx, 1)?, scalar(ctx, 2)?) else {
         return ctx.unsupported(
@@ -593,7 +579,7 @@ fn cumsum_axis(ctx: &Ctx) -> Result<Option<usize>> {
 
 /// CumSum keeps its input's shape and type; over a run-time input (position ids from an
 /// attention mask) it stays a run-time op.
-fn cumsum_shape(ctx: &Ctx) -> Result<TensorInfo> {
+pub(crate) fn cumsum_shape(ctx: &Ctx) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
     if x.shape.is_empty() {
         return ctx.err("CumSum of a scalar");
@@ -658,7 +644,7 @@ impl Lines {
     }
 }
 
-fn nonzero(ctx: &Ctx) -> Result<TensorInfo> {
+pub(crate) fn nonzero(ctx: &Ctx) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
     let Some(d) = &x.data else {
         return ctx.unsupported(
@@ -711,7 +697,7 @@ pub(super) fn slice_range(start: i64, end: i64, step: i64, d: i64) -> (i64, i64)
 }
 
 /// `Slice`: starts/ends/axes as attributes before opset 10, as inputs (plus steps) since.
-pub(super) fn slice(ctx: &Ctx) -> Result<TensorInfo> {
+pub(crate) fn slice(ctx: &Ctx) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
     let node = ctx.node;
     let (starts, ends, axes, steps) = if ctx.opset < 10 {

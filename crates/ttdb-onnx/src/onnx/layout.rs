@@ -1,4 +1,5 @@
-//! Layout selection, as TVM does it before FuseOps:
+//! Layout selection, as TVM does it before FuseOps, by each op's
+//! [`LayoutRule`](super::relay::LayoutRule):
 //!
 //! * [`LayoutMode::Nchwc`]: x86 `AlterOpLayout`. Every conv becomes `conv2d_NCHWc` (data
 //!   `NCHW{ic_bn}c`, kernel `OIHW{ic_bn}i{oc_bn}o`, output `NCHW{oc_bn}c`), depthwise convs
@@ -14,7 +15,7 @@
 //!   pre-transformed `[6, 6, CO, CI]` kernel (tile size 4), like the x86 auto-scheduler path.
 //! * [`LayoutMode::Nchw`]: no layout change (plain `conv2d_nchw`).
 use super::error::{OnnxError, Result};
-use super::relay::{Layout, OpGraph, OpId, OpKind, ValId};
+use super::relay::{Layout, LayoutRule, OpGraph, OpId, OpKind, ValId};
 use super::tophub::{fallback_blocking, ConvWorkload, TopHub};
 use std::collections::HashMap;
 
@@ -345,9 +346,9 @@ impl<'a> Pass<'a> {
 
     fn op(&mut self, i: OpId) -> Result<()> {
         let op = self.src.ops[i].clone();
-        match &op.kind {
-            OpKind::Conv { .. } => return self.conv(i),
-            OpKind::Pool(_) | OpKind::GlobalPool(_) | OpKind::Unary(_) => {
+        match op.kind.layout_rule() {
+            LayoutRule::Conv => return self.conv(i),
+            LayoutRule::FollowsData => {
                 let x = self.new_value(op.inputs[0]);
                 let l = self.out.values[x].layout;
                 let mut ins = vec![x];
@@ -357,7 +358,7 @@ impl<'a> Pass<'a> {
                 }
                 self.emit(i, op.kind.clone(), ins, l);
             }
-            OpKind::Binary(_) => {
+            LayoutRule::Broadcast => {
                 let ins: Vec<ValId> = op.inputs.iter().map(|&v| self.new_value(v)).collect();
                 let out_shape = self.src.values[op.output].shape.clone();
                 let tensors: Vec<usize> = (0..ins.len())
@@ -404,7 +405,7 @@ impl<'a> Pass<'a> {
                 }
                 self.emit(i, op.kind.clone(), new_ins, layout);
             }
-            OpKind::Concat { .. } => {
+            LayoutRule::Concat => {
                 let ins: Vec<ValId> = op.inputs.iter().map(|&v| self.new_value(v)).collect();
                 let layouts: Vec<Layout> = ins.iter().map(|&v| self.out.values[v].layout).collect();
                 let l = if layouts.iter().all(|&l| l == layouts[0])
@@ -420,7 +421,7 @@ impl<'a> Pass<'a> {
                     .collect();
                 self.emit(i, op.kind.clone(), new_ins, l);
             }
-            _ => {
+            LayoutRule::Logical => {
                 let ins: Vec<ValId> = op.inputs.iter().map(|&v| self.new_value(v)).collect();
                 let new_ins: Vec<ValId> = ins
                     .iter()

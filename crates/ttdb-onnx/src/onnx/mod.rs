@@ -4,6 +4,8 @@
 //! Pipeline (one file per concern):
 //! 1. [`load`]: prost decode ([`proto`]), dims of initializers (external data never read),
 //!    input-shape overrides, then [`shape`] inference with constant folding of shape chains;
+//!    each ONNX op's shape rule and lowering are its descriptor in [`ops`] (one file or
+//!    registry line per op);
 //! 2. [`fold`]: Identity/Dropout removal, `Conv -> BatchNormalization` folding;
 //! 3. [`relay`]: lowering to Relay-like ops with fusion pattern kinds; [`scale_fold`]:
 //!    scalar scales after a conv or dense go into its weights (FoldScaleAxis);
@@ -23,6 +25,7 @@ pub mod graph;
 pub mod kernel;
 pub mod layout;
 pub mod load;
+pub mod ops;
 pub mod prologue;
 pub mod proto;
 pub mod relay;

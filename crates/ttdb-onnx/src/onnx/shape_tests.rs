@@ -1,5 +1,6 @@
-//! Unit tests of the shape rules (`shape.rs`).
+//! Unit tests of shape inference (`shape.rs` and the op descriptors' rules in `ops/`).
 use super::*;
+use crate::onnx::graph::dtype;
 use std::collections::BTreeMap;
 
 pub fn node(op: &str, attrs: Vec<(&str, Attr)>) -> Node {

@@ -132,7 +132,41 @@ pub enum OpKind {
     Opaque(String),
 }
 
+/// How layout selection ([`crate::onnx::layout`]) treats an op: TVM registers these rules
+/// per Relay op (`FInferCorrectLayout`, x86 `AlterOpLayout` for conv2d).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutRule {
+    /// Chooses its own data, kernel and output layouts (NCHWc blocking, NHWC, winograd).
+    Conv,
+    /// Keeps its data input's layout; other inputs are given in the logical layout.
+    FollowsData,
+    /// BinaryBroadcastLayout: a blocked layout survives operands that broadcast on spatial
+    /// axes only and constants that can follow it.
+    Broadcast,
+    /// The layout its inputs share, else the logical one.
+    Concat,
+    /// Wants the logical layout (NCHW) for its inputs and output.
+    Logical,
+}
+
 impl OpKind {
+    pub fn layout_rule(&self) -> LayoutRule {
+        match self {
+            OpKind::Conv { .. } => LayoutRule::Conv,
+            OpKind::Pool(_) | OpKind::GlobalPool(_) | OpKind::Unary(_) => LayoutRule::FollowsData,
+            OpKind::Binary(_) => LayoutRule::Broadcast,
+            OpKind::Concat { .. } => LayoutRule::Concat,
+            OpKind::Dense
+            | OpKind::BatchMatmul
+            | OpKind::Softmax { .. }
+            | OpKind::Mean { .. }
+            | OpKind::Injective(_)
+            | OpKind::LayoutTransform { .. }
+            | OpKind::Reduce(_)
+            | OpKind::Opaque(_) => LayoutRule::Logical,
+        }
+    }
+
     pub fn pattern(&self) -> Pattern {
         match self {
             OpKind::Conv { .. }

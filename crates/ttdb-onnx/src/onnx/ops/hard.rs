@@ -5,11 +5,29 @@
 //! constants are float32 scalars (`relay.const` of a Python float), so FuseOps fuses them
 //! and TE lowering makes each a `compile_engine_const` stage; the expansion forms the
 //! diamond `x -> ... -> multiply(x, ..)` that ttdb's epilogue writes as a rejoin.
-use super::{BinKind, Lowering, OpKind, UnaryKind, ValId};
+use super::{same_shape, OnnxOp};
 use crate::onnx::error::{OnnxError, Result};
-use crate::onnx::graph::{Data, Node};
+use crate::onnx::graph::{Data, Node, TensorInfo};
+use crate::onnx::relay::{BinKind, Lowering, OpKind, UnaryKind, ValId};
+use crate::onnx::shape::Ctx;
 
-pub(super) fn lower(l: &mut Lowering, node: &Node) -> Result<()> {
+pub(super) struct Hard;
+
+impl OnnxOp for Hard {
+    fn names(&self) -> &'static [&'static str] {
+        &["HardSigmoid", "HardSwish"]
+    }
+
+    fn infer(&self, ctx: &Ctx) -> Result<Vec<TensorInfo>> {
+        same_shape(ctx)
+    }
+
+    fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
+        lower(l, node)
+    }
+}
+
+fn lower(l: &mut Lowering, node: &Node) -> Result<()> {
     let swish = node.op_type == "HardSwish";
     let x_name = node.input(0).ok_or_else(|| OnnxError::Shape {
         node: node.name.clone(),
