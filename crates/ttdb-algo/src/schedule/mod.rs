@@ -45,6 +45,7 @@ pub mod retarget;
 mod spec_examples;
 mod state;
 mod steps;
+pub mod te;
 #[cfg(test)]
 mod test_util;
 mod validate;

@@ -16,13 +16,12 @@
 //! from the loop variables (`outer * extent(inner) + inner`, fused loops by div/mod).
 use super::convert::{self, uses_var_where, Converter};
 use super::names::Naming;
-use super::op::LKind;
-use super::te::{Loc, Rel, TSchedule, TStage};
 use super::LowerError;
 use crate::loopnest::affine::{linearize, Linear};
 use crate::loopnest::{simplify_expr, BinOp, Expr};
 use std::collections::{HashMap, HashSet};
 use ttdb_algo::ir::TensorId;
+use ttdb_algo::schedule::te::{LKind, Loc, Rel, TSchedule, TStage};
 use ttdb_algo::schedule::MAX_EXTENT;
 
 /// A loop extent: an expression (constant except for data- or index-dependent reduction

@@ -13,14 +13,13 @@ use super::bound::{pass_up, split_checks, Bounds, StageLoops};
 use super::convert::{self, Converter};
 use super::layout;
 use super::names::Naming;
-use super::op::{LBody, LKind};
-use super::te::{Loc, Rel, TSchedule, TStage};
 use super::{LowerError, WeightLayout};
 use crate::loopnest::{
     simplify_expr, Attr, BinOp, Buffer, BufferRole, CmpOp, DType, Expr, ForKind, Kernel, Stmt,
 };
 use std::collections::{HashMap, HashSet};
 use ttdb_algo::ir::{Combiner, Dag, TensorId};
+use ttdb_algo::schedule::te::{LBody, LKind, Loc, Rel, TSchedule, TStage};
 use ttdb_format::ansor::Annotation;
 
 pub struct Emitter<'a> {

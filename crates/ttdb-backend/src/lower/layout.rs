@@ -28,14 +28,13 @@
 //! refused too, so a pre-packed kernel is always exact.
 use super::bound::{interval, Bounds};
 use super::convert;
-use super::op::LOp;
-use super::te::TSchedule;
 use super::LowerError;
 use crate::loopnest::{BinOp, Expr};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use ttdb_algo::ir::eval::TensorData;
 use ttdb_algo::ir::{self, Dag, TensorId};
+use ttdb_algo::schedule::te::{LOp, TSchedule};
 use ttdb_algo::schedule::State;
 
 /// Which layout the layout-free weights have in the kernel's parameters.

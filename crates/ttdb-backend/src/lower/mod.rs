@@ -3,11 +3,10 @@
 //! `ScheduleOps` (TVM v0.18 `src/te/schedule/*`, `src/te/operation/compute_op.cc`).
 //!
 //! The pipeline, one file per concern:
-//! * `te`: the record's steps replayed on a TE-level model (split/fuse relations between
-//!   iteration variables, leaf order, annotations, compute locations, TE's
-//!   `LegalizeInvalidAttach`), checked against the caller's state; `op`: the stage bodies
-//!   after cache_write / cache_read / rfactor (TE's definitions, rfactor predicates included)
-//!   and after inlining (`InjectInline`);
+//! * the record's steps replayed on a TE-level image ([`ttdb_algo::schedule::te`]: split/fuse
+//!   relations between iteration variables, leaf order, annotations, compute locations, TE's
+//!   `LegalizeInvalidAttach`, the stage bodies after cache_write / cache_read / rfactor and
+//!   after inlining), checked against the caller's state: it lives below this crate;
 //! * `bound`: bound inference (`InferBound`): the region a stage computed at a loop must
 //!   produce (loops outside the attach point fixed, inside it relaxed; a symbolic minimum and
 //!   a constant extent), loop extents (`PassDownDomain`, with TE's tightening of a factor
@@ -52,8 +51,6 @@ mod convert;
 mod emit;
 mod layout;
 mod names;
-mod op;
-mod te;
 #[cfg(test)]
 mod tests;
 
@@ -63,6 +60,7 @@ use crate::loopnest::cost::{check_cost, CostLimits};
 use crate::loopnest::{check_bounds, simplify_kernel, validate, Kernel};
 use std::fmt;
 use ttdb_algo::ir::{Dag, TensorId};
+use ttdb_algo::schedule::te::{self, inject_inline, LOp, TSchedule, TeError};
 use ttdb_algo::schedule::{stage_inits_from_dag, State};
 use ttdb_format::ansor::Step;
 
@@ -88,18 +86,6 @@ pub enum LowerError {
 }
 
 impl LowerError {
-    pub fn in_step(self, index: usize, step: &Step) -> LowerError {
-        let wrap = |m: String| format!("step {index} {step}: {m}");
-        match self {
-            LowerError::Mismatch(m) => LowerError::Mismatch(wrap(m)),
-            LowerError::InvalidSchedule(m) => LowerError::InvalidSchedule(wrap(m)),
-            LowerError::Unsupported(m) => LowerError::Unsupported(wrap(m)),
-            LowerError::TooLarge(m) => LowerError::TooLarge(wrap(m)),
-            LowerError::Internal(m) => LowerError::Internal(wrap(m)),
-            other => other,
-        }
-    }
-
     /// A short class name for reports.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -134,6 +120,19 @@ impl fmt::Display for LowerError {
     }
 }
 impl std::error::Error for LowerError {}
+
+/// The TE image's errors keep their class and message.
+impl From<TeError> for LowerError {
+    fn from(e: TeError) -> LowerError {
+        match e {
+            TeError::Mismatch(m) => LowerError::Mismatch(m),
+            TeError::InvalidSchedule(m) => LowerError::InvalidSchedule(m),
+            TeError::Unsupported(m) => LowerError::Unsupported(m),
+            TeError::TooLarge(m) => LowerError::TooLarge(m),
+            TeError::Internal(m) => LowerError::Internal(m),
+        }
+    }
+}
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LowerOptions {
@@ -184,27 +183,23 @@ pub fn lower(dag: &Dag, state: &State, opts: &LowerOptions) -> Result<Kernel, Lo
 
 /// The schedule of `state` on `dag` with its bound inference, before emission.
 struct Prepared {
-    sch: te::TSchedule,
+    sch: TSchedule,
     /// The stages' ops before inlining (what Ansor's state holds).
-    ops: Vec<op::LOp>,
+    ops: Vec<LOp>,
     names: names::Naming,
     bounds: bound::Bounds,
 }
 
 fn prepare(dag: &Dag, state: &State) -> Result<Prepared, LowerError> {
-    let mut sch = te::TSchedule::replay(dag, state.transform_steps())?;
+    let mut sch = TSchedule::replay(dag, state.transform_steps())?;
     sch.check_against(state)?;
     let inlined: Vec<bool> = sch
         .stages
         .iter()
         .map(|s| s.loc == te::Loc::Inline)
         .collect();
-    let ops: Vec<op::LOp> = sch.stages.iter().map(|s| s.op.clone()).collect();
-    for (st, op) in sch
-        .stages
-        .iter_mut()
-        .zip(op::inject_inline(&ops, &inlined)?)
-    {
+    let ops: Vec<LOp> = sch.stages.iter().map(|s| s.op.clone()).collect();
+    for (st, op) in sch.stages.iter_mut().zip(inject_inline(&ops, &inlined)?) {
         st.op = op;
     }
     let mut names = names::Naming::new(dag, &sch, &WeightLayout::Original)?;

@@ -2,11 +2,11 @@
 //!
 //! Parameters are the DAG's placeholders in stage order (the workload key's argument order)
 //! followed by its outputs: the order of [`ttdb_algo::ir::Dag::io_shapes`].
-use super::te::{Loc, TSchedule};
 use super::{convert, LowerError, WeightLayout};
 use crate::loopnest::{Buffer, BufferRole};
 use std::collections::HashSet;
 use ttdb_algo::ir::{Dag, TensorId};
+use ttdb_algo::schedule::te::{Loc, TSchedule};
 
 /// Unique identifiers from arbitrary names.
 #[derive(Default, Clone, Debug)]

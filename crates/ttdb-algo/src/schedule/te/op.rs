@@ -4,9 +4,9 @@
 //!
 //! Bodies stay `ir::Expr` with TE axis variables; a load's tensor id is the *current* stage
 //! index (stage insertions renumber them, like TVM's stage list).
-use super::LowerError;
+use super::TeError;
+use crate::ir::{self, Body, Combiner, Dag, Expr, Operation, TensorId};
 use std::collections::HashMap;
-use ttdb_algo::ir::{self, Body, Combiner, Dag, Expr, Operation, TensorId};
 
 /// One axis of an op: TE variable name and extent (constant, or an expression of the op's
 /// spatial axes for windows of adaptive pooling and sparse rows).
@@ -86,17 +86,14 @@ impl LOp {
     }
 
     /// Output shape (constant spatial extents).
-    pub fn shape(&self) -> Result<Vec<i64>, LowerError> {
+    pub fn shape(&self) -> Result<Vec<i64>, TeError> {
         match &self.kind {
             LKind::Placeholder { shape } => Ok(shape.clone()),
             LKind::Compute { axes, .. } => axes
                 .iter()
                 .map(|a| {
                     a.const_extent().ok_or_else(|| {
-                        LowerError::Unsupported(format!(
-                            "{}: non-constant axis {}",
-                            self.name, a.name
-                        ))
+                        TeError::Unsupported(format!("{}: non-constant axis {}", self.name, a.name))
                     })
                 })
                 .collect(),
@@ -142,8 +139,8 @@ impl LOp {
     /// Rewrites every expression of the op; stops at the first error.
     pub fn try_map_exprs(
         &mut self,
-        f: &mut dyn FnMut(&Expr) -> Result<Expr, LowerError>,
-    ) -> Result<(), LowerError> {
+        f: &mut dyn FnMut(&Expr) -> Result<Expr, TeError>,
+    ) -> Result<(), TeError> {
         if let LKind::Compute {
             reduce_axes, body, ..
         } = &mut self.kind
@@ -228,14 +225,14 @@ fn rename_vars(e: &Expr, map: &HashMap<String, Expr>) -> Expr {
 /// TE `cache_write` of a fresh stage: `(cache op, copy op)`. The cache computes the original
 /// body on axes renamed `<axis>.c` (same reduce axes); the copy keeps the name and axes and
 /// reads the cache, which will be at stage index `cache_index`.
-pub fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(LOp, LOp), LowerError> {
+pub fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(LOp, LOp), TeError> {
     let LKind::Compute {
         axes,
         reduce_axes,
         body,
     } = &op.kind
     else {
-        return Err(LowerError::Internal(format!(
+        return Err(TeError::Internal(format!(
             "cache_write of placeholder {}",
             op.name
         )));
@@ -303,7 +300,7 @@ pub fn cache_write(op: &LOp, scope: &str, cache_index: usize) -> Result<(LOp, LO
 }
 
 /// TE `cache_read`: `compute(shape, λ ax: src[ax])` named `name`, reading stage `source`.
-pub fn cache_read(src: &LOp, source: usize, name: String) -> Result<LOp, LowerError> {
+pub fn cache_read(src: &LOp, source: usize, name: String) -> Result<LOp, TeError> {
     let shape = src.shape()?;
     let axes: Vec<LAxis> = shape
         .iter()
@@ -330,14 +327,14 @@ pub fn cache_read(src: &LOp, source: usize, name: String) -> Result<LOp, LowerEr
 
 /// Substitutes the bodies of inlined ops into their readers (TE `InjectInline`): returns the
 /// ops with no load of an inlined stage left. `inlined[i]` says whether op `i` is inlined.
-pub fn inject_inline(ops: &[LOp], inlined: &[bool]) -> Result<Vec<LOp>, LowerError> {
+pub fn inject_inline(ops: &[LOp], inlined: &[bool]) -> Result<Vec<LOp>, TeError> {
     let mut out: Vec<LOp> = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
         let mut op = op.clone();
         // inlined producers come before their readers and are already expanded in `out`
         op.try_map_exprs(&mut |e| {
             expand(e, &out, inlined)
-                .map_err(|m| LowerError::Internal(format!("inlining into stage {i}: {m}")))
+                .map_err(|m| TeError::Internal(format!("inlining into stage {i}: {m}")))
         })?;
         out.push(op);
     }

@@ -2,15 +2,20 @@
 //! dataflow rewrites), its iteration variables with the split/fuse relations between them,
 //! the leaf order, loop annotations, compute location and unroll pragma.
 //!
-//! The state (`ttdb_algo::schedule::State`) keeps only the loops; lowering needs how every op
-//! axis is computed from the loops (TE `PassUpIndex`), so the record's steps are replayed
-//! again here, each as its `ApplyToSchedule` does (`transform_step.cc`), and the result is
-//! checked against the state the caller replayed.
-use super::op::{self, LAxis, LBody, LKind, LOp};
-use super::LowerError;
+//! The state ([`State`]) keeps only the loops; lowering needs how every op axis is computed
+//! from the loops (TE `PassUpIndex`), so the record's steps are replayed again here, each as
+//! its `ApplyToSchedule` does (`transform_step.cc`), and the result is checked against the
+//! state the caller replayed. It sits below the backend: it needs the DAG and the steps,
+//! nothing of loop nests or codegen.
+mod error;
+pub mod op;
+
+pub use error::TeError;
+pub use op::{inject_inline, LAxis, LBody, LKind, LOp};
+
+use crate::ir::{self, Dag, Expr, TensorId};
+use crate::schedule::{split_lengths, ComputeAt, State};
 use std::collections::HashMap;
-use ttdb_algo::ir::{self, Dag, Expr, TensorId};
-use ttdb_algo::schedule::{split_lengths, ComputeAt, State};
 use ttdb_format::ansor::{Annotation, Step};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,9 +117,9 @@ impl TStage {
         self.vars.len() - 1
     }
 
-    fn leaf(&self, i: u32) -> Result<usize, LowerError> {
+    fn leaf(&self, i: u32) -> Result<usize, TeError> {
         self.leaves.get(i as usize).copied().ok_or_else(|| {
-            LowerError::Mismatch(format!(
+            TeError::Mismatch(format!(
                 "iterator {i} out of range for {} ({} loops)",
                 self.op.name,
                 self.leaves.len()
@@ -122,18 +127,18 @@ impl TStage {
         })
     }
 
-    fn replace_leaf(&mut self, var: usize, with: &[usize]) -> Result<(), LowerError> {
+    fn replace_leaf(&mut self, var: usize, with: &[usize]) -> Result<(), TeError> {
         let pos = self
             .leaves
             .iter()
             .position(|&v| v == var)
-            .ok_or_else(|| LowerError::Internal("split of a non-leaf".into()))?;
+            .ok_or_else(|| TeError::Internal("split of a non-leaf".into()))?;
         self.leaves.splice(pos..=pos, with.iter().copied());
         Ok(())
     }
 
     /// TE `split(var, factor)`.
-    fn split_factor(&mut self, var: usize, factor: i64) -> Result<(usize, usize), LowerError> {
+    fn split_factor(&mut self, var: usize, factor: i64) -> Result<(usize, usize), TeError> {
         let (name, kind) = (self.vars[var].name.clone(), self.vars[var].kind);
         let outer = self.new_var(format!("{name}.outer"), kind);
         let inner = self.new_var(format!("{name}.inner"), kind);
@@ -149,7 +154,7 @@ impl TStage {
     }
 
     /// TE `split(var, nparts=n)`.
-    fn split_nparts(&mut self, var: usize, nparts: i64) -> Result<(usize, usize), LowerError> {
+    fn split_nparts(&mut self, var: usize, nparts: i64) -> Result<(usize, usize), TeError> {
         let (name, kind) = (self.vars[var].name.clone(), self.vars[var].kind);
         let outer = self.new_var(format!("{name}.outer"), kind);
         let inner = self.new_var(format!("{name}.inner"), kind);
@@ -165,14 +170,9 @@ impl TStage {
     }
 
     /// Ansor's `ApplySplitToSchedule`: factors from the innermost, or nparts from the outermost.
-    fn split(
-        &mut self,
-        iter: u32,
-        lengths: &[i64],
-        inner_to_outer: bool,
-    ) -> Result<(), LowerError> {
+    fn split(&mut self, iter: u32, lengths: &[i64], inner_to_outer: bool) -> Result<(), TeError> {
         if lengths.iter().any(|&l| l < 1) {
-            return Err(LowerError::Mismatch(format!("split lengths {lengths:?}")));
+            return Err(TeError::Mismatch(format!("split lengths {lengths:?}")));
         }
         let mut to_split = self.leaf(iter)?;
         if inner_to_outer {
@@ -188,13 +188,13 @@ impl TStage {
     }
 
     /// TE `fuse(axes)`: pairwise from the left, `a.b.fused`.
-    fn fuse(&mut self, ids: &[u32]) -> Result<(), LowerError> {
+    fn fuse(&mut self, ids: &[u32]) -> Result<(), TeError> {
         let vars: Vec<usize> = ids
             .iter()
             .map(|&i| self.leaf(i))
             .collect::<Result<_, _>>()?;
         let Some(&first) = vars.first() else {
-            return Err(LowerError::Mismatch("FU of nothing".into()));
+            return Err(TeError::Mismatch("FU of nothing".into()));
         };
         let mut fused = first;
         for &next in &vars[1..] {
@@ -214,9 +214,9 @@ impl TStage {
                 .leaves
                 .iter()
                 .position(|&v| v == fused)
-                .ok_or_else(|| LowerError::Internal("fuse of a non-leaf".into()))?;
+                .ok_or_else(|| TeError::Internal("fuse of a non-leaf".into()))?;
             if self.leaves.get(pos + 1) != Some(&next) {
-                return Err(LowerError::Mismatch(
+                return Err(TeError::Mismatch(
                     "FU of loops that are not adjacent".into(),
                 ));
             }
@@ -233,11 +233,11 @@ pub struct TSchedule {
 }
 
 impl TSchedule {
-    fn stage_mut(&mut self, id: u32) -> Result<&mut TStage, LowerError> {
+    fn stage_mut(&mut self, id: u32) -> Result<&mut TStage, TeError> {
         let n = self.stages.len();
         self.stages
             .get_mut(id as usize)
-            .ok_or_else(|| LowerError::Mismatch(format!("stage {id} out of range ({n} stages)")))
+            .ok_or_else(|| TeError::Mismatch(format!("stage {id} out of range ({n} stages)")))
     }
 
     /// After `count` stages were inserted at `at`: loads and attach targets move.
@@ -253,7 +253,7 @@ impl TSchedule {
     }
 
     /// Replays a record's steps on the DAG's initial schedule.
-    pub fn replay(dag: &Dag, steps: &[Step]) -> Result<TSchedule, LowerError> {
+    pub fn replay(dag: &Dag, steps: &[Step]) -> Result<TSchedule, TeError> {
         let mut sch = TSchedule {
             stages: op::ops_from_dag(dag)
                 .into_iter()
@@ -268,7 +268,7 @@ impl TSchedule {
         Ok(sch)
     }
 
-    fn apply(&mut self, step: &Step, before: &[Step]) -> Result<(), LowerError> {
+    fn apply(&mut self, step: &Step, before: &[Step]) -> Result<(), TeError> {
         match step {
             Step::Annotation(s) => {
                 let st = self.stage_mut(s.stage_id)?;
@@ -280,7 +280,7 @@ impl TSchedule {
                 let st = self.stage_mut(s.stage_id)?;
                 let v = st.leaf(s.iter_id)?;
                 if s.pragma == "debug_skip_region" {
-                    return Err(LowerError::Unsupported(
+                    return Err(TeError::Unsupported(
                         "pragma debug_skip_region (skips the stage's computation)".into(),
                     ));
                 }
@@ -288,8 +288,7 @@ impl TSchedule {
                     .pragma
                     .strip_prefix("auto_unroll_max_step$")
                     .and_then(|d| d.parse::<i64>().ok());
-                let n =
-                    n.ok_or_else(|| LowerError::Unsupported(format!("pragma {:?}", s.pragma)))?;
+                let n = n.ok_or_else(|| TeError::Unsupported(format!("pragma {:?}", s.pragma)))?;
                 st.pragma = Some((v, n));
             }
             Step::Reorder(s) => {
@@ -303,13 +302,13 @@ impl TSchedule {
                 sorted.sort_unstable();
                 sorted.dedup();
                 if sorted.len() != st.leaves.len() || new.len() != st.leaves.len() {
-                    return Err(LowerError::Mismatch("RE is not a permutation".into()));
+                    return Err(TeError::Mismatch("RE is not a permutation".into()));
                 }
                 st.leaves = new;
             }
             Step::Split(_) | Step::FollowSplit(_) | Step::FollowFusedSplit(_) => {
                 // the state replay's own rule, so both replays split alike
-                let sp = split_lengths(step, before).map_err(LowerError::Mismatch)?;
+                let sp = split_lengths(step, before).map_err(TeError::Mismatch)?;
                 self.stage_mut(sp.stage_id)?
                     .split(sp.iter_id, &sp.lengths, sp.inner_to_outer)?;
             }
@@ -333,11 +332,11 @@ impl TSchedule {
         Ok(())
     }
 
-    fn cache_read(&mut self, s: usize, scope: &str, readers: &[u32]) -> Result<(), LowerError> {
+    fn cache_read(&mut self, s: usize, scope: &str, readers: &[u32]) -> Result<(), TeError> {
         let src = self
             .stages
             .get(s)
-            .ok_or_else(|| LowerError::Mismatch(format!("CHR of stage {s}")))?;
+            .ok_or_else(|| TeError::Mismatch(format!("CHR of stage {s}")))?;
         let mut base = src.op.name.clone();
         while self
             .stages
@@ -358,13 +357,13 @@ impl TSchedule {
         Ok(())
     }
 
-    fn cache_write(&mut self, s: usize, scope: &str) -> Result<(), LowerError> {
+    fn cache_write(&mut self, s: usize, scope: &str) -> Result<(), TeError> {
         let st = self
             .stages
             .get(s)
-            .ok_or_else(|| LowerError::Mismatch(format!("CHW of stage {s}")))?;
+            .ok_or_else(|| TeError::Mismatch(format!("CHW of stage {s}")))?;
         if !st.rels.is_empty() || st.loc != Loc::Root {
-            return Err(LowerError::Mismatch(format!(
+            return Err(TeError::Mismatch(format!(
                 "CHW of {} after loop steps",
                 st.op.name
             )));
@@ -379,11 +378,11 @@ impl TSchedule {
 
     /// TE `Schedule::rfactor` (spec §2.3): the partial reduction `<op>.rf` at `s`, the final
     /// `<op>.repl` at `s + 1` in the original's place.
-    fn rfactor(&mut self, s: usize, iter: u32, factor_pos: usize) -> Result<(), LowerError> {
+    fn rfactor(&mut self, s: usize, iter: u32, factor_pos: usize) -> Result<(), TeError> {
         let st = self
             .stages
             .get(s)
-            .ok_or_else(|| LowerError::Mismatch(format!("RF of stage {s}")))?;
+            .ok_or_else(|| TeError::Mismatch(format!("RF of stage {s}")))?;
         let (rf, repl) = rfactor_ops(st, iter, factor_pos, s)?;
         let loc = match st.loc {
             Loc::At { stage, var } if stage >= s => Loc::At {
@@ -402,7 +401,7 @@ impl TSchedule {
 
     /// TE `LegalizeInvalidAttach`: an attach on a split loop moves to its inner part, on the
     /// inner operand of a fuse to the fused loop.
-    fn legalize_attach(&mut self) -> Result<(), LowerError> {
+    fn legalize_attach(&mut self) -> Result<(), TeError> {
         for i in 0..self.stages.len() {
             let Loc::At { stage, mut var } = self.stages[i].loc else {
                 continue;
@@ -410,7 +409,7 @@ impl TSchedule {
             let t = self
                 .stages
                 .get(stage)
-                .ok_or_else(|| LowerError::Internal("attach target out of range".into()))?;
+                .ok_or_else(|| TeError::Internal("attach target out of range".into()))?;
             let mut guard = 0;
             while !t.leaves.contains(&var) {
                 let next = t.rels.iter().find_map(|r| match *r {
@@ -419,14 +418,14 @@ impl TSchedule {
                     _ => None,
                 });
                 var = next.ok_or_else(|| {
-                    LowerError::InvalidSchedule(format!(
+                    TeError::InvalidSchedule(format!(
                         "{} is attached to a loop of {} that no longer exists",
                         self.stages[i].op.name, t.op.name
                     ))
                 })?;
                 guard += 1;
                 if guard > t.vars.len() {
-                    return Err(LowerError::Internal("attach legalization loops".into()));
+                    return Err(TeError::Internal("attach legalization loops".into()));
                 }
             }
             self.stages[i].loc = Loc::At { stage, var };
@@ -436,10 +435,10 @@ impl TSchedule {
 
     /// The replayed state must describe the same loops: stage names, loop counts,
     /// annotations, compute locations and attach points.
-    pub fn check_against(&self, state: &State) -> Result<(), LowerError> {
+    pub fn check_against(&self, state: &State) -> Result<(), TeError> {
         let ss = state.stages();
         if ss.len() != self.stages.len() {
-            return Err(LowerError::Mismatch(format!(
+            return Err(TeError::Mismatch(format!(
                 "the state has {} stages, the schedule {}",
                 ss.len(),
                 self.stages.len()
@@ -447,7 +446,7 @@ impl TSchedule {
         }
         for (i, (a, b)) in self.stages.iter().zip(ss).enumerate() {
             let fail = |what: String| {
-                Err(LowerError::Mismatch(format!(
+                Err(TeError::Mismatch(format!(
                     "stage {i} ({}): {what}",
                     a.op.name
                 )))
@@ -493,9 +492,10 @@ impl TSchedule {
                 }
             }
             if let Loc::At { stage, var } = a.loc {
-                let p = state.attach_map().attach_point(i).ok_or_else(|| {
-                    LowerError::Mismatch(format!("stage {i} has no attach entry"))
-                })?;
+                let p = state
+                    .attach_map()
+                    .attach_point(i)
+                    .ok_or_else(|| TeError::Mismatch(format!("stage {i} has no attach entry")))?;
                 let pos = self.stages[stage].leaves.iter().position(|&x| x == var);
                 if p.stage != stage || pos != Some(p.iter) {
                     return fail(format!(
@@ -547,12 +547,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 }
 
 /// The ops TE's rfactor builds from stage `st` (at index `s`) and its loop `iter`.
-fn rfactor_ops(
-    st: &TStage,
-    iter: u32,
-    factor_pos: usize,
-    s: usize,
-) -> Result<(LOp, LOp), LowerError> {
+fn rfactor_ops(st: &TStage, iter: u32, factor_pos: usize, s: usize) -> Result<(LOp, LOp), TeError> {
     let LKind::Compute {
         axes,
         reduce_axes,
@@ -565,29 +560,27 @@ fn rfactor_ops(
             },
     } = &st.op.kind
     else {
-        return Err(LowerError::Mismatch(format!(
+        return Err(TeError::Mismatch(format!(
             "RF of {}, which is not a reduction",
             st.op.name
         )));
     };
     let axis = st.leaf(iter)?;
     if factor_pos > axes.len() {
-        return Err(LowerError::Mismatch(format!(
+        return Err(TeError::Mismatch(format!(
             "RF factor position {factor_pos}"
         )));
     }
     let touched = component(st, axis);
     if (0..st.n_axes).any(|v| touched[v]) {
-        return Err(LowerError::Mismatch(
-            "RF axis touches a spatial axis".into(),
-        ));
+        return Err(TeError::Mismatch("RF axis touches a spatial axis".into()));
     }
     // domains of the touched variables (PassDownDomain with allow_missing: no tightening)
     let mut dom: Vec<Option<i64>> = vec![None; st.vars.len()];
     for (k, r) in reduce_axes.iter().enumerate() {
         if touched[st.n_axes + k] {
             let e = r.const_extent().ok_or_else(|| {
-                LowerError::Unsupported(format!("RF of the non-constant reduce axis {}", r.name))
+                TeError::Unsupported(format!("RF of the non-constant reduce axis {}", r.name))
             })?;
             dom[st.n_axes + k] = Some(e);
         }
@@ -618,7 +611,7 @@ fn rfactor_ops(
                 if let (Some(a), Some(b)) = (dom[outer], dom[inner]) {
                     dom[fused] = Some(
                         a.checked_mul(b)
-                            .ok_or_else(|| LowerError::TooLarge("fused extent".into()))?,
+                            .ok_or_else(|| TeError::TooLarge("fused extent".into()))?,
                     );
                 }
             }
@@ -629,8 +622,8 @@ fn rfactor_ops(
     let mut ranges = HashMap::new();
     for &l in &st.leaves {
         if touched[l] {
-            let e = dom[l]
-                .ok_or_else(|| LowerError::Internal("rfactor leaf without a domain".into()))?;
+            let e =
+                dom[l].ok_or_else(|| TeError::Internal("rfactor leaf without a domain".into()))?;
             value[l] = Some(if e == 1 {
                 Expr::int(0)
             } else {
@@ -695,7 +688,7 @@ fn rfactor_ops(
         if touched[v] {
             let val = value[v]
                 .clone()
-                .ok_or_else(|| LowerError::Internal(format!("rfactor: no value for {}", r.name)))?;
+                .ok_or_else(|| TeError::Internal(format!("rfactor: no value for {}", r.name)))?;
             vsub.insert(r.name.clone(), val);
         } else {
             rf_reduce.push(r.clone());
@@ -707,7 +700,7 @@ fn rfactor_ops(
         }
     }
     let axis_ext =
-        dom[axis].ok_or_else(|| LowerError::Internal("rfactor axis without a domain".into()))?;
+        dom[axis].ok_or_else(|| TeError::Internal("rfactor axis without a domain".into()))?;
     let mut rf_axes = axes.clone();
     rf_axes.insert(factor_pos, LAxis::new(st.vars[axis].name.clone(), axis_ext));
     // the existing condition too: an rfactor of an rf stage meets the first one's predicates
