@@ -124,6 +124,27 @@ pub fn write_file(path: &Path, bundle: &Bundle, compress: bool) -> Result<usize,
     Ok(bytes.len())
 }
 
+/// The digest of the fastest valid record of each workload key of `bundle`, in key order
+/// (what `bundle import --verify` re-measures).
+pub fn best_records(bundle: &Bundle) -> Vec<[u8; 16]> {
+    let mut best: BTreeMap<String, (f64, [u8; 16])> = BTreeMap::new();
+    for r in &bundle.records {
+        let Ok(rec) = Record::parse(&r.line) else {
+            continue;
+        };
+        if !rec.result.is_valid() {
+            continue;
+        }
+        let c = rec.result.mean_cost();
+        let d = crate::store::import::record_digest(&r.line);
+        let e = best.entry(rec.task.workload_key).or_insert((c, d));
+        if c < e.0 {
+            *e = (c, d);
+        }
+    }
+    best.into_values().map(|(_, digest)| digest).collect()
+}
+
 /// Imports a bundle read (and so checked) by [`format::read`], recording `path` as its
 /// source. Signature policy is the caller's (see `sign::check`).
 pub fn import(store: &mut Store, path: &Path, bundle: &Bundle) -> Result<BundleImport, StoreError> {
