@@ -10,6 +10,8 @@
 //! * [`import`]: a bundle whose every hash checked, in one transaction, idempotently.
 //! * [`merge`]: the union of two bundles, deduplicated by record hash with provenance
 //!   joined; commutative and idempotent.
+//! * [`inputs`] and [`summary`]: what `ttdb import` reads (logs and bundles found in files
+//!   and directories), and what it did.
 //!
 //! Bundles are untrusted input: [`format::read`] refuses the whole file at the first
 //! mismatch, before the database is touched. Schedules inside a well-formed bundle may
@@ -18,6 +20,7 @@ pub mod format;
 pub mod inputs;
 pub mod sign;
 mod stream;
+pub mod summary;
 
 use crate::store::bundle::{self as sql, HostRow, IncomingRecord, Origin};
 use crate::store::target::NormalizedTarget;
