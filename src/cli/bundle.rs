@@ -7,6 +7,7 @@ use ttdb_store::bundle::format::{self, Bundle, Limits};
 use ttdb_store::bundle::sign;
 use ttdb_store::bundle::{self, BundleImport, Selection, Verdict, WorkloadPlan};
 use ttdb_store::store::Store;
+use ttdb_tuning::tune::verify::{flag_slow_records, VerifyFlag, MUCH_SLOWER};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BundleCommand {
@@ -433,23 +434,6 @@ pub(super) struct ImportView {
     pub verify: Option<Vec<VerifyFlag>>,
 }
 
-/// One re-measured record of `import --verify`.
-#[derive(Clone, Debug, Serialize)]
-pub struct VerifyFlag {
-    pub class: String,
-    pub record_id: i64,
-    pub logged_ms: f64,
-    pub here_ms: Option<f64>,
-    pub verified: bool,
-    pub error: Option<String>,
-    /// here / logged (None when it did not run).
-    pub ratio: Option<f64>,
-    pub flagged: bool,
-}
-
-/// A record is flagged when it runs this many times slower here than its logged cost.
-pub const MUCH_SLOWER: f64 = 2.0;
-
 fn import(db: &Option<PathBuf>, args: &ImportArgs) -> CliResult {
     // Every bundle is read and checked before the database is opened for writing.
     let bundles: Vec<(PathBuf, Bundle)> = args
@@ -586,49 +570,6 @@ pub(super) fn render_bundle_import(v: &ImportView) -> String {
 
 /// Re-measures the bundle's best valid record of each workload key on this host.
 fn verify_imported(store: &mut Store, b: &Bundle) -> Result<Vec<VerifyFlag>, CliError> {
-    use std::collections::BTreeMap;
-    use ttdb_format::ansor::Record;
-    let mut best: BTreeMap<String, (f64, [u8; 16])> = BTreeMap::new();
-    for r in &b.records {
-        let Ok(rec) = Record::parse(&r.line) else {
-            continue;
-        };
-        if !rec.result.is_valid() {
-            continue;
-        }
-        let c = rec.result.mean_cost();
-        let d = ttdb_store::store::import::record_digest(&r.line);
-        let e = best.entry(rec.task.workload_key).or_insert((c, d));
-        if c < e.0 {
-            *e = (c, d);
-        }
-    }
-    if best.is_empty() {
-        return Ok(vec![]);
-    }
-    let opts = ttdb_tuning::tune::verify::VerifyOptions {
-        naive: false,
-        records: Some(best.values().map(|v| v.1).collect()),
-        target: super::machine().target.clone(),
-        ..Default::default()
-    };
-    let report = ttdb_tuning::tune::verify::verify(store, &opts, &|_, _, _| {})
-        .map_err(|e| fail(format!("--verify: {e}")))?;
-    Ok(report
-        .rows
-        .into_iter()
-        .map(|r| {
-            let ratio = r.tuned_ms.map(|t| t / r.logged_ms);
-            VerifyFlag {
-                class: r.op_class,
-                record_id: r.record_id,
-                logged_ms: r.logged_ms,
-                here_ms: r.tuned_ms,
-                verified: r.verified,
-                flagged: !r.verified || ratio.is_none_or(|x| x > MUCH_SLOWER),
-                error: r.error,
-                ratio,
-            }
-        })
-        .collect())
+    flag_slow_records(store, bundle::best_records(b), &super::machine().target)
+        .map_err(|e| fail(format!("--verify: {e}")))
 }

@@ -1,103 +1,8 @@
 //! `ttdb import PATH...`
 use super::{CliError, CliResult};
-use serde::Serialize;
-use std::collections::BTreeMap;
-use ttdb_format::host::IsaCompat;
-use ttdb_store::bundle::inputs::{self, Imported, Skipped};
-use ttdb_store::store::import::FileReport;
-use ttdb_store::store::target::NormalizedTarget;
+use ttdb_store::bundle::inputs;
+use ttdb_store::bundle::summary::ImportSummary;
 use ttdb_store::store::Store;
-
-/// The summary of one `import` run, over all its files.
-#[derive(Debug, Default, Serialize)]
-pub struct ImportSummary {
-    pub files: usize,
-    pub files_failed: usize,
-    pub records_read: usize,
-    pub inserted: usize,
-    pub duplicates: usize,
-    pub failed_measurements: usize,
-    /// Of the failed measurements, records whose costs are not plausible times.
-    pub invalid_costs: usize,
-    pub rejected_lines: usize,
-    /// Workload keys touched by these files, and how many of them are new.
-    pub workloads: usize,
-    pub new_workloads: usize,
-    /// Op class -> number of workloads of that class among those touched.
-    pub classes: BTreeMap<String, usize>,
-    /// Records of these files timed on a vector ISA this host lacks (kept, ranked after
-    /// compatible records), and per ISA.
-    pub needs_missing_isa: usize,
-    pub missing_isa: BTreeMap<String, usize>,
-    pub per_file: Vec<FileReport>,
-    /// The bundles among the files (read through the bundle path, every check made).
-    pub bundles: Vec<BundleSeen>,
-    /// Directory entries that are not logs or bundles, with the reason.
-    pub skipped: Vec<Skipped>,
-    /// Files that could not be imported at all: (path, reason).
-    pub errors: Vec<(String, String)>,
-}
-
-/// A bundle that `import` read: its signature, and what it added besides records.
-#[derive(Debug, Serialize)]
-pub struct BundleSeen {
-    pub file: std::path::PathBuf,
-    pub signature: super::SignerView,
-    pub new_origins: usize,
-    pub new_hosts: usize,
-}
-
-impl ImportSummary {
-    pub fn add(&mut self, r: FileReport) {
-        self.files += 1;
-        self.records_read += r.records;
-        self.inserted += r.inserted;
-        self.duplicates += r.duplicates;
-        self.failed_measurements += r.failed_measurements;
-        self.invalid_costs += r.invalid_costs.len();
-        self.rejected_lines += r.rejected.len();
-        self.new_workloads += r.new_workloads;
-        self.per_file.push(r);
-    }
-
-    /// Fills `workloads` and `classes` from the database.
-    pub fn count_workloads(&mut self, store: &Store) -> ttdb_store::store::Result<()> {
-        let ids: std::collections::BTreeSet<i64> = self
-            .per_file
-            .iter()
-            .flat_map(|f| f.workload_ids.iter().copied())
-            .collect();
-        self.workloads = ids.len();
-        for class in ttdb_store::store::lookup::workload_classes(store, ids)? {
-            *self.classes.entry(class).or_default() += 1;
-        }
-        Ok(())
-    }
-    /// Fills `needs_missing_isa` from the records of the files read, judged against the
-    /// ISA flags `host_isa` of this host.
-    pub fn count_missing_isa(
-        &mut self,
-        store: &Store,
-        host_isa: &[String],
-    ) -> ttdb_store::store::Result<()> {
-        // A file named twice is one source.
-        let files: Vec<&str> = self
-            .per_file
-            .iter()
-            .map(|f| f.sha256.as_str())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        for (target, n) in ttdb_store::store::lookup::record_targets_of_sources(store, &files)? {
-            let need = NormalizedTarget::parse(&target, None).isa_requirement();
-            if let (IsaCompat::Lacks, Some(isa)) = (need.check(host_isa), need.needs) {
-                self.needs_missing_isa += n as usize;
-                *self.missing_isa.entry(isa.to_string()).or_default() += n as usize;
-            }
-        }
-        Ok(())
-    }
-}
 
 /// The human-readable summary (snapshot-tested).
 pub fn render_import_summary(s: &ImportSummary) -> String {
@@ -229,11 +134,7 @@ pub fn run(
         ..Default::default()
     };
     for e in found.errors {
-        summary.files += 1;
-        summary.files_failed += 1;
-        summary
-            .errors
-            .push((e.path.display().to_string(), e.reason));
+        summary.add_unreadable(e);
     }
     // Nothing to read (a mistyped path): no database is created.
     let mut store = if found.files.is_empty() {
@@ -307,29 +208,7 @@ fn import_all(
             }
         });
         done += size(&f.path);
-        match outcome {
-            Ok(Imported::Log(r)) => summary.add(r),
-            Ok(Imported::Bundle { import, signer }) => {
-                summary.bundles.push(BundleSeen {
-                    file: f.path.clone(),
-                    signature: signer,
-                    new_origins: import.new_origins,
-                    new_hosts: import.new_hosts,
-                });
-                summary.add(import.file);
-            }
-            Err(e) => {
-                summary.files += 1;
-                summary.files_failed += 1;
-                // Errors name the file already; the summary lists it beside.
-                let path = f.path.display().to_string();
-                let e = e
-                    .strip_prefix(&format!("{path}: "))
-                    .unwrap_or(&e)
-                    .to_string();
-                summary.errors.push((path, e));
-            }
-        }
+        summary.add_outcome(f, outcome);
     }
     if let Some(b) = bar {
         b.finish_and_clear();

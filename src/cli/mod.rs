@@ -22,11 +22,14 @@ mod workloads;
 
 pub use apply::render_apply;
 pub use bundle::{render_inspect, SignerView};
-pub use import::{render_import_summary, ImportSummary};
+pub use import::render_import_summary;
 pub use kernels::render_kernels;
 pub use match_cmd::{render_explain, render_match};
 pub use refine::render_refine;
 pub use stats::render_stats;
+/// The import summary (built in `ttdb_store::bundle::summary`; re-exported beside its
+/// renderer).
+pub use ttdb_store::bundle::summary::ImportSummary;
 pub use workloads::render_workloads;
 
 #[derive(Parser, Debug)]

@@ -10,6 +10,8 @@
 //! * [`import`]: a bundle whose every hash checked, in one transaction, idempotently.
 //! * [`merge`]: the union of two bundles, deduplicated by record hash with provenance
 //!   joined; commutative and idempotent.
+//! * [`inputs`] and [`summary`]: what `ttdb import` reads (logs and bundles found in files
+//!   and directories), and what it did.
 //!
 //! Bundles are untrusted input: [`format::read`] refuses the whole file at the first
 //! mismatch, before the database is touched. Schedules inside a well-formed bundle may
@@ -18,6 +20,7 @@ pub mod format;
 pub mod inputs;
 pub mod sign;
 mod stream;
+pub mod summary;
 
 use crate::store::bundle::{self as sql, HostRow, IncomingRecord, Origin};
 use crate::store::target::NormalizedTarget;
@@ -122,6 +125,27 @@ pub fn write_file(path: &Path, bundle: &Bundle, compress: bool) -> Result<usize,
     let bytes = bundle.to_bytes(compress).map_err(named)?;
     ttdb_format::atomic_file::write(path, &bytes).map_err(named)?;
     Ok(bytes.len())
+}
+
+/// The digest of the fastest valid record of each workload key of `bundle`, in key order
+/// (what `bundle import --verify` re-measures).
+pub fn best_records(bundle: &Bundle) -> Vec<[u8; 16]> {
+    let mut best: BTreeMap<String, (f64, [u8; 16])> = BTreeMap::new();
+    for r in &bundle.records {
+        let Ok(rec) = Record::parse(&r.line) else {
+            continue;
+        };
+        if !rec.result.is_valid() {
+            continue;
+        }
+        let c = rec.result.mean_cost();
+        let d = crate::store::import::record_digest(&r.line);
+        let e = best.entry(rec.task.workload_key).or_insert((c, d));
+        if c < e.0 {
+            *e = (c, d);
+        }
+    }
+    best.into_values().map(|(_, digest)| digest).collect()
 }
 
 /// Imports a bundle read (and so checked) by [`format::read`], recording `path` as its

@@ -286,3 +286,56 @@ fn store_all(
     store_measurements(store, "default", host, naive)?;
     Ok(())
 }
+
+/// One record of `bundle import --verify`, re-measured here.
+#[derive(Clone, Debug, Serialize)]
+pub struct VerifyFlag {
+    pub class: String,
+    pub record_id: i64,
+    pub logged_ms: f64,
+    pub here_ms: Option<f64>,
+    pub verified: bool,
+    pub error: Option<String>,
+    /// here / logged (None when it did not run).
+    pub ratio: Option<f64>,
+    pub flagged: bool,
+}
+
+/// A record is flagged when it runs this many times slower here than its logged cost.
+pub const MUCH_SLOWER: f64 = 2.0;
+
+/// Re-measures the records of digests `records` on `target` (without the naive schedule),
+/// flagging those that fail or run [`MUCH_SLOWER`] than their logged cost.
+pub fn flag_slow_records(
+    store: &mut Store,
+    records: Vec<[u8; 16]>,
+    target: &ttdb_backend::target::Target,
+) -> Result<Vec<VerifyFlag>, VerifyError> {
+    if records.is_empty() {
+        return Ok(vec![]);
+    }
+    let opts = VerifyOptions {
+        naive: false,
+        records: Some(records),
+        target: target.clone(),
+        ..Default::default()
+    };
+    let report = verify(store, &opts, &|_, _, _| {})?;
+    Ok(report
+        .rows
+        .into_iter()
+        .map(|r| {
+            let ratio = r.tuned_ms.map(|t| t / r.logged_ms);
+            VerifyFlag {
+                class: r.op_class,
+                record_id: r.record_id,
+                logged_ms: r.logged_ms,
+                here_ms: r.tuned_ms,
+                verified: r.verified,
+                flagged: !r.verified || ratio.is_none_or(|x| x > MUCH_SLOWER),
+                error: r.error,
+                ratio,
+            }
+        })
+        .collect())
+}
