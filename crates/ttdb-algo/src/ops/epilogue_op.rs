@@ -98,6 +98,23 @@ pub enum EpilogueOp {
 }
 
 impl EpilogueOp {
+    /// The unary ops that are one TIR intrinsic call each (`T_<op>` stages), in the order
+    /// recognition tries them. Relay names them as their [`Self::class_name`].
+    pub const INTRINSIC_UNARY: [EpilogueOp; 5] = [
+        EpilogueOp::Tanh,
+        EpilogueOp::Sigmoid,
+        EpilogueOp::Exp,
+        EpilogueOp::Erf,
+        EpilogueOp::Sqrt,
+    ];
+
+    /// The intrinsic unary op Relay calls `name` (`sigmoid`, `exp`, ...).
+    pub fn intrinsic_unary_named(name: &str) -> Option<EpilogueOp> {
+        Self::INTRINSIC_UNARY
+            .into_iter()
+            .find(|op| op.class_name() == name)
+    }
+
     /// Whether the op reads a tensor operand (a placeholder of the task).
     pub fn takes_operand(self) -> bool {
         matches!(

@@ -5,7 +5,9 @@
 //!
 //! Each family file also owns its recognition candidates: the anchors (with the attributes
 //! [`windows`] solves) whose inputs and output have a key's shapes, which
-//! `recognize::candidates` lists in the order it tries them.
+//! `recognize::candidates` lists in the order it tries them. Multi-op activations are rows
+//! of [`activation`].
+pub mod activation;
 pub mod conv2d;
 pub mod conv2d_nchwc;
 pub mod dense;

@@ -1,10 +1,10 @@
 //! Candidate workloads for a key's shapes: which anchor op (and attributes) and which
 //! fused epilogue chain could have produced these input/output shapes. Candidates are
 //! ordered most-likely first; recognition renders each one's PrintDAG and compares md5.
-//! The anchors come from each op family's hook (in `ops/<family>.rs`); this file orders
-//! them and enumerates the chains.
+//! The anchors come from each op family's hook (in `ops/<family>.rs`), the multi-op
+//! activations from `ops::activation`; this file orders them and enumerates the chains.
 use crate::ops::epilogue::broadcast_shape;
-use crate::ops::{conv2d, conv2d_nchwc, dense, depthwise, pool, reduction, winograd};
+use crate::ops::{activation, conv2d, conv2d_nchwc, dense, depthwise, pool, reduction, winograd};
 use crate::ops::{Anchor, EpilogueOp, ScalarOp, WorkloadSpec};
 
 /// A workload spec plus its inputs in canonical order.
@@ -104,13 +104,10 @@ fn tails(pass: Pass, n: usize) -> Vec<Vec<EpilogueOp>> {
         return v;
     }
     v.extend(
-        [
-            EpilogueOp::Sigmoid,
-            EpilogueOp::Exp,
-            EpilogueOp::Erf,
-            EpilogueOp::Sqrt,
-        ]
-        .map(|op| vec![op]),
+        EpilogueOp::INTRINSIC_UNARY
+            .into_iter()
+            .filter(|op| !in_base(&[*op]))
+            .map(|op| vec![op]),
     );
     // A rank-0 constant prints its value into the PrintDAG text, so only values tried here
     // can match: small ones models use (squares, halves, relu6's 6).
@@ -135,36 +132,16 @@ fn tails(pass: Pass, n: usize) -> Vec<Vec<EpilogueOp>> {
     v
 }
 
-/// The activations relay's ONNX frontend expands into several ops: SiLU `x * sigmoid(x)`
-/// (either operand order), hardswish `x * clip(x * 1/6 + 0.5, 0, 1)` and hardsigmoid
-/// `clip(x * alpha + beta, 0, 1)` (alpha 1/6 as PyTorch exports it, or ONNX's default
-/// 0.2; without the multiply when FoldScaleAxis moved it into the weights), constants as
-/// float32.
+/// The activations a frontend expands into several ops (`ops::activation`), each on the
+/// value the tail starts from.
 fn dag_tails(n: usize) -> Vec<Vec<EpilogueOp>> {
     let Ok(with) = u8::try_from(n) else {
         return vec![];
     };
-    let scalar = |op, value: f64| EpilogueOp::Scalar {
-        op,
-        value: value as f32 as f64,
-        operand_first: false,
-    };
-    let times_x = |with_first| EpilogueOp::Rejoin {
-        op: ScalarOp::Multiply,
-        with,
-        with_first,
-    };
-    let clip = EpilogueOp::Clip { lo: 0.0, hi: 1.0 };
-    let sixth = scalar(ScalarOp::Multiply, 1.0 / 6.0);
-    let half = scalar(ScalarOp::Add, 0.5);
-    vec![
-        vec![EpilogueOp::Sigmoid, times_x(true)],
-        vec![EpilogueOp::Sigmoid, times_x(false)],
-        vec![sixth, half, clip, times_x(true)],
-        vec![half, clip],
-        vec![sixth, half, clip],
-        vec![scalar(ScalarOp::Multiply, 0.2), half, clip],
-    ]
+    activation::ALL
+        .iter()
+        .flat_map(|a| (a.recognized)(with))
+        .collect()
 }
 
 /// Whether the base pass already enumerates this chain.
