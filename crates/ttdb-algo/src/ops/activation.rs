@@ -22,7 +22,7 @@ pub struct Activation {
 }
 
 /// Every activation, in the order recognition tries them.
-pub const ALL: &[&Activation] = &[&SILU, &HARDSWISH, &HARDSIGMOID];
+pub const ALL: &[&Activation] = &[&SILU, &HARDSWISH, &HARDSIGMOID, &MISH];
 
 /// SiLU `x * sigmoid(x)` (PyTorch exports `Sigmoid` then `Mul`; either operand order).
 pub const SILU: Activation = Activation {
@@ -74,6 +74,29 @@ pub const HARDSIGMOID: Activation = Activation {
         ]
     },
 };
+
+/// Mish `x * tanh(softplus(x))`, `softplus(x) = ln(1 + exp(x))` (ONNX opset 18), as TVM's
+/// Relax ONNX frontend writes it (class `Mish`; Relay's has none): `x * tanh(log(1 +
+/// exp(x)))`, the constant the add's left operand, `x` the multiply's.
+pub const MISH: Activation = Activation {
+    name: "mish",
+    expansion: mish,
+    recognized: |x| vec![mish(x)],
+};
+
+fn mish(x: u8) -> Vec<EpilogueOp> {
+    vec![
+        EpilogueOp::Exp,
+        EpilogueOp::Scalar {
+            op: ScalarOp::Add,
+            value: 1.0,
+            operand_first: true,
+        },
+        EpilogueOp::Log,
+        EpilogueOp::Tanh,
+        times(x, true),
+    ]
+}
 
 /// `op(prev, value)` with `value` a float32 scalar constant.
 fn scalar(op: ScalarOp, value: f64) -> EpilogueOp {

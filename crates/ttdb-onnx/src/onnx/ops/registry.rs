@@ -43,7 +43,7 @@ pub(super) static OPS: &[&dyn OnnxOp] = &[
     &Simple::new(&["Sin"], same_shape, Unary("sin")),
     &Simple::new(&["Cos"], same_shape, Unary("cos")),
     &Simple::new(&["Sign"], same_shape, Unary("sign")),
-    &Simple::new(&["Mish"], same_shape, Unary("mish")),
+    &ActivationOp::new(&["Mish"], &activation::MISH),
     &Simple::new(&["Gelu"], same_shape, Unary("gelu")),
     &Simple::new(&["Shrink"], same_shape, Unary("shrink")),
     &Simple::new(&["ThresholdedRelu"], same_shape, Unary("thresholdedrelu")),
