@@ -76,8 +76,8 @@ pub const HARDSIGMOID: Activation = Activation {
 };
 
 /// Mish `x * tanh(softplus(x))`, `softplus(x) = ln(1 + exp(x))` (ONNX opset 18), as TVM's
-/// Relax ONNX frontend writes it (class `Mish`; Relay's has none): `x * tanh(log(1 +
-/// exp(x)))`, the constant the add's left operand, `x` the multiply's.
+/// ONNX frontend for Relax writes it (class `Mish`): `x * tanh(log(1 + exp(x)))`, the
+/// constant the add's left operand, `x` the multiply's.
 pub const MISH: Activation = Activation {
     name: "mish",
     expansion: mish,

@@ -4,7 +4,7 @@
 //! lists every descriptor, one line each, and is the only place an ONNX op type is looked
 //! up. Layout behaviour belongs to the Relay ops a lowering emits
 //! ([`super::relay::OpKind::layout_rule`]), as TVM registers layout rules per Relay op.
-//! `docs/design/onnx-ops.md` says why.
+//! `docs/adding-an-op.md` walks through adding one; `docs/design/onnx-ops.md` says why.
 use super::error::Result;
 use super::graph::{Node, TensorInfo};
 use super::relay::{Lowering, OpKind, UnaryKind};
