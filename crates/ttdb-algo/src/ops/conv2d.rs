@@ -9,7 +9,9 @@
 //! until v0.8, `conv2d_nchw`/`group_conv2d_nchw` after.
 use super::era::Era;
 use super::pad::{pad, PadFlavor};
+use super::registry::Anchor;
 use super::util::{check, named_axes, rank, window_index, Window2d};
+use super::windows::conv_windows;
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
 /// Conv2d NHWC: data [N,H,W,CI], kernel [KH,KW,CI,CO] -> [N,OH,OW,CO]; reduction (ry, rx, rc).
@@ -199,4 +201,52 @@ pub fn conv2d_nchw(
             ]) * kernel.at(vec![v[1].clone(), rc, ry, rx])
         },
     ))
+}
+
+/// Recognition: NHWC data `[N, H, W, CI]`, HWIO kernel `[KH, KW, CI, CO]`.
+pub fn nhwc_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    if !is_nhwc(a, b, out) || b[2] != a[3] || b[3] != out[3] {
+        return vec![];
+    }
+    conv_windows([a[1], a[2]], [b[0], b[1]], [out[1], out[2]])
+        .into_iter()
+        .map(Anchor::Conv2dNhwc)
+        .collect()
+}
+
+/// Recognition: grouped NHWC, kernel `[KH, KW, CI / groups, CO]`.
+pub fn group_nhwc_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    if !is_nhwc(a, b, out) || b[2] <= 0 || b[2] >= a[3] || a[3] % b[2] != 0 || b[3] != out[3] {
+        return vec![];
+    }
+    let groups = a[3] / b[2];
+    if out[3] % groups != 0 {
+        return vec![];
+    }
+    conv_windows([a[1], a[2]], [b[0], b[1]], [out[1], out[2]])
+        .into_iter()
+        .map(|window| Anchor::GroupConv2dNhwc { window, groups })
+        .collect()
+}
+
+/// Recognition: NCHW data `[N, C, H, W]`, OIHW kernel `[O, C / groups, KH, KW]`.
+pub fn nchw_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    let ranks = (a.len(), b.len(), out.len()) == (4, 4, 4);
+    if !ranks || a[0] != out[0] || b[0] != out[1] || b[1] <= 0 || a[1] % b[1] != 0 {
+        return vec![];
+    }
+    let groups = a[1] / b[1];
+    if b[0] % groups != 0 {
+        return vec![];
+    }
+    conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]])
+        .into_iter()
+        .map(|window| Anchor::Conv2dNchw { window, groups })
+        .collect()
+}
+
+/// 4-D data, kernel and output, the data's batch the output's: the shapes every NHWC conv
+/// family starts from.
+pub(super) fn is_nhwc(a: &[i64], b: &[i64], out: &[i64]) -> bool {
+    (a.len(), b.len(), out.len()) == (4, 4, 4) && a[0] == out[0]
 }

@@ -5,7 +5,9 @@
 //! eras from v0.10 on.
 use super::era::Era;
 use super::pad::{pad, PadFlavor};
+use super::registry::Anchor;
 use super::util::{check, named_axes, rank, window_index, Window2d};
+use super::windows::conv_windows;
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
 pub fn conv2d_nchwc(
@@ -108,4 +110,20 @@ pub fn conv2d_nchwc(
             ])
         },
     ))
+}
+
+/// Recognition: NCHWc data `[N, IC/ib, H, W, ib]`, kernel `[OC/ob, IC/ib/g, KH, KW, ib, ob]`.
+pub fn candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    if !is_nchwc(a, b, out) || b[4] != a[4] {
+        return vec![];
+    }
+    conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]])
+        .into_iter()
+        .map(Anchor::Conv2dNchwc)
+        .collect()
+}
+
+/// 5-D data, 6-D kernel, 5-D output agreeing on the batch and the output blocking.
+pub(super) fn is_nchwc(a: &[i64], b: &[i64], out: &[i64]) -> bool {
+    (a.len(), b.len(), out.len()) == (5, 6, 5) && a[0] == out[0] && b[0] == out[1] && b[5] == out[4]
 }

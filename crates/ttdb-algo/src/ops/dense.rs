@@ -5,6 +5,7 @@
 //! `T_matmul_NT(i0, i1)` (v0.15+, `lambda *indices`); batch_matmul is an unnamed `compute`
 //! in v0.7, `T_batch_matmul_NT(b, i, j)` after.
 use super::era::Era;
+use super::registry::Anchor;
 use super::util::{check, named_axes, rank};
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
@@ -86,4 +87,21 @@ pub fn batch_matmul(
             x.at(vec![bx, v[1].clone(), r[0].clone()]) * y.at(vec![by, v[2].clone(), r[0].clone()])
         },
     ))
+}
+
+/// Recognition: `dense(data [M, K], weight [N, K]) -> [M, N]`.
+pub fn dense_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    let fits = (a.len(), b.len(), out.len()) == (2, 2, 2) && a[1] == b[1] && out == [a[0], b[0]];
+    fits.then_some(Anchor::Dense).into_iter().collect()
+}
+
+/// Recognition: `batch_matmul(A [B, M, K], B [B, N, K]) -> [B, M, N]` (a batch of 1
+/// broadcasts).
+pub fn batch_matmul_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    let fits = (a.len(), b.len(), out.len()) == (3, 3, 3)
+        && a[2] == b[2]
+        && out[1] == a[1]
+        && out[2] == b[1]
+        && out[0] == a[0].max(b[0]);
+    fits.then_some(Anchor::BatchMatmul).into_iter().collect()
 }

@@ -3,7 +3,9 @@
 //! kernel [O/ob,1,KH,KW,1,ob]; `PaddedInput` only when padded). Same names in all eras.
 use super::era::Era;
 use super::pad::{pad, PadFlavor};
+use super::registry::Anchor;
 use super::util::{check, named_axes, rank, window_index, Window2d};
+use super::windows::conv_windows;
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
 pub fn depthwise_conv2d_nhwc(
@@ -137,4 +139,30 @@ pub fn depthwise_conv2d_nchwc(
             ])
         },
     ))
+}
+
+/// Recognition: NHWC data, kernel `[KH, KW, C, M]` (channel multiplier M).
+pub fn nhwc_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    if !super::conv2d::is_nhwc(a, b, out) || b[2] != a[3] || a[3] * b[3] != out[3] {
+        return vec![];
+    }
+    conv_windows([a[1], a[2]], [b[0], b[1]], [out[1], out[2]])
+        .into_iter()
+        .map(Anchor::DepthwiseNhwc)
+        .collect()
+}
+
+/// Recognition: NCHWc data `[N, C/c, H, W, c]`, kernel `[OC/oc, 1, KH, KW, 1, oc]`.
+pub fn nchwc_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    if !super::conv2d_nchwc::is_nchwc(a, b, out)
+        || b[1] != 1
+        || b[4] != 1
+        || b[0] * b[5] != a[1] * a[4]
+    {
+        return vec![];
+    }
+    conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]])
+        .into_iter()
+        .map(Anchor::DepthwiseNchwc)
+        .collect()
 }

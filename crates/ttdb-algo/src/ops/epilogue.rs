@@ -3,7 +3,7 @@
 //! (`include/tvm/topi/broadcast.h`, tag `broadcast`, axes `ax*`; an operand dim of 1 facing
 //! a larger output dim is indexed by 0), `T_expand_dims`, `T_relu` (`max(x, 0f)`), the
 //! unary `T_<op>` of `include/tvm/topi/elemwise.h` (tag `elemwise`: `T_tanh`, `T_sigmoid`,
-//! `T_exp`, `T_erf`, `T_sqrt`, each one `tir.<op>` call), the Python `topi.clip`
+//! `T_exp`, `T_erf`, `T_sqrt`, `T_log`, each one `tir.<op>` call), the Python `topi.clip`
 //! (`compute(i*) = max(min(x, hi), lo)`: relu6), and the rank-0 `compile_engine_const()`
 //! stage relay's TE lowering makes of a scalar constant inside a fused function
 //! (`src/relay/backend/te_compiler_cache.cc`). Same names in every era.

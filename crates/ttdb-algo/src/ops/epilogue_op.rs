@@ -68,6 +68,8 @@ pub enum EpilogueOp {
     Exp,
     Erf,
     Sqrt,
+    /// The natural logarithm (`tir.log`; Relay's ONNX frontend writes `Softplus` with it).
+    Log,
     /// `subtract(prev, operand)`, or `subtract(operand, prev)` when `operand_first`.
     Subtract {
         operand_first: bool,
@@ -98,6 +100,24 @@ pub enum EpilogueOp {
 }
 
 impl EpilogueOp {
+    /// The unary ops that are one TIR intrinsic call each (`T_<op>` stages), in the order
+    /// recognition tries them. Relay names them as their [`Self::class_name`].
+    pub const INTRINSIC_UNARY: [EpilogueOp; 6] = [
+        EpilogueOp::Tanh,
+        EpilogueOp::Sigmoid,
+        EpilogueOp::Exp,
+        EpilogueOp::Erf,
+        EpilogueOp::Sqrt,
+        EpilogueOp::Log,
+    ];
+
+    /// The intrinsic unary op Relay calls `name` (`sigmoid`, `exp`, ...).
+    pub fn intrinsic_unary_named(name: &str) -> Option<EpilogueOp> {
+        Self::INTRINSIC_UNARY
+            .into_iter()
+            .find(|op| op.class_name() == name)
+    }
+
     /// Whether the op reads a tensor operand (a placeholder of the task).
     pub fn takes_operand(self) -> bool {
         matches!(
@@ -138,6 +158,7 @@ impl EpilogueOp {
             EpilogueOp::Exp => "exp",
             EpilogueOp::Erf => "erf",
             EpilogueOp::Sqrt => "sqrt",
+            EpilogueOp::Log => "log",
             EpilogueOp::Subtract { operand_first } => pick(operand_first, "rsubtract", "subtract"),
             EpilogueOp::Divide { operand_first } => pick(operand_first, "rdivide", "divide"),
             EpilogueOp::Power { operand_first } => pick(operand_first, "rpower", "power"),
@@ -183,6 +204,7 @@ impl EpilogueOp {
             EpilogueOp::Exp => Intrinsic::Exp,
             EpilogueOp::Erf => Intrinsic::Erf,
             EpilogueOp::Sqrt => Intrinsic::Sqrt,
+            EpilogueOp::Log => Intrinsic::Log,
             _ => return None,
         })
     }
@@ -304,5 +326,33 @@ mod tests {
         let spec = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::Sigmoid, rejoin(0)]);
         assert_eq!(spec.op_class(), "dense+sigmoid+multiply@0");
         assert!(spec.build(Era::V015, &ins).is_ok());
+    }
+
+    /// `log` is `T_log(ax*) = tir.log(x[ax*])` and computes the natural logarithm; Relay's
+    /// `log` finds it by name.
+    #[test]
+    fn log_is_one_intrinsic_stage() {
+        use crate::ir::eval::{evaluate, random_inputs};
+        let ins = [vec![3, 5], vec![4, 5]];
+        let spec = WorkloadSpec::new(Anchor::Dense, vec![EpilogueOp::Sigmoid, EpilogueOp::Log]);
+        assert_eq!(spec.op_class(), "dense+sigmoid+log");
+        assert_eq!(
+            EpilogueOp::intrinsic_unary_named("log"),
+            Some(EpilogueOp::Log)
+        );
+        let dag = spec.build(Era::V015, &ins).unwrap();
+        let out = dag.stage(dag.output());
+        assert_eq!(out.name, "T_log");
+        assert_eq!(out.compute().unwrap().tag, "elemwise");
+        let inputs = random_inputs(&dag, 5);
+        let got = evaluate(&dag, &inputs).unwrap().remove(0);
+        let plain = WorkloadSpec::new(Anchor::Dense, vec![])
+            .build(Era::V015, &ins)
+            .unwrap();
+        let dense = evaluate(&plain, &inputs).unwrap().remove(0);
+        for (g, d) in got.data.iter().zip(&dense.data) {
+            let want = (1.0 / (1.0 + (-d).exp())).ln();
+            assert!((g - want).abs() < 1e-12, "{g} vs {want}");
+        }
     }
 }

@@ -2,6 +2,12 @@
 //! axes, reduce axes and their order, bodies) TVM generates in each [`Era`], plus the
 //! registry ([`registry::WorkloadSpec`]: anchor op + fused epilogue) used by recognition,
 //! the tutorial workloads registered by name, and hand-written reference loops.
+//!
+//! Each family file also owns its recognition candidates: the anchors (with the attributes
+//! [`windows`] solves) whose inputs and output have a key's shapes, which
+//! `recognize::candidates` lists in the order it tries them. Multi-op activations are rows
+//! of [`activation`].
+pub mod activation;
 pub mod conv2d;
 pub mod conv2d_nchwc;
 pub mod dense;
@@ -16,6 +22,7 @@ pub mod reference;
 pub mod registered;
 pub mod registry;
 pub mod util;
+pub mod windows;
 pub mod winograd;
 
 pub use era::Era;

@@ -7,7 +7,9 @@
 //! (our v0.10 era) the ops are `pool_max`, `pool_sum` + `pool_avg`, `adaptive_pool_*`.
 use super::era::Era;
 use super::pad::{pad, PadFlavor};
+use super::registry::Anchor;
 use super::util::{axes, check, vars};
+use super::windows::pool_windows;
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -318,4 +320,72 @@ pub fn adaptive_pool2d(
             }))
         }
     }
+}
+
+/// Recognition: the pools mapping data `x` to `out` in each layout its rank allows
+/// (NCHW[x]c for 5-D, NHWC then NCHW for 4-D): adaptive pools, then max pools, then
+/// average pools, each with the windows [`pool_windows`] solves.
+pub fn anchor_candidates(x: &[i64], out: &[i64]) -> Vec<Anchor> {
+    let mut v = Vec::new();
+    let layouts: &[PoolLayout] = match x.len() {
+        5 => &[PoolLayout::Nchwc],
+        4 => &[PoolLayout::Nhwc, PoolLayout::Nchw],
+        _ => &[],
+    };
+    for &layout in layouts {
+        let (hx, wx) = layout.hw_axes();
+        let same_other =
+            out.len() == x.len() && (0..x.len()).all(|i| i == hx || i == wx || x[i] == out[i]);
+        if !same_other {
+            continue;
+        }
+        let (in_hw, out_hw) = ([x[hx], x[wx]], [out[hx], out[wx]]);
+        if out_hw[0] <= in_hw[0] && out_hw[1] <= in_hw[1] {
+            for kind in [
+                PoolKind::Avg {
+                    count_include_pad: true,
+                },
+                PoolKind::Max,
+            ] {
+                v.push(Anchor::AdaptivePool {
+                    kind,
+                    layout,
+                    out_hw,
+                });
+            }
+        }
+        for (kernel, stride, padding) in pool_windows(in_hw, out_hw, false) {
+            v.push(pool_anchor(PoolKind::Max, kernel, stride, padding, layout));
+        }
+        for (kernel, stride, padding) in pool_windows(in_hw, out_hw, true) {
+            for count_include_pad in [true, false] {
+                v.push(pool_anchor(
+                    PoolKind::Avg { count_include_pad },
+                    kernel,
+                    stride,
+                    padding,
+                    layout,
+                ));
+            }
+        }
+    }
+    v
+}
+
+fn pool_anchor(
+    kind: PoolKind,
+    kernel: [i64; 2],
+    stride: i64,
+    padding: [i64; 4],
+    layout: PoolLayout,
+) -> Anchor {
+    Anchor::Pool(PoolAttrs {
+        kind,
+        kernel,
+        stride: [stride, stride],
+        dilation: [1, 1],
+        padding,
+        ceil_mode: false,
+        layout,
+    })
 }

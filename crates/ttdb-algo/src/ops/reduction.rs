@@ -2,6 +2,7 @@
 //! `variance` (C++ `topi::sum` named `<input>_red`, axes `ax*`, reduce axes `k<dim>`, then
 //! `T_divide` by the element count as a float constant). Same names in every era.
 use super::era::Era;
+use super::registry::Anchor;
 use super::util::{axes, check};
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
@@ -154,4 +155,87 @@ pub fn variance(
     let sum = comm_sum(b, &sq, reduce_axes, keepdims)?;
     let count: i64 = reduce_axes.iter().map(|&i| x.shape[i]).product::<i64>() - unbiased as i64;
     Ok(divide_by(b, &sum, count))
+}
+
+/// Recognition: softmax over each axis (last first) when the shape stays.
+pub fn softmax_candidates(x: &[i64], out: &[i64]) -> Vec<Anchor> {
+    if x != out {
+        return vec![];
+    }
+    (0..x.len())
+        .rev()
+        .map(|axis| Anchor::Softmax { axis })
+        .collect()
+}
+
+/// Recognition: the mean over the axes reduced from `x` to `out`.
+pub fn mean_candidates(x: &[i64], out: &[i64]) -> Vec<Anchor> {
+    reduced_axes(x, out)
+        .map(|(axes, keepdims)| Anchor::Mean { axes, keepdims })
+        .into_iter()
+        .collect()
+}
+
+/// Recognition: `variance(x, mean)`, whose mean input keeps the reduced dims as 1.
+pub fn variance_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    let mut v = Vec::new();
+    if a.len() != b.len() {
+        return v;
+    }
+    if let Some((axes, true)) = reduced_axes(a, b) {
+        if let Some((_, keepdims)) =
+            reduced_axes(a, out).or_else(|| (out == b).then(|| (axes.clone(), true)))
+        {
+            for unbiased in [false, true] {
+                v.push(Anchor::Variance {
+                    axes: axes.clone(),
+                    keepdims,
+                    unbiased,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Axes reduced from `x` to `out`: keepdims (same rank, 1s where reduced) or dropped dims.
+fn reduced_axes(x: &[i64], out: &[i64]) -> Option<(Vec<usize>, bool)> {
+    if x.len() == out.len() {
+        let axes: Vec<usize> = (0..x.len()).filter(|&i| x[i] != out[i]).collect();
+        let ok = !axes.is_empty()
+            && axes.iter().all(|&i| out[i] == 1)
+            && (0..x.len()).all(|i| axes.contains(&i) || x[i] == out[i]);
+        return ok.then_some((axes, true));
+    }
+    if out.len() < x.len() && !out.is_empty() {
+        // dropped dims: the subset of axes whose removal leaves `out`, trailing axes first
+        let n = x.len();
+        let drop = n - out.len();
+        let mut masks: Vec<u32> = (0u32..(1 << n))
+            .filter(|m| m.count_ones() as usize == drop)
+            .collect();
+        masks.sort_by_key(|m| std::cmp::Reverse(*m));
+        for m in masks {
+            let kept: Vec<i64> = (0..n).filter(|i| m & (1 << i) == 0).map(|i| x[i]).collect();
+            if kept == out {
+                return Some(((0..n).filter(|i| m & (1 << i) != 0).collect(), false));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduced_axes_keepdims_and_dropped() {
+        assert_eq!(
+            reduced_axes(&[1, 14, 768], &[1, 14, 1]),
+            Some((vec![2], true))
+        );
+        assert_eq!(reduced_axes(&[2, 3, 4], &[2, 3]), Some((vec![2], false)));
+        assert_eq!(reduced_axes(&[2, 3], &[2, 3]), None);
+    }
 }

@@ -10,7 +10,9 @@
 //! against real key hashes).
 use super::era::Era;
 use super::pad::{pad, PadFlavor};
+use super::registry::Anchor;
 use super::util::{check, named_axes, rank};
+use super::windows::{fits_unpadded, solve_padding};
 use crate::ir::eval::TensorData;
 use crate::ir::{BuildError, Combiner, ComputeAttrs, DagBuilder, Expr, IterVar, Tensor};
 
@@ -421,6 +423,32 @@ pub fn winograd_kernel_transform(
         }
     }
     Ok(out)
+}
+
+/// Recognition: NHWC data with the pre-transformed kernel `[alpha, alpha, CO, CI]` of a 3x3
+/// stride-1 conv (alpha 4..=8: tile sizes 2..=6), padded or not.
+pub fn candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
+    if !super::conv2d::is_nhwc(a, b, out)
+        || b[0] != b[1]
+        || !(4..=8).contains(&b[0])
+        || b[3] != a[3]
+        || b[2] != out[3]
+    {
+        return vec![];
+    }
+    let (in_hw, out_hw) = ([a[1], a[2]], [out[1], out[2]]);
+    let pads: Vec<Option<(i64, i64)>> = (0..2)
+        .map(|i| {
+            solve_padding(in_hw[i], 3, 1, 1, out_hw[i])
+                .or(fits_unpadded(in_hw[i], 3, 1, 1, out_hw[i]).then_some((0, 0)))
+        })
+        .collect();
+    match (pads[0], pads[1]) {
+        (Some(h), Some(w)) => vec![Anchor::WinogradNhwc {
+            padding: [h.0, w.0, h.1, w.1],
+        }],
+        _ => vec![],
+    }
 }
 
 #[cfg(test)]

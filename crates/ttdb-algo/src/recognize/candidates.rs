@@ -1,9 +1,11 @@
 //! Candidate workloads for a key's shapes: which anchor op (and attributes) and which
 //! fused epilogue chain could have produced these input/output shapes. Candidates are
 //! ordered most-likely first; recognition renders each one's PrintDAG and compares md5.
-use super::windows::{conv_windows, fits_unpadded, pool_windows, solve_padding};
+//! The anchors come from each op family's hook (in `ops/<family>.rs`), the multi-op
+//! activations from `ops::activation`; this file orders them and enumerates the chains.
 use crate::ops::epilogue::broadcast_shape;
-use crate::ops::{Anchor, EpilogueOp, PoolAttrs, PoolKind, PoolLayout, ScalarOp, WorkloadSpec};
+use crate::ops::{activation, conv2d, conv2d_nchwc, dense, depthwise, pool, reduction, winograd};
+use crate::ops::{Anchor, EpilogueOp, ScalarOp, WorkloadSpec};
 
 /// A workload spec plus its inputs in canonical order.
 #[derive(Clone, Debug, PartialEq)]
@@ -12,210 +14,46 @@ pub struct Candidate {
     pub canonical: Vec<Vec<i64>>,
 }
 
+/// Each family's anchors for a one-input key ([`one_input_anchors`]), in the order they are
+/// tried: a family's hook is its line here.
+const ONE_INPUT_FAMILIES: &[fn(&[i64], &[i64]) -> Vec<Anchor>] = &[
+    pool::anchor_candidates,
+    reduction::softmax_candidates,
+    reduction::mean_candidates,
+];
+
+/// Each family's anchors for a two-input key (data, weight / second operand), in the order
+/// they are tried.
+const TWO_INPUT_FAMILIES: &[fn(&[i64], &[i64], &[i64]) -> Vec<Anchor>] = &[
+    winograd::candidates,
+    conv2d::nhwc_candidates,
+    conv2d::group_nhwc_candidates,
+    depthwise::nhwc_candidates,
+    conv2d::nchw_candidates,
+    depthwise::nchwc_candidates,
+    conv2d_nchwc::candidates,
+    dense::dense_candidates,
+    dense::batch_matmul_candidates,
+    reduction::variance_candidates,
+];
+
 /// Anchor ops whose own inputs have these shapes and whose output has shape `out`.
 pub fn anchors(ins: &[Vec<i64>], out: &[i64]) -> Vec<Anchor> {
     match ins {
         [x] => one_input_anchors(x, out),
-        [a, b] => two_input_anchors(a, b, out),
+        [a, b] => TWO_INPUT_FAMILIES
+            .iter()
+            .flat_map(|family| family(a, b, out))
+            .collect(),
         _ => vec![],
     }
 }
 
 fn one_input_anchors(x: &[i64], out: &[i64]) -> Vec<Anchor> {
-    let mut v = Vec::new();
-    // pooling: NCHW[x]c (5-D), NHWC and NCHW (4-D)
-    let layouts: &[PoolLayout] = match x.len() {
-        5 => &[PoolLayout::Nchwc],
-        4 => &[PoolLayout::Nhwc, PoolLayout::Nchw],
-        _ => &[],
-    };
-    for &layout in layouts {
-        let (hx, wx) = layout.hw_axes();
-        let same_other =
-            out.len() == x.len() && (0..x.len()).all(|i| i == hx || i == wx || x[i] == out[i]);
-        if !same_other {
-            continue;
-        }
-        let (in_hw, out_hw) = ([x[hx], x[wx]], [out[hx], out[wx]]);
-        if out_hw[0] <= in_hw[0] && out_hw[1] <= in_hw[1] {
-            for kind in [
-                PoolKind::Avg {
-                    count_include_pad: true,
-                },
-                PoolKind::Max,
-            ] {
-                v.push(Anchor::AdaptivePool {
-                    kind,
-                    layout,
-                    out_hw,
-                });
-            }
-        }
-        for (kernel, stride, padding) in pool_windows(in_hw, out_hw, false) {
-            v.push(pool(PoolKind::Max, kernel, stride, padding, layout));
-        }
-        for (kernel, stride, padding) in pool_windows(in_hw, out_hw, true) {
-            for count_include_pad in [true, false] {
-                v.push(pool(
-                    PoolKind::Avg { count_include_pad },
-                    kernel,
-                    stride,
-                    padding,
-                    layout,
-                ));
-            }
-        }
-    }
-    if x == out {
-        let r = x.len();
-        v.extend((0..r).rev().map(|axis| Anchor::Softmax { axis }));
-    }
-    if let Some((axes, keepdims)) = reduced_axes(x, out) {
-        v.push(Anchor::Mean { axes, keepdims });
-    }
-    v
-}
-
-fn pool(
-    kind: PoolKind,
-    kernel: [i64; 2],
-    stride: i64,
-    padding: [i64; 4],
-    layout: PoolLayout,
-) -> Anchor {
-    Anchor::Pool(PoolAttrs {
-        kind,
-        kernel,
-        stride: [stride, stride],
-        dilation: [1, 1],
-        padding,
-        ceil_mode: false,
-        layout,
-    })
-}
-
-/// Axes reduced from `x` to `out`: keepdims (same rank, 1s where reduced) or dropped dims.
-fn reduced_axes(x: &[i64], out: &[i64]) -> Option<(Vec<usize>, bool)> {
-    if x.len() == out.len() {
-        let axes: Vec<usize> = (0..x.len()).filter(|&i| x[i] != out[i]).collect();
-        let ok = !axes.is_empty()
-            && axes.iter().all(|&i| out[i] == 1)
-            && (0..x.len()).all(|i| axes.contains(&i) || x[i] == out[i]);
-        return ok.then_some((axes, true));
-    }
-    if out.len() < x.len() && !out.is_empty() {
-        // dropped dims: the subset of axes whose removal leaves `out`, trailing axes first
-        let n = x.len();
-        let drop = n - out.len();
-        let mut masks: Vec<u32> = (0u32..(1 << n))
-            .filter(|m| m.count_ones() as usize == drop)
-            .collect();
-        masks.sort_by_key(|m| std::cmp::Reverse(*m));
-        for m in masks {
-            let kept: Vec<i64> = (0..n).filter(|i| m & (1 << i) == 0).map(|i| x[i]).collect();
-            if kept == out {
-                return Some(((0..n).filter(|i| m & (1 << i) != 0).collect(), false));
-            }
-        }
-    }
-    None
-}
-
-fn two_input_anchors(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
-    let mut v = Vec::new();
-    match (a.len(), b.len(), out.len()) {
-        (4, 4, 4) => {
-            // NHWC data [N,H,W,C]
-            if a[0] == out[0] {
-                let in_hw = [a[1], a[2]];
-                let out_hw = [out[1], out[2]];
-                // winograd: pre-transformed kernel [alpha, alpha, CO, CI], 3x3 stride 1
-                if b[0] == b[1] && (4..=8).contains(&b[0]) && b[3] == a[3] && b[2] == out[3] {
-                    let pads: Vec<Option<(i64, i64)>> = (0..2)
-                        .map(|i| {
-                            solve_padding(in_hw[i], 3, 1, 1, out_hw[i])
-                                .or(fits_unpadded(in_hw[i], 3, 1, 1, out_hw[i]).then_some((0, 0)))
-                        })
-                        .collect();
-                    if let (Some(h), Some(w)) = (pads[0], pads[1]) {
-                        v.push(Anchor::WinogradNhwc {
-                            padding: [h.0, w.0, h.1, w.1],
-                        });
-                    }
-                }
-                // conv2d NHWC, kernel HWIO [KH,KW,CI,CO]
-                if b[2] == a[3] && b[3] == out[3] {
-                    v.extend(
-                        conv_windows(in_hw, [b[0], b[1]], out_hw)
-                            .into_iter()
-                            .map(Anchor::Conv2dNhwc),
-                    );
-                }
-                // grouped conv2d NHWC, kernel HWIO [KH,KW,CI/g,CO]
-                if b[2] > 0 && b[2] < a[3] && a[3] % b[2] == 0 && b[3] == out[3] {
-                    let groups = a[3] / b[2];
-                    if out[3] % groups == 0 {
-                        v.extend(
-                            conv_windows(in_hw, [b[0], b[1]], out_hw)
-                                .into_iter()
-                                .map(|window| Anchor::GroupConv2dNhwc { window, groups }),
-                        );
-                    }
-                }
-                // depthwise NHWC, kernel [KH,KW,C,M]
-                if b[2] == a[3] && a[3] * b[3] == out[3] {
-                    v.extend(
-                        conv_windows(in_hw, [b[0], b[1]], out_hw)
-                            .into_iter()
-                            .map(Anchor::DepthwiseNhwc),
-                    );
-                }
-            }
-            // NCHW data [N,C,H,W], kernel OIHW [O, C/g, KH, KW]
-            if a[0] == out[0] && b[0] == out[1] && b[1] > 0 && a[1] % b[1] == 0 {
-                let groups = a[1] / b[1];
-                if b[0] % groups == 0 {
-                    for w in conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]]) {
-                        v.push(Anchor::Conv2dNchw { window: w, groups });
-                    }
-                }
-            }
-        }
-        // NCHWc data [N,ICc,H,W,ib], kernel [OCc, ICc/g, KH, KW, ib, ob]
-        (5, 6, 5) if a[0] == out[0] && b[0] == out[1] && b[5] == out[4] => {
-            let windows = conv_windows([a[2], a[3]], [b[2], b[3]], [out[2], out[3]]);
-            if b[1] == 1 && b[4] == 1 && b[0] * b[5] == a[1] * a[4] {
-                v.extend(windows.iter().copied().map(Anchor::DepthwiseNchwc));
-            }
-            if b[4] == a[4] {
-                v.extend(windows.into_iter().map(Anchor::Conv2dNchwc));
-            }
-        }
-        (2, 2, 2) if a[1] == b[1] && out == [a[0], b[0]] => v.push(Anchor::Dense),
-        (3, 3, 3)
-            if a[2] == b[2] && out[1] == a[1] && out[2] == b[1] && out[0] == a[0].max(b[0]) =>
-        {
-            v.push(Anchor::BatchMatmul)
-        }
-        _ => {}
-    }
-    // variance(x, mean): mean keeps reduced dims as 1
-    if a.len() == b.len() {
-        if let Some((axes, true)) = reduced_axes(a, b) {
-            if let Some((_, keepdims)) =
-                reduced_axes(a, out).or_else(|| (out == b).then(|| (axes.clone(), true)))
-            {
-                for unbiased in [false, true] {
-                    v.push(Anchor::Variance {
-                        axes: axes.clone(),
-                        keepdims,
-                        unbiased,
-                    });
-                }
-            }
-        }
-    }
-    v
+    ONE_INPUT_FAMILIES
+        .iter()
+        .flat_map(|family| family(x, out))
+        .collect()
 }
 
 /// Which chains a pass over the candidates enumerates. The base pass has the chains of
@@ -266,13 +104,10 @@ fn tails(pass: Pass, n: usize) -> Vec<Vec<EpilogueOp>> {
         return v;
     }
     v.extend(
-        [
-            EpilogueOp::Sigmoid,
-            EpilogueOp::Exp,
-            EpilogueOp::Erf,
-            EpilogueOp::Sqrt,
-        ]
-        .map(|op| vec![op]),
+        EpilogueOp::INTRINSIC_UNARY
+            .into_iter()
+            .filter(|op| !in_base(&[*op]))
+            .map(|op| vec![op]),
     );
     // A rank-0 constant prints its value into the PrintDAG text, so only values tried here
     // can match: small ones models use (squares, halves, relu6's 6).
@@ -297,36 +132,16 @@ fn tails(pass: Pass, n: usize) -> Vec<Vec<EpilogueOp>> {
     v
 }
 
-/// The activations relay's ONNX frontend expands into several ops: SiLU `x * sigmoid(x)`
-/// (either operand order), hardswish `x * clip(x * 1/6 + 0.5, 0, 1)` and hardsigmoid
-/// `clip(x * alpha + beta, 0, 1)` (alpha 1/6 as PyTorch exports it, or ONNX's default
-/// 0.2; without the multiply when FoldScaleAxis moved it into the weights), constants as
-/// float32.
+/// The activations a frontend expands into several ops (`ops::activation`), each on the
+/// value the tail starts from.
 fn dag_tails(n: usize) -> Vec<Vec<EpilogueOp>> {
     let Ok(with) = u8::try_from(n) else {
         return vec![];
     };
-    let scalar = |op, value: f64| EpilogueOp::Scalar {
-        op,
-        value: value as f32 as f64,
-        operand_first: false,
-    };
-    let times_x = |with_first| EpilogueOp::Rejoin {
-        op: ScalarOp::Multiply,
-        with,
-        with_first,
-    };
-    let clip = EpilogueOp::Clip { lo: 0.0, hi: 1.0 };
-    let sixth = scalar(ScalarOp::Multiply, 1.0 / 6.0);
-    let half = scalar(ScalarOp::Add, 0.5);
-    vec![
-        vec![EpilogueOp::Sigmoid, times_x(true)],
-        vec![EpilogueOp::Sigmoid, times_x(false)],
-        vec![sixth, half, clip, times_x(true)],
-        vec![half, clip],
-        vec![sixth, half, clip],
-        vec![scalar(ScalarOp::Multiply, 0.2), half, clip],
-    ]
+    activation::ALL
+        .iter()
+        .flat_map(|a| (a.recognized)(with))
+        .collect()
 }
 
 /// Whether the base pass already enumerates this chain.
@@ -459,15 +274,5 @@ mod tests {
             ],
         );
         assert!(c.iter().any(|x| x.spec == want), "{} candidates", c.len());
-    }
-
-    #[test]
-    fn reduced_axes_keepdims_and_dropped() {
-        assert_eq!(
-            reduced_axes(&[1, 14, 768], &[1, 14, 1]),
-            Some((vec![2], true))
-        );
-        assert_eq!(reduced_axes(&[2, 3, 4], &[2, 3]), Some((vec![2], false)));
-        assert_eq!(reduced_axes(&[2, 3], &[2, 3]), None);
     }
 }

@@ -17,7 +17,6 @@
 pub mod candidates;
 pub mod registered;
 pub mod signature;
-pub mod windows;
 
 use crate::ir::{dag_hash, Dag};
 use crate::ops::{Anchor, EpilogueOp, Era, WorkloadSpec};

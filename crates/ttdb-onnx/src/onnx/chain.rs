@@ -2,8 +2,9 @@
 //! ONNX frontend, SimplifyExpr and TE lowering leave it:
 //!
 //! * `Sigmoid`, `Exp`, `Erf`, `Sqrt`, `Tanh` are relay's unary ops (`Renamer` / `Erf` in
-//!   `python/tvm/relay/frontend/onnx.py`), `Sub` / `Div` / `Pow` its broadcast `subtract`,
-//!   `divide`, `power`, operands in the node's order;
+//!   `python/tvm/relay/frontend/onnx.py`), each an [`EpilogueOp::INTRINSIC_UNARY`] by its
+//!   name; `Sub` / `Div` / `Pow` its broadcast `subtract`, `divide`, `power`, operands in the
+//!   node's order;
 //! * an operand that is a rank-0 constant is fused into the function (FuseOps marks scalar
 //!   constants element-wise) and becomes a `compile_engine_const()` stage
 //!   ([`EpilogueOp::Scalar`]), unless ops of other groups read it too; other constants
@@ -39,12 +40,9 @@ pub(super) fn chain_op(
         OpKind::Unary(UnaryKind::Clip { lo, hi }) => {
             return unary(EpilogueOp::Clip { lo: *lo, hi: *hi })
         }
-        OpKind::Unary(UnaryKind::Other(name)) => match name.as_str() {
-            "sigmoid" => return unary(EpilogueOp::Sigmoid),
-            "exp" => return unary(EpilogueOp::Exp),
-            "erf" => return unary(EpilogueOp::Erf),
-            "sqrt" => return unary(EpilogueOp::Sqrt),
-            _ => return Err(not_in_registry(&o.kind)),
+        OpKind::Unary(UnaryKind::Other(name)) => match EpilogueOp::intrinsic_unary_named(name) {
+            Some(e) => return unary(e),
+            None => return Err(not_in_registry(&o.kind)),
         },
         OpKind::Binary(b) => match b {
             BinKind::Add => ScalarOp::Add,

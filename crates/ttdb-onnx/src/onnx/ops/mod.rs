@@ -4,6 +4,7 @@
 //! lists every descriptor, one line each, and is the only place an ONNX op type is looked
 //! up. Layout behaviour belongs to the Relay ops a lowering emits
 //! ([`super::relay::OpKind::layout_rule`]), as TVM registers layout rules per Relay op.
+//! `docs/adding-an-op.md` walks through adding one; `docs/design/onnx-ops.md` says why.
 use super::error::Result;
 use super::graph::{Node, TensorInfo};
 use super::relay::{Lowering, OpKind, UnaryKind};
@@ -11,6 +12,7 @@ use super::shape::Ctx;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+mod activation;
 mod batch_norm;
 mod binary;
 mod cast;
@@ -22,7 +24,7 @@ mod expand;
 mod flatten;
 mod gather;
 mod gemm;
-mod hard;
+mod hard_sigmoid;
 mod identity;
 mod index_ops;
 mod matmul;

@@ -1,9 +1,13 @@
-//! Every ONNX op ttdb's frontend knows, one line each: a descriptor from its file, or for
-//! an op that is only a shape rule plus one Relay op, a [`Simple`] row right here.
+//! Every ONNX op ttdb's frontend knows, one line each: a descriptor from its file; for an
+//! op that is only a shape rule plus one Relay op, a [`Simple`] row right here; for an
+//! activation Relay writes as several element-wise ops, an [`ActivationOp`] naming its row
+//! of `ttdb_algo::ops::activation`.
 //! An op type missing here is refused at shape inference with an error naming the node.
+use super::activation::ActivationOp;
 use super::reduce::{infer_arg, infer_reduce};
 use super::Relay::{Opaque, OpaqueOnFirst, ReduceOnFirst, Relu, Tanh, Unary};
 use super::*;
+use ttdb_algo::ops::activation;
 
 pub(super) static OPS: &[&dyn OnnxOp] = &[
     // anchors: the ops Ansor tunes, and what fuses into them
@@ -39,14 +43,15 @@ pub(super) static OPS: &[&dyn OnnxOp] = &[
     &Simple::new(&["Sin"], same_shape, Unary("sin")),
     &Simple::new(&["Cos"], same_shape, Unary("cos")),
     &Simple::new(&["Sign"], same_shape, Unary("sign")),
-    &Simple::new(&["Mish"], same_shape, Unary("mish")),
+    &ActivationOp::new(&["Mish"], &activation::MISH),
     &Simple::new(&["Gelu"], same_shape, Unary("gelu")),
     &Simple::new(&["Shrink"], same_shape, Unary("shrink")),
     &Simple::new(&["ThresholdedRelu"], same_shape, Unary("thresholdedrelu")),
     &Simple::new(&["IsNaN"], same_shape, Unary("isnan")),
     &Simple::new(&["IsInf"], same_shape, Unary("isinf")),
     &clip::Clip,
-    &hard::Hard,
+    &hard_sigmoid::HardSigmoid,
+    &ActivationOp::new(&["HardSwish"], &activation::HARDSWISH),
     &cast::Cast,
     // normalizations TVM does not fuse
     &Simple::new(&["LRN"], same_shape, OpaqueOnFirst("lrn")),

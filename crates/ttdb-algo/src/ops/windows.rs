@@ -1,10 +1,10 @@
 //! Solving window attributes (stride, padding, dilation, kernel) from input and output
-//! sizes. A workload key only carries shapes; strides and dilations show in PrintDAG text
+//! sizes, for the families' recognition candidates. A workload key only carries shapes; strides and dilations show in PrintDAG text
 //! (`(yy*2)`), padding only as "padded or not" (the pad body is an opaque if_then_else), so
 //! candidates are enumerated here and the md5 decides. Padding amounts that the text does
 //! not pin are chosen by a fixed rule: the smallest symmetric padding that gives the output
 //! size, else the smallest total split as (total/2, total - total/2).
-use crate::ops::util::{window_out, Window2d};
+use super::util::{window_out, Window2d};
 
 /// A kernel size and its (before, after) padding in one dimension.
 type DimChoice = (i64, (i64, i64));
