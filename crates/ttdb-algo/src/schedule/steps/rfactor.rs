@@ -4,6 +4,7 @@ use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::iterator::IterKind;
 use crate::schedule::state::{OpAxis, OpKind, OpOrigin, StageOp, State};
+use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::RfactorStep;
 use ttdb_format::ansor::Step;
 
@@ -111,6 +112,16 @@ impl ApplyToState for RfactorStep {
             *inputs = vec![s];
         }
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for RfactorStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        sch.rfactor(
+            self.stage_id as usize,
+            self.iter_id,
+            self.factor_iter_id as usize,
+        )
     }
 }
 
