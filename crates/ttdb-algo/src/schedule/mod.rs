@@ -48,6 +48,7 @@ pub mod retarget;
 #[cfg(test)]
 mod spec_examples;
 mod state;
+mod step_ids;
 mod steps;
 pub mod te;
 #[cfg(test)]
@@ -65,4 +66,5 @@ pub use state::{
     AxisInit, ComputeAt, OpAxis, OpKind, OpOrigin, SplitExtentMismatch, SplitExtentReport, Stage,
     StageAttrs, StageInit, StageOp, State,
 };
+pub use step_ids::{insert_step, remove_step, IdsMut, StepIds};
 pub use steps::split_lengths;

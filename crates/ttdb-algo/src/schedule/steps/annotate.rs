@@ -2,6 +2,7 @@
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
 use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::{AnnotationStep, PragmaStep, StorageAlignStep};
 use ttdb_format::ansor::{Annotation, Step};
@@ -35,6 +36,12 @@ impl ApplyToSchedule for AnnotationStep {
         let v = st.leaf(self.iter_id)?;
         st.vars[v].ann = self.annotation;
         Ok(())
+    }
+}
+
+impl StepIds for AnnotationStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
     }
 }
 
@@ -86,6 +93,12 @@ impl ApplyToSchedule for PragmaStep {
     }
 }
 
+impl StepIds for PragmaStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
+    }
+}
+
 impl ApplyToState for StorageAlignStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, _) = state.loop_iter(self.stage_id, self.iter_id)?;
@@ -104,6 +117,12 @@ impl ApplyToSchedule for StorageAlignStep {
     /// Storage alignment only pads the allocation's row stride: no effect on values.
     fn apply_to_schedule(&self, _: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
         Ok(())
+    }
+}
+
+impl StepIds for StorageAlignStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
     }
 }
 

@@ -3,6 +3,7 @@ use crate::schedule::apply::ApplyToState;
 use crate::schedule::attach::AttachPoint;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
 use crate::schedule::te::{ApplyToSchedule, Loc, TSchedule, TeError};
 use ttdb_format::ansor::step::{ComputeAtStep, ComputeInlineStep, ComputeRootStep};
 use ttdb_format::ansor::Step;
@@ -57,6 +58,17 @@ impl ApplyToSchedule for ComputeAtStep {
     }
 }
 
+impl StepIds for ComputeAtStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let target = self.target_stage_id;
+        IdsMut {
+            stages: vec![&mut self.stage_id, &mut self.target_stage_id],
+            loops: vec![(target, &mut self.target_iter_id)],
+            ..IdsMut::default()
+        }
+    }
+}
+
 impl ApplyToState for ComputeInlineStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let s = state.compute_stage(self.stage_id)?;
@@ -87,6 +99,12 @@ impl ApplyToSchedule for ComputeInlineStep {
     }
 }
 
+impl StepIds for ComputeInlineStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage(&mut self.stage_id)
+    }
+}
+
 impl ApplyToState for ComputeRootStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let s = state.compute_stage(self.stage_id)?;
@@ -101,6 +119,12 @@ impl ApplyToSchedule for ComputeRootStep {
     fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
         sch.stage_mut(self.stage_id)?.loc = Loc::Root;
         Ok(())
+    }
+}
+
+impl StepIds for ComputeRootStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage(&mut self.stage_id)
     }
 }
 

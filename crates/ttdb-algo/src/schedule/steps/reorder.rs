@@ -2,6 +2,7 @@
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::State;
+use crate::schedule::step_ids::{IdsMut, StepIds};
 use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::ReorderStep;
 use ttdb_format::ansor::Step;
@@ -75,6 +76,18 @@ impl ApplyToSchedule for ReorderStep {
         }
         st.leaves = new;
         Ok(())
+    }
+}
+
+impl StepIds for ReorderStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let stage = self.stage_id;
+        IdsMut {
+            stages: vec![&mut self.stage_id],
+            loops: self.after_ids.iter_mut().map(|id| (stage, id)).collect(),
+            all_loops_of: Some(stage),
+            ..IdsMut::default()
+        }
     }
 }
 

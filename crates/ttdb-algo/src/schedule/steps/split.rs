@@ -5,6 +5,7 @@ use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{capped_product, ceil_div, ensure, StepResult, MAX_EXTENT};
 use crate::schedule::iterator::Iterator;
 use crate::schedule::state::{SplitExtentMismatch, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
 use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::{FollowFusedSplitStep, FollowSplitStep, SplitStep};
 use ttdb_format::ansor::{Annotation, Step};
@@ -166,6 +167,12 @@ impl ApplyToSchedule for SplitStep {
     }
 }
 
+impl StepIds for SplitStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
+    }
+}
+
 /// What a split step splits: stage and loop ids as the record gives them, the lengths
 /// `ApplySplitToState` receives and their direction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,6 +305,14 @@ impl ApplyToSchedule for FollowSplitStep {
     }
 }
 
+impl StepIds for FollowSplitStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let mut ids = IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id);
+        ids.steps.push(&mut self.src_step_id);
+        ids
+    }
+}
+
 impl ApplyToState for FollowFusedSplitStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
@@ -309,6 +324,14 @@ impl ApplyToState for FollowFusedSplitStep {
 impl ApplyToSchedule for FollowFusedSplitStep {
     fn apply_to_schedule(&self, sch: &mut TSchedule, earlier: &[Step]) -> Result<(), TeError> {
         apply_split_to_schedule(sch, self, earlier)
+    }
+}
+
+impl StepIds for FollowFusedSplitStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let mut ids = IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id);
+        ids.steps.extend(self.src_step_ids.iter_mut());
+        ids
     }
 }
 
