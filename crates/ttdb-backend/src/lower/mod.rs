@@ -6,7 +6,8 @@
 //! * the record's steps replayed on a TE-level image ([`ttdb_algo::schedule::te`]: split/fuse
 //!   relations between iteration variables, leaf order, annotations, compute locations, TE's
 //!   `LegalizeInvalidAttach`, the stage bodies after cache_write / cache_read / rfactor and
-//!   after inlining), checked against the caller's state: it lives below this crate;
+//!   after inlining), checked against the caller's state: it lives below this crate, each
+//!   step's part beside its state replay;
 //! * `bound`: bound inference (`InferBound`): the region a stage computed at a loop must
 //!   produce (loops outside the attach point fixed, inside it relaxed; a symbolic minimum and
 //!   a constant extent), loop extents (`PassDownDomain`, with TE's tightening of a factor

@@ -2,7 +2,7 @@
 //! to the nearest exact factorization of the new extents
 //! ([`ttdb_algo::schedule::retarget::adapt_split_lengths`]), and stage lists that differ by
 //! inlinable stages are aligned ([`map_stages`]).
-use ttdb_algo::schedule::{ReplayFailure, StageInit};
+use ttdb_algo::schedule::{ReplayFailure, StageInit, StepIds};
 use ttdb_format::ansor::Step;
 
 /// Replays `steps` on `inits`, adapting every SP to its loop's extent in the new workload
@@ -51,7 +51,7 @@ pub fn map_stages(
     target: &ttdb_algo::ir::Dag,
     steps: &[Step],
 ) -> Result<Option<Vec<Step>>, String> {
-    use ttdb_format::ansor::step::*;
+    use ttdb_format::ansor::step::ComputeInlineStep;
     let names =
         |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
     let (src, tgt) = (names(source), names(target));
@@ -110,77 +110,15 @@ pub fn map_stages(
                 "step {step} works on a stage the target does not have"
             ));
         };
-        let follow = |src: u32, new_index: &[Option<u32>]| {
+        let mut translated = step.clone();
+        translated.map_stage_ids(|id| sm.get(id))?;
+        translated.map_step_ids(|src| {
             new_index
                 .get(src as usize)
                 .copied()
                 .flatten()
                 .ok_or_else(|| format!("step {step} follows a dropped step"))
-        };
-        let translated = match step {
-            Step::Annotation(a) => Step::Annotation(AnnotationStep {
-                stage_id: t,
-                ..a.clone()
-            }),
-            Step::Fuse(a) => Step::Fuse(FuseStep {
-                stage_id: t,
-                ..a.clone()
-            }),
-            Step::Pragma(a) => Step::Pragma(PragmaStep {
-                stage_id: t,
-                ..a.clone()
-            }),
-            Step::Reorder(a) => Step::Reorder(ReorderStep {
-                stage_id: t,
-                ..a.clone()
-            }),
-            Step::Split(a) => Step::Split(SplitStep {
-                stage_id: t,
-                ..a.clone()
-            }),
-            Step::FollowSplit(a) => Step::FollowSplit(FollowSplitStep {
-                stage_id: t,
-                src_step_id: follow(a.src_step_id, &new_index)?,
-                ..a.clone()
-            }),
-            Step::FollowFusedSplit(a) => Step::FollowFusedSplit(FollowFusedSplitStep {
-                stage_id: t,
-                src_step_ids: a
-                    .src_step_ids
-                    .iter()
-                    .map(|&x| follow(x, &new_index))
-                    .collect::<Result<_, _>>()?,
-                ..a.clone()
-            }),
-            Step::StorageAlign(a) => Step::StorageAlign(StorageAlignStep {
-                stage_id: t,
-                ..a.clone()
-            }),
-            Step::ComputeAt(a) => Step::ComputeAt(ComputeAtStep {
-                stage_id: t,
-                target_stage_id: sm.get(a.target_stage_id)?,
-                ..a.clone()
-            }),
-            Step::ComputeInline(_) => Step::ComputeInline(ComputeInlineStep { stage_id: t }),
-            Step::ComputeRoot(_) => Step::ComputeRoot(ComputeRootStep { stage_id: t }),
-            Step::CacheRead(a) => Step::CacheRead(CacheReadStep {
-                stage_id: t,
-                scope: a.scope.clone(),
-                reader_stage_ids: a
-                    .reader_stage_ids
-                    .iter()
-                    .map(|&r| sm.get(r))
-                    .collect::<Result<_, _>>()?,
-            }),
-            Step::CacheWrite(a) => Step::CacheWrite(CacheWriteStep {
-                stage_id: t,
-                scope: a.scope.clone(),
-            }),
-            Step::Rfactor(a) => Step::Rfactor(RfactorStep {
-                stage_id: t,
-                ..a.clone()
-            }),
-        };
+        })?;
         // Stage-adding steps insert a stage in both lists.
         match step {
             Step::CacheWrite(_) | Step::Rfactor(_) => sm.insert(s, t),

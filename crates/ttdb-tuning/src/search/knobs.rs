@@ -14,7 +14,7 @@
 //! points give distinct step lists (the visited set of the search is injective). A point
 //! whose steps do not replay is invalid, never measured.
 use ttdb_algo::schedule::divisors::{divisors, prime_factors};
-use ttdb_algo::schedule::{replay, IterKind, StageInit, State};
+use ttdb_algo::schedule::{insert_step, remove_step, replay, IterKind, StageInit, State, StepIds};
 use ttdb_format::ansor::step::FuseStep;
 use ttdb_format::ansor::{Annotation, Step};
 
@@ -565,7 +565,7 @@ fn set_fuse_count(steps: &mut Vec<Step>, kind: &KnobKind, count: u32) -> Result<
     };
     let from = fused.unwrap_or(an_step);
     for step in steps[from..].iter_mut().skip(usize::from(fused.is_some())) {
-        if !map_stage_loops(step, stage, &remap) {
+        if !step.map_loop_ids(stage, &remap) {
             return Err(format!("{step} names a loop the new fuse group swallows"));
         }
     }
@@ -579,57 +579,6 @@ fn set_fuse_count(steps: &mut Vec<Step>, kind: &KnobKind, count: u32) -> Result<
         (None, _) => insert_step(steps, an_step, Step::Fuse(group)),
     }
     Ok(())
-}
-
-/// Applies `remap` to every loop id of `stage` that `step` names; false if one has no image
-/// (or the step reorders the stage: its permutation would change length).
-fn map_stage_loops(step: &mut Step, stage: u32, remap: &dyn Fn(u32) -> Option<u32>) -> bool {
-    let one = |id: &mut u32| match remap(*id) {
-        Some(n) => {
-            *id = n;
-            true
-        }
-        None => false,
-    };
-    match step {
-        Step::Annotation(s) if s.stage_id == stage => one(&mut s.iter_id),
-        Step::Pragma(s) if s.stage_id == stage => one(&mut s.iter_id),
-        Step::Split(s) if s.stage_id == stage => one(&mut s.iter_id),
-        Step::FollowSplit(s) if s.stage_id == stage => one(&mut s.iter_id),
-        Step::FollowFusedSplit(s) if s.stage_id == stage => one(&mut s.iter_id),
-        Step::StorageAlign(s) if s.stage_id == stage => one(&mut s.iter_id),
-        Step::Fuse(s) if s.stage_id == stage => s.fused_ids.iter_mut().all(one),
-        Step::ComputeAt(s) if s.target_stage_id == stage => one(&mut s.target_iter_id),
-        Step::Reorder(s) if s.stage_id == stage => false,
-        Step::Rfactor(s) if s.stage_id == stage => false,
-        _ => true,
-    }
-}
-
-/// Follow-split sources name steps by index: they move with an insertion or removal.
-fn shift_sources(steps: &mut [Step], at: usize, by: i64) {
-    let shift = |id: &mut u32| {
-        if *id as usize >= at {
-            *id = (*id as i64 + by) as u32;
-        }
-    };
-    for s in steps {
-        match s {
-            Step::FollowSplit(f) => shift(&mut f.src_step_id),
-            Step::FollowFusedSplit(f) => f.src_step_ids.iter_mut().for_each(shift),
-            _ => {}
-        }
-    }
-}
-
-fn insert_step(steps: &mut Vec<Step>, at: usize, step: Step) {
-    shift_sources(steps, at, 1);
-    steps.insert(at, step);
-}
-
-fn remove_step(steps: &mut Vec<Step>, at: usize) {
-    steps.remove(at);
-    shift_sources(steps, at, -1);
 }
 
 #[cfg(test)]

@@ -2,8 +2,10 @@
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
+use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::{AnnotationStep, PragmaStep, StorageAlignStep};
-use ttdb_format::ansor::Annotation;
+use ttdb_format::ansor::{Annotation, Step};
 
 impl ApplyToState for AnnotationStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
@@ -25,6 +27,21 @@ impl ApplyToState for AnnotationStep {
         stage.iters[i].annotation = self.annotation;
         stage.transformed = true;
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for AnnotationStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        let st = sch.stage_mut(self.stage_id)?;
+        let v = st.leaf(self.iter_id)?;
+        st.vars[v].ann = self.annotation;
+        Ok(())
+    }
+}
+
+impl StepIds for AnnotationStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
     }
 }
 
@@ -60,6 +77,28 @@ impl ApplyToState for PragmaStep {
     }
 }
 
+impl ApplyToSchedule for PragmaStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        let st = sch.stage_mut(self.stage_id)?;
+        let v = st.leaf(self.iter_id)?;
+        if self.pragma == "debug_skip_region" {
+            return Err(TeError::Unsupported(
+                "pragma debug_skip_region (skips the stage's computation)".into(),
+            ));
+        }
+        let n = parse_auto_unroll(&self.pragma)
+            .ok_or_else(|| TeError::Unsupported(format!("pragma {:?}", self.pragma)))?;
+        st.pragma = Some((v, n));
+        Ok(())
+    }
+}
+
+impl StepIds for PragmaStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
+    }
+}
+
 impl ApplyToState for StorageAlignStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, _) = state.loop_iter(self.stage_id, self.iter_id)?;
@@ -71,6 +110,19 @@ impl ApplyToState for StorageAlignStep {
         )?;
         state.stages[s].attrs.storage_offset = self.offset;
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for StorageAlignStep {
+    /// Storage alignment only pads the allocation's row stride: no effect on values.
+    fn apply_to_schedule(&self, _: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        Ok(())
+    }
+}
+
+impl StepIds for StorageAlignStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
     }
 }
 

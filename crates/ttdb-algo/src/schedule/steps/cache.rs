@@ -2,7 +2,10 @@
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, OpAxis, OpKind, OpOrigin, StageOp, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
+use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::{CacheReadStep, CacheWriteStep};
+use ttdb_format::ansor::Step;
 
 /// A storage scope such as `local`, `shared`, `global`, `shared.dyn`.
 fn check_scope(scope: &str) -> StepResult {
@@ -86,6 +89,23 @@ impl ApplyToState for CacheReadStep {
     }
 }
 
+impl ApplyToSchedule for CacheReadStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        sch.cache_read(self.stage_id as usize, &self.scope, &self.reader_stage_ids)
+    }
+}
+
+impl StepIds for CacheReadStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let mut stages = vec![&mut self.stage_id];
+        stages.extend(self.reader_stage_ids.iter_mut());
+        IdsMut {
+            stages,
+            ..IdsMut::default()
+        }
+    }
+}
+
 impl ApplyToState for CacheWriteStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let s = state.loop_stage(self.stage_id)?;
@@ -149,6 +169,18 @@ impl ApplyToState for CacheWriteStep {
             *inputs = vec![s];
         }
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for CacheWriteStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        sch.cache_write(self.stage_id as usize, &self.scope)
+    }
+}
+
+impl StepIds for CacheWriteStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage(&mut self.stage_id)
     }
 }
 

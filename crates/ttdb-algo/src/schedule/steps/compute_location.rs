@@ -3,7 +3,10 @@ use crate::schedule::apply::ApplyToState;
 use crate::schedule::attach::AttachPoint;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::{ComputeAt, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
+use crate::schedule::te::{ApplyToSchedule, Loc, TSchedule, TeError};
 use ttdb_format::ansor::step::{ComputeAtStep, ComputeInlineStep, ComputeRootStep};
+use ttdb_format::ansor::Step;
 
 /// After CA/CR the loop ranges are stale until bounds are inferred again (TVM drops them).
 fn forget_extents(state: &mut State, s: usize) {
@@ -44,6 +47,28 @@ impl ApplyToState for ComputeAtStep {
     }
 }
 
+impl ApplyToSchedule for ComputeAtStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        let target = self.target_stage_id as usize;
+        let var = sch
+            .stage_mut(self.target_stage_id)?
+            .leaf(self.target_iter_id)?;
+        sch.stage_mut(self.stage_id)?.loc = Loc::At { stage: target, var };
+        Ok(())
+    }
+}
+
+impl StepIds for ComputeAtStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let target = self.target_stage_id;
+        IdsMut {
+            stages: vec![&mut self.stage_id, &mut self.target_stage_id],
+            loops: vec![(target, &mut self.target_iter_id)],
+            ..IdsMut::default()
+        }
+    }
+}
+
 impl ApplyToState for ComputeInlineStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let s = state.compute_stage(self.stage_id)?;
@@ -67,6 +92,19 @@ impl ApplyToState for ComputeInlineStep {
     }
 }
 
+impl ApplyToSchedule for ComputeInlineStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        sch.stage_mut(self.stage_id)?.loc = Loc::Inline;
+        Ok(())
+    }
+}
+
+impl StepIds for ComputeInlineStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage(&mut self.stage_id)
+    }
+}
+
 impl ApplyToState for ComputeRootStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let s = state.compute_stage(self.stage_id)?;
@@ -74,6 +112,19 @@ impl ApplyToState for ComputeRootStep {
         state.stages[s].compute_at = ComputeAt::Root;
         state.attach_map.delete_stage(s);
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for ComputeRootStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        sch.stage_mut(self.stage_id)?.loc = Loc::Root;
+        Ok(())
+    }
+}
+
+impl StepIds for ComputeRootStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage(&mut self.stage_id)
     }
 }
 

@@ -3,8 +3,10 @@ use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{capped_product, ensure, StepResult};
 use crate::schedule::iterator::{IterKind, Iterator};
 use crate::schedule::state::State;
+use crate::schedule::step_ids::{IdsMut, StepIds};
+use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::FuseStep;
-use ttdb_format::ansor::Annotation;
+use ttdb_format::ansor::{Annotation, Step};
 
 impl ApplyToState for FuseStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
@@ -84,6 +86,23 @@ impl ApplyToState for FuseStep {
         state.attach_map.update_iters(s, &from, &to);
         state.attach_map.replace_ident(s, &old_idents, new_ident);
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for FuseStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        sch.stage_mut(self.stage_id)?.fuse(&self.fused_ids)
+    }
+}
+
+impl StepIds for FuseStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let stage = self.stage_id;
+        IdsMut {
+            stages: vec![&mut self.stage_id],
+            loops: self.fused_ids.iter_mut().map(|id| (stage, id)).collect(),
+            ..IdsMut::default()
+        }
     }
 }
 

@@ -1,5 +1,7 @@
-//! One `ApplyToState` impl per transform step (`transform_step.cc::*::ApplyToState`),
-//! grouped by concern. Each validates every id and number before it changes the state.
+//! What each transform step does, one file per concern (`docs/design/steps.md`): its
+//! `ApplyToState` (`transform_step.cc::*::ApplyToState`), which validates every id and
+//! number before it changes the state, and its `ApplyToSchedule` on the TE image, side by
+//! side. The record form (fields, parse, print) is the format layer's.
 mod annotate;
 mod cache;
 mod compute_location;

@@ -2,7 +2,10 @@
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::state::State;
+use crate::schedule::step_ids::{IdsMut, StepIds};
+use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::ReorderStep;
+use ttdb_format::ansor::Step;
 
 impl ApplyToState for ReorderStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
@@ -54,6 +57,37 @@ impl ApplyToState for ReorderStep {
         stage.iters = new_iters;
         stage.transformed = true;
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for ReorderStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        let st = sch.stage_mut(self.stage_id)?;
+        let new: Vec<usize> = self
+            .after_ids
+            .iter()
+            .map(|&i| st.leaf(i))
+            .collect::<Result<_, _>>()?;
+        let mut sorted = new.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != st.leaves.len() || new.len() != st.leaves.len() {
+            return Err(TeError::Mismatch("RE is not a permutation".into()));
+        }
+        st.leaves = new;
+        Ok(())
+    }
+}
+
+impl StepIds for ReorderStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let stage = self.stage_id;
+        IdsMut {
+            stages: vec![&mut self.stage_id],
+            loops: self.after_ids.iter_mut().map(|id| (stage, id)).collect(),
+            all_loops_of: Some(stage),
+            ..IdsMut::default()
+        }
     }
 }
 

@@ -4,6 +4,8 @@ use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{ensure, StepResult};
 use crate::schedule::iterator::IterKind;
 use crate::schedule::state::{OpAxis, OpKind, OpOrigin, StageOp, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
+use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::RfactorStep;
 use ttdb_format::ansor::Step;
 
@@ -111,6 +113,23 @@ impl ApplyToState for RfactorStep {
             *inputs = vec![s];
         }
         Ok(())
+    }
+}
+
+impl ApplyToSchedule for RfactorStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, _: &[Step]) -> Result<(), TeError> {
+        sch.rfactor(
+            self.stage_id as usize,
+            self.iter_id,
+            self.factor_iter_id as usize,
+        )
+    }
+}
+
+impl StepIds for RfactorStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        // `factor_iter_id` is a position among the new stage's axes, not a loop id.
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
     }
 }
 

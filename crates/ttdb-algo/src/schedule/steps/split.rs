@@ -1,9 +1,12 @@
-//! SP, FSP and FFSP: all three end in `ApplySplitToState` with different lengths, which
-//! [`split_lengths`] derives for both the state replay and lowering's TE-level replay.
+//! SP, FSP and FFSP: all three end in `ApplySplitToState` / `ApplySplitToSchedule` with
+//! different lengths, which [`split_lengths`] derives for both the state replay and the
+//! TE-level replay.
 use crate::schedule::apply::ApplyToState;
 use crate::schedule::error::{capped_product, ceil_div, ensure, StepResult, MAX_EXTENT};
 use crate::schedule::iterator::Iterator;
 use crate::schedule::state::{SplitExtentMismatch, State};
+use crate::schedule::step_ids::{IdsMut, StepIds};
+use crate::schedule::te::{ApplyToSchedule, TSchedule, TeError};
 use ttdb_format::ansor::step::{FollowFusedSplitStep, FollowSplitStep, SplitStep};
 use ttdb_format::ansor::{Annotation, Step};
 
@@ -106,6 +109,32 @@ pub fn apply_split(
     Ok(())
 }
 
+/// Ansor's `ApplySplitToSchedule`: TE splits by factors from the innermost part, or by
+/// nparts from the outermost.
+fn apply_split_to_schedule(
+    sch: &mut TSchedule,
+    rule: &impl SplitRule,
+    earlier: &[Step],
+) -> Result<(), TeError> {
+    // the state replay's own rule, so both replays split alike
+    let sp = rule.split_lengths(earlier).map_err(TeError::Mismatch)?;
+    let st = sch.stage_mut(sp.stage_id)?;
+    if sp.lengths.iter().any(|&l| l < 1) {
+        return Err(TeError::Mismatch(format!("split lengths {:?}", sp.lengths)));
+    }
+    let mut to_split = st.leaf(sp.iter_id)?;
+    if sp.inner_to_outer {
+        for &l in sp.lengths.iter().rev() {
+            to_split = st.split_factor(to_split, l)?.0;
+        }
+    } else {
+        for &l in &sp.lengths {
+            to_split = st.split_nparts(to_split, l)?.1;
+        }
+    }
+    Ok(())
+}
+
 impl ApplyToState for SplitStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
@@ -132,6 +161,18 @@ impl ApplyToState for SplitStep {
     }
 }
 
+impl ApplyToSchedule for SplitStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, earlier: &[Step]) -> Result<(), TeError> {
+        apply_split_to_schedule(sch, self, earlier)
+    }
+}
+
+impl StepIds for SplitStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id)
+    }
+}
+
 /// What a split step splits: stage and loop ids as the record gives them, the lengths
 /// `ApplySplitToState` receives and their direction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,25 +190,48 @@ pub struct SplitLengths {
 /// within the cap); the lengths' range is the split's business.
 pub fn split_lengths(step: &Step, earlier: &[Step]) -> StepResult<SplitLengths> {
     match step {
-        Step::Split(s) => Ok(SplitLengths {
-            stage_id: s.stage_id,
-            iter_id: s.iter_id,
-            lengths: s.lengths.clone(),
-            inner_to_outer: s.inner_to_outer,
-        }),
-        Step::FollowSplit(s) => Ok(SplitLengths {
-            stage_id: s.stage_id,
-            iter_id: s.iter_id,
-            lengths: follow_split_lengths(s, earlier)?,
-            inner_to_outer: true,
-        }),
-        Step::FollowFusedSplit(s) => Ok(SplitLengths {
-            stage_id: s.stage_id,
-            iter_id: s.iter_id,
-            lengths: vec![follow_fused_split_length(s, earlier)?],
-            inner_to_outer: s.factor_or_nparts,
-        }),
+        Step::Split(s) => s.split_lengths(earlier),
+        Step::FollowSplit(s) => s.split_lengths(earlier),
+        Step::FollowFusedSplit(s) => s.split_lengths(earlier),
         other => Err(format!("{} is not a split step", other.tag())),
+    }
+}
+
+/// [`split_lengths`] of one kind of split step.
+trait SplitRule {
+    fn split_lengths(&self, earlier: &[Step]) -> StepResult<SplitLengths>;
+}
+
+impl SplitRule for SplitStep {
+    fn split_lengths(&self, _: &[Step]) -> StepResult<SplitLengths> {
+        Ok(SplitLengths {
+            stage_id: self.stage_id,
+            iter_id: self.iter_id,
+            lengths: self.lengths.clone(),
+            inner_to_outer: self.inner_to_outer,
+        })
+    }
+}
+
+impl SplitRule for FollowSplitStep {
+    fn split_lengths(&self, earlier: &[Step]) -> StepResult<SplitLengths> {
+        Ok(SplitLengths {
+            stage_id: self.stage_id,
+            iter_id: self.iter_id,
+            lengths: follow_split_lengths(self, earlier)?,
+            inner_to_outer: true,
+        })
+    }
+}
+
+impl SplitRule for FollowFusedSplitStep {
+    fn split_lengths(&self, earlier: &[Step]) -> StepResult<SplitLengths> {
+        Ok(SplitLengths {
+            stage_id: self.stage_id,
+            iter_id: self.iter_id,
+            lengths: vec![follow_fused_split_length(self, earlier)?],
+            inner_to_outer: self.factor_or_nparts,
+        })
     }
 }
 
@@ -235,11 +299,39 @@ impl ApplyToState for FollowSplitStep {
     }
 }
 
+impl ApplyToSchedule for FollowSplitStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, earlier: &[Step]) -> Result<(), TeError> {
+        apply_split_to_schedule(sch, self, earlier)
+    }
+}
+
+impl StepIds for FollowSplitStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let mut ids = IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id);
+        ids.steps.push(&mut self.src_step_id);
+        ids
+    }
+}
+
 impl ApplyToState for FollowFusedSplitStep {
     fn apply_to_state(&self, state: &mut State) -> StepResult {
         let (s, i) = state.loop_iter(self.stage_id, self.iter_id)?;
         let length = follow_fused_split_length(self, &state.transform_steps)?;
         apply_split(state, s, i, &[length], self.factor_or_nparts)
+    }
+}
+
+impl ApplyToSchedule for FollowFusedSplitStep {
+    fn apply_to_schedule(&self, sch: &mut TSchedule, earlier: &[Step]) -> Result<(), TeError> {
+        apply_split_to_schedule(sch, self, earlier)
+    }
+}
+
+impl StepIds for FollowFusedSplitStep {
+    fn ids_mut(&mut self) -> IdsMut<'_> {
+        let mut ids = IdsMut::stage_loop(&mut self.stage_id, &mut self.iter_id);
+        ids.steps.extend(self.src_step_ids.iter_mut());
+        ids
     }
 }
 
