@@ -1,7 +1,8 @@
-//! What each transform step does, one file per concern (`docs/design/steps.md`): its
-//! `ApplyToState` (`transform_step.cc::*::ApplyToState`), which validates every id and
-//! number before it changes the state, and its `ApplyToSchedule` on the TE image, side by
-//! side. The record form (fields, parse, print) is the format layer's.
+//! What each transform step does, one file per concern (`docs/design/steps.md`), three impls
+//! side by side: `ApplyToState` (`transform_step.cc::*::ApplyToState`), which validates
+//! every id and number before it changes the state; `ApplyToSchedule`, the step on the TE
+//! image; `StepIds`, which of its fields are stage, loop and step ids. The record form
+//! (fields, parse, print) is the format layer's.
 mod annotate;
 mod cache;
 mod compute_location;
