@@ -42,6 +42,7 @@ impl<'a> IdsMut<'a> {
 
 /// A step that says which of its fields are ids, and the renumberings that follow.
 pub trait StepIds {
+    /// The step's id fields, each by what it indexes.
     fn ids_mut(&mut self) -> IdsMut<'_>;
 
     /// Applies `remap` to every stage id the step names; stops at the first error.
