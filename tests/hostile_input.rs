@@ -777,7 +777,7 @@ fn lanes_and_mcpu_are_checked() {
 
 #[test]
 fn bad_model_dims_are_named_for_what_they_are() {
-    use ttdb::onnx::writer::ModelBuilder;
+    use ttdb_testkit::onnx_model::ModelBuilder;
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, dims: &[i64]| {
         let mut b = ModelBuilder::new(name, 13);

@@ -18,9 +18,9 @@ mod common;
 use std::path::Path;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
 use ttdb::ir::print_dag;
-use ttdb::onnx::writer::{attr_float, attr_ints, ModelBuilder};
 use ttdb::onnx::{self, KernelKind, KernelList, Options};
 use ttdb::ops::{EpilogueOp, Era, ScalarOp};
+use ttdb_testkit::onnx_model::{attr_float, attr_ints, ModelBuilder};
 
 const SILU: &str = "conv2d_nchwc+add+sigmoid+multiply@1";
 const HARDSWISH: &str = "conv2d_nchwc+add+multiply_scalar+add_scalar+clip+multiply@1";
@@ -90,7 +90,7 @@ fn dense_model() -> Vec<u8> {
         "/fc/Gemm",
         &["input", "fc.weight", "fc.bias"],
         &["fc"],
-        vec![onnx::writer::attr_int("transB", 1)],
+        vec![ttdb_testkit::onnx_model::attr_int("transB", 1)],
     );
     b.node("HardSwish", "/fc/HardSwish", &["fc"], &["out"], vec![]);
     b.output("out");
@@ -262,9 +262,9 @@ fn scalar_scales_fold_into_the_conv() {
             "/k",
             &[],
             &["k"],
-            vec![onnx::writer::attr_tensor(
+            vec![ttdb_testkit::onnx_model::attr_tensor(
                 "value",
-                onnx::writer::float_scalar(value),
+                ttdb_testkit::onnx_model::float_scalar(value),
             )],
         );
         b.node("Mul", "/c/Mul", &[&x, "k"], &["out"], vec![]);

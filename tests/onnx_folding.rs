@@ -4,8 +4,8 @@
 //! optimizations off) and gave the same result, edge cases included (Slice clamping,
 //! `Mod`'s sign rules, C-style integer division, `Cast` wrapping).
 use ttdb::onnx::graph::Data;
-use ttdb::onnx::writer::{attr_int, attr_ints, attr_tensor, ModelBuilder};
 use ttdb::onnx::{self, load::from_model, proto, Graph, OnnxError, Options};
+use ttdb_testkit::onnx_model::{attr_int, attr_ints, attr_tensor, ModelBuilder};
 
 const MAX: i64 = i64::MAX;
 const MIN: i64 = i64::MIN;

@@ -13,8 +13,8 @@
 //!   after it when the edge into it is element-wise (an operand of the output's shape or a
 //!   scalar): GELU after a dense, the `1/sqrt(d)` scaling after `q @ k^T`;
 //! * softmax is `kOpaque`: a group of its own.
-use ttdb::onnx::writer::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
 use ttdb::onnx::{self, KernelKind, Options};
+use ttdb_testkit::onnx_model::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
 
 /// (class, kind, ONNX nodes of the first occurrence) of each kernel, in graph order.
 fn groups(b: &ModelBuilder) -> Vec<(String, String, Vec<String>)> {

@@ -3,7 +3,8 @@
 mod common;
 
 use proptest::prelude::*;
-use ttdb::onnx::{self, writer, InputShape, LayoutMode, Options};
+use ttdb::onnx::{self, InputShape, LayoutMode, Options};
+use ttdb_testkit::onnx_model as writer;
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut v: Vec<Vec<u8>> = writer::fixture_models()

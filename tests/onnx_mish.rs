@@ -11,8 +11,8 @@ use ttdb::loopnest::ir::BufferRole;
 use ttdb::loopnest::BufferData;
 use ttdb::lower::check::kernel_args;
 use ttdb::lower::lower_default;
-use ttdb::onnx::writer::{attr_ints, ModelBuilder};
 use ttdb::onnx::{self, KernelKind, KernelList, Options};
+use ttdb_testkit::onnx_model::{attr_ints, ModelBuilder};
 
 const CLASS: &str = "conv2d_nchwc+add+exp+add_scalar+log+tanh+multiply@1";
 

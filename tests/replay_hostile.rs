@@ -7,7 +7,8 @@ use mutate::step_mutants;
 use serde_json::Value;
 use ttdb::ansor::step::*;
 use ttdb::ansor::{Annotation, Step};
-use ttdb::schedule::{stage_inits_from_dump, AxisInit, IterKind, StageInit, State};
+use ttdb::schedule::{AxisInit, IterKind, StageInit, State};
+use ttdb_testkit::stage_inits_from_dump;
 
 /// Initial state of the spec's verbatim CPU sample record (resnet-50 `de7d1695...`,
 /// conv 1x1 stride 2 + bias + relu), as the reference simulator builds it.

@@ -7,7 +7,7 @@
 mod common;
 use common::ttdb_on as ttdb;
 use std::path::{Path, PathBuf};
-use ttdb::onnx::writer::{attr_ints, attr_tensor, float_scalar, ModelBuilder};
+use ttdb_testkit::onnx_model::{attr_ints, attr_tensor, float_scalar, ModelBuilder};
 
 fn tiny_model(dir: &Path) -> PathBuf {
     let mut b = ModelBuilder::new("tiny_epilogues", 14);

@@ -7,7 +7,7 @@
 mod common;
 use common::ttdb_on as ttdb;
 use std::path::{Path, PathBuf};
-use ttdb::onnx::writer::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
+use ttdb_testkit::onnx_model::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
 
 fn layer_norm_model(dir: &Path, seq: i64, width: i64) -> PathBuf {
     let name = format!("tiny_layer_norm_{seq}x{width}");

@@ -18,7 +18,8 @@ pub mod era;
 pub mod pad;
 pub mod pool;
 pub mod reduction;
-pub mod reference;
+#[cfg(test)]
+mod reference;
 pub mod registered;
 pub mod registry;
 pub mod util;

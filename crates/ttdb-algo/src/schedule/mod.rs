@@ -41,6 +41,8 @@ mod apply;
 mod attach;
 pub mod divisors;
 mod dump;
+#[cfg(any(test, feature = "testkit"))]
+mod dump_parse;
 mod error;
 mod from_dag;
 mod iterator;
@@ -57,7 +59,8 @@ mod validate;
 
 pub use apply::{replay, ApplyToState, ReplayFailure};
 pub use attach::{AttachMap, AttachPoint};
-pub use dump::stage_inits_from_dump;
+#[cfg(any(test, feature = "testkit"))]
+pub use dump_parse::stage_inits_from_dump;
 pub use error::{InitError, ReplayError, MAX_EXTENT};
 pub use from_dag::stage_inits_from_dag;
 pub use iterator::{clean_name, IterIdent, IterKind, Iterator};

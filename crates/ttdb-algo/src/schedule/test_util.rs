@@ -1,5 +1,5 @@
 //! Helpers for the unit tests of the steps.
-use super::dump::stage_inits_from_dump;
+use super::dump_parse::stage_inits_from_dump;
 use super::State;
 use ttdb_format::ansor::Step;
 

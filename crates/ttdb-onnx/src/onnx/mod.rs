@@ -16,7 +16,7 @@
 //!
 //! [`extract`] runs 2-6 on a loaded graph; [`with_blocking`] re-runs them with one conv's
 //! (ic_bn, oc_bn) chosen by the caller and returns the conv kernel plus the layout transforms
-//! that choice implies. [`writer`] builds small ONNX models (test fixtures).
+//! that choice implies.
 pub mod chain;
 pub mod error;
 pub mod fold;
@@ -34,7 +34,6 @@ pub mod shape;
 pub mod tophub;
 mod tophub_table;
 pub mod window;
-pub mod writer;
 
 pub use error::OnnxError;
 pub use graph::{Graph, Node, TensorInfo};

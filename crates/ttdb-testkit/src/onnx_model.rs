@@ -2,8 +2,8 @@
 //! (`fixtures/models/*.onnx`, see [`fixture_models`]). Weights are written like the
 //! torchvision exports in the corpus: dims only, data in an external file that is never
 //! shipped (the loader must not need it).
-use super::proto;
 use prost::Message;
+use ttdb_onnx::onnx::proto;
 
 /// A graph input dim: fixed or symbolic.
 #[derive(Clone, Debug)]
