@@ -34,6 +34,8 @@ pub enum OnnxError {
     },
     /// A layout / blocking request that cannot be honoured.
     Layout(String),
+    /// An initializer's values cannot be read (external file, size, type, limit).
+    Weight { tensor: String, msg: String },
 }
 
 impl fmt::Display for OnnxError {
@@ -51,6 +53,7 @@ impl fmt::Display for OnnxError {
             OnnxError::Unsupported { node, op, reason } => write!(f, "node `{node}` ({op}) is not supported: {reason}"),
             OnnxError::Shape { node, op, msg } => write!(f, "shape inference failed at node `{node}` ({op}): {msg}"),
             OnnxError::Layout(m) => write!(f, "layout: {m}"),
+            OnnxError::Weight { tensor, msg } => write!(f, "initializer `{tensor}`: {msg}"),
         }
     }
 }

@@ -19,6 +19,7 @@
 //! that choice implies.
 pub mod chain;
 pub mod error;
+pub mod fill;
 pub mod fold;
 pub mod fuse;
 pub mod graph;
@@ -33,6 +34,7 @@ pub mod scale_fold;
 pub mod shape;
 pub mod tophub;
 mod tophub_table;
+pub mod weights;
 pub mod window;
 
 pub use error::OnnxError;
