@@ -15,6 +15,7 @@ pub mod depthwise;
 pub mod epilogue;
 pub mod epilogue_op;
 pub mod era;
+pub mod layout_transform;
 pub mod pad;
 pub mod pool;
 pub mod reduction;

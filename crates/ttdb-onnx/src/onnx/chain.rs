@@ -18,11 +18,12 @@
 //!   ([`rejoin_op`]: SiLU, hardswish);
 //! * its `SimplifyRSqrt` turns `y / sqrt(x)` into `y * rsqrt(x)`: rsqrt is not in the
 //!   registry, so such a chain is refused rather than built as TVM would not.
-use super::relay::{BinKind, OpGraph, OpId, OpKind, UnaryKind};
+use super::relay::{BinKind, OpGraph, OpId, OpKind, UnaryKind, ValId};
 use ttdb_algo::ops::{EpilogueOp, ScalarOp};
 
 /// The epilogue op of fused op `op`, which reads the chain's value at input `pos`; a
-/// tensor operand's shape is pushed onto `canonical`. `Ok(None)`: relay removes the op.
+/// tensor operand is pushed onto `operands` (the kernel's inputs after the anchor's).
+/// `Ok(None)`: relay removes the op.
 /// `prev` is the chain's previous op (for SimplifyRSqrt).
 pub(super) fn chain_op(
     g: &OpGraph,
@@ -30,7 +31,7 @@ pub(super) fn chain_op(
     op: OpId,
     pos: usize,
     prev: Option<EpilogueOp>,
-    canonical: &mut Vec<Vec<i64>>,
+    operands: &mut Vec<ValId>,
 ) -> Result<Option<EpilogueOp>, String> {
     let o = &g.ops[op];
     let unary = |e: EpilogueOp| Ok(Some(e));
@@ -114,7 +115,7 @@ pub(super) fn chain_op(
             }));
         }
     }
-    canonical.push(v.phys.clone());
+    operands.push(operand);
     let operand_first = first;
     Ok(Some(match bin {
         ScalarOp::Add => EpilogueOp::Add { operand_first },
@@ -336,7 +337,11 @@ mod tests {
                 operand_first: false
             })
         );
-        assert_eq!(canonical, vec![Vec::<i64>::new()]);
+        let shapes: Vec<&[i64]> = canonical
+            .iter()
+            .map(|&v| g.values[v].phys.as_slice())
+            .collect();
+        assert_eq!(shapes, [&[] as &[i64]]);
         // read twice inside the group: still fused
         let e = chain_op(&g, &[0, 1, 2], op, 0, None, &mut Vec::new()).unwrap();
         assert!(matches!(e, Some(EpilogueOp::Scalar { .. })));
@@ -451,7 +456,11 @@ mod tests {
                 operand_first: true
             })
         );
-        assert_eq!(canonical, vec![vec![1]]);
+        let shapes: Vec<&[i64]> = canonical
+            .iter()
+            .map(|&v| g.values[v].phys.as_slice())
+            .collect();
+        assert_eq!(shapes, [&[1i64] as &[i64]]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!   the shift becomes / is added to the conv bias). Only when the conv output feeds the BN
 //!   alone; other BNs stay and are lowered to `multiply` + `add`.
 //! * [`remove_identities`]: `Identity` and inference-mode `Dropout` are pass-throughs.
-use super::graph::{dtype, Graph, TensorInfo};
+use super::graph::{dtype, Graph, Recipe, TensorInfo};
 
 /// Folds every `Conv -> BatchNormalization` pair whose conv output has no other reader.
 /// Returns how many were folded. The conv keeps its name and records the BN in `folded`.
@@ -29,9 +29,15 @@ pub fn fold_batchnorm(g: &mut Graph) -> usize {
             let conv = &g.nodes[ci];
             let single_use =
                 uses.get(x).copied().unwrap_or(0) == 1 && !g.outputs.iter().any(|o| o == x);
+            // TVM folds the scale into constant weights only (FoldScaleAxis).
+            let constant_weight = conv
+                .input(1)
+                .and_then(|w| g.tensor(w))
+                .is_some_and(|t| t.constant);
             (conv.op_type == "Conv"
                 && conv.outputs.first().map(String::as_str) == Some(x)
-                && single_use)
+                && single_use
+                && constant_weight)
                 .then_some((ci, bi))
         });
         let Some((ci, bi)) = pair else { break };
@@ -43,16 +49,49 @@ pub fn fold_batchnorm(g: &mut Graph) -> usize {
             .shape(&conv_out)
             .and_then(|s| s.get(1).copied())
             .unwrap_or(0);
+        // The folded weight and bias are new tensors, computed from the BN's when the model
+        // runs; kernel extraction sees only their shapes.
         let conv = &mut g.nodes[ci];
-        if conv.input(2).is_none() {
-            let bias = format!("{}::folded_bias", bn.name);
-            conv.inputs.resize(2, String::new());
-            conv.inputs.push(bias.clone());
-            g.tensors.insert(
-                bias,
-                TensorInfo::constant(vec![channels], dtype::FLOAT, None),
-            );
-        }
+        let bn_input = |k: usize| bn.input(k).unwrap_or_default().to_string();
+        let eps = bn.float("epsilon").map_or(1e-5, f64::from);
+        let old_bias = conv.input(2).map(str::to_string);
+        let weight = conv.inputs[1].clone();
+        let (new_weight, new_bias) = (
+            format!("{}::folded_weight", bn.name),
+            format!("{}::folded_bias", bn.name),
+        );
+        conv.inputs.resize(2, String::new());
+        conv.inputs[1] = new_weight.clone();
+        conv.inputs.push(new_bias.clone());
+        let weight_shape = g.tensors[&weight].shape.clone();
+        g.tensors.insert(
+            new_weight.clone(),
+            TensorInfo::constant(weight_shape, dtype::FLOAT, None),
+        );
+        g.tensors.insert(
+            new_bias.clone(),
+            TensorInfo::constant(vec![channels], dtype::FLOAT, None),
+        );
+        g.recipes.insert(
+            new_weight,
+            Recipe::BnWeight {
+                weight,
+                scale: bn_input(1),
+                var: bn_input(4),
+                eps,
+            },
+        );
+        g.recipes.insert(
+            new_bias,
+            Recipe::BnBias {
+                bias: old_bias,
+                scale: bn_input(1),
+                shift: bn_input(2),
+                mean: bn_input(3),
+                var: bn_input(4),
+                eps,
+            },
+        );
         let conv = &mut g.nodes[ci];
         conv.outputs[0] = out;
         conv.folded.push(bn.name.clone());
@@ -196,9 +235,22 @@ mod tests {
 
     #[test]
     fn existing_conv_bias_is_kept() {
+        // the folded weight and bias are new tensors whose recipes read the old ones
         let mut g = conv_bn_graph(false, true);
         assert_eq!(fold_batchnorm(&mut g), 1);
-        assert_eq!(g.nodes[0].inputs, ["x", "w", "cb"]);
+        assert_eq!(
+            g.nodes[0].inputs,
+            ["x", "bn::folded_weight", "bn::folded_bias"]
+        );
+        assert!(matches!(
+            &g.recipes["bn::folded_bias"],
+            Recipe::BnBias { bias: Some(b), .. } if b == "cb"
+        ));
+        assert!(matches!(
+            &g.recipes["bn::folded_weight"],
+            Recipe::BnWeight { weight, .. } if weight == "w"
+        ));
+        assert_eq!(g.shape("bn::folded_weight"), g.shape("w"));
     }
 
     #[test]

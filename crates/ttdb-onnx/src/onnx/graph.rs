@@ -223,6 +223,30 @@ pub struct Graph {
     pub outputs: Vec<String>,
     pub nodes: Vec<Node>,
     pub tensors: HashMap<String, TensorInfo>,
+    /// Tensors that graph passes made from other tensors (a conv's weight and bias with a
+    /// BatchNormalization folded in), computed from the weights when the model is run.
+    pub recipes: HashMap<String, Recipe>,
+}
+
+/// How a tensor made by a graph pass is computed from the model's tensors (by name).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Recipe {
+    /// `weight[o, ...] * scale[o] / sqrt(var[o] + eps)`.
+    BnWeight {
+        weight: String,
+        scale: String,
+        var: String,
+        eps: f64,
+    },
+    /// `(bias[o] - mean[o]) * scale[o] / sqrt(var[o] + eps) + shift[o]` (bias 0 if none).
+    BnBias {
+        bias: Option<String>,
+        scale: String,
+        shift: String,
+        mean: String,
+        var: String,
+        eps: f64,
+    },
 }
 
 impl Graph {

@@ -15,7 +15,7 @@
 use super::chain::{chain_op, rejoin_op, simplify_scalars};
 use super::layout::{Blocking, ConvChoice};
 use super::prologue::{prologue_of, prologue_ops};
-use super::relay::{Layout, OpGraph, OpId, OpKind};
+use super::relay::{Layout, OpGraph, OpId, OpKind, ValId};
 use serde::Serialize;
 use std::collections::HashMap;
 use ttdb_algo::ops::{Anchor, EpilogueOp, Era, PoolAttrs, PoolLayout, WorkloadSpec};
@@ -59,6 +59,17 @@ pub struct Kernel {
     pub winograd: bool,
     /// ONNX node names covered, one list per occurrence.
     pub occurrences: Vec<Vec<String>>,
+    /// The op-graph values of the first occurrence: its inputs, in the order of `inputs`,
+    /// and its output. What running the model passes to the kernel.
+    #[serde(skip)]
+    pub values: KernelValues,
+}
+
+/// A kernel occurrence's inputs and output as values of the laid-out op graph.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelValues {
+    pub inputs: Vec<ValId>,
+    pub output: ValId,
 }
 
 impl Kernel {
@@ -198,6 +209,10 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         blocking: None,
         winograd: false,
         occurrences: vec![names],
+        values: KernelValues {
+            inputs: Vec::new(),
+            output: g.ops[last].output,
+        },
     };
     let in_group = |v: usize| g.values[v].producer.is_some_and(|p| group.contains(&p));
     let Some(&anchor_op) = group.iter().find(|&&o| is_anchor(&g.ops[o].kind)) else {
@@ -206,6 +221,7 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
             for &v in &g.ops[o].inputs {
                 if !in_group(v) && !g.values[v].constant {
                     k.inputs.push(g.values[v].phys.clone());
+                    k.values.inputs.push(v);
                 }
             }
             if let OpKind::LayoutTransform { src, dst } = g.ops[o].kind {
@@ -235,15 +251,18 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         Ok(a) => a,
         Err(reason) => return untunable(k, reason),
     };
-    let mut canonical: Vec<Vec<i64>> = a.inputs.iter().map(|&v| g.values[v].phys.clone()).collect();
+    let mut canonical: Vec<ValId> = a.inputs.clone();
     let prologue = match prologue_of(g, group, anchor_op, &anchor) {
         Ok(p) => p,
         Err(reason) => return untunable(k, reason),
     };
     if let Some(&(first, pos, _)) = prologue.first() {
-        canonical[0] = g.values[g.ops[first].inputs[pos]].phys.clone();
+        canonical[0] = g.ops[first].inputs[pos];
     }
-    k.inputs = canonical.clone();
+    let shapes_of = |vals: &[ValId]| -> Vec<Vec<i64>> {
+        vals.iter().map(|&v| g.values[v].phys.clone()).collect()
+    };
+    k.inputs = shapes_of(&canonical);
     let after: Vec<OpId> = group
         .iter()
         .copied()
@@ -253,6 +272,11 @@ pub fn group_kernel(g: &OpGraph, group: &[OpId], convs: &HashMap<OpId, ConvChoic
         Ok(found) => found,
         Err(reason) => return untunable(k, reason),
     };
+    k.values = KernelValues {
+        inputs: canonical.clone(),
+        output: cur,
+    };
+    let canonical = shapes_of(&canonical);
     let output = g.values[cur].phys.clone();
     let spec = WorkloadSpec::new(anchor, epilogue).with_prologue(prologue_ops(prologue));
     k.class = spec.op_class();
@@ -291,7 +315,7 @@ fn walk_epilogue(
     g: &OpGraph,
     group: &[OpId],
     anchor_op: OpId,
-    canonical: &mut Vec<Vec<i64>>,
+    canonical: &mut Vec<ValId>,
 ) -> Result<(Vec<EpilogueOp>, usize), String> {
     let mut rest: Vec<OpId> = group.iter().copied().filter(|&o| o != anchor_op).collect();
     // ops are numbered in topological order

@@ -15,7 +15,9 @@
 //!   pre-transformed `[6, 6, CO, CI]` kernel (tile size 4), like the x86 auto-scheduler path.
 //! * [`LayoutMode::Nchw`]: no layout change (plain `conv2d_nchw`).
 use super::error::{OnnxError, Result};
-use super::relay::{Layout, LayoutRule, OpGraph, OpId, OpKind, ValId};
+use super::relay::{
+    ConstOp, ConvWeightLayout, Derived, Layout, LayoutRule, OpGraph, OpId, OpKind, ValId,
+};
 use super::tophub::{fallback_blocking, ConvWorkload, TopHub};
 use std::collections::HashMap;
 
@@ -117,6 +119,14 @@ impl<'a> Pass<'a> {
         self.out.values[v].data = src.data.clone();
         self.out.values[v].channel_vector = src.channel_vector;
         self.map[old] = Some(v);
+        if let Some(d) = self.src.values[old].derived {
+            let from = self.new_value(d.from);
+            let op = match d.op {
+                ConstOp::Scale(c) => ConstOp::Scale(self.new_value(c)),
+                op => op,
+            };
+            self.out.values[v].derived = Some(Derived { from, op });
+        }
         v
     }
 
@@ -133,7 +143,8 @@ impl<'a> Pass<'a> {
         let shape = self.out.values[v].shape.clone();
         let name = format!("{}::{}", self.out.values[v].name, want.name(4));
         let c = if self.out.values[v].constant {
-            self.out.add_value(name, shape.clone(), true)
+            self.out
+                .derive_const(v, ConstOp::Relayout, name, shape.clone())
         } else {
             self.out.add_op(
                 OpKind::LayoutTransform {
@@ -158,10 +169,11 @@ impl<'a> Pass<'a> {
         if layout == Layout::Plain {
             if is_channel_vector(&shape, out_shape) {
                 // canonicalized bias: full rank [1, C, 1, 1]
-                let c = self.out.add_value(
+                let c = self.out.derive_const(
+                    v,
+                    ConstOp::Reshape,
                     self.out.values[v].name.clone(),
                     vec![1, out_shape[1], 1, 1],
-                    true,
                 );
                 return c;
             }
@@ -178,7 +190,7 @@ impl<'a> Pass<'a> {
         match phys {
             Some(p) => {
                 let name = format!("{}::{}", self.out.values[v].name, layout.name(4));
-                let c = self.out.add_value(name, shape, true);
+                let c = self.out.derive_const(v, ConstOp::Relayout, name, shape);
                 self.out.values[c].layout = layout;
                 self.out.values[c].phys = p;
                 c
@@ -261,7 +273,7 @@ impl<'a> Pass<'a> {
             depthwise,
             winograd: false,
         };
-        let (data, weight_phys, out_layout) = match self.opts.mode {
+        let (data, weight_phys, out_layout, packing) = match self.opts.mode {
             LayoutMode::Nchwc if groups == 1 || depthwise => {
                 let wkl = ConvWorkload {
                     template: if depthwise {
@@ -279,19 +291,28 @@ impl<'a> Pass<'a> {
                 let b = self.blocking(&op.nodes, wkl, cin, cout)?;
                 choice.blocking = Some(b);
                 let data = self.as_layout(x, Layout::Nchwc(b.ic_bn), &op.nodes);
-                let wp = if depthwise {
-                    vec![cout / b.oc_bn, 1, ws[2], ws[3], 1, b.oc_bn]
+                let (wp, packing) = if depthwise {
+                    (
+                        vec![cout / b.oc_bn, 1, ws[2], ws[3], 1, b.oc_bn],
+                        ConvWeightLayout::DepthwiseNchwc { oc_bn: b.oc_bn },
+                    )
                 } else {
-                    vec![
-                        cout / b.oc_bn,
-                        cin / b.ic_bn,
-                        ws[2],
-                        ws[3],
-                        b.ic_bn,
-                        b.oc_bn,
-                    ]
+                    (
+                        vec![
+                            cout / b.oc_bn,
+                            cin / b.ic_bn,
+                            ws[2],
+                            ws[3],
+                            b.ic_bn,
+                            b.oc_bn,
+                        ],
+                        ConvWeightLayout::Nchwc {
+                            ic_bn: b.ic_bn,
+                            oc_bn: b.oc_bn,
+                        },
+                    )
                 };
-                (data, wp, Layout::Nchwc(b.oc_bn))
+                (data, wp, Layout::Nchwc(b.oc_bn), packing)
             }
             LayoutMode::Nhwc => {
                 let data = self.as_layout(x, Layout::Nhwc, &op.nodes);
@@ -303,23 +324,25 @@ impl<'a> Pass<'a> {
                     && cout > 64
                     && cout < 512;
                 choice.winograd = winograd;
-                let wp = if winograd {
-                    vec![6, 6, cout, cin]
+                let (wp, packing) = if winograd {
+                    (vec![6, 6, cout, cin], ConvWeightLayout::Winograd)
                 } else if depthwise {
-                    vec![ws[2], ws[3], cout, 1]
+                    (vec![ws[2], ws[3], cout, 1], ConvWeightLayout::DepthwiseHwo1)
                 } else {
-                    vec![ws[2], ws[3], ws[1], cout]
+                    (vec![ws[2], ws[3], ws[1], cout], ConvWeightLayout::Hwio)
                 };
-                (data, wp, Layout::Nhwc)
+                (data, wp, Layout::Nhwc, packing)
             }
             _ => {
                 let data = self.as_layout(x, Layout::Plain, &op.nodes);
-                (data, ws.clone(), Layout::Plain)
+                (data, ws.clone(), Layout::Plain, ConvWeightLayout::Oihw)
             }
         };
         let wv = if self.out.values[w].constant {
             let name = self.out.values[w].name.clone();
-            let c = self.out.add_value(name, ws.clone(), true);
+            let c = self
+                .out
+                .derive_const(w, ConstOp::ConvWeight(packing), name, ws.clone());
             self.out.values[c].phys = weight_phys;
             c
         } else {

@@ -18,6 +18,7 @@
 //! (ic_bn, oc_bn) chosen by the caller and returns the conv kernel plus the layout transforms
 //! that choice implies.
 pub mod chain;
+pub mod constants;
 pub mod error;
 pub mod fill;
 pub mod fold;
@@ -122,12 +123,23 @@ pub struct BlockingChoice {
     pub transforms: Vec<Kernel>,
 }
 
-struct Extracted {
-    list: KernelList,
-    graph: OpGraph,
-    groups: Vec<Vec<usize>>,
-    /// per group: its kernel before dedup
-    group_kernels: Vec<Kernel>,
+/// Everything extraction computes, for running the model (docs/design/run.md).
+pub struct Extracted {
+    pub list: KernelList,
+    /// The ONNX graph after its passes (identities removed, BNs folded), whose
+    /// [`graph::Recipe`]s give the folded tensors' values.
+    pub folded: Graph,
+    /// The laid-out op graph the groups index.
+    pub graph: OpGraph,
+    /// The fused groups, each a list of ops in topological order.
+    pub groups: Vec<Vec<usize>>,
+    /// Per group: its kernel (one occurrence, before dedup).
+    pub group_kernels: Vec<Kernel>,
+}
+
+/// Kernel extraction, keeping the graphs and groups it went through.
+pub fn extract_all(graph: &Graph, opts: &Options) -> Result<Extracted> {
+    run(graph, opts)
 }
 
 fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
@@ -158,6 +170,7 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
     };
     Ok(Extracted {
         list,
+        folded: g,
         graph: laid.graph,
         groups,
         group_kernels,

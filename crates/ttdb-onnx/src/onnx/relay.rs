@@ -45,7 +45,9 @@ impl<'g> Lowering<'g> {
         let c = self.og.values[v].shape.iter().product::<i64>();
         let mut shape = vec![1; rank.max(2)];
         shape[1] = c;
-        let nv = self.og.add_value(format!("{name}::expanded"), shape, true);
+        let nv = self
+            .og
+            .derive_const(v, ConstOp::Reshape, format!("{name}::expanded"), shape);
         self.og.values[nv].channel_vector = true;
         Ok(nv)
     }

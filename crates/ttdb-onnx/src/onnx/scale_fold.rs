@@ -10,12 +10,13 @@
 //! alone (`BiasAddBackwardPrep`, `AddSubBackwardPrep`), and a scalar matches any channel
 //! axis (`MatchBroadcastToLeftAxes`). Not modelled: per-channel scales (BN is folded by
 //! [`super::fold`]), leaky_relu, adds of two scaled values, and the forward direction.
-use super::relay::{BinKind, OpGraph, OpId, OpKind, UnaryKind, ValId};
+use super::relay::{BinKind, ConstOp, OpGraph, OpId, OpKind, UnaryKind, ValId};
 
 /// Removes every foldable scalar multiply; returns how many.
 pub fn fold_scalar_scales(g: &mut OpGraph) -> usize {
     let mut folded = 0;
     while let Some((m, x)) = find(g) {
+        scale_constants(g, m, x);
         remove(g, m, x);
         folded += 1;
     }
@@ -107,6 +108,37 @@ fn find(g: &OpGraph) -> Option<(OpId, ValId)> {
         let anchor = g.values[y].producer?;
         (uses(g, y) == 1 && is_channel_bias(g, bias, y) && takes_scale(g, anchor)).then_some((m, x))
     })
+}
+
+/// The values of the fold: the anchor's weight and the bias (if any) between it and `x`
+/// become constants scaled by multiply `m`'s scalar, computed at load.
+fn scale_constants(g: &mut OpGraph, m: OpId, x: ValId) {
+    let c = g.ops[m].inputs[0] + g.ops[m].inputs[1] - x;
+    let mut p = g.values[x].producer.expect("find() checked the producer");
+    if g.ops[p].kind == OpKind::Unary(UnaryKind::Relu) {
+        p = g.values[g.ops[p].inputs[0]]
+            .producer
+            .expect("find() checked");
+    }
+    if !takes_scale(g, p) {
+        // a bias add: scale its constant operand, then the anchor behind it
+        let k = usize::from(g.values[g.ops[p].inputs[1]].constant);
+        let bias = g.ops[p].inputs[k];
+        g.ops[p].inputs[k] = scaled(g, bias, c);
+        p = g.values[g.ops[p].inputs[1 - k]]
+            .producer
+            .expect("find() checked");
+    }
+    let w = g.ops[p].inputs[1];
+    g.ops[p].inputs[1] = scaled(g, w, c);
+}
+
+fn scaled(g: &mut OpGraph, v: ValId, c: ValId) -> ValId {
+    let name = format!("{}::scaled", g.values[v].name);
+    let shape = g.values[v].shape.clone();
+    let s = g.derive_const(v, ConstOp::Scale(c), name, shape);
+    g.values[s].channel_vector = g.values[v].channel_vector;
+    s
 }
 
 /// Drops op `m`; its readers read `x` instead, and `x`'s producer covers its ONNX nodes.

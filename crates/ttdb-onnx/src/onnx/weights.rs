@@ -188,17 +188,38 @@ fn storage_width(code: i32) -> Option<u64> {
     }
 }
 
-/// The role of each tensor by its first reader (top-level nodes in order).
+/// The role of each tensor by its first reader (top-level nodes in order), looking through
+/// `Identity` readers to the role of their output.
 fn first_readers(g: &proto::GraphProto) -> HashMap<&str, Role> {
-    let mut roles = HashMap::new();
+    // tensor -> (op type, position) of its first reader, or the Identity output it aliases
+    enum Reader<'a> {
+        Op(Role),
+        Alias(&'a str),
+    }
+    let mut first: HashMap<&str, Reader> = HashMap::new();
     for node in &g.node {
         for (k, input) in node.input.iter().enumerate() {
-            roles
-                .entry(input.as_str())
-                .or_insert_with(|| Role::of_reader(&node.op_type, k));
+            first.entry(input.as_str()).or_insert_with(|| {
+                match (node.op_type.as_str(), node.output.first()) {
+                    ("Identity", Some(out)) => Reader::Alias(out.as_str()),
+                    _ => Reader::Op(Role::of_reader(&node.op_type, k)),
+                }
+            });
         }
     }
-    roles
+    let resolve = |name: &str| {
+        let mut cur = name;
+        // a chain of Identity nodes is at most as long as the graph
+        for _ in 0..=g.node.len() {
+            match first.get(cur) {
+                Some(Reader::Op(r)) => return *r,
+                Some(Reader::Alias(next)) => cur = next,
+                None => return Role::Other,
+            }
+        }
+        Role::Other
+    };
+    first.keys().map(|&name| (name, resolve(name))).collect()
 }
 
 fn read_one(

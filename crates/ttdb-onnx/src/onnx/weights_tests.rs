@@ -178,8 +178,41 @@ fn missing_external_files_get_the_deterministic_fill_by_role() {
         node("BatchNormalization", &["y", "s", "b", "m", "bn.var"]),
         node("Gather", &["table", "ids"]),
     ];
+    let mut nodes = nodes;
+    // an Identity first in node order aliases the BN's scale: its role is the BN's
+    nodes.insert(
+        0,
+        NodeProto {
+            op_type: "Identity".into(),
+            input: vec!["bn.scale".into()],
+            output: vec!["bn.scale_alias".into()],
+            ..Default::default()
+        },
+    );
+    nodes.push(node(
+        "BatchNormalization",
+        &["z", "bn.scale_alias", "b", "m", "v"],
+    ));
+    let inits = {
+        let mut i = inits;
+        i.push(external(
+            "bn.scale",
+            &[4],
+            dtype::FLOAT,
+            &[("location", "gone.data")],
+        ));
+        i
+    };
     let w = read_weights(&model(inits, nodes), None, &WeightLimits::default()).unwrap();
-    assert_eq!(w.filled(), (3, ["gone.data".to_string()].into()));
+    assert_eq!(w.filled(), (4, ["gone.data".to_string()].into()));
+    assert_eq!(
+        w.tensors["bn.scale"].values,
+        Values::F32(fill::weight_values(
+            "bn.scale",
+            &[4],
+            Role::BatchNormScaleOrVar
+        ))
+    );
     assert_eq!(
         w.tensors["conv.w"].values,
         Values::F32(fill::weight_values("conv.w", &[4, 3, 3, 3], Role::Other))

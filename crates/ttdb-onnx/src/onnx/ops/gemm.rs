@@ -3,7 +3,7 @@
 use super::matmul::dense_weight;
 use super::OnnxOp;
 use crate::onnx::error::Result;
-use crate::onnx::graph::{Node, TensorInfo};
+use crate::onnx::graph::{Data, Node, TensorInfo};
 use crate::onnx::relay::{BinKind, Lowering, OpKind};
 use crate::onnx::shape::{broadcast, Ctx};
 
@@ -67,6 +67,7 @@ impl OnnxOp for Gemm {
         if alpha != 1.0 {
             let s = l.og.values[a].shape.clone();
             let c = l.og.add_value(format!("{name}::alpha"), vec![], true);
+            l.og.values[c].data = Some(Data::Floats(vec![alpha as f64]));
             a = l.emit_named(
                 node,
                 OpKind::Binary(BinKind::Multiply),

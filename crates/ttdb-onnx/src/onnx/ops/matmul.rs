@@ -5,7 +5,7 @@
 use super::OnnxOp;
 use crate::onnx::error::Result;
 use crate::onnx::graph::{Node, TensorInfo};
-use crate::onnx::relay::{Lowering, OpKind, ValId};
+use crate::onnx::relay::{ConstOp, Lowering, OpKind, ValId};
 use crate::onnx::shape::{broadcast, Ctx};
 
 pub(super) struct MatMul;
@@ -78,7 +78,7 @@ pub(super) fn dense_weight(
     let t = vec![s[1], s[0]];
     if l.og.values[b].constant {
         let name = format!("{}::T", l.og.values[b].name);
-        return l.og.add_value(name, t, true);
+        return l.og.derive_const(b, ConstOp::TransposeLast2, name, t);
     }
     l.emit_named(
         node,
@@ -153,7 +153,8 @@ fn lower_matmul(l: &mut Lowering, node: &Node) -> Result<()> {
         a
     };
     let bt = if l.og.values[b].constant {
-        l.og.add_value(format!("{}::T", l.og.values[b].name), vec![bb, n, k], true)
+        let name = format!("{}::T", l.og.values[b].name);
+        l.og.derive_const(b, ConstOp::TransposeLast2, name, vec![bb, n, k])
     } else {
         l.emit_named(
             node,

@@ -32,6 +32,51 @@ pub struct Value {
     pub producer: Option<OpId>,
     pub layout: Layout,
     pub phys: Vec<i64>,
+    /// For constants that a pass rewrote: the constant they come from and how. Kernel
+    /// extraction never reads values; running the model computes these once, at load
+    /// (docs/design/run.md). A constant without it is the graph tensor named `name`.
+    pub derived: Option<Derived>,
+}
+
+/// A constant computed from another at load time, as TVM folds constants at compile time
+/// (FoldConstant over a weight's `layout_transform`, FoldScaleAxis).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Derived {
+    pub from: ValId,
+    pub op: ConstOp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConstOp {
+    /// The same values, row-major, under this value's shape (`[C]` as `[1, C, 1, 1]`).
+    Reshape,
+    /// The last two axes swapped (a dense or batch_matmul weight given as `[K, N]`).
+    TransposeLast2,
+    /// Multiplied by the scalar constant `ValId` (a scale folded into a conv or dense).
+    Scale(ValId),
+    /// The source's values (in the source's layout, read in logical row-major order) laid
+    /// out as this value's `phys` in its `layout`; the logical NCHW shape is the one
+    /// `layout` maps onto `phys` (a channel vector `[C]` becomes `[1, C, 1, 1]` first).
+    Relayout,
+    /// A conv weight (logical OIHW) packed into the conv kernel's weight layout (`phys`).
+    ConvWeight(ConvWeightLayout),
+}
+
+/// The weight layouts of the conv kernels ([`crate::onnx::layout`] chooses them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvWeightLayout {
+    /// OIHW as it is (plain NCHW convs, grouped convs).
+    Oihw,
+    /// `[O/oc_bn, I/ic_bn, H, W, ic_bn, oc_bn]` (conv2d_NCHWc).
+    Nchwc { ic_bn: i64, oc_bn: i64 },
+    /// `[O/oc_bn, 1, H, W, 1, oc_bn]` (depthwise_conv2d_NCHWc).
+    DepthwiseNchwc { oc_bn: i64 },
+    /// `[H, W, I, O]` (conv2d NHWC).
+    Hwio,
+    /// `[H, W, O, 1]` (depthwise NHWC).
+    DepthwiseHwo1,
+    /// `[6, 6, O, I]`: the winograd F(4x4, 3x3) kernel transform, precomputed.
+    Winograd,
 }
 
 /// Data layout of a value.
@@ -250,8 +295,22 @@ impl OpGraph {
             producer: None,
             layout: Layout::Plain,
             phys,
+            derived: None,
         });
         self.values.len() - 1
+    }
+
+    /// A new constant computed from `from` by `op` at load time.
+    pub fn derive_const(
+        &mut self,
+        from: ValId,
+        op: ConstOp,
+        name: String,
+        shape: Vec<i64>,
+    ) -> ValId {
+        let v = self.add_value(name, shape, true);
+        self.values[v].derived = Some(Derived { from, op });
+        v
     }
 
     pub fn add_op(

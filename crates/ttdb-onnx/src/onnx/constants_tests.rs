@@ -1,0 +1,174 @@
+// Indices are spelled out coordinate by coordinate, zeros and ones included.
+#![allow(clippy::identity_op, clippy::erasing_op)]
+use super::*;
+use crate::onnx::weights::{Origin, Weight};
+
+fn iota(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32).collect()
+}
+
+fn constant(shape: &[i64]) -> Constant {
+    Constant {
+        shape: shape.to_vec(),
+        values: Values::F32(iota(shape.iter().product::<i64>() as usize)),
+    }
+}
+
+fn floats(v: &Values) -> &[f32] {
+    match v {
+        Values::F32(x) => x,
+        _ => panic!("floats"),
+    }
+}
+
+#[test]
+fn layouts_round_trip_and_put_each_element_where_its_layout_says() {
+    let logical = constant(&[1, 8, 3, 2]);
+    for (layout, phys) in [
+        (Layout::Nchwc(4), vec![1, 2, 3, 2, 4]),
+        (Layout::Nhwc, vec![1, 3, 2, 8]),
+        (Layout::Plain, vec![1, 8, 3, 2]),
+    ] {
+        let laid = from_logical(&logical.values, layout, &phys).unwrap();
+        let back = to_logical(
+            &Constant {
+                shape: phys.clone(),
+                values: laid.clone(),
+            },
+            layout,
+        )
+        .unwrap();
+        assert_eq!(back, logical.values, "{layout:?}");
+        if layout == Layout::Nchwc(4) {
+            // logical (0, c=5, y=1, x=0) is physical (0, 1, 1, 0, 1)
+            let l = ((5 * 3) + 1) * 2;
+            let p = (((1 * 3 + 1) * 2) * 4) + 1;
+            assert_eq!(floats(&laid)[p], l as f32);
+        }
+    }
+    assert_eq!(
+        logical_shape(Layout::Nchwc(4), &[1, 2, 3, 2, 4]),
+        [1, 8, 3, 2]
+    );
+}
+
+#[test]
+fn conv_weights_pack_into_each_kernel_layout() {
+    // OIHW [8, 4, 3, 3]: element value = its OIHW row-major index
+    let w = constant(&[8, 4, 3, 3]);
+    let at = |o: usize, i: usize, y: usize, x: usize| (((o * 4 + i) * 3 + y) * 3 + x) as f32;
+    let nchwc = pack_conv_weight(
+        &w,
+        &[8, 4, 3, 3],
+        ConvWeightLayout::Nchwc { ic_bn: 2, oc_bn: 4 },
+    )
+    .unwrap();
+    // [O/4, I/2, 3, 3, 2, 4]: (co=1, ci=1, y=2, x=0, bi=1, bo=3) is W[7, 3, 2, 0]
+    let p = ((((1 * 2 + 1) * 3 + 2) * 3 + 0) * 2 + 1) * 4 + 3;
+    assert_eq!(floats(&nchwc)[p], at(7, 3, 2, 0));
+    let hwio = pack_conv_weight(&w, &[8, 4, 3, 3], ConvWeightLayout::Hwio).unwrap();
+    // [3, 3, 4, 8]: (y=1, x=2, i=3, o=5)
+    assert_eq!(floats(&hwio)[((1 * 3 + 2) * 4 + 3) * 8 + 5], at(5, 3, 1, 2));
+    let dw = constant(&[8, 1, 3, 3]);
+    let dwc = pack_conv_weight(
+        &dw,
+        &[8, 1, 3, 3],
+        ConvWeightLayout::DepthwiseNchwc { oc_bn: 4 },
+    )
+    .unwrap();
+    // [2, 1, 3, 3, 1, 4]: (co=1, y=0, x=2, bo=2) is W[6, 0, 0, 2]
+    assert_eq!(
+        floats(&dwc)[((1 * 3 + 0) * 3 + 2) * 4 + 2],
+        ((6 * 3) * 3 + 2) as f32
+    );
+    let wino = pack_conv_weight(&w, &[8, 4, 3, 3], ConvWeightLayout::Winograd).unwrap();
+    assert_eq!(wino.len(), 6 * 6 * 8 * 4);
+    assert!(pack_conv_weight(&w, &[8, 4, 3], ConvWeightLayout::Oihw).is_err());
+}
+
+#[test]
+fn transposes_swap_the_last_two_axes_of_each_batch() {
+    let t = transpose_last2(&constant(&[2, 2, 3]), &[2, 2, 3]).unwrap();
+    assert_eq!(
+        floats(&t),
+        [0., 3., 1., 4., 2., 5., 6., 9., 7., 10., 8., 11.]
+    );
+}
+
+fn weight(dims: &[i64], values: Vec<f32>) -> Weight {
+    Weight {
+        dims: dims.to_vec(),
+        dtype: crate::onnx::graph::dtype::FLOAT,
+        values: Values::F32(values),
+        origin: Origin::Inline,
+    }
+}
+
+#[test]
+fn a_folded_batchnorm_gives_the_weight_and_bias_of_conv_then_bn() {
+    let mut g = Graph::default();
+    let mut w = Weights::default();
+    w.tensors
+        .insert("w".into(), weight(&[2, 1, 1, 1], vec![2.0, 3.0]));
+    for (n, v) in [
+        ("s", [1.0, 2.0]),
+        ("b", [0.5, -0.5]),
+        ("m", [1.0, 0.0]),
+        ("v", [3.0, 0.0]),
+    ] {
+        w.tensors.insert(n.into(), weight(&[2], v.to_vec()));
+    }
+    g.recipes.insert(
+        "fw".into(),
+        Recipe::BnWeight {
+            weight: "w".into(),
+            scale: "s".into(),
+            var: "v".into(),
+            eps: 1.0,
+        },
+    );
+    g.recipes.insert(
+        "fb".into(),
+        Recipe::BnBias {
+            bias: None,
+            scale: "s".into(),
+            shift: "b".into(),
+            mean: "m".into(),
+            var: "v".into(),
+            eps: 1.0,
+        },
+    );
+    let og = OpGraph::default();
+    let f = Folder::new(&g, &og, &w);
+    // channel 0: factor 1/sqrt(4) = 0.5; channel 1: 2/sqrt(1) = 2
+    assert_eq!(f.tensor("fw").unwrap(), Values::F32(vec![1.0, 6.0]));
+    assert_eq!(
+        f.tensor("fb").unwrap(),
+        Values::F32(vec![(0.0 - 1.0) * 0.5 + 0.5, -0.5])
+    );
+    let e = f.tensor("nothing").unwrap_err().to_string();
+    assert!(e.contains("`nothing`") && e.contains("no values"), "{e}");
+}
+
+#[test]
+fn derived_constants_chain_through_the_op_graph() {
+    let g = Graph::default();
+    let mut w = Weights::default();
+    w.tensors
+        .insert("bias".into(), weight(&[4], vec![1.0, 2.0, 3.0, 4.0]));
+    let mut og = OpGraph::default();
+    let b = og.add_value("bias".into(), vec![4], true);
+    let c = og.add_value("c".into(), vec![], true);
+    og.values[c].data = Some(Data::Floats(vec![10.0]));
+    let scaled = og.derive_const(b, ConstOp::Scale(c), "bias::scaled".into(), vec![4]);
+    let blocked = og.derive_const(scaled, ConstOp::Relayout, "bias::NCHW2c".into(), vec![4]);
+    og.values[blocked].layout = Layout::Nchwc(2);
+    og.values[blocked].phys = vec![1, 2, 1, 1, 2];
+    let mut f = Folder::new(&g, &og, &w);
+    let v = f.value(blocked).unwrap();
+    assert_eq!(v.shape, [1, 2, 1, 1, 2]);
+    assert_eq!(v.values, Values::F32(vec![10.0, 20.0, 30.0, 40.0]));
+    let x = og.add_value("x".into(), vec![1], false);
+    let mut f = Folder::new(&g, &og, &w);
+    assert!(f.value(x).unwrap_err().to_string().contains("run time"));
+}
