@@ -11,6 +11,6 @@ pub use ttdb_backend::{codegen, evaluate, loopnest, lower, measure, target};
 pub use ttdb_format::{ansor, atomic_file, host, npy, signature, version};
 pub use ttdb_onnx::onnx;
 pub use ttdb_store::{bundle, store};
-pub use ttdb_tuning::{matcher, search, tune};
+pub use ttdb_tuning::{matcher, run, search, tune};
 
 pub mod cli;

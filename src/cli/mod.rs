@@ -12,6 +12,7 @@ mod match_cmd;
 mod plot;
 mod progress;
 mod refine;
+mod run;
 mod stats;
 mod table;
 mod trust;
@@ -88,6 +89,10 @@ pub enum Command {
     },
     /// List the fused kernels TVM Relay would extract from an ONNX model on x86.
     Kernels(kernels::KernelsArgs),
+    /// Run a whole ONNX model in process and write its outputs as .npy files (first version:
+    /// naive default schedules; models whose glue ttdb cannot build yet are refused, naming
+    /// the op).
+    Run(run::RunArgs),
     /// Replay, compile, verify and time the best records on this machine: GFLOP/s, % of
     /// peak, speedup over the naive schedule.
     Verify(verify::VerifyArgs),
@@ -336,6 +341,7 @@ pub fn run(cli: Cli) -> CliResult {
         }
         Command::Export(args) => export::run(&open_store(db, ReadOnly)?, &args),
         Command::Kernels(args) => kernels::run(&args),
+        Command::Run(args) => run::run(&args),
         Command::Verify(args) => verify::run(&mut open_store(db, Write)?, &args),
         Command::Match(args) => match_cmd::run(&open_store(db, ReadOnly)?, &args),
         Command::Apply(args) => apply::run(&mut open_store(db, Create)?, &args),

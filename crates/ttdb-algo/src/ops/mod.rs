@@ -23,6 +23,7 @@ pub mod reduction;
 mod reference;
 pub mod registered;
 pub mod registry;
+pub mod reshape;
 pub mod util;
 pub mod windows;
 pub mod winograd;

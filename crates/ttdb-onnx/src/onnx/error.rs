@@ -53,7 +53,7 @@ impl fmt::Display for OnnxError {
             OnnxError::Unsupported { node, op, reason } => write!(f, "node `{node}` ({op}) is not supported: {reason}"),
             OnnxError::Shape { node, op, msg } => write!(f, "shape inference failed at node `{node}` ({op}): {msg}"),
             OnnxError::Layout(m) => write!(f, "layout: {m}"),
-            OnnxError::Weight { tensor, msg } => write!(f, "initializer `{tensor}`: {msg}"),
+            OnnxError::Weight { tensor, msg } => write!(f, "weight `{tensor}`: {msg}"),
         }
     }
 }

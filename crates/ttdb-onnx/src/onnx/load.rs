@@ -67,7 +67,10 @@ pub fn load(path: impl AsRef<Path>, overrides: &[InputShape]) -> Result<Graph> {
         path: path.display().to_string(),
         msg: e.to_string(),
     })?;
-    let mut g = load_bytes(&bytes, overrides)?;
+    let mut g = load_bytes(&bytes, overrides).map_err(|e| match e {
+        OnnxError::Decode(m) => OnnxError::Decode(format!("{}: {m}", path.display())),
+        e => e,
+    })?;
     if g.name.is_empty() {
         g.name = path
             .file_stem()

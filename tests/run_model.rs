@@ -1,0 +1,201 @@
+//! Whole models run by ttdb (`ttdb::run`) against onnxruntime's outputs in
+//! `fixtures/reference/` (tools/onnx_reference.py), on the same deterministic weights and
+//! inputs (docs/design/deterministic-data.md).
+//!
+//! Tolerance: every output element within 1e-3 of the output's largest magnitude (fp32
+//! summation orders differ between ttdb's kernels and onnxruntime's).
+mod common;
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+use ttdb::onnx::{fill, LayoutMode, Options};
+use ttdb::run::{ModelRun, ModelRunOptions};
+use ttdb::target::Target;
+
+const TOLERANCE: f64 = 1e-3;
+
+fn manifest(model: &str) -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/reference")
+        .join(model)
+        .join("reference.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn reference_output(model: &str, file: &str) -> Vec<f32> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/reference")
+        .join(model)
+        .join(file);
+    let a = ttdb::npy::read(&std::fs::read(&p).unwrap()).unwrap();
+    a.to_f32().expect("float32 reference")
+}
+
+/// Runs `model` in `layout` and returns the worst error relative to each output's scale.
+fn worst_error(model: &str, layout: LayoutMode) -> f64 {
+    let m = manifest(model);
+    let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+    let opts = ModelRunOptions {
+        layout,
+        input_shapes: vec![],
+        extract: Options::default().with_default_tophub().unwrap(),
+        target: Target::detect(),
+        weight_limits: Default::default(),
+    };
+    let run = ModelRun::load(&path, &opts).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
+    let inputs: HashMap<String, Vec<f32>> = run
+        .inputs
+        .iter()
+        .map(|p| {
+            let n = p.shape.iter().product::<i64>() as usize;
+            (p.name.clone(), fill::input_floats(&p.name, n))
+        })
+        .collect();
+    let (outputs, _) = run
+        .run(&inputs, None)
+        .unwrap_or_else(|e| panic!("{model}: {e}"));
+    let mut worst: f64 = 0.0;
+    for (o, got) in m["outputs"].as_array().unwrap().iter().zip(&outputs) {
+        let want = reference_output(model, o["file"].as_str().unwrap());
+        assert_eq!(got.len(), want.len(), "{model}: output {}", o["name"]);
+        let scale = want
+            .iter()
+            .fold(0f64, |a, &x| a.max((x as f64).abs()))
+            .max(1e-30);
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(&a, &b)| (a as f64 - b as f64).abs() / scale)
+            .fold(0f64, f64::max);
+        worst = worst.max(err);
+    }
+    println!("{model} {layout:?}: worst error {worst:.2e} of the output scale");
+    worst
+}
+
+#[test]
+fn resnet18_matches_onnxruntime_in_both_layouts() {
+    for layout in [LayoutMode::Nchwc, LayoutMode::Nhwc] {
+        let e = worst_error("resnet18", layout);
+        assert!(e < TOLERANCE, "resnet18 {layout:?}: {e:.3e}");
+    }
+}
+
+/// CNNs whose glue ttdb builds today (layout transforms, flatten), NCHWc.
+macro_rules! matches_onnxruntime {
+    ($($test:ident: $model:literal),* $(,)?) => {$(
+        #[test]
+        fn $test() {
+            let e = worst_error($model, LayoutMode::Nchwc);
+            assert!(e < TOLERANCE, "{}: {e:.3e}", $model);
+        }
+    )*};
+}
+
+matches_onnxruntime! {
+    mobilenet_v2_matches_onnxruntime: "mobilenet_v2",
+    resnet50_matches_onnxruntime: "resnet50",
+    alexnet_matches_onnxruntime: "alexnet",
+    mnasnet_matches_onnxruntime: "mnasnet1_0",
+    regnet_x_matches_onnxruntime: "regnet_x_400mf",
+}
+
+#[test]
+fn glue_ttdb_cannot_build_yet_is_refused_naming_the_op_and_node() {
+    let path = common::corpus_dir().join("onnx/torchvision_graph_only/googlenet.onnx");
+    let opts = ModelRunOptions {
+        layout: LayoutMode::Nchwc,
+        input_shapes: vec![],
+        extract: Options::default().with_default_tophub().unwrap(),
+        target: Target::detect(),
+        weight_limits: Default::default(),
+    };
+    let e = ModelRun::load(&path, &opts)
+        .err()
+        .expect("googlenet has concatenate glue");
+    assert!(
+        e.contains("`concatenate`")
+            && e.contains("/inception3a/Concat")
+            && e.contains("not something ttdb run executes yet"),
+        "{e}"
+    );
+}
+
+fn ttdb(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_cli_writes_outputs_and_refuses_bad_inputs_clearly() {
+    let model = common::corpus_dir().join("onnx/torchvision_more/mnasnet1_0.onnx");
+    let model = model.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = ttdb(&[
+        "run",
+        model,
+        "--deterministic-inputs",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = ttdb::npy::read(&std::fs::read(out.join("output.npy")).unwrap()).unwrap();
+    let want = reference_output("mnasnet1_0", "out0.npy");
+    let got = got.to_f32().unwrap();
+    let scale = want.iter().fold(0f32, |a, x| a.max(x.abs()));
+    assert!(got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| (a - b).abs() <= 1e-3 * scale));
+    // only the output itself: no temporary left behind
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["output.npy"]);
+
+    // no input given
+    let o = ttdb(&["run", model, "-o", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("input `input`") && err.contains("--deterministic-inputs"),
+        "{err}"
+    );
+
+    // an input of the wrong shape
+    let bad = dir.path().join("bad.npy");
+    let a = ttdb::npy::Array::from_f32(vec![1, 3, 8, 8], &[0.0; 192]).unwrap();
+    std::fs::write(&bad, ttdb::npy::write(&a)).unwrap();
+    let spec = format!("input={}", bad.display());
+    let o = ttdb(&["run", model, "--input", &spec, "-o", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("shape [1, 3, 8, 8]") && err.contains("[1, 3, 224, 224]"),
+        "{err}"
+    );
+
+    // a truncated model
+    let bytes = std::fs::read(model).unwrap();
+    let cut = dir.path().join("cut.onnx");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let o = ttdb(&[
+        "run",
+        cut.to_str().unwrap(),
+        "--deterministic-inputs",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cut.onnx") && err.contains("not a valid ONNX model"),
+        "{err}"
+    );
+}
