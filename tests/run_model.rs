@@ -44,7 +44,8 @@ fn worst_error(model: &str, layout: LayoutMode) -> f64 {
         target: Target::detect(),
         weight_limits: Default::default(),
     };
-    let run = ModelRun::load(&path, &opts).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
+    let run =
+        ModelRun::load(&path, &opts, None).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
     let inputs: HashMap<String, Vec<f32>> = run
         .inputs
         .iter()
@@ -112,7 +113,7 @@ fn glue_ttdb_cannot_build_yet_is_refused_naming_the_op_and_node() {
         target: Target::detect(),
         weight_limits: Default::default(),
     };
-    let e = ModelRun::load(&path, &opts)
+    let e = ModelRun::load(&path, &opts, None)
         .err()
         .expect("googlenet has concatenate glue");
     assert!(
@@ -198,4 +199,58 @@ fn the_cli_writes_outputs_and_refuses_bad_inputs_clearly() {
         err.contains("cut.onnx") && err.contains("not a valid ONNX model"),
         "{err}"
     );
+}
+
+#[test]
+fn resnet18_runs_its_stored_schedules_and_still_matches() {
+    // the best records of a real Ansor log of this very network (tvm_ansor_bench, NCHWc)
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let db = db.to_str().unwrap();
+    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let o = ttdb(&["--db", db, "import", log.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let model = common::corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
+    let out = dir.path().join("out");
+    let o = ttdb(&[
+        "--db",
+        db,
+        "run",
+        model.to_str().unwrap(),
+        "--deterministic-inputs",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let plan = report["kernels_planned"].as_array().unwrap();
+    let stored = plan
+        .iter()
+        .filter(|k| {
+            k["schedule"]
+                .as_str()
+                .unwrap()
+                .starts_with("stored: resnet_18.best.json")
+        })
+        .count();
+    println!(
+        "resnet18: {stored} of {} kernels run a stored schedule",
+        plan.len()
+    );
+    assert!(
+        stored >= 12,
+        "only {stored} stored schedules ran: {plan:#?}"
+    );
+    let got = ttdb::npy::read(&std::fs::read(out.join("output.npy")).unwrap()).unwrap();
+    let got = got.to_f32().unwrap();
+    let want = reference_output("resnet18", "out0.npy");
+    let scale = want.iter().fold(0f32, |a, x| a.max(x.abs()));
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs() / scale)
+        .fold(0f32, f32::max);
+    println!("resnet18 with stored schedules: worst error {worst:.2e} of the output scale");
+    assert!((worst as f64) < TOLERANCE, "{worst:.3e}");
 }

@@ -341,7 +341,7 @@ pub fn run(cli: Cli) -> CliResult {
         }
         Command::Export(args) => export::run(&open_store(db, ReadOnly)?, &args),
         Command::Kernels(args) => kernels::run(&args),
-        Command::Run(args) => run::run(&args),
+        Command::Run(args) => run::run(db, &args),
         Command::Verify(args) => verify::run(&mut open_store(db, Write)?, &args),
         Command::Match(args) => match_cmd::run(&open_store(db, ReadOnly)?, &args),
         Command::Apply(args) => apply::run(&mut open_store(db, Create)?, &args),

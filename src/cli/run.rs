@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use ttdb_format::npy;
 use ttdb_onnx::onnx::fill;
-use ttdb_tuning::run::{ModelRun, ModelRunOptions};
+use ttdb_tuning::run::{ModelRun, ModelRunOptions, Schedule};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -23,6 +23,9 @@ pub struct RunArgs {
     /// Where to write each output as NAME.npy (created if missing).
     #[arg(long, short = 'o', default_value = ".")]
     pub output_dir: PathBuf,
+    /// Run every kernel with its naive default schedule, without reading the database.
+    #[arg(long)]
+    pub naive: bool,
     /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
@@ -50,7 +53,37 @@ fn file_name(tensor: &str) -> String {
     format!("{}.npy", s.trim_start_matches('.'))
 }
 
-pub fn run(args: &RunArgs) -> CliResult {
+/// The database whose schedules the run uses: none with --naive, or when no --db was given
+/// and the default one does not exist (said in the note); a --db that cannot be opened is an
+/// error, as for every reading command.
+fn store_for(
+    db: &Option<PathBuf>,
+    naive: bool,
+) -> Result<(Option<ttdb_store::store::Store>, Option<String>), CliError> {
+    if naive {
+        return Ok((None, None));
+    }
+    if db.is_none() {
+        let path = super::default_db_path();
+        if !path.exists() {
+            return Ok((
+                None,
+                Some(format!(
+                    "no database at {} (the default): every kernel runs its naive schedule",
+                    path.display()
+                )),
+            ));
+        }
+    }
+    let store = super::open_store(db, ttdb_store::store::OpenMode::ReadOnly)?;
+    Ok((Some(store), None))
+}
+
+pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
+    let (store, note) = store_for(db, args.naive)?;
+    if let Some(n) = &note {
+        eprintln!("note: {n}");
+    }
     let layout = args.model.layouts(false)?[0];
     let (_, extract) = args.model.load()?;
     let input_shapes = args
@@ -67,7 +100,7 @@ pub fn run(args: &RunArgs) -> CliResult {
         weight_limits: Default::default(),
     };
     let t0 = Instant::now();
-    let model = ModelRun::load(&args.model.model, &opts)
+    let model = ModelRun::load(&args.model.model, &opts, store.as_ref())
         .map_err(|e| fail(format!("{}: {e}", args.model.model.display())))?;
     let load_time = t0.elapsed();
     let mut given: HashMap<String, Vec<f32>> = HashMap::new();
@@ -131,6 +164,27 @@ pub fn run(args: &RunArgs) -> CliResult {
             .map_err(|e| fail(format!("{}: {e}", path.display())))?;
         written.push((port, path));
     }
+    let plan: Vec<serde_json::Value> = model
+        .plan
+        .iter()
+        .map(|p| {
+            let (schedule, why) = match &p.schedule {
+                Schedule::Stored(source) => (format!("stored: {source}"), None),
+                Schedule::Naive(why) => ("naive".to_string(), why.clone()),
+            };
+            serde_json::json!({"name": p.name, "class": p.class, "anchored": p.anchored, "schedule": schedule, "naive_because": why})
+        })
+        .collect();
+    let stored = model
+        .plan
+        .iter()
+        .filter(|p| matches!(p.schedule, Schedule::Stored(_)))
+        .count();
+    let tuned_naive = model
+        .plan
+        .iter()
+        .filter(|p| matches!(&p.schedule, Schedule::Naive(Some(_))))
+        .count();
     let anchored_ms: f64 = steps
         .iter()
         .filter(|s| s.anchored)
@@ -151,7 +205,7 @@ pub fn run(args: &RunArgs) -> CliResult {
             serde_json::json!({
                 "model": args.model.model,
                 "layout": layout.as_str(),
-                "schedules": "naive default (tuned schedules are not used yet)",
+                "kernels_planned": plan,
                 "filled_initializers": model.filled_initializers,
                 "load_ms": load_time.as_secs_f64() * 1e3,
                 "run_ms": run_time.as_secs_f64() * 1e3,
@@ -170,11 +224,18 @@ pub fn run(args: &RunArgs) -> CliResult {
         );
     }
     println!(
-        "{}: {} kernels, layout {}, naive default schedules (tuned schedules are not used yet)",
+        "{}: {} kernels, layout {}; {stored} with a stored schedule, {tuned_naive} tuned kernels on the naive schedule, the rest glue (naive)",
         args.model.model.display(),
         steps.len(),
         layout.as_str()
     );
+    for p in &model.plan {
+        if let Schedule::Naive(Some(why)) = &p.schedule {
+            if store.is_some() {
+                println!("  naive: {} ({}): {why}", p.name, p.class);
+            }
+        }
+    }
     println!(
         "loaded and compiled in {:.1} s; one run {:.1} ms (anchored kernels {:.1} ms, glue {:.1} ms)",
         load_time.as_secs_f64(),

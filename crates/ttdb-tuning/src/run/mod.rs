@@ -3,9 +3,11 @@
 //! and packed once, at load) and inputs.
 //!
 //! This first version runs anchored groups (convs, pools, dense, ...) and the glue ttdb can
-//! build so far (layout transforms, reshapes, batch_flatten) with the naive default schedule;
-//! any other group is refused at load with the op and node named. Each tensor has its own
-//! buffer, freed after its last reader.
+//! build so far (layout transforms, reshapes, batch_flatten); any other group is refused at
+//! load with the op and node named. A tuned kernel runs the schedule `export --model` would
+//! choose from the database, when one is given and has one that ttdb can lower; every other
+//! kernel runs the naive default schedule, and the plan says which and why. Each tensor has
+//! its own buffer, freed after its last reader.
 mod glue;
 
 use std::collections::HashMap;
@@ -14,12 +16,14 @@ use std::time::{Duration, Instant};
 use ttdb_algo::ops::Era;
 use ttdb_backend::codegen::{compile, CompiledKernel, RunOptions};
 use ttdb_backend::loopnest::BufferData;
-use ttdb_backend::lower::lower_default;
+use ttdb_backend::lower::{lower_default, lower_steps, LowerOptions};
 use ttdb_backend::target::Target;
+use ttdb_format::ansor::Record;
 use ttdb_onnx::onnx::constants::Folder;
 use ttdb_onnx::onnx::relay::{Layout, ValId};
 use ttdb_onnx::onnx::weights::{read_model_weights, Values, WeightLimits};
 use ttdb_onnx::onnx::{self, InputShape, KernelKind, LayoutMode, Options};
+use ttdb_store::store::Store;
 
 /// What `ttdb run` was asked to do.
 #[derive(Clone, Debug)]
@@ -30,6 +34,24 @@ pub struct ModelRunOptions {
     pub extract: Options,
     pub target: Target,
     pub weight_limits: WeightLimits,
+}
+
+/// Where a kernel's schedule came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Schedule {
+    /// A stored record (its source, e.g. `resnet_18.best.json:3`).
+    Stored(String),
+    /// The naive default schedule, and why no stored one ran (None: a glue kernel).
+    Naive(Option<String>),
+}
+
+/// One kernel of the plan, as `ttdb run` reports it.
+#[derive(Clone, Debug)]
+pub struct PlannedKernel {
+    pub name: String,
+    pub class: String,
+    pub anchored: bool,
+    pub schedule: Schedule,
 }
 
 /// One kernel call of the plan.
@@ -54,6 +76,8 @@ pub struct Port {
 /// A loaded model, ready to run.
 pub struct ModelRun {
     steps: Vec<Step>,
+    /// Each step's kernel and schedule, in run order.
+    pub plan: Vec<PlannedKernel>,
     constants: HashMap<ValId, BufferData>,
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
@@ -76,9 +100,41 @@ fn err(m: impl Into<String>) -> String {
     m.into()
 }
 
+/// The record `export --model` would choose for tuned kernel `k`, parsed, with the TVM era
+/// whose DAG its steps address (the newest era with `p<i>` placeholder names among those
+/// whose key it is) and where it came from. Err says why there is none.
+fn stored_schedule(
+    store: &Store,
+    k: &onnx::Kernel,
+    compat: &str,
+    target: &Target,
+) -> Result<(Era, Record, String), String> {
+    let w = crate::tune::export::chosen_record(store, k, compat, &target.host.isa_flags)
+        .map_err(|e| format!("the database: {e}"))?
+        .ok_or("no valid record under its workload keys")?;
+    let era = Era::ALL
+        .iter()
+        .rev()
+        .find(|e| **e >= Era::V010Early && w.tvm_eras.contains(&e.to_string()))
+        .copied()
+        .ok_or_else(|| {
+            format!(
+                "its record is for TVM {}, whose placeholders ttdb run cannot tell apart yet",
+                w.tvm_eras.join(", ")
+            )
+        })?;
+    let record = Record::parse(&w.raw).map_err(|e| format!("its record does not parse: {e}"))?;
+    Ok((era, record, w.source))
+}
+
 impl ModelRun {
-    /// Loads `path`, extracts its kernels, computes its constants and compiles every group.
-    pub fn load(path: &Path, opts: &ModelRunOptions) -> Result<ModelRun, String> {
+    /// Loads `path`, extracts its kernels, computes its constants and compiles every group,
+    /// tuned kernels with their chosen schedule from `store` when given.
+    pub fn load(
+        path: &Path,
+        opts: &ModelRunOptions,
+        store: Option<&Store>,
+    ) -> Result<ModelRun, String> {
         let graph = onnx::load(path, &opts.input_shapes).map_err(|e| e.to_string())?;
         let weights = read_model_weights(path, &opts.weight_limits).map_err(|e| e.to_string())?;
         let extract = Options {
@@ -93,13 +149,21 @@ impl ModelRun {
         order.sort_by_key(|&i| ex.groups[i].iter().max().copied().unwrap_or(0));
         let codegen = opts.target.codegen_options();
         let mut steps = Vec::new();
+        let mut plan = Vec::new();
         let mut constants = HashMap::new();
+        let compat = crate::matcher::MatchOptions::default().compat;
         for gi in order {
             let k = &ex.group_kernels[gi];
+            let mut stored = None;
             let dag = match &k.kind {
                 KernelKind::Tuned => {
                     let spec = k.spec.as_ref().ok_or("a tuned kernel without a spec")?;
-                    spec.build(Era::V010, &k.inputs)
+                    stored = store.map(|s| stored_schedule(s, k, &compat, &opts.target));
+                    let era = match &stored {
+                        Some(Ok((era, _, _))) => *era,
+                        _ => Era::V010,
+                    };
+                    spec.build(era, &k.inputs)
                         .map_err(|e| format!("kernel `{}` ({}): {}", k.name, k.class, e.0))?
                 }
                 KernelKind::Untunable { reason } => {
@@ -134,10 +198,37 @@ impl ModelRun {
                     .ok_or_else(|| err(format!("kernel `{}`: placeholder `{name}`", k.name)))?;
                 inputs.push(k.values.inputs[i]);
             }
-            let lowered = lower_default(&dag)
-                .map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))?;
+            // the stored schedule if it lowers here, else the naive one, saying why
+            let naive = |dag: &ttdb_algo::ir::Dag| {
+                lower_default(dag).map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))
+            };
+            let (lowered, schedule) = match stored {
+                Some(Ok((_, record, source))) => {
+                    match lower_steps(&dag, &record.steps, &LowerOptions::default()) {
+                        Ok(l) => (l, Schedule::Stored(source)),
+                        Err(e) => (
+                            naive(&dag)?,
+                            Schedule::Naive(Some(format!(
+                                "its stored schedule ({source}) does not lower: {e}"
+                            ))),
+                        ),
+                    }
+                }
+                Some(Err(why)) => (naive(&dag)?, Schedule::Naive(Some(why))),
+                None if k.is_tuned() => (
+                    naive(&dag)?,
+                    Schedule::Naive(Some("no database given".into())),
+                ),
+                None => (naive(&dag)?, Schedule::Naive(None)),
+            };
             let kernel = compile(&lowered, &codegen)
                 .map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))?;
+            plan.push(PlannedKernel {
+                name: k.name.clone(),
+                class: k.class.clone(),
+                anchored: k.is_anchored(),
+                schedule,
+            });
             steps.push(Step {
                 name: k.name.clone(),
                 class: k.class.clone(),
@@ -172,6 +263,7 @@ impl ModelRun {
         }
         Ok(ModelRun {
             steps,
+            plan,
             constants,
             inputs: g.inputs.iter().map(|&v| port(v)).collect(),
             outputs,

@@ -189,6 +189,23 @@ fn export_kernel(
     Ok(out)
 }
 
+/// The record `export --model` would write first for kernel `k`: over its keys, the best
+/// valid record for a host with `host_isa` (records needing an ISA it lacks last, then by
+/// cost). None when the kernel has no valid record (or no key).
+pub fn chosen_record(
+    store: &Store,
+    k: &Kernel,
+    compat: &str,
+    host_isa: &[String],
+) -> ttdb_store::store::Result<Option<WrittenRecord>> {
+    let e = export_kernel(store, k, compat, host_isa, "")?;
+    Ok(e.written.into_iter().min_by(|a, b| {
+        (a.isa.rank(), a.mean_cost)
+            .partial_cmp(&(b.isa.rank(), b.mean_cost))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }))
+}
+
 /// The stored workload keys that are TVM keys of a tunable kernel of `list` (any era, any
 /// key form): what `bundle export --model` takes.
 pub fn stored_kernel_keys(
