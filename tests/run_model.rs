@@ -254,3 +254,47 @@ fn resnet18_runs_its_stored_schedules_and_still_matches() {
     println!("resnet18 with stored schedules: worst error {worst:.2e} of the output scale");
     assert!((worst as f64) < TOLERANCE, "{worst:.3e}");
 }
+
+/// `Gemm` with `beta`: y = x W^T + beta * c, on weights the run fills (beta goes into the
+/// constant c at load; an `alpha` would be a glue multiply, not run yet).
+#[test]
+fn gemm_beta_scales_its_bias() {
+    use ttdb_testkit::onnx_model::{attr_float, attr_int, ModelBuilder};
+    let mut b = ModelBuilder::new("gemm_ab", 18);
+    b.input("x", &[1, 8]);
+    b.weight("w", &[4, 8]).weight("c", &[4]);
+    b.node(
+        "Gemm",
+        "/fc/Gemm",
+        &["x", "w", "c"],
+        &["y"],
+        vec![attr_int("transB", 1), attr_float("beta", 0.5)],
+    );
+    b.output("y");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gemm_ab.onnx");
+    std::fs::write(&path, b.encode()).unwrap();
+    let opts = ModelRunOptions {
+        layout: LayoutMode::Nchwc,
+        input_shapes: vec![],
+        extract: Options::default(),
+        target: Target::detect(),
+        weight_limits: Default::default(),
+    };
+    let run = ModelRun::load(&path, &opts, None).unwrap();
+    let x = fill::input_floats("x", 8);
+    let (out, _) = run
+        .run(&HashMap::from([("x".to_string(), x.clone())]), None)
+        .unwrap();
+    let w = fill::weight_values("w", &[4, 8], fill::Role::Other);
+    let c = fill::weight_values("c", &[4], fill::Role::Other);
+    for n in 0..4 {
+        let dot: f32 = (0..8).map(|k| x[k] * w[n * 8 + k]).sum();
+        let want = dot + 0.5 * c[n];
+        assert!(
+            (out[0][n] - want).abs() < 1e-5,
+            "y[{n}] = {} against {want}",
+            out[0][n]
+        );
+    }
+}

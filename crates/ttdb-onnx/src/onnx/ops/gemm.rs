@@ -1,10 +1,11 @@
 //! `Gemm`: `alpha * A' * B' + C` as Relay's `nn.dense` (an anchor) with an `[N, K]` weight:
-//! `transA` a `transpose` op, `alpha != 1` a scalar `multiply` of A, `C` a broadcast `add`.
+//! `transA` a `transpose` op, `alpha != 1` a scalar `multiply` of A, `C` a broadcast `add`,
+//! `beta != 1` a scalar `multiply` of C (folded into a constant C, as TVM's FoldConstant).
 use super::matmul::dense_weight;
 use super::OnnxOp;
 use crate::onnx::error::Result;
 use crate::onnx::graph::{Data, Node, TensorInfo};
-use crate::onnx::relay::{BinKind, Lowering, OpKind};
+use crate::onnx::relay::{BinKind, ConstOp, Lowering, OpKind};
 use crate::onnx::shape::{broadcast, Ctx};
 
 pub(super) struct Gemm;
@@ -90,7 +91,25 @@ impl OnnxOp for Gemm {
                     format!("{name}::dense"),
                     shape.clone(),
                 );
-                let c = l.value(cn)?;
+                let mut c = l.value(cn)?;
+                let beta = node.float("beta").unwrap_or(1.0);
+                if beta != 1.0 {
+                    let b = l.og.add_value(format!("{name}::beta"), vec![], true);
+                    l.og.values[b].data = Some(Data::Floats(vec![beta as f64]));
+                    let cs = l.og.values[c].shape.clone();
+                    c = if l.og.values[c].constant {
+                        let n = format!("{}::beta", l.og.values[c].name);
+                        l.og.derive_const(c, ConstOp::Scale(b), n, cs)
+                    } else {
+                        l.emit_named(
+                            node,
+                            OpKind::Binary(BinKind::Multiply),
+                            vec![c, b],
+                            format!("{name}::c_scaled"),
+                            cs,
+                        )
+                    };
+                }
                 let v = l.og.add_op(
                     OpKind::Binary(BinKind::Add),
                     vec![d, c],
