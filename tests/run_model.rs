@@ -84,7 +84,8 @@ fn resnet18_matches_onnxruntime_in_both_layouts() {
     }
 }
 
-/// CNNs whose glue ttdb builds today (layout transforms, flatten), NCHWc.
+/// CNNs whose glue ttdb builds today (layout transforms, flatten, element-wise ops with
+/// constants: SiLU and squeeze-excite gates, hardswish), NCHWc.
 macro_rules! matches_onnxruntime {
     ($($test:ident: $model:literal),* $(,)?) => {$(
         #[test]
@@ -101,6 +102,9 @@ matches_onnxruntime! {
     alexnet_matches_onnxruntime: "alexnet",
     mnasnet_matches_onnxruntime: "mnasnet1_0",
     regnet_x_matches_onnxruntime: "regnet_x_400mf",
+    regnet_y_matches_onnxruntime: "regnet_y_400mf",
+    efficientnet_b1_matches_onnxruntime: "efficientnet_b1",
+    mobilenet_v3_small_matches_onnxruntime: "mobilenet_v3_small",
 }
 
 #[test]

@@ -1,11 +1,11 @@
-//! The DAG of a glue group (one without an anchor: layout transforms, reshapes), built from
-//! its ops the way a Relay primitive function composes them: one stage per op, reading the
-//! stage before it.
+//! The DAG of a glue group (one without an anchor: layout transforms, reshapes, element-wise
+//! ops), built from its ops the way a Relay primitive function composes them: one stage per
+//! op, reading the stages before it.
 use std::collections::HashMap;
-use ttdb_algo::ir::{DType, Dag, DagBuilder, Tensor};
+use ttdb_algo::ir::{BinOp, DType, Dag, DagBuilder, Expr, Intrinsic, IterVar, Tensor};
 use ttdb_algo::ops::layout_transform::{layout_transform, DataLayout};
 use ttdb_algo::ops::reshape::reshape;
-use ttdb_onnx::onnx::relay::{Layout, OpGraph, OpId, OpKind, ValId};
+use ttdb_onnx::onnx::relay::{BinKind, Layout, OpGraph, OpId, OpKind, UnaryKind, ValId};
 
 fn data_layout(l: Layout) -> DataLayout {
     match l {
@@ -15,14 +15,77 @@ fn data_layout(l: Layout) -> DataLayout {
     }
 }
 
-/// The DAG of glue group `group` whose inputs are `inputs` (placeholders `p0, p1, ...` in
-/// that order). Err names the op ttdb cannot run yet.
-pub fn glue_dag(g: &OpGraph, group: &[OpId], inputs: &[ValId]) -> Result<Dag, String> {
+/// An element-wise stage over `out`'s shape reading `operands`, each broadcast to it
+/// (numpy rules, right-aligned; a dim of 1 is read at 0).
+fn elementwise(
+    b: &mut DagBuilder,
+    tag: &str,
+    out: &[i64],
+    operands: &[&Tensor],
+    f: impl FnOnce(Vec<Expr>) -> Expr,
+) -> Result<Tensor, String> {
+    let axes: Vec<IterVar> = out
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| IterVar::new(format!("ax{i}"), d))
+        .collect();
+    let vars: Vec<Expr> = axes.iter().map(IterVar::var).collect();
+    let mut loads = Vec::new();
+    for t in operands {
+        if t.shape.len() > out.len() {
+            return Err(format!(
+                "operand {:?} has a higher rank than {out:?}",
+                t.shape
+            ));
+        }
+        let off = out.len() - t.shape.len();
+        let mut index = Vec::new();
+        for (j, &d) in t.shape.iter().enumerate() {
+            if d == 1 {
+                index.push(Expr::int(0));
+            } else if d == out[j + off] {
+                index.push(vars[j + off].clone());
+            } else {
+                return Err(format!(
+                    "operand {:?} does not broadcast to {out:?}",
+                    t.shape
+                ));
+            }
+        }
+        loads.push(t.at(index));
+    }
+    let body = f(loads);
+    Ok(b.elementwise(&format!("T_{tag}"), "elemwise", axes, |_| body))
+}
+
+/// The DAG of glue group `group` whose run-time inputs are `inputs`, and every value its
+/// placeholders `p0, p1, ...` stand for, in order: `inputs`, then the constants the ops read.
+/// Err names the op ttdb cannot run yet.
+pub fn glue_dag(
+    g: &OpGraph,
+    group: &[OpId],
+    inputs: &[ValId],
+) -> Result<(Dag, Vec<ValId>), String> {
     let mut b = DagBuilder::new();
     let mut tensors: HashMap<ValId, Tensor> = HashMap::new();
+    let mut params: Vec<ValId> = inputs.to_vec();
     for (i, &v) in inputs.iter().enumerate() {
         let t = b.placeholder(format!("p{i}"), &g.values[v].phys, DType::Float(32));
         tensors.insert(v, t);
+    }
+    // the constants element-wise ops read become placeholders too
+    for &op in group {
+        for &v in &g.ops[op].inputs {
+            if g.values[v].constant && !tensors.contains_key(&v) {
+                let t = b.placeholder(
+                    format!("p{}", params.len()),
+                    &g.values[v].phys,
+                    DType::Float(32),
+                );
+                tensors.insert(v, t);
+                params.push(v);
+            }
+        }
     }
     let mut last = None;
     for &op in group {
@@ -38,9 +101,16 @@ pub fn glue_dag(g: &OpGraph, group: &[OpId], inputs: &[ValId]) -> Result<Dag, St
             o.inputs
                 .get(k)
                 .and_then(|v| tensors.get(v))
-                .ok_or_else(|| format!("`{}` (node `{node}`) reads a constant", o.kind.name()))
+                .ok_or_else(|| format!("`{}` (node `{node}`) has no input {k}", o.kind.name()))
         };
         let out_val = &g.values[o.output];
+        // element-wise operands must share the output's layout, or hold one value
+        let same_layout = || {
+            o.inputs.iter().all(|&v| {
+                let x = &g.values[v];
+                x.layout == out_val.layout || x.phys.iter().product::<i64>() == 1
+            })
+        };
         let t = match &o.kind {
             OpKind::LayoutTransform { src, dst } => {
                 let [n, c, h, w] =
@@ -63,11 +133,50 @@ pub fn glue_dag(g: &OpGraph, group: &[OpId], inputs: &[ValId]) -> Result<Dag, St
                 }
                 reshape(&mut b, input(0)?, &out_val.phys).map_err(|e| e.0)?
             }
+            OpKind::Binary(kind) if o.inputs.len() == 2 && same_layout() => {
+                let op = match kind {
+                    BinKind::Add => BinOp::Add,
+                    BinKind::Subtract => BinOp::Sub,
+                    BinKind::Multiply => BinOp::Mul,
+                    BinKind::Divide => BinOp::Div,
+                    _ => return Err(unsupported()),
+                };
+                let (x, y) = (input(0)?.clone(), input(1)?.clone());
+                elementwise(&mut b, &o.kind.name(), &out_val.phys, &[&x, &y], |l| {
+                    Expr::binary(op, l[0].clone(), l[1].clone())
+                })?
+            }
+            OpKind::Unary(kind) if same_layout() => {
+                let unary: Box<dyn FnOnce(Expr) -> Expr> = match kind {
+                    UnaryKind::Relu => Box::new(|x| Expr::max(x, Expr::f32(0.0))),
+                    UnaryKind::Clip { lo, hi } => {
+                        let (lo, hi) = (*lo, *hi);
+                        Box::new(move |x| Expr::min(Expr::max(x, Expr::f32(lo)), Expr::f32(hi)))
+                    }
+                    UnaryKind::Tanh => Box::new(|x| Expr::call(Intrinsic::Tanh, vec![x])),
+                    UnaryKind::Other(name) => {
+                        let f = match name.as_str() {
+                            "sigmoid" => Intrinsic::Sigmoid,
+                            "exp" => Intrinsic::Exp,
+                            "sqrt" => Intrinsic::Sqrt,
+                            "erf" => Intrinsic::Erf,
+                            "log" => Intrinsic::Log,
+                            "abs" => Intrinsic::Fabs,
+                            _ => return Err(unsupported()),
+                        };
+                        Box::new(move |x| Expr::call(f, vec![x]))
+                    }
+                };
+                let x = input(0)?.clone();
+                elementwise(&mut b, &o.kind.name(), &out_val.phys, &[&x], |l| {
+                    unary(l[0].clone())
+                })?
+            }
             _ => return Err(unsupported()),
         };
         tensors.insert(o.output, t.clone());
         last = Some(t);
     }
     let out = last.ok_or("an empty group")?;
-    Ok(b.finish(&[&out]))
+    Ok((b.finish(&[&out]), params))
 }

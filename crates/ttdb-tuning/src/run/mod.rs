@@ -155,6 +155,8 @@ impl ModelRun {
         for gi in order {
             let k = &ex.group_kernels[gi];
             let mut stored = None;
+            // the values the DAG's placeholders p0, p1, ... stand for
+            let mut params = k.values.inputs.clone();
             let dag = match &k.kind {
                 KernelKind::Tuned => {
                     let spec = k.spec.as_ref().ok_or("a tuned kernel without a spec")?;
@@ -172,10 +174,14 @@ impl ModelRun {
                         k.name, k.class
                     ))
                 }
-                KernelKind::Simple => glue::glue_dag(g, &ex.groups[gi], &k.values.inputs)
-                    .map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))?,
+                KernelKind::Simple => {
+                    let (dag, all) = glue::glue_dag(g, &ex.groups[gi], &k.values.inputs)
+                        .map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))?;
+                    params = all;
+                    dag
+                }
             };
-            for &v in &k.values.inputs {
+            for &v in &params {
                 if g.values[v].constant && !constants.contains_key(&v) {
                     let c = folder.value(v).map_err(|e| e.to_string())?;
                     let data = match c.values {
@@ -196,7 +202,11 @@ impl ModelRun {
                     .strip_prefix('p')
                     .and_then(|n| n.parse().ok())
                     .ok_or_else(|| err(format!("kernel `{}`: placeholder `{name}`", k.name)))?;
-                inputs.push(k.values.inputs[i]);
+                inputs.push(
+                    *params
+                        .get(i)
+                        .ok_or_else(|| err(format!("kernel `{}`: placeholder `{name}`", k.name)))?,
+                );
             }
             // the stored schedule if it lowers here, else the naive one, saying why
             let naive = |dag: &ttdb_algo::ir::Dag| {
