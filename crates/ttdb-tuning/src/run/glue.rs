@@ -2,7 +2,8 @@
 //! ops), built from its ops the way a Relay primitive function composes them: one stage per
 //! op, reading the stages before it.
 use std::collections::HashMap;
-use ttdb_algo::ir::{BinOp, DType, Dag, DagBuilder, Expr, Intrinsic, IterVar, Tensor};
+use ttdb_algo::ir::{BinOp, DType, Dag, DagBuilder, Intrinsic, Tensor};
+use ttdb_algo::ops::epilogue::{self, broadcast_binary};
 use ttdb_algo::ops::layout_transform::{layout_transform, DataLayout};
 use ttdb_algo::ops::reshape::reshape;
 use ttdb_onnx::onnx::relay::{BinKind, Layout, OpGraph, OpId, OpKind, UnaryKind, ValId};
@@ -13,49 +14,6 @@ fn data_layout(l: Layout) -> DataLayout {
         Layout::Nchwc(b) => DataLayout::Nchwc(b),
         Layout::Nhwc => DataLayout::Nhwc,
     }
-}
-
-/// An element-wise stage over `out`'s shape reading `operands`, each broadcast to it
-/// (numpy rules, right-aligned; a dim of 1 is read at 0).
-fn elementwise(
-    b: &mut DagBuilder,
-    tag: &str,
-    out: &[i64],
-    operands: &[&Tensor],
-    f: impl FnOnce(Vec<Expr>) -> Expr,
-) -> Result<Tensor, String> {
-    let axes: Vec<IterVar> = out
-        .iter()
-        .enumerate()
-        .map(|(i, &d)| IterVar::new(format!("ax{i}"), d))
-        .collect();
-    let vars: Vec<Expr> = axes.iter().map(IterVar::var).collect();
-    let mut loads = Vec::new();
-    for t in operands {
-        if t.shape.len() > out.len() {
-            return Err(format!(
-                "operand {:?} has a higher rank than {out:?}",
-                t.shape
-            ));
-        }
-        let off = out.len() - t.shape.len();
-        let mut index = Vec::new();
-        for (j, &d) in t.shape.iter().enumerate() {
-            if d == 1 {
-                index.push(Expr::int(0));
-            } else if d == out[j + off] {
-                index.push(vars[j + off].clone());
-            } else {
-                return Err(format!(
-                    "operand {:?} does not broadcast to {out:?}",
-                    t.shape
-                ));
-            }
-        }
-        loads.push(t.at(index));
-    }
-    let body = f(loads);
-    Ok(b.elementwise(&format!("T_{tag}"), "elemwise", axes, |_| body))
 }
 
 /// The DAG of glue group `group` whose run-time inputs are `inputs`, and every value its
@@ -141,19 +99,15 @@ pub fn glue_dag(
                     BinKind::Divide => BinOp::Div,
                     _ => return Err(unsupported()),
                 };
-                let (x, y) = (input(0)?.clone(), input(1)?.clone());
-                elementwise(&mut b, &o.kind.name(), &out_val.phys, &[&x, &y], |l| {
-                    Expr::binary(op, l[0].clone(), l[1].clone())
-                })?
+                let name = format!("T_{}", o.kind.name());
+                broadcast_binary(&mut b, op, input(0)?, input(1)?, &name).map_err(|e| e.0)?
             }
             OpKind::Unary(kind) if same_layout() => {
-                let unary: Box<dyn FnOnce(Expr) -> Expr> = match kind {
-                    UnaryKind::Relu => Box::new(|x| Expr::max(x, Expr::f32(0.0))),
-                    UnaryKind::Clip { lo, hi } => {
-                        let (lo, hi) = (*lo, *hi);
-                        Box::new(move |x| Expr::min(Expr::max(x, Expr::f32(lo)), Expr::f32(hi)))
-                    }
-                    UnaryKind::Tanh => Box::new(|x| Expr::call(Intrinsic::Tanh, vec![x])),
+                let x = input(0)?.clone();
+                match kind {
+                    UnaryKind::Relu => epilogue::relu(&mut b, &x),
+                    UnaryKind::Clip { lo, hi } => epilogue::clip(&mut b, &x, *lo, *hi),
+                    UnaryKind::Tanh => epilogue::tanh(&mut b, &x),
                     UnaryKind::Other(name) => {
                         let f = match name.as_str() {
                             "sigmoid" => Intrinsic::Sigmoid,
@@ -164,16 +118,20 @@ pub fn glue_dag(
                             "abs" => Intrinsic::Fabs,
                             _ => return Err(unsupported()),
                         };
-                        Box::new(move |x| Expr::call(f, vec![x]))
+                        epilogue::unary(&mut b, &x, f)
                     }
-                };
-                let x = input(0)?.clone();
-                elementwise(&mut b, &o.kind.name(), &out_val.phys, &[&x], |l| {
-                    unary(l[0].clone())
-                })?
+                }
             }
             _ => return Err(unsupported()),
         };
+        if t.shape != out_val.phys {
+            return Err(format!(
+                "`{}` (node `{node}`) gives {:?}, the graph has {:?}",
+                o.kind.name(),
+                t.shape,
+                out_val.phys
+            ));
+        }
         tensors.insert(o.output, t.clone());
         last = Some(t);
     }

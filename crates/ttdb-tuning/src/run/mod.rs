@@ -54,11 +54,8 @@ pub struct PlannedKernel {
     pub schedule: Schedule,
 }
 
-/// One kernel call of the plan.
+/// One kernel call of the plan (its name and class are `plan[i]`'s).
 struct Step {
-    name: String,
-    class: String,
-    anchored: bool,
     kernel: CompiledKernel,
     /// The kernel's input values, in its parameter order, then its output value.
     inputs: Vec<ValId>,
@@ -240,9 +237,6 @@ impl ModelRun {
                 schedule,
             });
             steps.push(Step {
-                name: k.name.clone(),
-                class: k.class.clone(),
-                anchored: k.is_anchored(),
                 kernel,
                 inputs,
                 output: k.values.output,
@@ -310,13 +304,13 @@ impl ModelRun {
             timeout: None,
         };
         let mut times = Vec::with_capacity(self.steps.len());
-        for (i, s) in self.steps.iter().enumerate() {
+        for (i, (s, p)) in self.steps.iter().zip(&self.plan).enumerate() {
             let mut args: Vec<BufferData> = Vec::with_capacity(s.inputs.len() + 1);
             for v in &s.inputs {
                 let b = match self.constants.get(v) {
                     Some(c) => c.clone(),
                     None => live.get(v).cloned().ok_or_else(|| {
-                        format!("step `{}`: an input is not computed yet", s.name)
+                        format!("step `{}`: an input is not computed yet", p.name)
                     })?,
                 };
                 args.push(b);
@@ -331,11 +325,11 @@ impl ModelRun {
             let t0 = Instant::now();
             s.kernel
                 .run(&mut args, &opts)
-                .map_err(|e| format!("step `{}` ({}): {e}", s.name, s.class))?;
+                .map_err(|e| format!("step `{}` ({}): {e}", p.name, p.class))?;
             times.push(StepTime {
-                name: s.name.clone(),
-                class: s.class.clone(),
-                anchored: s.anchored,
+                name: p.name.clone(),
+                class: p.class.clone(),
+                anchored: p.anchored,
                 time: t0.elapsed(),
             });
             live.insert(s.output, args.pop().expect("the output"));

@@ -157,18 +157,7 @@ impl TStage {
         var: usize,
         factor: i64,
     ) -> Result<(usize, usize), TeError> {
-        let (name, kind) = (self.vars[var].name.clone(), self.vars[var].kind);
-        let outer = self.new_var(format!("{name}.outer"), kind);
-        let inner = self.new_var(format!("{name}.inner"), kind);
-        self.rels.push(Rel::Split {
-            parent: var,
-            outer,
-            inner,
-            factor: Some(factor),
-            nparts: None,
-        });
-        self.replace_leaf(var, &[outer, inner])?;
-        Ok((outer, inner))
+        self.split(var, Some(factor), None)
     }
 
     /// TE `split(var, nparts=n)`.
@@ -177,6 +166,16 @@ impl TStage {
         var: usize,
         nparts: i64,
     ) -> Result<(usize, usize), TeError> {
+        self.split(var, None, Some(nparts))
+    }
+
+    /// `var` into `<name>.outer` and `<name>.inner`, by exactly one of factor and nparts.
+    fn split(
+        &mut self,
+        var: usize,
+        factor: Option<i64>,
+        nparts: Option<i64>,
+    ) -> Result<(usize, usize), TeError> {
         let (name, kind) = (self.vars[var].name.clone(), self.vars[var].kind);
         let outer = self.new_var(format!("{name}.outer"), kind);
         let inner = self.new_var(format!("{name}.inner"), kind);
@@ -184,8 +183,8 @@ impl TStage {
             parent: var,
             outer,
             inner,
-            factor: None,
-            nparts: Some(nparts),
+            factor,
+            nparts,
         });
         self.replace_leaf(var, &[outer, inner])?;
         Ok((outer, inner))
