@@ -9,6 +9,8 @@ mod common;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
+use ttdb::loopnest::ir::DType;
+use ttdb::loopnest::BufferData;
 use ttdb::onnx::{fill, LayoutMode, Options};
 use ttdb::run::{ModelRun, ModelRunOptions};
 use ttdb::target::Target;
@@ -46,12 +48,16 @@ fn worst_error(model: &str, layout: LayoutMode) -> f64 {
     };
     let run =
         ModelRun::load(&path, &opts, None).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
-    let inputs: HashMap<String, Vec<f32>> = run
+    let inputs: HashMap<String, BufferData> = run
         .inputs
         .iter()
         .map(|p| {
             let n = p.shape.iter().product::<i64>() as usize;
-            (p.name.clone(), fill::input_floats(&p.name, n))
+            let values = match p.dtype {
+                DType::I64 => BufferData::I64(fill::input_ints(&p.name, n)),
+                _ => BufferData::F32(fill::input_floats(&p.name, n)),
+            };
+            (p.name.clone(), values)
         })
         .collect();
     let (outputs, _) = run
@@ -59,6 +65,11 @@ fn worst_error(model: &str, layout: LayoutMode) -> f64 {
         .unwrap_or_else(|e| panic!("{model}: {e}"));
     let mut worst: f64 = 0.0;
     for (o, got) in m["outputs"].as_array().unwrap().iter().zip(&outputs) {
+        let got: Vec<f64> = match got {
+            BufferData::F32(x) => x.iter().map(|&v| v as f64).collect(),
+            BufferData::I64(x) => x.iter().map(|&v| v as f64).collect(),
+            other => panic!("{model}: output {} is {}", o["name"], other.dtype()),
+        };
         let want = reference_output(model, o["file"].as_str().unwrap());
         assert_eq!(got.len(), want.len(), "{model}: output {}", o["name"]);
         let scale = want
@@ -68,7 +79,7 @@ fn worst_error(model: &str, layout: LayoutMode) -> f64 {
         let err = got
             .iter()
             .zip(&want)
-            .map(|(&a, &b)| (a as f64 - b as f64).abs() / scale)
+            .map(|(&a, &b)| (a - b as f64).abs() / scale)
             .fold(0f64, f64::max);
         worst = worst.max(err);
     }
@@ -288,17 +299,23 @@ fn gemm_beta_scales_its_bias() {
     let run = ModelRun::load(&path, &opts, None).unwrap();
     let x = fill::input_floats("x", 8);
     let (out, _) = run
-        .run(&HashMap::from([("x".to_string(), x.clone())]), None)
+        .run(
+            &HashMap::from([("x".to_string(), BufferData::F32(x.clone()))]),
+            None,
+        )
         .unwrap();
+    let BufferData::F32(y) = &out[0] else {
+        panic!("y is not float32")
+    };
     let w = fill::weight_values("w", &[4, 8], fill::Role::Other);
     let c = fill::weight_values("c", &[4], fill::Role::Other);
     for n in 0..4 {
         let dot: f32 = (0..8).map(|k| x[k] * w[n * 8 + k]).sum();
         let want = dot + 0.5 * c[n];
         assert!(
-            (out[0][n] - want).abs() < 1e-5,
+            (y[n] - want).abs() < 1e-5,
             "y[{n}] = {} against {want}",
-            out[0][n]
+            y[n]
         );
     }
 }

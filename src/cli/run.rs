@@ -3,16 +3,19 @@ use super::kernels::ModelArgs;
 use super::{CliError, CliResult};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use ttdb_backend::loopnest::ir::DType;
+use ttdb_backend::loopnest::BufferData;
 use ttdb_format::npy;
 use ttdb_onnx::onnx::fill;
-use ttdb_tuning::run::{ModelRun, ModelRunOptions, Schedule};
+use ttdb_tuning::run::{ModelRun, ModelRunOptions, Port, Schedule};
+use ttdb_tuning::tune::progress::{Progress, Work};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A graph input's values: NAME=FILE.npy (float32, the input's shape; repeatable).
+    /// A graph input's values: NAME=FILE.npy (the input's shape and dtype; repeatable).
     #[arg(long = "input", value_name = "NAME=FILE")]
     pub input: Vec<String>,
     /// Give inputs without --input the deterministic values of
@@ -26,9 +29,216 @@ pub struct RunArgs {
     /// Run every kernel with its naive default schedule, without reading the database.
     #[arg(long)]
     pub naive: bool,
+    /// After the run that writes the outputs, time N more runs on the same input and print
+    /// the end-to-end latency (median, min, p90) and where the time goes, kernel by kernel.
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<usize>,
+    /// Threads for the kernels' parallel loops (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The bar over the kernels compiled at load, on a terminal.
+struct CompileBar(Option<indicatif::ProgressBar>);
+
+impl Progress for CompileBar {
+    fn start(&mut self, work: Work) {
+        if let Work::Kernels(n) = work {
+            self.0 = super::progress_bar(
+                n as u64,
+                "{spinner} compiling [{bar:30}] {pos}/{len} kernels {elapsed} (ETA {eta}) {msg}",
+            );
+        }
+    }
+    fn kernel(&mut self, index: usize, _total: usize, label: &str) {
+        if let Some(b) = &self.0 {
+            b.set_position(index as u64 + 1);
+            b.set_message(label.to_string());
+        }
+    }
+}
+
+/// An input's values from `file`, which must have the port's shape and dtype.
+fn read_input(port: &Port, file: &str) -> Result<BufferData, CliError> {
+    let name = &port.name;
+    let bytes = std::fs::read(file).map_err(|e| fail(format!("--input {name}: {file}: {e}")))?;
+    let a = npy::read(&bytes).map_err(|e| fail(format!("--input {name}: {file}: {}", e.0)))?;
+    let shape: Vec<i64> = a.shape.iter().map(|&d| d as i64).collect();
+    if shape != port.shape {
+        return Err(fail(format!(
+            "--input {name}: {file} has shape {shape:?}, the model's input is {:?}",
+            port.shape
+        )));
+    }
+    let values = match port.dtype {
+        DType::F32 => a.to_f32().map(BufferData::F32),
+        DType::I64 => a.to_i64().map(BufferData::I64),
+        _ => None,
+    };
+    values.ok_or_else(|| {
+        fail(format!(
+            "--input {name}: {file} is {}, the input is {}",
+            a.dtype.name(),
+            port.dtype
+        ))
+    })
+}
+
+/// The deterministic values of docs/design/deterministic-data.md for `port`.
+fn deterministic_input(port: &Port) -> Result<BufferData, CliError> {
+    let n = port.shape.iter().product::<i64>().max(0) as usize;
+    match port.dtype {
+        DType::F32 => Ok(BufferData::F32(fill::input_floats(&port.name, n))),
+        DType::I64 => Ok(BufferData::I64(fill::input_ints(&port.name, n))),
+        d => Err(fail(format!(
+            "input `{}` is {d}: ttdb run reads float32 and int64 inputs",
+            port.name
+        ))),
+    }
+}
+
+fn to_npy(port: &Port, values: &BufferData) -> Result<npy::Array, CliError> {
+    let shape: Vec<usize> = port.shape.iter().map(|&d| d as usize).collect();
+    match values {
+        BufferData::F32(x) => npy::Array::from_f32(shape, x),
+        BufferData::I64(x) => npy::Array::from_i64(shape, x),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        fail(format!(
+            "output `{}` is {}: ttdb run writes float32 and int64 outputs",
+            port.name,
+            values.dtype()
+        ))
+    })
+}
+
+/// The value at quantile `q` of sorted `xs` (nearest rank).
+fn quantile(xs: &[f64], q: f64) -> f64 {
+    let i = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len()) - 1;
+    xs[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `--repeat`'s figures: end-to-end times and each step's median.
+#[derive(serde::Serialize)]
+struct Timing {
+    runs: usize,
+    threads: usize,
+    median_ms: f64,
+    min_ms: f64,
+    p90_ms: f64,
+    /// Medians of the anchored (tunable) kernels' sum and of the glue's sum.
+    anchored_ms: f64,
+    glue_ms: f64,
+    glue_share: f64,
+    kernels: Vec<KernelTime>,
+}
+
+#[derive(serde::Serialize)]
+struct KernelTime {
+    name: String,
+    class: String,
+    anchored: bool,
+    median_ms: f64,
+}
+
+fn time_runs(
+    model: &ModelRun,
+    inputs: &[&BufferData],
+    runs: usize,
+    threads: Option<usize>,
+) -> Result<Timing, CliError> {
+    let mut ws = model.workspace().map_err(fail)?;
+    let mut totals = Vec::with_capacity(runs);
+    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); model.plan.len()];
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let steps = model.run_in(&mut ws, inputs, threads).map_err(fail)?;
+        totals.push(ms(t0.elapsed()));
+        for (k, t) in steps.into_iter().enumerate() {
+            per_step[k].push(ms(t));
+        }
+    }
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let totals = sorted(totals);
+    let kernels: Vec<KernelTime> = model
+        .plan
+        .iter()
+        .zip(per_step)
+        .map(|(p, t)| KernelTime {
+            name: p.name.clone(),
+            class: p.class.clone(),
+            anchored: p.anchored,
+            median_ms: quantile(&sorted(t), 0.5),
+        })
+        .collect();
+    let anchored_ms: f64 = kernels
+        .iter()
+        .filter(|k| k.anchored)
+        .map(|k| k.median_ms)
+        .sum();
+    let glue_ms: f64 = kernels
+        .iter()
+        .filter(|k| !k.anchored)
+        .map(|k| k.median_ms)
+        .sum();
+    Ok(Timing {
+        runs,
+        threads: threads.unwrap_or_else(ttdb_format::host::available_cores),
+        median_ms: quantile(&totals, 0.5),
+        min_ms: totals[0],
+        p90_ms: quantile(&totals, 0.9),
+        anchored_ms,
+        glue_ms,
+        glue_share: glue_ms / (anchored_ms + glue_ms).max(1e-12),
+        kernels,
+    })
+}
+
+fn render_timing(t: &Timing) -> String {
+    let mut s = format!(
+        "{} runs on {} threads: median {:.3} ms, min {:.3} ms, p90 {:.3} ms\n\
+         kernel medians: anchored {:.3} ms, glue {:.3} ms ({:.1}% of the kernel time)\n",
+        t.runs,
+        t.threads,
+        t.median_ms,
+        t.min_ms,
+        t.p90_ms,
+        t.anchored_ms,
+        t.glue_ms,
+        100.0 * t.glue_share
+    );
+    let mut by_time: Vec<&KernelTime> = t.kernels.iter().collect();
+    by_time.sort_by(|a, b| b.median_ms.total_cmp(&a.median_ms));
+    let total = (t.anchored_ms + t.glue_ms).max(1e-12);
+    s.push_str("  median ms   share  kind  kernel\n");
+    for k in by_time.iter().take(15) {
+        s.push_str(&format!(
+            "  {:>9.3}  {:>5.1}%  {}  {} ({})\n",
+            k.median_ms,
+            100.0 * k.median_ms / total,
+            if k.anchored { "tuned" } else { "glue " },
+            k.name,
+            k.class
+        ));
+    }
+    if by_time.len() > 15 {
+        s.push_str(&format!(
+            "  ... {} more (all with --json)\n",
+            by_time.len() - 15
+        ));
+    }
+    s
 }
 
 fn fail(message: impl Into<String>) -> CliError {
@@ -80,6 +290,12 @@ fn store_for(
 }
 
 pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
+    if args.repeat == Some(0) {
+        return Err(fail("--repeat 0: give at least one run to time"));
+    }
+    if args.threads == Some(0) {
+        return Err(fail("--threads 0: give at least one thread"));
+    }
     let (store, note) = store_for(db, args.naive)?;
     if let Some(n) = &note {
         eprintln!("note: {n}");
@@ -100,10 +316,14 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
         weight_limits: Default::default(),
     };
     let t0 = Instant::now();
-    let model = ModelRun::load(&args.model.model, &opts, store.as_ref())
-        .map_err(|e| fail(format!("{}: {e}", args.model.model.display())))?;
+    let mut bar = CompileBar(None);
+    let loaded = ModelRun::load_with_progress(&args.model.model, &opts, store.as_ref(), &mut bar);
+    if let Some(b) = bar.0.take() {
+        b.finish_and_clear();
+    }
+    let model = loaded.map_err(|e| fail(format!("{}: {e}", args.model.model.display())))?;
     let load_time = t0.elapsed();
-    let mut given: HashMap<String, Vec<f32>> = HashMap::new();
+    let mut given: HashMap<String, BufferData> = HashMap::new();
     for spec in &args.input {
         let (name, file) = spec
             .split_once('=')
@@ -119,51 +339,38 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
                     names.join(", ")
                 ))
             })?;
-        let bytes =
-            std::fs::read(file).map_err(|e| fail(format!("--input {name}: {file}: {e}")))?;
-        let a = npy::read(&bytes).map_err(|e| fail(format!("--input {name}: {file}: {}", e.0)))?;
-        let shape: Vec<i64> = a.shape.iter().map(|&d| d as i64).collect();
-        if shape != port.shape {
-            return Err(fail(format!(
-                "--input {name}: {file} has shape {shape:?}, the model's input is {:?}",
-                port.shape
-            )));
-        }
-        let values = a.to_f32().ok_or_else(|| {
-            fail(format!(
-                "--input {name}: {file} is {}, the input is float32",
-                a.dtype.name()
-            ))
-        })?;
-        given.insert(name.to_string(), values);
+        given.insert(name.to_string(), read_input(port, file)?);
     }
     for p in &model.inputs {
         if !given.contains_key(&p.name) {
             if !args.deterministic_inputs {
                 return Err(fail(format!(
-                    "input `{}` ({:?}) has no values: give --input {}=FILE.npy, or --deterministic-inputs",
-                    p.name, p.shape, p.name
+                    "input `{}` ({} {:?}) has no values: give --input {}=FILE.npy, or --deterministic-inputs",
+                    p.name, p.dtype, p.shape, p.name
                 )));
             }
-            let n = p.shape.iter().product::<i64>() as usize;
-            given.insert(p.name.clone(), fill::input_floats(&p.name, n));
+            given.insert(p.name.clone(), deterministic_input(p)?);
         }
     }
+    let inputs: Vec<&BufferData> = model.inputs.iter().map(|p| &given[&p.name]).collect();
+    let mut ws = model.workspace().map_err(fail)?;
     let t1 = Instant::now();
-    let (outputs, steps) = model.run(&given, None).map_err(fail)?;
+    let step_times = model.run_in(&mut ws, &inputs, args.threads).map_err(fail)?;
     let run_time = t1.elapsed();
+    let steps = model.step_times(&step_times);
     std::fs::create_dir_all(&args.output_dir)
         .map_err(|e| fail(format!("{}: {e}", args.output_dir.display())))?;
     let mut written = Vec::new();
-    for (port, values) in model.outputs.iter().zip(&outputs) {
-        let shape: Vec<usize> = port.shape.iter().map(|&d| d as usize).collect();
-        let a = npy::Array::from_f32(shape, values)
-            .ok_or_else(|| fail("an output's shape does not hold its values"))?;
+    for (port, values) in model.outputs.iter().zip(&ws.outputs) {
         let path = args.output_dir.join(file_name(&port.name));
-        ttdb_format::atomic_file::write(&path, &npy::write(&a))
+        ttdb_format::atomic_file::write(&path, &npy::write(&to_npy(port, values)?))
             .map_err(|e| fail(format!("{}: {e}", path.display())))?;
         written.push((port, path));
     }
+    let timing = match args.repeat {
+        Some(n) => Some(time_runs(&model, &inputs, n, args.threads)?),
+        None => None,
+    };
     let plan: Vec<serde_json::Value> = model
         .plan
         .iter()
@@ -188,17 +395,17 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     let anchored_ms: f64 = steps
         .iter()
         .filter(|s| s.anchored)
-        .map(|s| s.time.as_secs_f64() * 1e3)
+        .map(|s| ms(s.time))
         .sum();
     let glue_ms: f64 = steps
         .iter()
         .filter(|s| !s.anchored)
-        .map(|s| s.time.as_secs_f64() * 1e3)
+        .map(|s| ms(s.time))
         .sum();
     if args.json {
         let outs: Vec<serde_json::Value> = written
             .iter()
-            .map(|(p, path)| serde_json::json!({"name": p.name, "shape": p.shape, "file": path}))
+            .map(|(p, path)| serde_json::json!({"name": p.name, "shape": p.shape, "dtype": p.dtype.name(), "file": path}))
             .collect();
         println!(
             "{}",
@@ -207,11 +414,13 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
                 "layout": layout.as_str(),
                 "kernels_planned": plan,
                 "filled_initializers": model.filled_initializers,
-                "load_ms": load_time.as_secs_f64() * 1e3,
-                "run_ms": run_time.as_secs_f64() * 1e3,
+                "memory": model.memory,
+                "load_ms": ms(load_time),
+                "run_ms": ms(run_time),
                 "kernels": steps.len(),
                 "anchored_ms": anchored_ms,
                 "glue_ms": glue_ms,
+                "repeat": timing,
                 "outputs": outs,
             })
         );
@@ -236,13 +445,24 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
             }
         }
     }
+    let mb = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
-        "loaded and compiled in {:.1} s; one run {:.1} ms (anchored kernels {:.1} ms, glue {:.1} ms)",
+        "memory: arena {:.1} MiB for {} intermediate tensors of {:.1} MiB; weights {:.1} MiB",
+        mb(model.memory.arena_bytes),
+        model.memory.intermediates,
+        mb(model.memory.intermediates_bytes),
+        mb(model.memory.weights_bytes)
+    );
+    println!(
+        "loaded and compiled in {:.1} s; first run {:.1} ms (anchored kernels {:.1} ms, glue {:.1} ms)",
         load_time.as_secs_f64(),
-        run_time.as_secs_f64() * 1e3,
+        ms(run_time),
         anchored_ms,
         glue_ms
     );
+    if let Some(t) = &timing {
+        print!("{}", render_timing(t));
+    }
     for (p, path) in written {
         println!("{} {:?} -> {}", p.name, p.shape, path.display());
     }

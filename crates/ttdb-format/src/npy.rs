@@ -110,6 +110,15 @@ impl Array {
         })
     }
 
+    /// An array from i64 values; `None` when the shape does not hold `values.len()` elements.
+    pub fn from_i64(shape: Vec<usize>, values: &[i64]) -> Option<Array> {
+        (element_count(&shape)? == values.len()).then(|| Array {
+            dtype: DType::I64,
+            shape,
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.data.len() / self.dtype.size()
     }

@@ -74,6 +74,61 @@ pub fn plan(tensors: &[Lifetime], align: usize) -> ArenaPlan {
     }
 }
 
+/// The arena's memory: one zeroed block aligned to [`ALIGN`] bytes, allocated once and
+/// reused by every run of the model.
+pub struct Block {
+    ptr: *mut u8,
+    layout: Option<std::alloc::Layout>,
+}
+
+/// The alignment of the arena and of every tensor in it: a cache line, and a whole vector
+/// on every x86 ISA ttdb targets.
+pub const ALIGN: usize = 64;
+
+// SAFETY: plain owned heap memory, no interior references.
+unsafe impl Send for Block {}
+
+impl Block {
+    /// A zeroed block of `bytes` bytes; None when the allocator refuses.
+    pub fn new(bytes: usize) -> Option<Block> {
+        if bytes == 0 {
+            return Some(Block {
+                ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+                layout: None,
+            });
+        }
+        let layout = std::alloc::Layout::from_size_align(bytes, ALIGN).ok()?;
+        // SAFETY: the layout's size is not zero.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(Block {
+            ptr,
+            layout: Some(layout),
+        })
+    }
+    pub fn len(&self) -> usize {
+        self.layout.map_or(0, |l| l.size())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The address `offset` bytes in; None past the end (an offset equal to the length is
+    /// allowed only for an empty tensor).
+    pub fn at(&mut self, offset: usize, bytes: usize) -> Option<*mut u8> {
+        let end = offset.checked_add(bytes)?;
+        // SAFETY: offset <= end <= len, inside the allocation (or zero on a dangling one).
+        (end <= self.len()).then(|| unsafe { self.ptr.add(offset) })
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if let Some(l) = self.layout {
+            // SAFETY: allocated with this layout in `new`.
+            unsafe { std::alloc::dealloc(self.ptr, l) }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +136,20 @@ mod tests {
 
     fn life(bytes: usize, first: usize, last: usize) -> Lifetime {
         Lifetime { bytes, first, last }
+    }
+
+    #[test]
+    fn a_block_hands_out_only_ranges_inside_it() {
+        let mut b = Block::new(256).unwrap();
+        assert_eq!(b.len(), 256);
+        let p = b.at(0, 256).unwrap();
+        assert_eq!(p as usize % ALIGN, 0);
+        assert!(b.at(192, 64).is_some());
+        assert!(b.at(193, 64).is_none());
+        assert!(b.at(usize::MAX, 2).is_none());
+        let mut empty = Block::new(0).unwrap();
+        assert!(empty.at(0, 0).is_some());
+        assert!(empty.at(0, 1).is_none());
     }
 
     #[test]

@@ -203,6 +203,30 @@ impl CompiledKernel {
     pub fn run(&self, bufs: &mut [BufferData], opts: &RunOptions) -> Result<(), RunError> {
         check_arguments(&self.kernel, bufs).map_err(RunError::BadArguments)?;
         let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: the buffers match the parameters (checked above) and are distinct `&mut`
+        // borrows, so none aliases another.
+        unsafe { self.run_on_pointers(&ptrs, opts) }
+    }
+
+    /// Run on raw buffer pointers, one per parameter in ABI order: what a model runner
+    /// calls on its arena, weights and caller-owned buffers, without copying them.
+    ///
+    /// # Safety
+    /// `ptrs[i]` must point to at least `params[i].num_elements()` elements of
+    /// `params[i].dtype`, valid for the whole call; a buffer the kernel writes (its output)
+    /// must not overlap any other argument. Read-only arguments may share memory.
+    pub unsafe fn run_on_pointers(
+        &self,
+        ptrs: &[*mut u8],
+        opts: &RunOptions,
+    ) -> Result<(), RunError> {
+        if ptrs.len() != self.kernel.params.len() {
+            return Err(RunError::BadArguments(format!(
+                "kernel takes {} buffers, got {}",
+                self.kernel.params.len(),
+                ptrs.len()
+            )));
+        }
         let abort = Arc::new(AtomicI32::new(0));
         let threads = opts.threads.unwrap_or_else(runtime::default_threads).max(1);
         let ctx = RunCtx {
@@ -219,8 +243,8 @@ impl CompiledKernel {
         }
         let scratch = cached.as_ref().unwrap().ptr();
         // SAFETY: `entry` was compiled from `self.kernel`, whose every access the bounds checker
-        // proved inside the parameter shapes; `ptrs` point to buffers of exactly those shapes
-        // and dtypes (checked above) that are distinct `&mut` borrows, so the noalias
+        // proved inside the parameter shapes; the caller guarantees `ptrs` point to buffers of
+        // those shapes and dtypes and that the written one aliases nothing, so the noalias
         // assumptions hold; scratch is at least `scratch_bytes` long; `abort` and `ctx` outlive
         // the call, which blocks until all parallel chunks are done.
         let status = unsafe { (self.entry)(ptrs.as_ptr(), scratch, Arc::as_ptr(&abort), &ctx) };

@@ -72,6 +72,17 @@ impl BufferData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Raw pointer to the first element, for reading.
+    pub fn as_ptr(&self) -> *const u8 {
+        match self {
+            BufferData::F32(v) => v.as_ptr() as *const u8,
+            BufferData::F64(v) => v.as_ptr() as *const u8,
+            BufferData::I8(v) => v.as_ptr() as *const u8,
+            BufferData::U8(v) => v.as_ptr() as *const u8,
+            BufferData::I32(v) => v.as_ptr() as *const u8,
+            BufferData::I64(v) => v.as_ptr() as *const u8,
+        }
+    }
     /// Raw pointer to the first element (for the JIT ABI).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         match self {

@@ -598,3 +598,24 @@ fn bounds_guard_invalidated_by_store_is_not_trusted() {
     assert!(check_bounds(&mk(false)).unwrap().is_empty());
     assert_eq!(check_bounds(&mk(true)).unwrap().len(), 1);
 }
+
+#[test]
+fn a_store_into_an_input_buffer_is_invalid() {
+    // model runners share weight buffers between kernels and pass the caller's inputs
+    // directly: a kernel may only write its outputs and temporaries
+    let k = Kernel::new(
+        "writes_input",
+        vec![
+            f32buf("W", &[4], BufferRole::Input),
+            f32buf("Y", &[4], BufferRole::Output),
+        ],
+        Stmt::store("W", vec![i(0)], Expr::f32(1.0)),
+    );
+    let e = validate(&k).unwrap_err();
+    assert!(e.0.contains("store into input buffer `W`"), "{}", e.0);
+    let mut bufs = vec![
+        BufferData::zeros(DType::F32, 4),
+        BufferData::zeros(DType::F32, 4),
+    ];
+    assert!(run(&k, &mut bufs, InterpOptions::default()).is_err());
+}

@@ -241,6 +241,11 @@ fn check_stmt(s: &Stmt, scope: &mut Scope, in_parallel: bool) -> Result<(), Vali
                 .get(buf)
                 .ok_or_else(|| ValidationError(format!("store to unknown buffer `{buf}`")))?
                 .clone();
+            // Inputs are read-only: a model runner shares one weight buffer between kernels
+            // and hands kernels the caller's own input buffers.
+            if b.role == BufferRole::Input {
+                return err(format!("store into input buffer `{buf}`"));
+            }
             check_index(&b, index, scope)?;
             let t = type_of(value, scope)?;
             if t != b.dtype {

@@ -2,19 +2,27 @@
 //! the model is one JIT kernel, called in topological order on the model's weights (folded
 //! and packed once, at load) and inputs.
 //!
-//! This first version runs anchored groups (convs, pools, dense, ...) and the glue ttdb can
-//! build so far (layout transforms, reshapes, batch_flatten); any other group is refused at
-//! load with the op and node named. A tuned kernel runs the schedule `export --model` would
-//! choose from the database, when one is given and has one that ttdb can lower; every other
-//! kernel runs the naive default schedule, and the plan says which and why. Each tensor has
-//! its own buffer, freed after its last reader.
+//! It runs anchored groups (convs, pools, dense, ...) and the glue ttdb can build so far
+//! (`glue.rs`); any other group is refused at load with the op and node named. A tuned
+//! kernel runs the schedule `export --model` would choose from the database, when one is
+//! given and has one that ttdb can lower; every other kernel runs the naive default
+//! schedule, and the plan says which and why. Intermediate tensors share one arena, placed
+//! by liveness (`exec.rs`).
+mod exec;
 mod glue;
 
+pub use exec::{MemoryPlan, Workspace};
+
+use crate::tune::progress::{Progress, Silent, Work};
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
 use ttdb_algo::ops::Era;
-use ttdb_backend::codegen::{compile, CompiledKernel, RunOptions};
+use ttdb_backend::codegen::{compile, CodegenOptions, CompiledKernel};
+use ttdb_backend::loopnest::ir::DType;
+use ttdb_backend::loopnest::ir::Kernel;
 use ttdb_backend::loopnest::BufferData;
 use ttdb_backend::lower::{lower_default, lower_steps, LowerOptions};
 use ttdb_backend::target::Target;
@@ -57,17 +65,16 @@ pub struct PlannedKernel {
 /// One kernel call of the plan (its name and class are `plan[i]`'s).
 struct Step {
     kernel: CompiledKernel,
-    /// The kernel's input values, in its parameter order, then its output value.
-    inputs: Vec<ValId>,
-    output: ValId,
+    /// Where each parameter's buffer lives, the output last.
+    args: Vec<exec::Slot>,
 }
 
-/// A graph input or output: name, value and shape.
+/// A graph input or output: name, shape (row-major, plain layout) and element type.
 #[derive(Clone, Debug)]
 pub struct Port {
     pub name: String,
     pub shape: Vec<i64>,
-    value: ValId,
+    pub dtype: DType,
 }
 
 /// A loaded model, ready to run.
@@ -75,11 +82,13 @@ pub struct ModelRun {
     steps: Vec<Step>,
     /// Each step's kernel and schedule, in run order.
     pub plan: Vec<PlannedKernel>,
-    constants: HashMap<ValId, BufferData>,
+    /// The weights, in the kernels' layouts, computed at load.
+    constants: Vec<BufferData>,
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
-    /// For each value: the index of the last step that reads it (graph outputs: never freed).
-    last_read: HashMap<ValId, usize>,
+    /// Outputs no kernel writes (an input, a weight, a repeated output): copied after a run.
+    output_copies: Vec<(usize, exec::Slot)>,
+    pub memory: MemoryPlan,
     /// Initializers filled deterministically (their external data was missing).
     pub filled_initializers: usize,
 }
@@ -124,6 +133,61 @@ fn stored_schedule(
     Ok((era, record, w.source))
 }
 
+/// Compiles the lowered kernels on every core, in run order, telling `progress` as each
+/// is done (the first error, naming its kernel, stops the rest).
+fn compile_all(
+    lowered: Vec<(Kernel, Vec<ValId>, ValId)>,
+    plan: &[PlannedKernel],
+    codegen: &CodegenOptions,
+    progress: &mut dyn Progress,
+) -> Result<Vec<(CompiledKernel, Vec<ValId>, ValId)>, String> {
+    let total = lowered.len();
+    progress.start(Work::Kernels(total));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let workers = ttdb_format::host::available_cores().clamp(1, total.max(1));
+    let mut done: Vec<Option<CompiledKernel>> = (0..total).map(|_| None).collect();
+    let (tx, rx) = mpsc::channel::<(usize, Result<CompiledKernel, String>)>();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let (next, failed, lowered) = (&next, &failed, &lowered);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total || failed.load(Ordering::Relaxed) {
+                    break;
+                }
+                let r = compile(&lowered[i].0, codegen).map_err(|e| e.to_string());
+                if tx.send((i, r)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let mut first_error = None;
+        for (count, (i, r)) in rx.into_iter().enumerate() {
+            match r {
+                Ok(k) => done[i] = Some(k),
+                Err(e) => {
+                    failed.store(true, Ordering::Relaxed);
+                    let p = &plan[i];
+                    first_error.get_or_insert(format!("kernel `{}` ({}): {e}", p.name, p.class));
+                }
+            }
+            progress.kernel(count, total, &plan[i].name);
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    })?;
+    Ok(lowered
+        .into_iter()
+        .zip(done)
+        .map(|((_, reads, writes), k)| (k.expect("every kernel compiled"), reads, writes))
+        .collect())
+}
+
 impl ModelRun {
     /// Loads `path`, extracts its kernels, computes its constants and compiles every group,
     /// tuned kernels with their chosen schedule from `store` when given.
@@ -131,6 +195,16 @@ impl ModelRun {
         path: &Path,
         opts: &ModelRunOptions,
         store: Option<&Store>,
+    ) -> Result<ModelRun, String> {
+        Self::load_with_progress(path, opts, store, &mut Silent)
+    }
+
+    /// [`ModelRun::load`], telling `progress` of each kernel compiled.
+    pub fn load_with_progress(
+        path: &Path,
+        opts: &ModelRunOptions,
+        store: Option<&Store>,
+        progress: &mut dyn Progress,
     ) -> Result<ModelRun, String> {
         let graph = onnx::load(path, &opts.input_shapes).map_err(|e| e.to_string())?;
         let weights = read_model_weights(path, &opts.weight_limits).map_err(|e| e.to_string())?;
@@ -145,9 +219,10 @@ impl ModelRun {
         let mut order: Vec<usize> = (0..ex.groups.len()).collect();
         order.sort_by_key(|&i| ex.groups[i].iter().max().copied().unwrap_or(0));
         let codegen = opts.target.codegen_options();
-        let mut steps = Vec::new();
+        let mut lowered_all: Vec<(Kernel, Vec<ValId>, ValId)> = Vec::new();
         let mut plan = Vec::new();
-        let mut constants = HashMap::new();
+        let mut constant_of: HashMap<ValId, usize> = HashMap::new();
+        let mut constants: Vec<BufferData> = Vec::new();
         let compat = crate::matcher::MatchOptions::default().compat;
         for gi in order {
             let k = &ex.group_kernels[gi];
@@ -179,7 +254,7 @@ impl ModelRun {
                 }
             };
             for &v in &params {
-                if g.values[v].constant && !constants.contains_key(&v) {
+                if g.values[v].constant && !constant_of.contains_key(&v) {
                     let c = folder.value(v).map_err(|e| e.to_string())?;
                     let data = match c.values {
                         Values::F32(x) => BufferData::F32(x),
@@ -188,7 +263,8 @@ impl ModelRun {
                         }
                         Values::I64(x) => BufferData::I64(x),
                     };
-                    constants.insert(v, data);
+                    constant_of.insert(v, constants.len());
+                    constants.push(data);
                 }
             }
             // parameters are the DAG's placeholders (p<i> = input i) in schedule order
@@ -228,125 +304,68 @@ impl ModelRun {
                 ),
                 None => (naive(&dag)?, Schedule::Naive(None)),
             };
-            let kernel = compile(&lowered, &codegen)
-                .map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))?;
             plan.push(PlannedKernel {
                 name: k.name.clone(),
                 class: k.class.clone(),
                 anchored: k.is_anchored(),
                 schedule,
             });
-            steps.push(Step {
-                kernel,
-                inputs,
-                output: k.values.output,
-            });
+            lowered_all.push((lowered, inputs, k.values.output));
         }
-        let port = |v: ValId| Port {
-            name: g.values[v].name.clone(),
-            shape: g.values[v].phys.clone(),
-            value: v,
-        };
-        let outputs: Vec<Port> = g.outputs.iter().map(|&v| port(v)).collect();
-        for o in &outputs {
-            if g.values[o.value].layout != Layout::Plain && g.values[o.value].shape.len() == 4 {
+        let compiled = compile_all(lowered_all, &plan, &codegen, progress)?;
+        for &o in &g.outputs {
+            let v = &g.values[o];
+            if v.layout != Layout::Plain && v.shape.len() == 4 {
                 return Err(format!(
                     "graph output `{}` is left in a blocked layout",
-                    o.name
+                    v.name
                 ));
             }
         }
-        let mut last_read = HashMap::new();
-        for (i, s) in steps.iter().enumerate() {
-            for &v in &s.inputs {
-                last_read.insert(v, i);
-            }
-        }
-        for o in &outputs {
-            last_read.insert(o.value, usize::MAX);
-        }
+        let io: Vec<exec::StepIo> = compiled
+            .iter()
+            .zip(&plan)
+            .map(|((kernel, reads, writes), p)| exec::StepIo {
+                reads,
+                writes: *writes,
+                params: &kernel.kernel.params,
+                name: &p.name,
+            })
+            .collect();
+        let graph_inputs: Vec<(ValId, i64)> = g
+            .inputs
+            .iter()
+            .map(|&v| (v, g.values[v].phys.iter().product()))
+            .collect();
+        let placed = exec::place(&io, &graph_inputs, &g.outputs, &constant_of, &constants)?;
+        let port = |v: ValId, dtype: DType| Port {
+            name: g.values[v].name.clone(),
+            shape: g.values[v].phys.clone(),
+            dtype,
+        };
         Ok(ModelRun {
-            steps,
+            steps: compiled
+                .into_iter()
+                .zip(placed.args)
+                .map(|((kernel, _, _), args)| Step { kernel, args })
+                .collect(),
             plan,
             constants,
-            inputs: g.inputs.iter().map(|&v| port(v)).collect(),
-            outputs,
-            last_read,
+            inputs: g
+                .inputs
+                .iter()
+                .zip(&placed.input_dtypes)
+                .map(|(&v, &d)| port(v, d))
+                .collect(),
+            outputs: g
+                .outputs
+                .iter()
+                .zip(&placed.output_dtypes)
+                .map(|(&v, &d)| port(v, d))
+                .collect(),
+            output_copies: placed.output_copies,
+            memory: placed.memory,
             filled_initializers: weights.filled().0,
         })
-    }
-
-    /// Runs the model on `inputs` (one per [`ModelRun::inputs`], by name; f32 row-major).
-    /// Returns the outputs in order and each step's time.
-    pub fn run(
-        &self,
-        inputs: &HashMap<String, Vec<f32>>,
-        threads: Option<usize>,
-    ) -> Result<(Vec<Vec<f32>>, Vec<StepTime>), String> {
-        let mut live: HashMap<ValId, BufferData> = HashMap::new();
-        for p in &self.inputs {
-            let x = inputs
-                .get(&p.name)
-                .ok_or_else(|| format!("input `{}` is missing", p.name))?;
-            let n: i64 = p.shape.iter().product();
-            if x.len() as i64 != n {
-                return Err(format!(
-                    "input `{}` has {} values, its shape {:?} needs {n}",
-                    p.name,
-                    x.len(),
-                    p.shape
-                ));
-            }
-            live.insert(p.value, BufferData::F32(x.clone()));
-        }
-        let opts = RunOptions {
-            threads,
-            timeout: None,
-        };
-        let mut times = Vec::with_capacity(self.steps.len());
-        for (i, (s, p)) in self.steps.iter().zip(&self.plan).enumerate() {
-            let mut args: Vec<BufferData> = Vec::with_capacity(s.inputs.len() + 1);
-            for v in &s.inputs {
-                let b = match self.constants.get(v) {
-                    Some(c) => c.clone(),
-                    None => live.get(v).cloned().ok_or_else(|| {
-                        format!("step `{}`: an input is not computed yet", p.name)
-                    })?,
-                };
-                args.push(b);
-            }
-            let out = s
-                .kernel
-                .kernel
-                .params
-                .last()
-                .ok_or("a kernel without parameters")?;
-            args.push(BufferData::for_buffer(out));
-            let t0 = Instant::now();
-            s.kernel
-                .run(&mut args, &opts)
-                .map_err(|e| format!("step `{}` ({}): {e}", p.name, p.class))?;
-            times.push(StepTime {
-                name: p.name.clone(),
-                class: p.class.clone(),
-                anchored: p.anchored,
-                time: t0.elapsed(),
-            });
-            live.insert(s.output, args.pop().expect("the output"));
-            for v in &s.inputs {
-                if self.last_read.get(v) == Some(&i) {
-                    live.remove(v);
-                }
-            }
-        }
-        let outputs = self
-            .outputs
-            .iter()
-            .map(|o| match live.get(&o.value) {
-                Some(BufferData::F32(x)) => Ok(x.clone()),
-                _ => Err(format!("output `{}` was not computed as float32", o.name)),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((outputs, times))
     }
 }
