@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod apply;
+mod build;
 mod bundle;
 mod export;
 mod import;
@@ -89,10 +90,13 @@ pub enum Command {
     },
     /// List the fused kernels TVM Relay would extract from an ONNX model on x86.
     Kernels(kernels::KernelsArgs),
-    /// Run a whole ONNX model in process and write its outputs as .npy files (first version:
-    /// naive default schedules; models whose glue ttdb cannot build yet are refused, naming
-    /// the op).
+    /// Run a whole ONNX model in process and write its outputs as .npy files: tuned kernels
+    /// on their stored schedules, the rest on default ones; models whose glue ttdb cannot
+    /// build yet are refused, naming the op.
     Run(run::RunArgs),
+    /// Compile a model ahead of time into DIR/libmodel.so with DIR/ttdb_model.h: the same
+    /// kernels as `ttdb run`, runnable without ttdb or LLVM.
+    Build(build::BuildArgs),
     /// Replay, compile, verify and time the best records on this machine: GFLOP/s, % of
     /// peak, speedup over the naive schedule.
     Verify(verify::VerifyArgs),
@@ -342,6 +346,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Export(args) => export::run(&open_store(db, ReadOnly)?, &args),
         Command::Kernels(args) => kernels::run(&args),
         Command::Run(args) => run::run(db, &args),
+        Command::Build(args) => build::build(db, &args),
         Command::Verify(args) => verify::run(&mut open_store(db, Write)?, &args),
         Command::Match(args) => match_cmd::run(&open_store(db, ReadOnly)?, &args),
         Command::Apply(args) => apply::run(&mut open_store(db, Create)?, &args),

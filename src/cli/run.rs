@@ -42,7 +42,7 @@ pub struct RunArgs {
 }
 
 /// The bar over the kernels compiled at load, on a terminal.
-struct CompileBar(Option<indicatif::ProgressBar>);
+pub(super) struct CompileBar(pub(super) Option<indicatif::ProgressBar>);
 
 impl Progress for CompileBar {
     fn start(&mut self, work: Work) {
@@ -241,7 +241,7 @@ fn render_timing(t: &Timing) -> String {
     s
 }
 
-fn fail(message: impl Into<String>) -> CliError {
+pub(super) fn fail(message: impl Into<String>) -> CliError {
     CliError {
         message: message.into(),
         code: 1,
@@ -266,7 +266,7 @@ fn file_name(tensor: &str) -> String {
 /// The database whose schedules the run uses: none with --naive, or when no --db was given
 /// and the default one does not exist (said in the note); a --db that cannot be opened is an
 /// error, as for every reading command.
-fn store_for(
+pub(super) fn store_for(
     db: &Option<PathBuf>,
     naive: bool,
 ) -> Result<(Option<ttdb_store::store::Store>, Option<String>), CliError> {
@@ -289,6 +289,24 @@ fn store_for(
     Ok((Some(store), None))
 }
 
+/// What `run` and `build` load a model with.
+pub(super) fn run_options(model: &ModelArgs) -> Result<ModelRunOptions, CliError> {
+    let layout = model.layouts(false)?[0];
+    let (_, extract) = model.load()?;
+    let input_shapes = model
+        .input_shape
+        .iter()
+        .map(|s| ttdb_onnx::onnx::InputShape::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ModelRunOptions {
+        layout,
+        input_shapes,
+        extract,
+        target: super::machine().target.clone(),
+        weight_limits: Default::default(),
+    })
+}
+
 pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     if args.repeat == Some(0) {
         return Err(fail("--repeat 0: give at least one run to time"));
@@ -300,21 +318,8 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     if let Some(n) = &note {
         eprintln!("note: {n}");
     }
-    let layout = args.model.layouts(false)?[0];
-    let (_, extract) = args.model.load()?;
-    let input_shapes = args
-        .model
-        .input_shape
-        .iter()
-        .map(|s| ttdb_onnx::onnx::InputShape::parse(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    let opts = ModelRunOptions {
-        layout,
-        input_shapes,
-        extract,
-        target: super::machine().target.clone(),
-        weight_limits: Default::default(),
-    };
+    let opts = run_options(&args.model)?;
+    let layout = opts.layout;
     let t0 = Instant::now();
     let mut bar = CompileBar(None);
     let loaded = ModelRun::load_with_progress(&args.model.model, &opts, store.as_ref(), &mut bar);

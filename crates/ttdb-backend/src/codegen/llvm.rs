@@ -467,6 +467,16 @@ impl TargetMachine {
 
     /// Host target machine; `aggressive` selects the O3 (else O2) back-end optimisation level.
     pub fn host_with(aggressive: bool) -> Result<TargetMachine, String> {
+        TargetMachine::host_in(aggressive, LLVMCodeModel::LLVMCodeModelJITDefault)
+    }
+
+    /// Host target machine for objects linked into a shared library by the system linker
+    /// (PIC, the default code model) rather than by the JIT.
+    pub fn host_for_library(aggressive: bool) -> Result<TargetMachine, String> {
+        TargetMachine::host_in(aggressive, LLVMCodeModel::LLVMCodeModelDefault)
+    }
+
+    fn host_in(aggressive: bool, code_model: LLVMCodeModel) -> Result<TargetMachine, String> {
         init_native();
         let (cpu, features) = host_cpu();
         // SAFETY: strings live across the calls; error message disposed by take_message.
@@ -491,7 +501,7 @@ impl TargetMachine {
                     LLVMCodeGenOptLevel::LLVMCodeGenLevelDefault
                 },
                 LLVMRelocMode::LLVMRelocPIC,
-                LLVMCodeModel::LLVMCodeModelJITDefault,
+                code_model,
             );
             LLVMDisposeMessage(triple);
             if raw.is_null() {

@@ -322,6 +322,62 @@ pub fn compile(k: &Kernel, opts: &CodegenOptions) -> Result<CompiledKernel, Code
     })
 }
 
+/// A kernel's machine code, before it is linked: what the JIT loads, or what `ttdb build`
+/// links into a shared library.
+struct Emitted {
+    obj: llvm::MemoryBuffer,
+    stats: CompileStats,
+    ir: Option<String>,
+    top_scratch: usize,
+}
+
+/// A kernel compiled ahead of time: a relocatable object defining `symbol`, the entry
+/// `i32 symbol(ptr bufs, ptr scratch, ptr abort, ptr rtctx)` (runtime.rs's ABI), which calls
+/// `ttdb_parallel_for` and libm functions.
+pub struct KernelObject {
+    pub symbol: String,
+    pub object: Vec<u8>,
+    /// The top-level scratch block the entry needs (64-byte aligned).
+    pub scratch_bytes: usize,
+}
+
+/// Compiles `k` to an object for the host ISA, with its entry named `symbol` (a C
+/// identifier unique in the library it goes into).
+pub fn compile_object(
+    k: &Kernel,
+    opts: &CodegenOptions,
+    symbol: &str,
+) -> Result<KernelObject, CodegenError> {
+    if symbol.is_empty()
+        || !symbol
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        || symbol.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return Err(CodegenError::Invalid(format!(
+            "`{symbol}` is not a C identifier"
+        )));
+    }
+    let t0 = Instant::now();
+    let (prepared, cost) = prepare(k, opts)?;
+    let tm =
+        TargetMachine::host_for_library(opts.aggressive_backend).map_err(CodegenError::Llvm)?;
+    let e = emit(&prepared, cost, &tm, opts, t0.elapsed(), symbol)?;
+    // SAFETY: a live LLVM memory buffer of `len()` bytes, copied before it is dropped.
+    let object = unsafe {
+        std::slice::from_raw_parts(
+            llvm_sys::core::LLVMGetBufferStart(e.obj.raw) as *const u8,
+            e.obj.len(),
+        )
+    }
+    .to_vec();
+    Ok(KernelObject {
+        symbol: symbol.to_string(),
+        object,
+        scratch_bytes: e.top_scratch,
+    })
+}
+
 fn compile_prepared(
     original: &Kernel,
     k: &Kernel,
@@ -330,7 +386,6 @@ fn compile_prepared(
     opts: &CodegenOptions,
     prepare_time: Duration,
 ) -> Result<CompiledKernel, CodegenError> {
-    let t0 = Instant::now();
     let id = KERNEL_ID.fetch_add(1, Ordering::Relaxed);
     let clean: String = k
         .name
@@ -339,6 +394,37 @@ fn compile_prepared(
         .take(40)
         .collect();
     let prefix = format!("ttdb_k{id}_{clean}");
+    let e = emit(k, cost, tm, opts, prepare_time, &prefix)?;
+    let t2 = Instant::now();
+    let code = jit::add_object(e.obj, std::slice::from_ref(&prefix), runtime::symbols)
+        .map_err(CodegenError::Llvm)?;
+    let mut stats = e.stats;
+    stats.jit_time = t2.elapsed();
+    // SAFETY: the symbol is the exported wrapper `emit` defined with exactly this signature.
+    let entry: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(code.addresses[0]) };
+    Ok(CompiledKernel {
+        kernel: original.clone(),
+        stats,
+        ir: e.ir,
+        entry,
+        scratch_bytes: e.top_scratch,
+        scratch: Mutex::new(None),
+        _code: code,
+    })
+}
+
+/// Translates prepared kernel `k` to LLVM IR with its entry named `prefix`, optimizes it and
+/// emits an object.
+fn emit(
+    k: &Kernel,
+    cost: CostEstimate,
+    tm: &TargetMachine,
+    opts: &CodegenOptions,
+    prepare_time: Duration,
+    prefix: &str,
+) -> Result<Emitted, CodegenError> {
+    let t0 = Instant::now();
+    let prefix = prefix.to_string();
     let cx = Context::new();
     let m = cx.module(&prefix);
     m.set_target(tm);
@@ -446,13 +532,8 @@ fn compile_prepared(
     let t15 = Instant::now();
     let obj = tm.emit_object(&m).map_err(CodegenError::Llvm)?;
     let t2 = Instant::now();
-    let code = jit::add_object(obj, std::slice::from_ref(&prefix), runtime::symbols)
-        .map_err(CodegenError::Llvm)?;
-    let t3 = Instant::now();
-    // SAFETY: the symbol is the exported wrapper defined above with exactly this signature.
-    let entry: KernelFn = unsafe { std::mem::transmute::<usize, KernelFn>(code.addresses[0]) };
-    Ok(CompiledKernel {
-        kernel: original.clone(),
+    Ok(Emitted {
+        obj,
         stats: CompileStats {
             vector_loops,
             scalarized_loops,
@@ -462,13 +543,10 @@ fn compile_prepared(
             translate_time: t1 - t0,
             optimize_time: t15 - t1,
             emit_time: t2 - t15,
-            jit_time: t3 - t2,
+            jit_time: Duration::ZERO,
         },
         ir,
-        entry,
-        scratch_bytes: top_scratch as usize,
-        scratch: Mutex::new(None),
-        _code: code,
+        top_scratch: top_scratch as usize,
     })
 }
 

@@ -8,9 +8,11 @@
 //! given and has one that ttdb can lower; every other kernel runs the naive default
 //! schedule, and the plan says which and why. Intermediate tensors share one arena, placed
 //! by liveness (`exec.rs`).
+mod build;
 mod exec;
 mod glue;
 
+pub use build::{build_library, BuildOptions, Built};
 pub use exec::{MemoryPlan, Workspace};
 
 use crate::tune::progress::{Progress, Silent, Work};
@@ -136,29 +138,40 @@ fn stored_schedule(
 /// Compiles the lowered kernels on every core, in run order, telling `progress` as each
 /// is done (the first error, naming its kernel, stops the rest).
 fn compile_all(
-    lowered: Vec<(Kernel, Vec<ValId>, ValId)>,
+    lowered: &[Kernel],
     plan: &[PlannedKernel],
     codegen: &CodegenOptions,
     progress: &mut dyn Progress,
-) -> Result<Vec<(CompiledKernel, Vec<ValId>, ValId)>, String> {
-    let total = lowered.len();
-    progress.start(Work::Kernels(total));
+) -> Result<Vec<CompiledKernel>, String> {
+    on_every_core(lowered.len(), plan, progress, |i| {
+        compile(&lowered[i], codegen).map_err(|e| e.to_string())
+    })
+}
+
+/// `work(0..n)` on every core, results in order; `progress` hears of each as it finishes
+/// (labelled by `plan`), and the first error, naming its kernel, stops the rest.
+fn on_every_core<T: Send>(
+    n: usize,
+    plan: &[PlannedKernel],
+    progress: &mut dyn Progress,
+    work: impl Fn(usize) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
+    progress.start(Work::Kernels(n));
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let workers = ttdb_format::host::available_cores().clamp(1, total.max(1));
-    let mut done: Vec<Option<CompiledKernel>> = (0..total).map(|_| None).collect();
-    let (tx, rx) = mpsc::channel::<(usize, Result<CompiledKernel, String>)>();
+    let workers = ttdb_format::host::available_cores().clamp(1, n.max(1));
+    let mut done: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    let (tx, rx) = mpsc::channel::<(usize, Result<T, String>)>();
     std::thread::scope(|scope| {
         for _ in 0..workers {
             let tx = tx.clone();
-            let (next, failed, lowered) = (&next, &failed, &lowered);
+            let (next, failed, work) = (&next, &failed, &work);
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total || failed.load(Ordering::Relaxed) {
+                if i >= n || failed.load(Ordering::Relaxed) {
                     break;
                 }
-                let r = compile(&lowered[i].0, codegen).map_err(|e| e.to_string());
-                if tx.send((i, r)).is_err() {
+                if tx.send((i, work(i))).is_err() {
                     break;
                 }
             });
@@ -174,17 +187,16 @@ fn compile_all(
                     first_error.get_or_insert(format!("kernel `{}` ({}): {e}", p.name, p.class));
                 }
             }
-            progress.kernel(count, total, &plan[i].name);
+            progress.kernel(count, n, &plan[i].name);
         }
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
         }
     })?;
-    Ok(lowered
+    Ok(done
         .into_iter()
-        .zip(done)
-        .map(|((_, reads, writes), k)| (k.expect("every kernel compiled"), reads, writes))
+        .map(|k| k.expect("every kernel done"))
         .collect())
 }
 
@@ -206,6 +218,50 @@ impl ModelRun {
         store: Option<&Store>,
         progress: &mut dyn Progress,
     ) -> Result<ModelRun, String> {
+        let m = ModelPlan::new(path, opts, store)?;
+        let codegen = opts.target.codegen_options();
+        let compiled = compile_all(&m.kernels, &m.plan, &codegen, progress)?;
+        Ok(ModelRun {
+            steps: compiled
+                .into_iter()
+                .zip(m.args)
+                .map(|(kernel, args)| Step { kernel, args })
+                .collect(),
+            plan: m.plan,
+            constants: m.constants,
+            inputs: m.inputs,
+            outputs: m.outputs,
+            output_copies: m.output_copies,
+            memory: m.memory,
+            filled_initializers: m.filled_initializers,
+        })
+    }
+}
+
+/// A model lowered and placed, before its kernels are compiled: what `ttdb run` compiles
+/// in process and `ttdb build` ahead of time.
+pub struct ModelPlan {
+    /// Each step's lowered kernel, in run order.
+    pub kernels: Vec<Kernel>,
+    /// Where each step's arguments live, the output last.
+    args: Vec<Vec<exec::Slot>>,
+    pub plan: Vec<PlannedKernel>,
+    constants: Vec<BufferData>,
+    pub inputs: Vec<Port>,
+    pub outputs: Vec<Port>,
+    output_copies: Vec<(usize, exec::Slot)>,
+    pub memory: MemoryPlan,
+    pub filled_initializers: usize,
+}
+
+impl ModelPlan {
+    /// Loads `path`, extracts its kernels, computes its constants, lowers every group (tuned
+    /// kernels with their chosen schedule from `store` when given) and places every tensor.
+    pub fn new(
+        path: &Path,
+        opts: &ModelRunOptions,
+        store: Option<&Store>,
+    ) -> Result<ModelPlan, String> {
         let graph = onnx::load(path, &opts.input_shapes).map_err(|e| e.to_string())?;
         let weights = read_model_weights(path, &opts.weight_limits).map_err(|e| e.to_string())?;
         let extract = Options {
@@ -218,7 +274,6 @@ impl ModelRun {
         // groups in topological order: by their output op
         let mut order: Vec<usize> = (0..ex.groups.len()).collect();
         order.sort_by_key(|&i| ex.groups[i].iter().max().copied().unwrap_or(0));
-        let codegen = opts.target.codegen_options();
         let mut lowered_all: Vec<(Kernel, Vec<ValId>, ValId)> = Vec::new();
         let mut plan = Vec::new();
         let mut constant_of: HashMap<ValId, usize> = HashMap::new();
@@ -312,7 +367,6 @@ impl ModelRun {
             });
             lowered_all.push((lowered, inputs, k.values.output));
         }
-        let compiled = compile_all(lowered_all, &plan, &codegen, progress)?;
         for &o in &g.outputs {
             let v = &g.values[o];
             if v.layout != Layout::Plain && v.shape.len() == 4 {
@@ -322,13 +376,13 @@ impl ModelRun {
                 ));
             }
         }
-        let io: Vec<exec::StepIo> = compiled
+        let io: Vec<exec::StepIo> = lowered_all
             .iter()
             .zip(&plan)
             .map(|((kernel, reads, writes), p)| exec::StepIo {
                 reads,
                 writes: *writes,
-                params: &kernel.kernel.params,
+                params: &kernel.params,
                 name: &p.name,
             })
             .collect();
@@ -343,12 +397,9 @@ impl ModelRun {
             shape: g.values[v].phys.clone(),
             dtype,
         };
-        Ok(ModelRun {
-            steps: compiled
-                .into_iter()
-                .zip(placed.args)
-                .map(|((kernel, _, _), args)| Step { kernel, args })
-                .collect(),
+        Ok(ModelPlan {
+            kernels: lowered_all.into_iter().map(|(k, _, _)| k).collect(),
+            args: placed.args,
             plan,
             constants,
             inputs: g

@@ -1,0 +1,375 @@
+/* runtime.c: what a model built by `ttdb build` needs at run time, linked into libmodel.so:
+ * the parallel launch the kernels call (`ttdb_parallel_for`, the same ABI and the same chunk
+ * boundaries as ttdb's in-process runtime, so results are bit-identical), a thread pool per
+ * model handle, the instruction-set check, and the C interface of ttdb_model.h executing
+ * the plan model.c describes. */
+#define _GNU_SOURCE
+#include "ttdb_model.h"
+#include "ttdb_plan.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+enum { STATUS_OK = 0, STATUS_ABORTED = 1, STATUS_NO_MEMORY = 2 };
+
+/* A parallel loop body: i32 body(ptr ptrs, ptr vars, i64 begin, i64 end, ptr scratch,
+ * ptr abort). */
+typedef int32_t (*body_fn)(void *const *ptrs, const int64_t *vars, int64_t begin, int64_t end,
+                           uint8_t *scratch, const int32_t *abort);
+
+struct job {
+    body_fn body;
+    void *const *ptrs;
+    const int64_t *vars;
+    int64_t extent, chunks, scratch_bytes;
+    const int32_t *abort;
+    int64_t next; /* the next chunk to claim (atomic) */
+    int32_t status; /* the worst chunk status (atomic) */
+};
+
+struct ttdb_model {
+    int threads;
+    pthread_t *workers;
+    int num_workers;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    uint64_t generation;
+    int stop, busy, in_launch;
+    struct job *job;
+    uint8_t *arena;
+    uint8_t *scratch;
+    void **args;
+    int32_t abort;
+};
+
+/* This thread's scratch block for parallel chunks, reused from launch to launch (generated
+ * code zeroes each temporary where it is allocated). Taken while chunks run, so that a
+ * nested launch run inline gets a block of its own. */
+static __thread uint8_t *chunk_block;
+static __thread size_t chunk_block_len;
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static void status_max(int32_t *status, int32_t s) {
+    int32_t cur = __atomic_load_n(status, __ATOMIC_RELAXED);
+    while (s > cur &&
+           !__atomic_compare_exchange_n(status, &cur, s, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+static void run_chunks(struct job *j) {
+    size_t need = j->scratch_bytes > 0 ? round64((size_t)j->scratch_bytes) : 0;
+    uint8_t *block = chunk_block;
+    size_t len = chunk_block_len;
+    chunk_block = NULL;
+    chunk_block_len = 0;
+    if (len < need) {
+        free(block);
+        block = aligned_alloc(64, need);
+        len = block ? need : 0;
+        if (!block) {
+            status_max(&j->status, STATUS_NO_MEMORY);
+            return;
+        }
+    }
+    for (;;) {
+        int64_t c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (c >= j->chunks)
+            break;
+        /* in 128 bits: extent * c overflows 64 for extents near its range */
+        int64_t begin = (int64_t)((__int128)j->extent * c / j->chunks);
+        int64_t end = (int64_t)((__int128)j->extent * (c + 1) / j->chunks);
+        int32_t r = j->body(j->ptrs, j->vars, begin, end, block, j->abort);
+        if (r != STATUS_OK)
+            status_max(&j->status, r);
+    }
+    if (chunk_block_len >= len) {
+        free(block);
+    } else {
+        free(chunk_block);
+        chunk_block = block;
+        chunk_block_len = len;
+    }
+}
+
+static void *worker(void *arg) {
+    struct ttdb_model *m = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (!m->stop && m->generation == seen)
+            pthread_cond_wait(&m->wake, &m->mu);
+        if (m->stop)
+            break;
+        seen = m->generation;
+        struct job *j = m->job;
+        pthread_mutex_unlock(&m->mu);
+        run_chunks(j);
+        pthread_mutex_lock(&m->mu);
+        if (--m->busy == 0)
+            pthread_cond_signal(&m->done);
+    }
+    pthread_mutex_unlock(&m->mu);
+    free(chunk_block);
+    return NULL;
+}
+
+/* Called by generated code: runs body over [0, extent) split into 4 chunks per thread,
+ * claimed in turn by the caller and the pool's workers. */
+API int32_t ttdb_parallel_for(void *rtctx, body_fn body, void *const *ptrs, const int64_t *vars,
+                              int64_t extent, int64_t scratch_bytes, const int32_t *abort) {
+    if (extent <= 0)
+        return STATUS_OK;
+    struct ttdb_model *m = rtctx;
+    int64_t chunks = m->threads <= 1 ? 1 : (int64_t)m->threads * 4;
+    if (chunks > extent)
+        chunks = extent;
+    struct job j = {body, ptrs, vars, extent, chunks, scratch_bytes, abort, 0, STATUS_OK};
+    if (m->num_workers == 0 || __atomic_load_n(&m->in_launch, __ATOMIC_RELAXED)) {
+        run_chunks(&j); /* one thread, or a launch nested in a chunk: inline */
+        return j.status;
+    }
+    __atomic_store_n(&m->in_launch, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&m->mu);
+    m->job = &j;
+    m->busy = m->num_workers;
+    m->generation++;
+    pthread_cond_broadcast(&m->wake);
+    pthread_mutex_unlock(&m->mu);
+    run_chunks(&j);
+    pthread_mutex_lock(&m->mu);
+    while (m->busy > 0)
+        pthread_cond_wait(&m->done, &m->mu);
+    pthread_mutex_unlock(&m->mu);
+    __atomic_store_n(&m->in_launch, 0, __ATOMIC_RELAXED);
+    return j.status;
+}
+
+static void say(char *error, size_t len, const char *fmt, ...) {
+    if (!error || len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error, len, fmt, ap);
+    va_end(ap);
+}
+
+/* 1 if this CPU has feature `f`, 0 if not, -1 if this runtime cannot tell. */
+static int cpu_has(const char *f) {
+    __builtin_cpu_init();
+#define CHECK(name)                                                                            \
+    if (!strcmp(f, name))                                                                      \
+        return __builtin_cpu_supports(name) != 0;
+    CHECK("popcnt") CHECK("sse3") CHECK("ssse3") CHECK("sse4.1") CHECK("sse4.2") CHECK("avx")
+    CHECK("avx2") CHECK("fma") CHECK("f16c") CHECK("bmi") CHECK("bmi2") CHECK("avx512f")
+    CHECK("avx512vl") CHECK("avx512bw") CHECK("avx512dq") CHECK("avx512cd")
+    CHECK("avx512vnni") CHECK("avx512ifma") CHECK("avx512vbmi") CHECK("avx512vbmi2")
+    CHECK("avx512bf16") CHECK("avx512bitalg") CHECK("avx512vpopcntdq") CHECK("avxvnni")
+#undef CHECK
+    return -1;
+}
+
+/* Whether `f` is an entry of the comma-separated `list`. */
+static int listed(const char *list, const char *f) {
+    size_t n = strlen(f);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, f, n))
+            return 1;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+API const char *ttdb_model_isa(void) { return ttdb_model_plan.isa; }
+
+API void ttdb_model_close(ttdb_model *m) {
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = 1;
+    pthread_cond_broadcast(&m->wake);
+    pthread_mutex_unlock(&m->mu);
+    for (int i = 0; i < m->num_workers; i++)
+        pthread_join(m->workers[i], NULL);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->wake);
+    pthread_cond_destroy(&m->done);
+    free(m->workers);
+    free(m->arena);
+    free(m->scratch);
+    free(m->args);
+    free(m);
+}
+
+API ttdb_model *ttdb_model_open(int threads, const char *host_isa, char *error,
+                                size_t error_len) {
+    const struct ttdb_plan *p = &ttdb_model_plan;
+    /* before anything runs: a kernel compiled for an extension this host lacks would die of
+     * SIGILL */
+    for (int i = 0; i < p->num_features; i++) {
+        const char *f = p->features[i];
+        int has = host_isa ? listed(host_isa, f) : cpu_has(f);
+        if (has == 0) {
+            say(error, error_len,
+                "this library was compiled for %s; the host lacks `%s` (host: %s)", p->isa, f,
+                host_isa ? host_isa : "this CPU");
+            return NULL;
+        }
+    }
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    ttdb_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        say(error, error_len, "out of memory");
+        return NULL;
+    }
+    m->threads = threads;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->wake, NULL);
+    pthread_cond_init(&m->done, NULL);
+    uint64_t scratch = 0;
+    int32_t max_args = 1;
+    for (int i = 0; i < p->num_steps; i++) {
+        if (p->steps[i].scratch_bytes > scratch)
+            scratch = p->steps[i].scratch_bytes;
+        if (p->steps[i].num_args > max_args)
+            max_args = p->steps[i].num_args;
+    }
+    m->arena = p->arena_bytes ? aligned_alloc(64, round64(p->arena_bytes)) : NULL;
+    m->scratch = scratch ? aligned_alloc(64, round64(scratch)) : NULL;
+    m->args = calloc((size_t)max_args, sizeof(void *));
+    m->workers = calloc((size_t)threads, sizeof(pthread_t));
+    if ((p->arena_bytes && !m->arena) || (scratch && !m->scratch) || !m->args || !m->workers) {
+        ttdb_model_close(m);
+        say(error, error_len, "out of memory for the %llu byte arena",
+            (unsigned long long)p->arena_bytes);
+        return NULL;
+    }
+    if (m->arena)
+        memset(m->arena, 0, round64(p->arena_bytes));
+    if (m->scratch)
+        memset(m->scratch, 0, round64(scratch));
+    for (int i = 0; i + 1 < threads; i++) {
+        if (pthread_create(&m->workers[i], NULL, worker, m) != 0)
+            break;
+        m->num_workers++;
+    }
+    return m;
+}
+
+static const struct ttdb_port *port(const struct ttdb_port *ports, int n, int i) {
+    return i >= 0 && i < n ? &ports[i] : NULL;
+}
+#define IN(i) port(ttdb_model_plan.inputs, ttdb_model_plan.num_inputs, i)
+#define OUT(i) port(ttdb_model_plan.outputs, ttdb_model_plan.num_outputs, i)
+
+API int ttdb_model_num_inputs(const ttdb_model *m) {
+    (void)m;
+    return ttdb_model_plan.num_inputs;
+}
+API int ttdb_model_num_outputs(const ttdb_model *m) {
+    (void)m;
+    return ttdb_model_plan.num_outputs;
+}
+API const char *ttdb_model_input_name(const ttdb_model *m, int i) {
+    (void)m;
+    return IN(i) ? IN(i)->name : NULL;
+}
+API int ttdb_model_input_rank(const ttdb_model *m, int i) {
+    (void)m;
+    return IN(i) ? IN(i)->rank : 0;
+}
+API const int64_t *ttdb_model_input_shape(const ttdb_model *m, int i) {
+    (void)m;
+    return IN(i) ? IN(i)->shape : NULL;
+}
+API int ttdb_model_input_dtype(const ttdb_model *m, int i) {
+    (void)m;
+    return IN(i) ? IN(i)->dtype : 0;
+}
+API size_t ttdb_model_input_bytes(const ttdb_model *m, int i) {
+    (void)m;
+    return IN(i) ? (size_t)IN(i)->bytes : 0;
+}
+API const char *ttdb_model_output_name(const ttdb_model *m, int i) {
+    (void)m;
+    return OUT(i) ? OUT(i)->name : NULL;
+}
+API int ttdb_model_output_rank(const ttdb_model *m, int i) {
+    (void)m;
+    return OUT(i) ? OUT(i)->rank : 0;
+}
+API const int64_t *ttdb_model_output_shape(const ttdb_model *m, int i) {
+    (void)m;
+    return OUT(i) ? OUT(i)->shape : NULL;
+}
+API int ttdb_model_output_dtype(const ttdb_model *m, int i) {
+    (void)m;
+    return OUT(i) ? OUT(i)->dtype : 0;
+}
+API size_t ttdb_model_output_bytes(const ttdb_model *m, int i) {
+    (void)m;
+    return OUT(i) ? (size_t)OUT(i)->bytes : 0;
+}
+
+static void *address(ttdb_model *m, struct ttdb_slot s, const void *const *inputs,
+                     void *const *outputs) {
+    switch (s.kind) {
+    case TTDB_SLOT_INPUT:
+        return (void *)inputs[s.index]; /* read only: kernels never store to inputs */
+    case TTDB_SLOT_CONSTANT:
+        return (void *)(ttdb_model_plan.weights + s.offset); /* read only, as above */
+    case TTDB_SLOT_ARENA:
+        return m->arena + s.offset;
+    default:
+        return outputs[s.index];
+    }
+}
+
+API int ttdb_model_run(ttdb_model *m, const void *const *inputs, void *const *outputs,
+                       char *error, size_t error_len) {
+    const struct ttdb_plan *p = &ttdb_model_plan;
+    if (!m || (p->num_inputs && !inputs) || (p->num_outputs && !outputs)) {
+        say(error, error_len, "ttdb_model_run: a NULL model, inputs or outputs");
+        return -1;
+    }
+    for (int i = 0; i < p->num_inputs; i++)
+        if (!inputs[i] && p->inputs[i].bytes) {
+            say(error, error_len, "input %d (`%s`) is NULL", i, p->inputs[i].name);
+            return -1;
+        }
+    for (int k = 0; k < p->num_outputs; k++)
+        if (!outputs[k] && p->outputs[k].bytes) {
+            say(error, error_len, "output %d (`%s`) is NULL", k, p->outputs[k].name);
+            return -1;
+        }
+    for (int i = 0; i < p->num_steps; i++) {
+        const struct ttdb_step *s = &p->steps[i];
+        for (int a = 0; a < s->num_args; a++)
+            m->args[a] = address(m, s->args[a], inputs, outputs);
+        int32_t status = s->kernel(m->args, m->scratch, &m->abort, m);
+        if (status != STATUS_OK) {
+            say(error, error_len, "step %d (`%s`) failed with status %d%s", i, s->name,
+                (int)status, status == STATUS_NO_MEMORY ? " (out of memory)" : "");
+            return status;
+        }
+    }
+    for (int c = 0; c < p->num_copies; c++) {
+        const struct ttdb_copy *cp = &p->copies[c];
+        memcpy(outputs[cp->output], address(m, cp->from, inputs, outputs),
+               (size_t)p->outputs[cp->output].bytes);
+    }
+    return 0;
+}

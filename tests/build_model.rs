@@ -1,0 +1,237 @@
+//! `ttdb build`: ResNet-18 with stored schedules compiled into DIR/libmodel.so, run by the C
+//! example in a clean environment, must give exactly `ttdb run`'s bytes; the library
+//! refuses to open on a host without the ISA it was compiled for.
+mod common;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn ttdb(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A command with nothing of ttdb's, LLVM's or Rust's environment: PATH only, and
+/// LD_LIBRARY_PATH holding only `lib_dir`.
+fn clean(program: &Path, lib_dir: &Path, cwd: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .current_dir(cwd);
+    c
+}
+
+#[test]
+fn a_built_resnet18_runs_without_ttdb_and_matches_ttdb_run_bytewise() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let db = db.to_str().unwrap();
+    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    ok(&ttdb(&[
+        "--db",
+        db,
+        "import",
+        log.to_str().unwrap(),
+        "--json",
+    ]));
+    let model = common::corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
+    let model = model.to_str().unwrap();
+    let out = dir.path().join("lib");
+    let report: Value = serde_json::from_str(&ok(&ttdb(&[
+        "--db",
+        db,
+        "build",
+        model,
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(report["built"]["kernels"], 43, "{report}");
+    assert!(
+        report["stored_schedules"].as_u64().unwrap() >= 12,
+        "{report}"
+    );
+    let lib = out.join("libmodel.so");
+    assert!(lib.exists() && out.join("ttdb_model.h").exists());
+    // only the library and its header: the build's scratch folder is gone
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["libmodel.so", "ttdb_model.h"]);
+
+    // no LLVM, no Rust runtime: the library needs libc (and libm) only
+    let ldd = String::from_utf8_lossy(&Command::new("ldd").arg(&lib).output().unwrap().stdout)
+        .into_owned();
+    assert!(!ldd.to_lowercase().contains("llvm"), "{ldd}");
+    for line in ldd.lines() {
+        let l = line.trim();
+        assert!(
+            ["linux-vdso", "libc.so", "libm.so", "ld-linux", "libpthread"]
+                .iter()
+                .any(|ok| l.starts_with(ok) || l.contains(&format!("/{ok}"))),
+            "unexpected dependency: {l}\n{ldd}"
+        );
+    }
+
+    // the C example, compiled against the library, in a folder away from the source tree
+    let run_dir = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/run_model.c");
+    let exe = run_dir.path().join("run_model");
+    let cc = Command::new("cc")
+        .arg(&example)
+        .arg("-I")
+        .arg(&out)
+        .arg("-L")
+        .arg(&out)
+        .args(["-lmodel", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    ok(&cc);
+
+    // one input, as .npy for ttdb run and raw for the example
+    let x: Vec<f32> = ttdb::onnx::fill::input_floats("a built model's input", 3 * 224 * 224);
+    let npy = ttdb::npy::Array::from_f32(vec![1, 3, 224, 224], &x).unwrap();
+    let input_npy = dir.path().join("x.npy");
+    std::fs::write(&input_npy, ttdb::npy::write(&npy)).unwrap();
+    std::fs::write(run_dir.path().join("x.bin"), &npy.data).unwrap();
+    let run_out = dir.path().join("run");
+    ok(&ttdb(&[
+        "--db",
+        db,
+        "run",
+        model,
+        "--input",
+        &format!("input={}", input_npy.display()),
+        "-o",
+        run_out.to_str().unwrap(),
+    ]));
+    let want = ttdb::npy::read(&std::fs::read(run_out.join("output.npy")).unwrap()).unwrap();
+
+    let o = clean(&exe, &out, run_dir.path())
+        .arg("x.bin")
+        .output()
+        .unwrap();
+    let printed = ok(&o);
+    assert!(printed.starts_with("output [1, 1000]:"), "{printed}");
+    let got = std::fs::read(run_dir.path().join("output0.bin")).unwrap();
+    assert_eq!(got.len(), want.data.len());
+    assert!(
+        got == want.data,
+        "libmodel.so's output differs from ttdb run's"
+    );
+
+    // the example refuses a short input file instead of reading past it
+    std::fs::write(run_dir.path().join("short.bin"), [0u8; 12]).unwrap();
+    let o = clean(&exe, &out, run_dir.path())
+        .arg("short.bin")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected exactly 602112 bytes"));
+}
+
+/// A small C program that opens the library as a host with only `host_isa` would.
+const OPEN_AS: &str = r#"
+#include "ttdb_model.h"
+#include <stdio.h>
+int main(int argc, char **argv) {
+    char error[512] = "";
+    ttdb_model *m = ttdb_model_open(1, argc > 1 ? argv[1] : NULL, error, sizeof error);
+    if (!m) { printf("refused: %s\n", error); return 3; }
+    printf("opened: %s\n", ttdb_model_isa());
+    ttdb_model_close(m);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_library_refuses_to_open_on_a_host_without_its_isa() {
+    // any model carries the ISA record; alexnet builds in seconds
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::corpus_dir().join("onnx/torchvision_graph_only/alexnet.onnx");
+    let out = dir.path().join("lib");
+    let report: Value = serde_json::from_str(&ok(&ttdb(&[
+        "build",
+        model.to_str().unwrap(),
+        "--naive",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ])))
+    .unwrap();
+    let required: Vec<String> = report["built"]["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    // every x86-64 host ttdb targets has at least SSE2; the widest vector ISA is what a
+    // lesser host lacks
+    let widest = ["avx512f", "avx2", "avx", "sse4.2"]
+        .into_iter()
+        .find(|f| required.iter().any(|r| r == f))
+        .unwrap_or_else(|| panic!("no vector ISA among {required:?}"));
+    let src = dir.path().join("open_as.c");
+    std::fs::write(&src, OPEN_AS).unwrap();
+    let exe = dir.path().join("open_as");
+    ok(&Command::new("cc")
+        .arg(&src)
+        .arg("-I")
+        .arg(&out)
+        .arg("-L")
+        .arg(&out)
+        .args(["-lmodel", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap());
+    // this CPU: opens
+    let o = clean(&exe, &out, dir.path()).output().unwrap();
+    assert!(ok(&o).starts_with("opened: "));
+    // a host fingerprint with everything but the widest vector ISA: refused, naming it
+    let lesser: Vec<&str> = required
+        .iter()
+        .map(String::as_str)
+        .filter(|f| *f != widest && !f.starts_with("avx512"))
+        .collect();
+    let o = clean(&exe, &out, dir.path())
+        .arg(lesser.join(","))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{said}");
+    // every AVX-512 extension is gone too: the first one checked is named
+    let missing = if widest.starts_with("avx512") {
+        "avx512"
+    } else {
+        widest
+    };
+    assert!(
+        said.contains("refused: this library was compiled for")
+            && said.contains(&format!("the host lacks `{}", missing)),
+        "{said}"
+    );
+    // the full fingerprint opens
+    let o = clean(&exe, &out, dir.path())
+        .arg(required.join(","))
+        .output()
+        .unwrap();
+    assert!(ok(&o).starts_with("opened: "));
+}
