@@ -36,6 +36,7 @@ fn the_arena_is_smaller_than_the_tensors_and_reruns_give_identical_outputs() {
         extract: Options::default().with_default_tophub().unwrap(),
         target: Target::detect(),
         weight_limits: Default::default(),
+        naive: false,
     };
     let run = ModelRun::load(&mnasnet(), &opts, None).unwrap();
     let m = &run.memory;

@@ -45,6 +45,7 @@ fn worst_error(model: &str, layout: LayoutMode) -> f64 {
         extract: Options::default().with_default_tophub().unwrap(),
         target: Target::detect(),
         weight_limits: Default::default(),
+        naive: false,
     };
     let run =
         ModelRun::load(&path, &opts, None).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
@@ -127,6 +128,7 @@ fn glue_ttdb_cannot_build_yet_is_refused_naming_the_op_and_node() {
         extract: Options::default().with_default_tophub().unwrap(),
         target: Target::detect(),
         weight_limits: Default::default(),
+        naive: false,
     };
     let e = ModelRun::load(&path, &opts, None)
         .err()
@@ -295,6 +297,7 @@ fn gemm_beta_scales_its_bias() {
         extract: Options::default(),
         target: Target::detect(),
         weight_limits: Default::default(),
+        naive: false,
     };
     let run = ModelRun::load(&path, &opts, None).unwrap();
     let x = fill::input_floats("x", 8);

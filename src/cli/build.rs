@@ -14,7 +14,7 @@ pub struct BuildArgs {
     /// The folder for libmodel.so and ttdb_model.h (created if missing).
     #[arg(long, short = 'o')]
     pub output_dir: PathBuf,
-    /// Compile every kernel with its naive default schedule, without reading the database.
+    /// Compile every kernel on the naive loop nest, without reading the database.
     #[arg(long)]
     pub naive: bool,
     /// The C compiler that links the library (default: $CC, else `cc`).
@@ -30,7 +30,7 @@ pub fn build(db: &Option<PathBuf>, args: &BuildArgs) -> CliResult {
     if let Some(n) = &note {
         eprintln!("note: {n}");
     }
-    let opts = run_options(&args.model)?;
+    let opts = run_options(&args.model, args.naive)?;
     let t0 = Instant::now();
     let plan = ModelPlan::new(&args.model.model, &opts, store.as_ref())
         .map_err(|e| fail(format!("{}: {e}", args.model.model.display())))?;

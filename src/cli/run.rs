@@ -26,7 +26,7 @@ pub struct RunArgs {
     /// Where to write each output as NAME.npy (created if missing).
     #[arg(long, short = 'o', default_value = ".")]
     pub output_dir: PathBuf,
-    /// Run every kernel with its naive default schedule, without reading the database.
+    /// Run every kernel on the naive loop nest, without reading the database (a baseline).
     #[arg(long)]
     pub naive: bool,
     /// After the run that writes the outputs, time N more runs on the same input and print
@@ -279,7 +279,7 @@ pub(super) fn store_for(
             return Ok((
                 None,
                 Some(format!(
-                    "no database at {} (the default): every kernel runs its naive schedule",
+                    "no database at {} (the default): every kernel runs its default schedule",
                     path.display()
                 )),
             ));
@@ -290,7 +290,7 @@ pub(super) fn store_for(
 }
 
 /// What `run` and `build` load a model with.
-pub(super) fn run_options(model: &ModelArgs) -> Result<ModelRunOptions, CliError> {
+pub(super) fn run_options(model: &ModelArgs, naive: bool) -> Result<ModelRunOptions, CliError> {
     let layout = model.layouts(false)?[0];
     let (_, extract) = model.load()?;
     let input_shapes = model
@@ -304,6 +304,7 @@ pub(super) fn run_options(model: &ModelArgs) -> Result<ModelRunOptions, CliError
         extract,
         target: super::machine().target.clone(),
         weight_limits: Default::default(),
+        naive,
     })
 }
 
@@ -318,7 +319,7 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     if let Some(n) = &note {
         eprintln!("note: {n}");
     }
-    let opts = run_options(&args.model)?;
+    let opts = run_options(&args.model, args.naive)?;
     let layout = opts.layout;
     let t0 = Instant::now();
     let mut bar = CompileBar(None);
@@ -382,9 +383,10 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
         .map(|p| {
             let (schedule, why) = match &p.schedule {
                 Schedule::Stored(source) => (format!("stored: {source}"), None),
-                Schedule::Naive(why) => ("naive".to_string(), why.clone()),
+                Schedule::Default(why) => ("default".to_string(), why.clone()),
+                Schedule::Naive(why) => ("naive".to_string(), Some(why.clone())),
             };
-            serde_json::json!({"name": p.name, "class": p.class, "anchored": p.anchored, "schedule": schedule, "naive_because": why})
+            serde_json::json!({"name": p.name, "class": p.class, "anchored": p.anchored, "schedule": schedule, "because": why})
         })
         .collect();
     let stored = model
@@ -395,7 +397,7 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     let tuned_naive = model
         .plan
         .iter()
-        .filter(|p| matches!(&p.schedule, Schedule::Naive(Some(_))))
+        .filter(|p| p.anchored && !matches!(&p.schedule, Schedule::Stored(_)))
         .count();
     let anchored_ms: f64 = steps
         .iter()
@@ -438,16 +440,20 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
         );
     }
     println!(
-        "{}: {} kernels, layout {}; {stored} with a stored schedule, {tuned_naive} tuned kernels on the naive schedule, the rest glue (naive)",
+        "{}: {} kernels, layout {}; {stored} with a stored schedule, {tuned_naive} tunable kernels without one, the rest glue",
         args.model.model.display(),
         steps.len(),
         layout.as_str()
     );
     for p in &model.plan {
-        if let Schedule::Naive(Some(why)) = &p.schedule {
-            if store.is_some() {
-                println!("  naive: {} ({}): {why}", p.name, p.class);
+        match &p.schedule {
+            Schedule::Default(Some(why)) if store.is_some() => {
+                println!("  default: {} ({}): {why}", p.name, p.class)
             }
+            Schedule::Naive(why) if !args.naive => {
+                println!("  naive: {} ({}): {why}", p.name, p.class)
+            }
+            _ => {}
         }
     }
     let mb = |b: usize| b as f64 / (1 << 20) as f64;

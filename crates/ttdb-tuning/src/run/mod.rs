@@ -9,6 +9,7 @@
 //! schedule, and the plan says which and why. Intermediate tensors share one arena, placed
 //! by liveness (`exec.rs`).
 mod build;
+mod default_schedule;
 mod exec;
 mod glue;
 
@@ -44,6 +45,8 @@ pub struct ModelRunOptions {
     pub extract: Options,
     pub target: Target,
     pub weight_limits: WeightLimits,
+    /// Every kernel on the naive loop nest (no stored or default schedule): a baseline.
+    pub naive: bool,
 }
 
 /// Where a kernel's schedule came from.
@@ -51,8 +54,11 @@ pub struct ModelRunOptions {
 pub enum Schedule {
     /// A stored record (its source, e.g. `resnet_18.best.json:3`).
     Stored(String),
-    /// The naive default schedule, and why no stored one ran (None: a glue kernel).
-    Naive(Option<String>),
+    /// ttdb's default schedule (`default_schedule.rs`), and why no stored one ran (None: a
+    /// glue kernel, never tuned).
+    Default(Option<String>),
+    /// The naive loop nest: asked for, or the default schedule did not lower (why).
+    Naive(String),
 }
 
 /// One kernel of the plan, as `ttdb run` reports it.
@@ -336,28 +342,43 @@ impl ModelPlan {
                         .ok_or_else(|| err(format!("kernel `{}`: placeholder `{name}`", k.name)))?,
                 );
             }
-            // the stored schedule if it lowers here, else the naive one, saying why
-            let naive = |dag: &ttdb_algo::ir::Dag| {
-                lower_default(dag).map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))
+            // the stored schedule if it lowers here, else the default one, saying why
+            let fallback = |why: Option<String>| -> Result<(Kernel, Schedule), String> {
+                let naive = || {
+                    lower_default(&dag)
+                        .map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))
+                };
+                if opts.naive {
+                    return Ok((naive()?, Schedule::Naive("--naive".into())));
+                }
+                let steps = default_schedule::default_steps(&dag, opts.target.lanes() as i64);
+                let named = LowerOptions {
+                    name: "default".into(),
+                    ..LowerOptions::default()
+                };
+                match lower_steps(&dag, &steps, &named) {
+                    Ok(l) => Ok((l, Schedule::Default(why))),
+                    Err(e) => Ok((
+                        naive()?,
+                        Schedule::Naive(format!(
+                            "{}the default schedule does not lower: {e}",
+                            why.map(|w| format!("{w}; ")).unwrap_or_default()
+                        )),
+                    )),
+                }
             };
             let (lowered, schedule) = match stored {
                 Some(Ok((_, record, source))) => {
                     match lower_steps(&dag, &record.steps, &LowerOptions::default()) {
                         Ok(l) => (l, Schedule::Stored(source)),
-                        Err(e) => (
-                            naive(&dag)?,
-                            Schedule::Naive(Some(format!(
-                                "its stored schedule ({source}) does not lower: {e}"
-                            ))),
-                        ),
+                        Err(e) => fallback(Some(format!(
+                            "its stored schedule ({source}) does not lower: {e}"
+                        )))?,
                     }
                 }
-                Some(Err(why)) => (naive(&dag)?, Schedule::Naive(Some(why))),
-                None if k.is_tuned() => (
-                    naive(&dag)?,
-                    Schedule::Naive(Some("no database given".into())),
-                ),
-                None => (naive(&dag)?, Schedule::Naive(None)),
+                Some(Err(why)) => fallback(Some(why))?,
+                None if k.is_tuned() => fallback(Some("no database given".into()))?,
+                None => fallback(None)?,
             };
             plan.push(PlannedKernel {
                 name: k.name.clone(),
