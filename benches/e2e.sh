@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# End-to-end latency of whole models, ttdb against onnxruntime, side by side in one run on
+# the same thread count. Per model: `ttdb tune MODEL --trials N` from an empty database
+# (skipped with --trials 0: default schedules only), then `ttdb run --repeat R` on that
+# database, then onnxruntime (benches/ort_model.py). Prints the host, then per model: ttdb's
+# end-to-end median and p90, its kernel sum split into tuned kernels and glue, the glue's
+# share, the arena against the sum of intermediates, onnxruntime's median and the ratio
+# onnxruntime / ttdb (above 1: ttdb is faster). Needs `pip install onnx onnxruntime`;
+# outside CI.
+#   benches/e2e.sh [--trials N] [--repeat R] [--threads T] [MODEL.onnx ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trials=2000 repeat=50 threads=$(nproc)
+while [[ "${1:-}" == --* ]]; do
+    case $1 in
+        --trials) trials=$2 ;;
+        --repeat) repeat=$2 ;;
+        --threads) threads=$2 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+corpus=../shared/corpus/onnx
+models=("$@")
+if [[ ${#models[@]} -eq 0 ]]; then
+    for m in torchvision_graph_only/resnet18 torchvision_graph_only/resnet50 \
+             torchvision_graph_only/mobilenet_v2 torchvision_more/mobilenet_v3_small \
+             torchvision_more/regnet_y_400mf torchvision_more/efficientnet_b1 \
+             torchvision_more/convnext_tiny torchvision_more/vit_b_16 transformers/distilbert_like; do
+        models+=("$corpus/$m.onnx")
+    done
+fi
+cargo build --release --quiet
+ttdb=target/release/ttdb
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat; $(date -u +%F)"
+printf '%-22s %9s %9s %10s %9s %6s %14s %10s %8s\n' model "e2e ms" "p90 ms" "tuned ms" "glue ms" glue% "arena/sum MiB" "onnxrt ms" "ort/ttdb"
+for m in "${models[@]}"; do
+    name=$(basename "$m" .onnx)
+    db=$(mktemp -d)/e2e.db
+    if [[ $trials -gt 0 ]]; then
+        $ttdb --db "$db" tune "$m" --trials "$trials" --json >/dev/null
+    fi
+    dbargs=()
+    [[ -f $db ]] && dbargs=(--db "$db")
+    if ! out=$($ttdb "${dbargs[@]}" run "$m" --deterministic-inputs --repeat "$repeat" \
+                 --threads "$threads" --json -o "$(dirname "$db")" 2>&1); then
+        printf '%-22s %s\n' "$name" "ttdb run refused: $(printf '%s' "$out" | tail -1 | cut -c1-120)"
+        continue
+    fi
+    ort=$(python3 benches/ort_model.py "$m" "$threads" | cut -d' ' -f1)
+    printf '%s' "$out" | python3 -c '
+import json, sys
+name, ort = sys.argv[1], float(sys.argv[2])
+r = json.load(sys.stdin)
+t, m = r["repeat"], r["memory"]
+mib = lambda b: b / 2**20
+print(f"{name:<22} {t[\"median_ms\"]:>9.2f} {t[\"p90_ms\"]:>9.2f} {t[\"anchored_ms\"]:>10.2f} {t[\"glue_ms\"]:>9.2f} "
+      f"{100*t[\"glue_share\"]:>5.1f}% {mib(m[\"arena_bytes\"]):>6.1f}/{mib(m[\"intermediates_bytes\"]):<7.1f} "
+      f"{ort:>10.2f} {ort/t[\"median_ms\"]:>7.2f}x")' "$name" "$ort"
+done
