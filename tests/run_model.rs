@@ -119,23 +119,61 @@ matches_onnxruntime! {
     mobilenet_v3_small_matches_onnxruntime: "mobilenet_v3_small",
 }
 
+/// CNNs whose glue needed more than element-wise ops and layout transforms, in both data
+/// layouts: channel concatenation (along the block axis in NCHWc, the last axis in NHWC),
+/// and BatchNormalizations left unfolded after a concatenate (densenet).
+/// One test per layout (`<model>_matches_onnxruntime::nchwc`, `::nhwc`), so they run apart.
+macro_rules! matches_onnxruntime_in_both_layouts {
+    ($($test:ident: $model:literal),* $(,)?) => {$(
+        mod $test {
+            use super::*;
+
+            #[test]
+            fn nchwc() {
+                let e = worst_error($model, LayoutMode::Nchwc);
+                assert!(e < TOLERANCE, "{} NCHWc: {e:.3e}", $model);
+            }
+
+            #[test]
+            fn nhwc() {
+                let e = worst_error($model, LayoutMode::Nhwc);
+                assert!(e < TOLERANCE, "{} NHWC: {e:.3e}", $model);
+            }
+        }
+    )*};
+}
+
+matches_onnxruntime_in_both_layouts! {
+    densenet121_matches_onnxruntime: "densenet121",
+    googlenet_matches_onnxruntime: "googlenet",
+    squeezenet1_0_matches_onnxruntime: "squeezenet1_0",
+}
+
 #[test]
 fn glue_ttdb_cannot_build_yet_is_refused_naming_the_op_and_node() {
-    let path = common::corpus_dir().join("onnx/torchvision_graph_only/googlenet.onnx");
+    use ttdb_testkit::onnx_model::ModelBuilder;
+    let mut b = ModelBuilder::new("tiled", 18);
+    b.input("x", &[1, 4]);
+    b.int64s("repeats", &[2, 1]);
+    b.node("Tile", "/tile/Tile", &["x", "repeats"], &["y"], vec![]);
+    b.output("y");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiled.onnx");
+    std::fs::write(&path, b.encode()).unwrap();
     let opts = ModelRunOptions {
         layout: LayoutMode::Nchwc,
         input_shapes: vec![],
-        extract: Options::default().with_default_tophub().unwrap(),
+        extract: Options::default(),
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
     };
     let e = ModelRun::load(&path, &opts, None)
         .err()
-        .expect("googlenet has concatenate glue");
+        .expect("tile has no glue builder");
     assert!(
-        e.contains("`concatenate`")
-            && e.contains("/inception3a/Concat")
+        e.contains("`tile`")
+            && e.contains("/tile/Tile")
             && e.contains("not something ttdb run executes yet"),
         "{e}"
     );

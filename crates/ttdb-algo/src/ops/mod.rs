@@ -8,6 +8,7 @@
 //! `recognize::candidates` lists in the order it tries them. Multi-op activations are rows
 //! of [`activation`].
 pub mod activation;
+pub mod concat;
 pub mod conv2d;
 pub mod conv2d_nchwc;
 pub mod dense;

@@ -183,6 +183,12 @@ impl<'a> Folder<'a> {
                         .collect(),
                 ))
             }
+            Recipe::BnScale { scale, var, eps } => Ok(Values::F32(
+                factor(scale, var, *eps)?
+                    .into_iter()
+                    .map(|f| f as f32)
+                    .collect(),
+            )),
             Recipe::BnBias {
                 bias,
                 scale,

@@ -138,10 +138,22 @@ fn a_folded_batchnorm_gives_the_weight_and_bias_of_conv_then_bn() {
             eps: 1.0,
         },
     );
+    g.recipes.insert(
+        "inference_scale".into(),
+        Recipe::BnScale {
+            scale: "s".into(),
+            var: "v".into(),
+            eps: 1.0,
+        },
+    );
     let og = OpGraph::default();
     let f = Folder::new(&g, &og, &w);
     // channel 0: factor 1/sqrt(4) = 0.5; channel 1: 2/sqrt(1) = 2
     assert_eq!(f.tensor("fw").unwrap(), Values::F32(vec![1.0, 6.0]));
+    assert_eq!(
+        f.tensor("inference_scale").unwrap(),
+        Values::F32(vec![0.5, 2.0])
+    );
     assert_eq!(
         f.tensor("fb").unwrap(),
         Values::F32(vec![(0.0 - 1.0) * 0.5 + 0.5, -0.5])

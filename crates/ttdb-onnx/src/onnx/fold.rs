@@ -4,6 +4,9 @@
 //!   (SimplifyInference + FoldScaleAxis + FoldConstant: the BN scale goes into the weights,
 //!   the shift becomes / is added to the conv bias). Only when the conv output feeds the BN
 //!   alone; other BNs stay and are lowered to `multiply` + `add`.
+//! * [`simplify_batchnorms`]: a BN left after that is `x * scale' + shift'` with Relay's
+//!   SimplifyInference constants, `scale' = scale / sqrt(var + eps)` and
+//!   `shift' = shift - mean * scale'`: new tensors whose recipes compute them from the BN's.
 //! * [`remove_identities`]: `Identity` and inference-mode `Dropout` are pass-throughs.
 use super::graph::{dtype, Graph, Recipe, TensorInfo};
 
@@ -100,6 +103,64 @@ pub fn fold_batchnorm(g: &mut Graph) -> usize {
         folded += 1;
     }
     folded
+}
+
+/// Points every `BatchNormalization`'s scale and shift inputs at its SimplifyInference
+/// constants (new tensors with a [`Recipe`]), so that lowering it as `x * scale + shift`
+/// computes the normalization. Run after [`fold_batchnorm`]. Returns how many were changed.
+pub fn simplify_batchnorms(g: &mut Graph) -> usize {
+    let mut changed = 0;
+    for i in 0..g.nodes.len() {
+        let bn = &g.nodes[i];
+        if bn.op_type != "BatchNormalization" || bn.inputs.len() < 5 {
+            continue;
+        }
+        let input = |k: usize| bn.input(k).unwrap_or_default().to_string();
+        let (scale, shift, mean, var) = (input(1), input(2), input(3), input(4));
+        let constant = |n: &str| g.tensor(n).is_some_and(|t| t.constant);
+        if ![&scale, &shift, &mean, &var].iter().all(|n| constant(n)) {
+            continue;
+        }
+        let Some(channels) = g.shape(&scale).map(<[i64]>::to_vec) else {
+            continue;
+        };
+        let eps = bn.float("epsilon").map_or(1e-5, f64::from);
+        let (new_scale, new_shift) = (
+            format!("{}::inference_scale", bn.name),
+            format!("{}::inference_shift", bn.name),
+        );
+        for name in [&new_scale, &new_shift] {
+            g.tensors.insert(
+                name.clone(),
+                TensorInfo::constant(channels.clone(), dtype::FLOAT, None),
+            );
+        }
+        g.recipes.insert(
+            new_scale.clone(),
+            Recipe::BnScale {
+                scale: scale.clone(),
+                var: var.clone(),
+                eps,
+            },
+        );
+        // BnBias without a conv bias is exactly `shift - mean * scale'`
+        g.recipes.insert(
+            new_shift.clone(),
+            Recipe::BnBias {
+                bias: None,
+                scale,
+                shift,
+                mean,
+                var,
+                eps,
+            },
+        );
+        let bn = &mut g.nodes[i];
+        bn.inputs[1] = new_scale;
+        bn.inputs[2] = new_shift;
+        changed += 1;
+    }
+    changed
 }
 
 /// Removes `Identity` and `Dropout` nodes (inference), rewiring their readers to the input.
@@ -258,6 +319,34 @@ mod tests {
         let mut g = conv_bn_graph(true, false);
         assert_eq!(fold_batchnorm(&mut g), 0);
         assert!(g.nodes.iter().any(|n| n.op_type == "BatchNormalization"));
+    }
+
+    /// A BN whose conv output is read elsewhere stays, reading SimplifyInference constants
+    /// computed from its own parameters.
+    #[test]
+    fn an_unfolded_batchnorm_reads_its_inference_scale_and_shift() {
+        let mut g = conv_bn_graph(true, false);
+        assert_eq!(fold_batchnorm(&mut g), 0);
+        assert_eq!(simplify_batchnorms(&mut g), 1);
+        let bn = g
+            .nodes
+            .iter()
+            .find(|n| n.op_type == "BatchNormalization")
+            .unwrap();
+        assert_eq!(
+            bn.inputs,
+            ["c", "bn::inference_scale", "bn::inference_shift", "m", "v"]
+        );
+        assert!(matches!(
+            &g.recipes["bn::inference_scale"],
+            Recipe::BnScale { scale, var, .. } if scale == "g" && var == "v"
+        ));
+        assert!(matches!(
+            &g.recipes["bn::inference_shift"],
+            Recipe::BnBias { bias: None, shift, mean, .. } if shift == "b" && mean == "m"
+        ));
+        assert_eq!(g.shape("bn::inference_shift").unwrap(), [16]);
+        shape::infer(&mut g).unwrap();
     }
 
     #[test]

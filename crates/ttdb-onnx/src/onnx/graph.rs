@@ -238,6 +238,12 @@ pub enum Recipe {
         var: String,
         eps: f64,
     },
+    /// `scale[o] / sqrt(var[o] + eps)` (a BN left unfolded, as SimplifyInference scales).
+    BnScale {
+        scale: String,
+        var: String,
+        eps: f64,
+    },
     /// `(bias[o] - mean[o]) * scale[o] / sqrt(var[o] + eps) + shift[o]` (bias 0 if none).
     BnBias {
         bias: Option<String>,

@@ -146,6 +146,7 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
     let mut g = graph.clone();
     fold::remove_identities(&mut g);
     fold::fold_batchnorm(&mut g);
+    fold::simplify_batchnorms(&mut g);
     let mut og = relay::lower(&g)?;
     scale_fold::fold_scalar_scales(&mut og);
     let lo = layout::LayoutOptions {

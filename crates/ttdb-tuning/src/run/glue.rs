@@ -3,6 +3,7 @@
 //! op, reading the stages before it.
 use std::collections::HashMap;
 use ttdb_algo::ir::{BinOp, DType, Dag, DagBuilder, Intrinsic, Tensor};
+use ttdb_algo::ops::concat::concatenate;
 use ttdb_algo::ops::epilogue::{self, broadcast_binary};
 use ttdb_algo::ops::layout_transform::{layout_transform, DataLayout};
 use ttdb_algo::ops::reshape::reshape;
@@ -13,6 +14,25 @@ fn data_layout(l: Layout) -> DataLayout {
         Layout::Plain => DataLayout::Nchw,
         Layout::Nchwc(b) => DataLayout::Nchwc(b),
         Layout::Nhwc => DataLayout::Nhwc,
+    }
+}
+
+/// The physical axis of logical `axis` for tensors of logical `shapes` laid out in `layout`,
+/// when joining or splitting along it keeps each tensor's layout: in NCHW[x]c the channel
+/// axis is the block axis, which works only when every channel count is whole blocks.
+fn physical_axis(layout: Layout, shapes: &[&[i64]], axis: usize) -> Option<usize> {
+    let rank = shapes.first()?.len();
+    if axis >= rank {
+        return None;
+    }
+    match layout {
+        Layout::Plain => Some(axis),
+        _ if rank != 4 => Some(axis),
+        Layout::Nchwc(block) => {
+            let whole_blocks = block > 0 && shapes.iter().all(|s| s[1] % block == 0);
+            (axis != 1 || whole_blocks).then_some(axis)
+        }
+        Layout::Nhwc => Some([0, 3, 1, 2][axis]),
     }
 }
 
@@ -81,6 +101,29 @@ pub fn glue_dag(
                     data_layout(*dst),
                 )
                 .map_err(|e| e.0)?
+            }
+            OpKind::Concat { axis } => {
+                let mut ins = Vec::with_capacity(o.inputs.len());
+                for (k, &v) in o.inputs.iter().enumerate() {
+                    if g.values[v].layout != out_val.layout {
+                        return Err(format!(
+                            "`concatenate` (node `{node}`) of inputs in different layouts"
+                        ));
+                    }
+                    ins.push(input(k)?.clone());
+                }
+                let shapes: Vec<&[i64]> = o
+                    .inputs
+                    .iter()
+                    .map(|&v| g.values[v].shape.as_slice())
+                    .collect();
+                let axis = physical_axis(out_val.layout, &shapes, *axis).ok_or_else(|| {
+                    format!(
+                        "`concatenate` (node `{node}`) along logical axis {axis} has no matching axis in the {} layout",
+                        out_val.layout.name(out_val.shape.len())
+                    )
+                })?;
+                concatenate(&mut b, &ins, axis).map_err(|e| format!("node `{node}`: {}", e.0))?
             }
             OpKind::Injective(name) if name == "reshape" || name == "batch_flatten" => {
                 let src = &g.values[o.inputs[0]];
