@@ -482,6 +482,16 @@ pub fn assign(src: &OpGraph, opts: &LayoutOptions) -> Result<Laid> {
             Layout::Plain,
             &[format!("output {}", src.values[v].name)],
         );
+        // the graph output keeps its ONNX name (a run writes it under that name); a constant
+        // keeps its own, which is how its values are found
+        if back != nv && !p.out.values[nv].constant {
+            let (a, b) = (
+                p.out.values[nv].name.clone(),
+                p.out.values[back].name.clone(),
+            );
+            p.out.values[nv].name = b;
+            p.out.values[back].name = a;
+        }
         p.out.outputs.push(back);
     }
     Ok(Laid {
