@@ -135,6 +135,48 @@ matches_onnxruntime_in_both_layouts! {
     densenet121_matches_onnxruntime: "densenet121",
     googlenet_matches_onnxruntime: "googlenet",
     squeezenet1_0_matches_onnxruntime: "squeezenet1_0",
+    // ONNX zoo models whose weights are ConstantOfShape nodes, computed at load (the others
+    // that run, light_resnet50, light_inception_v2 and light_vgg19, end in a softmax of equal
+    // logits, which checks little for their 10 to 35 s)
+    light_densenet121_matches_onnxruntime: "light_densenet121",
+    light_squeezenet_matches_onnxruntime: "light_squeezenet",
+}
+
+/// A constant too large for shape inference to keep its values (more than 4096 elements)
+/// made by `ConstantOfShape` is computed at load: its shape filled with its `value`.
+#[test]
+fn a_large_constant_of_shape_is_filled_with_its_value() {
+    use ttdb_testkit::onnx_model::{attr_tensor, float_scalar, ModelBuilder};
+    let n = 5000;
+    let mut b = ModelBuilder::new("cos", 18);
+    b.input("x", &[1, n]);
+    b.int64s("shape", &[1, n]);
+    b.node(
+        "ConstantOfShape",
+        "/c/ConstantOfShape",
+        &["shape"],
+        &["c"],
+        vec![attr_tensor("value", float_scalar(0.5))],
+    );
+    b.node("Add", "/add/Add", &["x", "c"], &["y"], vec![]);
+    b.output("y");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cos.onnx");
+    std::fs::write(&path, b.encode()).unwrap();
+    let opts = ModelRunOptions {
+        layout: LayoutMode::Nchwc,
+        input_shapes: vec![],
+        extract: Options::default(),
+        target: Target::detect(),
+        weight_limits: Default::default(),
+    };
+    let run = ModelRun::load(&path, &opts, None).unwrap();
+    let x = fill::input_floats("x", n as usize);
+    let (out, _) = run
+        .run(&HashMap::from([("x".to_string(), x.clone())]), None)
+        .unwrap();
+    let want: Vec<f32> = x.iter().map(|v| v + 0.5).collect();
+    assert_eq!(out[0], want);
 }
 
 #[test]

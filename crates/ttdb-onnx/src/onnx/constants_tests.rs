@@ -184,3 +184,52 @@ fn derived_constants_chain_through_the_op_graph() {
     let mut f = Folder::new(&g, &og, &w);
     assert!(f.value(x).unwrap_err().to_string().contains("run time"));
 }
+
+#[test]
+fn constant_of_shape_fills_its_shape_with_its_value_within_the_weight_limit() {
+    use crate::onnx::graph::{dtype, Attr, Node, TensorInfo};
+    let mut g = Graph::default();
+    let node = |name: &str, out: &str, value: Option<TensorInfo>| Node {
+        name: name.into(),
+        op_type: "ConstantOfShape".into(),
+        domain: String::new(),
+        inputs: vec!["shape".into()],
+        outputs: vec![out.into()],
+        attrs: value
+            .map(|t| ("value".to_string(), Attr::Tensor(t)))
+            .into_iter()
+            .collect(),
+        folded: vec![],
+    };
+    let one = |dtype: i32, d: Data| TensorInfo::constant(vec![1], dtype, Some(d));
+    g.nodes.push(node(
+        "fill",
+        "w",
+        Some(one(dtype::FLOAT, Data::Floats(vec![0.25]))),
+    ));
+    g.nodes.push(node("zeros", "z", None));
+    g.nodes.push(node(
+        "ints",
+        "i",
+        Some(one(dtype::INT64, Data::Ints(vec![7]))),
+    ));
+    for (name, shape) in [("w", vec![2, 3]), ("z", vec![4]), ("i", vec![2])] {
+        g.tensors
+            .insert(name.into(), TensorInfo::constant(shape, dtype::FLOAT, None));
+    }
+    let og = OpGraph::default();
+    let w = Weights::default();
+    let f = Folder::new(&g, &og, &w);
+    assert_eq!(f.tensor("w").unwrap(), Values::F32(vec![0.25; 6]));
+    assert_eq!(f.tensor("z").unwrap(), Values::F32(vec![0.0; 4]));
+    assert_eq!(f.tensor("i").unwrap(), Values::I64(vec![7, 7]));
+    // what the initializers left of the limit: 6 floats fit, the next 4 do not
+    let w = Weights {
+        unspent_bytes: 24,
+        ..Weights::default()
+    };
+    let f = Folder::new(&g, &og, &w);
+    assert!(f.tensor("w").is_ok());
+    let e = f.tensor("z").unwrap_err().to_string();
+    assert!(e.contains("`z`") && e.contains("weight limit"), "{e}");
+}

@@ -60,9 +60,21 @@ pub struct Weight {
 }
 
 /// Every initializer of a model, by name.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Weights {
     pub tensors: BTreeMap<String, Weight>,
+    /// What the initializers left of the weight limit: the most bytes that constants
+    /// computed at load from almost nothing (`ConstantOfShape`) may take.
+    pub unspent_bytes: u64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            tensors: BTreeMap::new(),
+            unspent_bytes: WeightLimits::default().max_total_bytes,
+        }
+    }
 }
 
 impl Weights {
@@ -175,6 +187,7 @@ pub fn read_weights(
             )));
         }
     }
+    out.unspent_bytes = budget;
     Ok(out)
 }
 
