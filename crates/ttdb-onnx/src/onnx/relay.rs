@@ -6,7 +6,7 @@
 //! fusion pattern kind and layout rule. Each ONNX op's own lowering is its descriptor's
 //! ([`super::ops`]); this module holds the graph being built and the helpers they share.
 use super::error::{OnnxError, Result};
-use super::graph::{Graph, Node};
+use super::graph::{Graph, Node, TensorInfo};
 use super::ops;
 use std::collections::HashMap;
 
@@ -90,6 +90,15 @@ impl<'g> Lowering<'g> {
             msg: format!("input {i} missing"),
         })?;
         self.value(name)
+    }
+
+    /// The types of `node`'s inputs (None: omitted) as its shape rule saw them, for a
+    /// lowering that needs what the rule computed (a Slice's normalized starts).
+    pub(crate) fn input_types(&self, node: &Node) -> Vec<Option<TensorInfo>> {
+        node.inputs
+            .iter()
+            .map(|n| (!n.is_empty()).then(|| self.g.tensor(n).cloned()).flatten())
+            .collect()
     }
 
     /// The present inputs of `node`, in order.

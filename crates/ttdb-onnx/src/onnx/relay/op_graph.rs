@@ -165,7 +165,29 @@ pub enum OpKind {
     Concat {
         axis: usize,
     },
-    /// Other injective ops, by Relay name (`reshape`, `transpose`, `batch_flatten`, ...).
+    /// `transpose`: output axis `i` is axis `perm[i]` of the input viewed with `perm.len()`
+    /// axes, its leading axes merged (MatMul's run-time `[..., K, N]` operand is transposed
+    /// as `[B, K, N]`).
+    Transpose {
+        perm: Vec<usize>,
+    },
+    /// `strided_slice`: per input axis, the first index taken and the step to the next (the
+    /// output's shape says how many); ONNX `Slice` normalized.
+    StridedSlice {
+        begin: Vec<i64>,
+        strides: Vec<i64>,
+    },
+    /// One output of `split`: the part of the input from `begin` along `axis` (the output's
+    /// shape says how long).
+    Split {
+        axis: usize,
+        begin: i64,
+    },
+    /// `take` along `axis`: inputs (data, integer indices); ONNX `Gather`.
+    Take {
+        axis: usize,
+    },
+    /// Other injective ops, by Relay name (`reshape`, `batch_flatten`, `pad`, ...).
     Injective(String),
     LayoutTransform {
         src: Layout,
@@ -205,6 +227,10 @@ impl OpKind {
             | OpKind::BatchMatmul
             | OpKind::Softmax { .. }
             | OpKind::Mean { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::StridedSlice { .. }
+            | OpKind::Split { .. }
+            | OpKind::Take { .. }
             | OpKind::Injective(_)
             | OpKind::LayoutTransform { .. }
             | OpKind::Reduce(_)
@@ -223,9 +249,13 @@ impl OpKind {
             OpKind::Mean { .. } | OpKind::Reduce(_) => Pattern::CommReduce,
             OpKind::Binary(_) => Pattern::Broadcast,
             OpKind::Unary(_) => Pattern::ElemWise,
-            OpKind::Concat { .. } | OpKind::Injective(_) | OpKind::LayoutTransform { .. } => {
-                Pattern::Injective
-            }
+            OpKind::Concat { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::StridedSlice { .. }
+            | OpKind::Split { .. }
+            | OpKind::Take { .. }
+            | OpKind::Injective(_)
+            | OpKind::LayoutTransform { .. } => Pattern::Injective,
         }
     }
 
@@ -259,6 +289,10 @@ impl OpKind {
                 UnaryKind::Other(s) => s.clone(),
             },
             OpKind::Concat { .. } => "concatenate".into(),
+            OpKind::Transpose { .. } => "transpose".into(),
+            OpKind::StridedSlice { .. } => "strided_slice".into(),
+            OpKind::Split { .. } => "split".into(),
+            OpKind::Take { .. } => "take".into(),
             OpKind::Injective(s) | OpKind::Reduce(s) | OpKind::Opaque(s) => s.clone(),
             OpKind::LayoutTransform { .. } => "layout_transform".into(),
         }
