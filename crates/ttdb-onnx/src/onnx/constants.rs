@@ -4,7 +4,7 @@
 //! on the op graph); this module evaluates those records on the model's [`Weights`], giving
 //! each constant in its physical layout (`phys`), ready for the kernel that reads it.
 use super::error::{OnnxError, Result};
-use super::graph::{dtype, numel, Attr, Data, Graph, Recipe};
+use super::graph::{Data, Graph, Recipe};
 use super::relay::{ConstOp, ConvWeightLayout, Layout, OpGraph, ValId};
 use super::weights::{Values, Weights};
 use std::cell::Cell;
@@ -127,66 +127,16 @@ impl<'a> Folder<'a> {
         if let Some(r) = self.graph.recipes.get(name) {
             return self.recipe(name, r);
         }
-        if let Some(values) = self.constant_of_shape(name) {
-            return values;
-        }
         match self.graph.tensor(name).and_then(|t| t.data.as_ref()) {
             Some(Data::Floats(f)) => Ok(Values::F32(f.iter().map(|&x| x as f32).collect())),
             Some(Data::Ints(i)) => Ok(Values::I64(i.clone())),
-            None => Err(OnnxError::Weight {
-                tensor: name.into(),
-                msg: "no values: neither an initializer nor a constant ttdb can compute".into(),
+            None => self.computed(name).unwrap_or_else(|| {
+                Err(OnnxError::Weight {
+                    tensor: name.into(),
+                    msg: "no values: neither an initializer nor a constant ttdb can compute".into(),
+                })
             }),
         }
-    }
-
-    /// The values of `name` when a `ConstantOfShape` node makes it (None otherwise): its
-    /// shape filled with the node's one-element `value` (float32 0 without one), as the ONNX
-    /// spec and onnxruntime have it. Shape inference kept the values of small ones only.
-    fn constant_of_shape(&self, name: &str) -> Option<Result<Values>> {
-        let node = self.graph.nodes.iter().find(|n| {
-            n.op_type == "ConstantOfShape" && n.outputs.first().map(String::as_str) == Some(name)
-        })?;
-        let bad = |msg: String| OnnxError::Weight {
-            tensor: name.into(),
-            msg: format!("ConstantOfShape node `{}`: {msg}", node.name),
-        };
-        let fill = match node.attrs.get("value") {
-            None => Data::Floats(vec![0.0]),
-            Some(Attr::Tensor(t)) => match &t.data {
-                Some(d) if d.len() == 1 && t.dtype != dtype::FLOAT16 => d.clone(),
-                _ => {
-                    return Some(Err(bad(format!(
-                        "its value is not one {} ttdb can read",
-                        dtype::name(t.dtype)
-                    ))))
-                }
-            },
-            Some(_) => return Some(Err(bad("its value is not a tensor".into()))),
-        };
-        let Some(n) = self.graph.shape(name).and_then(numel) else {
-            return Some(Err(bad("no static shape".into())));
-        };
-        let (n, budget) = (n as u64, self.fill_budget.get());
-        // every value is stored 4 (f32) or 8 bytes wide
-        let width = if matches!(fill, Data::Floats(_)) {
-            4
-        } else {
-            8
-        };
-        match n.checked_mul(width).filter(|&b| b <= budget) {
-            Some(bytes) => self.fill_budget.set(budget - bytes),
-            None => {
-                return Some(Err(bad(format!(
-                    "{n} elements exceed what is left of the weight limit"
-                ))))
-            }
-        }
-        let n = n as usize;
-        Some(Ok(match fill {
-            Data::Floats(v) => Values::F32(vec![v[0] as f32; n]),
-            Data::Ints(v) => Values::I64(vec![v[0]; n]),
-        }))
     }
 
     fn floats_of(&self, name: &str) -> Result<Vec<f32>> {
@@ -444,6 +394,9 @@ fn pack_conv_weight(
         }
     })
 }
+
+#[path = "constants_nodes.rs"]
+mod nodes;
 
 #[cfg(test)]
 #[path = "constants_tests.rs"]

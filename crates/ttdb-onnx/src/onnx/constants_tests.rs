@@ -233,3 +233,41 @@ fn constant_of_shape_fills_its_shape_with_its_value_within_the_weight_limit() {
     let e = f.tensor("z").unwrap_err().to_string();
     assert!(e.contains("`z`") && e.contains("weight limit"), "{e}");
 }
+
+#[test]
+fn expand_and_reshape_of_constants_are_computed_at_load() {
+    use crate::onnx::graph::{dtype, Node, TensorInfo};
+    let node = |op: &str, inputs: &[&str], out: &str| Node {
+        name: format!("/{out}"),
+        op_type: op.into(),
+        domain: String::new(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![out.into()],
+        attrs: Default::default(),
+        folded: vec![],
+    };
+    let mut g = Graph::default();
+    g.nodes.push(node("Expand", &["tok", "shape"], "e"));
+    g.nodes.push(node("Reshape", &["e", "flat"], "r"));
+    g.nodes.push(node("Tile", &["tok", "reps"], "t"));
+    for (name, shape) in [
+        ("tok", vec![1, 3, 1]),
+        ("e", vec![2, 3, 2]),
+        ("r", vec![12]),
+        ("t", vec![2, 3, 1]),
+    ] {
+        g.tensors
+            .insert(name.into(), TensorInfo::constant(shape, dtype::FLOAT, None));
+    }
+    let mut w = Weights::default();
+    w.tensors
+        .insert("tok".into(), weight(&[1, 3, 1], vec![1.0, 2.0, 3.0]));
+    let og = OpGraph::default();
+    let f = Folder::new(&g, &og, &w);
+    let want = vec![1., 1., 2., 2., 3., 3., 1., 1., 2., 2., 3., 3.];
+    assert_eq!(f.tensor("e").unwrap(), Values::F32(want.clone()));
+    assert_eq!(f.tensor("r").unwrap(), Values::F32(want));
+    // an op whose values ttdb does not compute is refused, naming the tensor
+    let e = f.tensor("t").unwrap_err().to_string();
+    assert!(e.contains("`t`") && e.contains("no values"), "{e}");
+}
