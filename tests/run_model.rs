@@ -140,6 +140,12 @@ matches_onnxruntime_in_both_layouts! {
     // logits, which checks little for their 10 to 35 s)
     light_densenet121_matches_onnxruntime: "light_densenet121",
     light_squeezenet_matches_onnxruntime: "light_squeezenet",
+    // channel shuffles (reshape, transpose), split into halves (slice / split), LayerNorm
+    // glue and transposes around the NHWC convs (convnext); vit_b_16 matches too, by hand
+    // (37 s per layout)
+    shufflenet_v2_matches_onnxruntime: "shufflenet_v2_x1_0",
+    light_shufflenet_matches_onnxruntime: "light_shufflenet",
+    convnext_tiny_matches_onnxruntime: "convnext_tiny",
 }
 
 /// A constant too large for shape inference to keep its values (more than 4096 elements)
@@ -206,6 +212,112 @@ fn glue_ttdb_cannot_build_yet_is_refused_naming_the_op_and_node() {
             && e.contains("not something ttdb run executes yet"),
         "{e}"
     );
+}
+
+/// Loads a hand-made model with default options and runs it on `x`'s deterministic values.
+fn run_hand_made(
+    b: &ttdb_testkit::onnx_model::ModelBuilder,
+    x_len: usize,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, b.encode()).unwrap();
+    let opts = ModelRunOptions {
+        layout: LayoutMode::Nchwc,
+        input_shapes: vec![],
+        extract: Options::default(),
+        target: Target::detect(),
+        weight_limits: Default::default(),
+    };
+    let run = ModelRun::load(&path, &opts, None).unwrap();
+    let x = fill::input_floats("x", x_len);
+    let (out, _) = run
+        .run(&HashMap::from([("x".to_string(), x.clone())]), None)
+        .unwrap();
+    (x, out)
+}
+
+/// Transpose (with its perm), Slice (a negative step, ends past the start), Split, Gather
+/// (constant indices) and Concat as glue, against results written out by hand.
+#[test]
+fn data_movement_glue_matches_hand_computed_results() {
+    use ttdb_testkit::onnx_model::{attr_int, attr_ints, ModelBuilder};
+    let mut b = ModelBuilder::new("moves", 18);
+    b.input("x", &[2, 3, 4]);
+    b.int64s("starts", &[3, 0])
+        .int64s("ends", &[-10, 3])
+        .int64s("axes", &[0, 2])
+        .int64s("steps", &[-2, 2])
+        .int64s("sizes", &[1, 3])
+        .int64s("idx", &[2, 0]);
+    b.node(
+        "Transpose",
+        "/t/Transpose",
+        &["x"],
+        &["t"],
+        vec![attr_ints("perm", &[2, 0, 1])],
+    );
+    b.node(
+        "Slice",
+        "/s/Slice",
+        &["t", "starts", "ends", "axes", "steps"],
+        &["s"],
+        vec![],
+    );
+    b.node(
+        "Split",
+        "/sp/Split",
+        &["x", "sizes"],
+        &["sp0", "sp1"],
+        vec![attr_int("axis", 2)],
+    );
+    b.node(
+        "Gather",
+        "/g/Gather",
+        &["x", "idx"],
+        &["g"],
+        vec![attr_int("axis", 1)],
+    );
+    b.node(
+        "Concat",
+        "/c/Concat",
+        &["sp1", "sp0"],
+        &["c"],
+        vec![attr_int("axis", 2)],
+    );
+    b.output("s").output("g").output("c");
+    let (x, out) = run_hand_made(&b, 24);
+    let at = |i: usize, j: usize, k: usize| x[(i * 3 + j) * 4 + k];
+    // s[p, q, r] = t[3 - 2p, q, 2r] = x[q, 2r, 3 - 2p], shape [2, 2, 2]
+    let mut s = Vec::new();
+    for p in 0..2 {
+        for q in 0..2 {
+            for r in 0..2 {
+                s.push(at(q, 2 * r, 3 - 2 * p));
+            }
+        }
+    }
+    assert_eq!(out[0], s, "slice of a transpose");
+    // g[i, m, k] = x[i, [2, 0][m], k], shape [2, 2, 4]
+    let mut g = Vec::new();
+    for i in 0..2 {
+        for m in [2, 0] {
+            for k in 0..4 {
+                g.push(at(i, m, k));
+            }
+        }
+    }
+    assert_eq!(out[1], g, "gather");
+    // c = the last three columns, then the first
+    let mut c = Vec::new();
+    for i in 0..2 {
+        for j in 0..3 {
+            for k in [1, 2, 3, 0] {
+                c.push(at(i, j, k));
+            }
+        }
+    }
+    assert_eq!(out[2], c, "split and concat");
 }
 
 fn ttdb(args: &[&str]) -> std::process::Output {
