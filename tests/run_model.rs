@@ -140,6 +140,8 @@ matches_onnxruntime_in_both_layouts! {
     // logits, which checks little for their 10 to 35 s)
     light_densenet121_matches_onnxruntime: "light_densenet121",
     light_squeezenet_matches_onnxruntime: "light_squeezenet",
+    // LRN glue (light_inception_v1 and light_zfnet512 match too, by hand)
+    light_bvlc_alexnet_matches_onnxruntime: "light_bvlc_alexnet",
     // channel shuffles (reshape, transpose), split into halves (slice / split), LayerNorm
     // glue and transposes around the NHWC convs (convnext); vit_b_16 matches too, by hand
     // (37 s per layout)
@@ -318,6 +320,41 @@ fn data_movement_glue_matches_hand_computed_results() {
         }
     }
     assert_eq!(out[2], c, "split and concat");
+}
+
+/// LRN's attributes reach its glue kernel: each channel divided by
+/// `(bias + alpha / size * sum of squares over its window) ^ beta`.
+#[test]
+fn lrn_glue_normalizes_across_channels() {
+    use ttdb_testkit::onnx_model::{attr_float, attr_int, ModelBuilder};
+    let mut b = ModelBuilder::new("lrn", 13);
+    b.input("x", &[1, 4, 1, 2]);
+    b.node(
+        "LRN",
+        "/lrn/LRN",
+        &["x"],
+        &["y"],
+        vec![
+            attr_int("size", 3),
+            attr_float("alpha", 0.3),
+            attr_float("beta", 0.5),
+            attr_float("bias", 2.0),
+        ],
+    );
+    b.output("y");
+    let (x, out) = run_hand_made(&b, 8);
+    for c in 0..4usize {
+        for w in 0..2 {
+            let window = c.saturating_sub(1)..(c + 2).min(4);
+            let sq: f32 = window.map(|k| x[k * 2 + w] * x[k * 2 + w]).sum();
+            let want = x[c * 2 + w] / (2.0 + 0.1 * sq).powf(0.5);
+            let got = out[0][c * 2 + w];
+            assert!(
+                (got - want).abs() < 1e-6,
+                "channel {c}: {got} against {want}"
+            );
+        }
+    }
 }
 
 fn ttdb(args: &[&str]) -> std::process::Output {

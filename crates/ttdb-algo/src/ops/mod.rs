@@ -17,6 +17,7 @@ pub mod epilogue;
 pub mod epilogue_op;
 pub mod era;
 pub mod layout_transform;
+pub mod lrn;
 pub mod pad;
 pub mod pool;
 pub mod reduction;

@@ -54,7 +54,7 @@ pub(super) static OPS: &[&dyn OnnxOp] = &[
     &ActivationOp::new(&["HardSwish"], &activation::HARDSWISH),
     &cast::Cast,
     // normalizations TVM does not fuse
-    &Simple::new(&["LRN"], same_shape, OpaqueOnFirst("lrn")),
+    &lrn::Lrn,
     &Simple::new(&["LogSoftmax"], same_shape, OpaqueOnFirst("log_softmax")),
     &Simple::new(&["Hardmax"], same_shape, OpaqueOnFirst("hardmax")),
     &Simple::new(

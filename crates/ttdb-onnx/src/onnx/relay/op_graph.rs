@@ -2,6 +2,7 @@
 //! layouts), ops with their Relay fusion pattern, and the graph that holds them in
 //! topological order.
 use crate::onnx::graph::Data;
+use ttdb_algo::ops::lrn::LrnAttrs;
 use ttdb_algo::ops::{PoolKind, Window2d};
 
 pub type ValId = usize;
@@ -195,7 +196,9 @@ pub enum OpKind {
     },
     /// Reductions other than mean (`sum`, `max`, ...).
     Reduce(String),
-    /// Ops with no fusion (`lrn`, unknown ops), by name.
+    /// `lrn` across channels (axis 1), ONNX's attributes; no fusion.
+    Lrn(LrnAttrs),
+    /// Ops with no fusion (unknown ops), by name.
     Opaque(String),
 }
 
@@ -234,6 +237,7 @@ impl OpKind {
             | OpKind::Injective(_)
             | OpKind::LayoutTransform { .. }
             | OpKind::Reduce(_)
+            | OpKind::Lrn(_)
             | OpKind::Opaque(_) => LayoutRule::Logical,
         }
     }
@@ -245,7 +249,7 @@ impl OpKind {
             | OpKind::BatchMatmul
             | OpKind::Pool(_)
             | OpKind::GlobalPool(_) => Pattern::OutEWiseFusable,
-            OpKind::Softmax { .. } | OpKind::Opaque(_) => Pattern::Opaque,
+            OpKind::Softmax { .. } | OpKind::Lrn(_) | OpKind::Opaque(_) => Pattern::Opaque,
             OpKind::Mean { .. } | OpKind::Reduce(_) => Pattern::CommReduce,
             OpKind::Binary(_) => Pattern::Broadcast,
             OpKind::Unary(_) => Pattern::ElemWise,
@@ -295,6 +299,7 @@ impl OpKind {
             OpKind::Take { .. } => "take".into(),
             OpKind::Injective(s) | OpKind::Reduce(s) | OpKind::Opaque(s) => s.clone(),
             OpKind::LayoutTransform { .. } => "layout_transform".into(),
+            OpKind::Lrn(_) => "lrn".into(),
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::GlueOp;
 use ttdb_algo::ir::{BinOp, DagBuilder, Intrinsic, Tensor};
 use ttdb_algo::ops::epilogue::{self, broadcast_binary, broadcast_power};
+use ttdb_algo::ops::lrn::{lrn as lrn_of, LrnAttrs};
 use ttdb_onnx::onnx::relay::{BinKind, UnaryKind};
 
 /// Err unless every operand is in the output's layout or is a single value.
@@ -64,4 +65,16 @@ pub(super) fn unary(b: &mut DagBuilder, cx: &GlueOp, kind: &UnaryKind) -> Result
             epilogue::unary(b, x, f)
         }
     })
+}
+
+/// Across the channels of a logical (NCHW) tensor.
+pub(super) fn lrn(b: &mut DagBuilder, cx: &GlueOp, attrs: LrnAttrs) -> Result<Tensor, String> {
+    let x = cx.input_value(0);
+    if x.phys != x.shape {
+        return Err(cx.refused(format!(
+            "its input is in the {} layout, not the logical one",
+            x.layout.name(x.shape.len())
+        )));
+    }
+    lrn_of(b, cx.input(0)?, attrs).map_err(|e| cx.build_error(e))
 }

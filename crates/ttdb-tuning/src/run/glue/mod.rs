@@ -146,6 +146,7 @@ fn build(b: &mut DagBuilder, cx: &GlueOp) -> Result<Tensor, String> {
         OpKind::StridedSlice { begin, strides } => movement::strided_slice(b, cx, begin, strides),
         OpKind::Split { axis, begin } => movement::split(b, cx, *axis, *begin),
         OpKind::Take { axis } => movement::take(b, cx, *axis),
+        OpKind::Lrn(attrs) => elementwise::lrn(b, cx, *attrs),
         OpKind::Binary(kind) => elementwise::binary(b, cx, kind),
         OpKind::Unary(kind) => elementwise::unary(b, cx, kind),
         _ => Err(cx.unsupported()),
