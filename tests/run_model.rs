@@ -9,7 +9,7 @@ mod common;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
-use ttdb::onnx::{fill, LayoutMode, Options};
+use ttdb::onnx::{fill, InputShape, LayoutMode, Options};
 use ttdb::run::{ModelRun, ModelRunOptions};
 use ttdb::target::Target;
 
@@ -37,9 +37,20 @@ fn reference_output(model: &str, file: &str) -> Vec<f32> {
 fn worst_error(model: &str, layout: LayoutMode) -> f64 {
     let m = manifest(model);
     let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+    // the shapes onnxruntime ran (models with symbolic dims need them)
+    let input_shapes = m["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let dims = i["shape"].as_array().unwrap();
+            let dims = dims.iter().map(|d| d.as_i64().unwrap()).collect();
+            InputShape::new(i["name"].as_str().unwrap(), dims)
+        })
+        .collect();
     let opts = ModelRunOptions {
         layout,
-        input_shapes: vec![],
+        input_shapes,
         extract: Options::default().with_default_tophub().unwrap(),
         target: Target::detect(),
         weight_limits: Default::default(),
@@ -148,6 +159,8 @@ matches_onnxruntime_in_both_layouts! {
     shufflenet_v2_matches_onnxruntime: "shufflenet_v2_x1_0",
     light_shufflenet_matches_onnxruntime: "light_shufflenet",
     convnext_tiny_matches_onnxruntime: "convnext_tiny",
+    // weights in Constant nodes, a symbolic input shape
+    ch_ppocr_cls_matches_onnxruntime: "ch_ppocr_mobile_v2.0_cls_infer",
 }
 
 /// A constant too large for shape inference to keep its values (more than 4096 elements)
