@@ -569,7 +569,8 @@ pub(crate) fn range(ctx: &Ctx) -> Result<TensorInfo> {
 }
 
 /// CumSum's axis (input 1, a scalar), normalized; None while it is computed at run time.
-fn cumsum_axis(ctx: &Ctx) -> Result<Option<usize>> {
+/// CumSum's axis, when its axis input is known.
+pub(crate) fn cumsum_axis(ctx: &Ctx) -> Result<Option<usize>> {
     let r = ctx.input(0)?.shape.len();
     match scalar(ctx, 1)?.and_then(Data::as_ints) {
         Some(a) => Ok(Some(ctx.axis(a[0], r)?)),

@@ -117,6 +117,7 @@ impl<'a> Pass<'a> {
             .out
             .add_value(src.name.clone(), src.shape.clone(), src.constant);
         self.out.values[v].data = src.data.clone();
+        self.out.values[v].dtype = src.dtype;
         self.out.values[v].channel_vector = src.channel_vector;
         self.map[old] = Some(v);
         if let Some(d) = self.src.values[old].derived {
@@ -253,6 +254,7 @@ impl<'a> Pass<'a> {
         );
         self.out.values[v].layout = layout;
         self.out.values[v].phys = layout.physical(&ov.shape);
+        self.out.values[v].dtype = ov.dtype;
         self.map[op.output] = Some(v);
         v
     }

@@ -35,6 +35,7 @@ impl<'g> Lowering<'g> {
             .og
             .add_value(name.to_string(), t.shape.clone(), t.constant);
         self.og.values[v].data = t.data.clone();
+        self.og.values[v].dtype = t.dtype;
         self.vals.insert(name.to_string(), v);
         Ok(v)
     }
@@ -170,7 +171,14 @@ pub fn lower(g: &Graph) -> Result<OpGraph> {
         l.og.inputs.push(v);
     }
     for node in &g.nodes {
+        let first_new = l.og.values.len();
         l.lower(node)?;
+        // values named after a tensor of the graph have its type (a cast's, a comparison's)
+        for v in &mut l.og.values[first_new..] {
+            if let Some(t) = g.tensor(&v.name) {
+                v.dtype = t.dtype;
+            }
+        }
     }
     for o in &g.outputs {
         let v = l.value(o)?;

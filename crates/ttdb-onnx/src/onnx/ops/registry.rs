@@ -127,12 +127,8 @@ pub(super) static OPS: &[&dyn OnnxOp] = &[
     &shape_of::Size,
     // index computations, folded when their inputs are known
     &Simple::new(&["Range"], index_ops::range, Opaque("range")),
-    &Simple::new(&["CumSum"], index_ops::cumsum, Opaque("cumsum")),
-    &Simple::new(
-        &["GatherElements"],
-        index_ops::gather_elements,
-        Opaque("gatherelements"),
-    ),
+    &index_ops::CumSum,
+    &index_ops::GatherElements,
     &Simple::new(&["ScatterElements"], same_shape, Opaque("scatterelements")),
     &Simple::new(&["ScatterND"], same_shape, Opaque("scatternd")),
     &Simple::new(&["Scatter"], same_shape, Opaque("scatter")),

@@ -1,7 +1,7 @@
 //! The Relay-like op graph that lowering produces: values (logical and physical shapes,
 //! layouts), ops with their Relay fusion pattern, and the graph that holds them in
 //! topological order.
-use crate::onnx::graph::Data;
+use crate::onnx::graph::{dtype, Data};
 use ttdb_algo::ops::lrn::LrnAttrs;
 use ttdb_algo::ops::{PoolKind, Window2d};
 
@@ -25,6 +25,9 @@ pub enum Pattern {
 pub struct Value {
     pub name: String,
     pub shape: Vec<i64>,
+    /// Element type, an ONNX `TensorProto.DataType` code ([`dtype`]); a value made by a
+    /// pass has its source's.
+    pub dtype: i32,
     pub constant: bool,
     /// For constants: broadcasts along the channel axis of an NCHW tensor only (a bias or BN
     /// scale / shift), so it is re-laid-out with its consumer.
@@ -198,6 +201,16 @@ pub enum OpKind {
     Reduce(String),
     /// `lrn` across channels (axis 1), ONNX's attributes; no fusion.
     Lrn(LrnAttrs),
+    /// `cumsum` along `axis` (ONNX `CumSum` with a known axis); no fusion.
+    CumSum {
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+    },
+    /// `gatherelements` along `axis`: inputs (data, integer indices); no fusion.
+    GatherElements {
+        axis: usize,
+    },
     /// Ops with no fusion (unknown ops), by name.
     Opaque(String),
 }
@@ -238,6 +251,8 @@ impl OpKind {
             | OpKind::LayoutTransform { .. }
             | OpKind::Reduce(_)
             | OpKind::Lrn(_)
+            | OpKind::CumSum { .. }
+            | OpKind::GatherElements { .. }
             | OpKind::Opaque(_) => LayoutRule::Logical,
         }
     }
@@ -249,7 +264,11 @@ impl OpKind {
             | OpKind::BatchMatmul
             | OpKind::Pool(_)
             | OpKind::GlobalPool(_) => Pattern::OutEWiseFusable,
-            OpKind::Softmax { .. } | OpKind::Lrn(_) | OpKind::Opaque(_) => Pattern::Opaque,
+            OpKind::Softmax { .. }
+            | OpKind::Lrn(_)
+            | OpKind::CumSum { .. }
+            | OpKind::GatherElements { .. }
+            | OpKind::Opaque(_) => Pattern::Opaque,
             OpKind::Mean { .. } | OpKind::Reduce(_) => Pattern::CommReduce,
             OpKind::Binary(_) => Pattern::Broadcast,
             OpKind::Unary(_) => Pattern::ElemWise,
@@ -300,6 +319,8 @@ impl OpKind {
             OpKind::Injective(s) | OpKind::Reduce(s) | OpKind::Opaque(s) => s.clone(),
             OpKind::LayoutTransform { .. } => "layout_transform".into(),
             OpKind::Lrn(_) => "lrn".into(),
+            OpKind::CumSum { .. } => "cumsum".into(),
+            OpKind::GatherElements { .. } => "gatherelements".into(),
         }
     }
 }
@@ -328,6 +349,7 @@ impl OpGraph {
         self.values.push(Value {
             name,
             shape,
+            dtype: dtype::FLOAT,
             constant,
             channel_vector: false,
             data: None,
@@ -349,6 +371,7 @@ impl OpGraph {
     ) -> ValId {
         let v = self.add_value(name, shape, true);
         self.values[v].derived = Some(Derived { from, op });
+        self.values[v].dtype = self.values[from].dtype;
         v
     }
 
@@ -361,6 +384,10 @@ impl OpGraph {
         nodes: Vec<String>,
     ) -> ValId {
         let out = self.add_value(out_name, out_shape, false);
+        // the caller sets another type where the op changes it (cast, comparisons)
+        if let Some(&first) = inputs.first() {
+            self.values[out].dtype = self.values[first].dtype;
+        }
         self.values[out].producer = Some(self.ops.len());
         self.ops.push(Op {
             kind,
