@@ -271,3 +271,66 @@ fn expand_and_reshape_of_constants_are_computed_at_load() {
     let e = f.tensor("t").unwrap_err().to_string();
     assert!(e.contains("`t`") && e.contains("no values"), "{e}");
 }
+
+#[test]
+fn gathers_casts_and_masks_of_constants_are_computed_at_load() {
+    use crate::onnx::graph::{dtype, Attr, Node, TensorInfo};
+    let node = |op: &str, inputs: &[&str], out: &str, attrs: &[(&str, i64)]| Node {
+        name: format!("/{out}"),
+        op_type: op.into(),
+        domain: String::new(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![out.into()],
+        attrs: attrs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Attr::Int(*v)))
+            .collect(),
+        folded: vec![],
+    };
+    let int_weight = |dims: &[i64], values: Vec<i64>| Weight {
+        dims: dims.to_vec(),
+        dtype: dtype::INT64,
+        values: Values::I64(values),
+        origin: Origin::Inline,
+    };
+    let mut g = Graph::default();
+    g.nodes.push(node("Gather", &["emb", "idx"], "rows", &[("axis", 0)]));
+    g.nodes.push(node("Cast", &["idx"], "idx_f", &[("to", 1)]));
+    g.nodes.push(node("LessOrEqual", &["col", "row"], "causal", &[]));
+    g.nodes.push(node("Where", &["causal", "one", "minus"], "bias", &[]));
+    for (name, shape, dt) in [
+        ("emb", vec![3, 2], dtype::FLOAT),
+        ("idx", vec![2], dtype::INT64),
+        ("rows", vec![2, 2], dtype::FLOAT),
+        ("idx_f", vec![2], dtype::FLOAT),
+        ("col", vec![3, 1], dtype::INT64),
+        ("row", vec![1, 3], dtype::INT64),
+        ("causal", vec![3, 3], dtype::BOOL),
+        ("one", vec![1], dtype::FLOAT),
+        ("minus", vec![], dtype::FLOAT),
+        ("bias", vec![3, 3], dtype::FLOAT),
+    ] {
+        g.tensors
+            .insert(name.into(), TensorInfo::constant(shape, dt, None));
+    }
+    let mut w = Weights::default();
+    w.tensors
+        .insert("emb".into(), weight(&[3, 2], iota(6)));
+    w.tensors.insert("idx".into(), int_weight(&[2], vec![2, -3]));
+    w.tensors.insert("col".into(), int_weight(&[3, 1], vec![0, 1, 2]));
+    w.tensors.insert("row".into(), int_weight(&[1, 3], vec![0, 1, 2]));
+    w.tensors.insert("one".into(), weight(&[1], vec![1.0]));
+    w.tensors.insert("minus".into(), weight(&[], vec![-1.0]));
+    let og = OpGraph::default();
+    let f = Folder::new(&g, &og, &w);
+    assert_eq!(f.tensor("rows").unwrap(), Values::F32(vec![4., 5., 0., 1.]));
+    assert_eq!(f.tensor("idx_f").unwrap(), Values::F32(vec![2., -3.]));
+    assert_eq!(
+        f.tensor("causal").unwrap(),
+        Values::I64(vec![1, 1, 1, 0, 1, 1, 0, 0, 1])
+    );
+    assert_eq!(
+        f.tensor("bias").unwrap(),
+        Values::F32(vec![1., 1., 1., -1., 1., 1., -1., -1., 1.])
+    );
+}
