@@ -370,6 +370,75 @@ fn lrn_glue_normalizes_across_channels() {
     }
 }
 
+/// Integer and truth-valued glue, as the transformers' masks and position ids use it: casts
+/// (truncating), Equal, Not, CumSum, Where, a run-time Expand and GatherElements, with
+/// int64 tensors between kernels, against results written out by hand.
+#[test]
+fn integer_and_truth_valued_glue_matches_hand_computed_results() {
+    use ttdb_testkit::onnx_model::{attr_int, attr_tensor, float_scalar, ModelBuilder};
+    const INT64: i64 = 7;
+    const FLOAT: i64 = 1;
+    let mut b = ModelBuilder::new("ints", 18);
+    b.input("x", &[1, 6]);
+    b.int64s("zero", &[0])
+        .int64s("axis", &[1])
+        .int64s("shape", &[2, 1, 6]);
+    b.node(
+        "Constant",
+        "/three/Constant",
+        &[],
+        &["three"],
+        vec![attr_tensor("value", float_scalar(3.0))],
+    );
+    b.node("Mul", "/s/Mul", &["x", "three"], &["s"], vec![]);
+    b.node(
+        "Cast",
+        "/i/Cast",
+        &["s"],
+        &["i"],
+        vec![attr_int("to", INT64)],
+    );
+    b.node("Equal", "/e/Equal", &["i", "zero"], &["e"], vec![]);
+    b.node("Not", "/n/Not", &["e"], &["n"], vec![]);
+    b.node(
+        "Cast",
+        "/m/Cast",
+        &["n"],
+        &["m"],
+        vec![attr_int("to", FLOAT)],
+    );
+    b.node("CumSum", "/c/CumSum", &["m", "axis"], &["c"], vec![]);
+    b.node("Where", "/w/Where", &["e", "s", "c"], &["w"], vec![]);
+    b.node("Expand", "/x/Expand", &["s", "shape"], &["wide"], vec![]);
+    b.node(
+        "GatherElements",
+        "/g/GatherElements",
+        &["s", "i"],
+        &["picked"],
+        vec![attr_int("axis", 1)],
+    );
+    b.output("w").output("wide").output("picked");
+    let (x, out) = run_hand_made(&b, 6);
+    let s: Vec<f32> = x.iter().map(|v| v * 3.0).collect();
+    let i: Vec<i64> = s.iter().map(|v| v.trunc() as i64).collect();
+    let mut count = 0.0;
+    let mut w = Vec::new();
+    for k in 0..6 {
+        if i[k] != 0 {
+            count += 1.0;
+        }
+        w.push(if i[k] == 0 { s[k] } else { count });
+    }
+    assert!(
+        i.iter().any(|&v| v == 0) && i.iter().any(|&v| v != 0),
+        "{i:?}"
+    );
+    assert_eq!(out[0], w, "where of a cumsum");
+    assert_eq!(out[1], [s.clone(), s.clone()].concat(), "expand");
+    let picked: Vec<f32> = i.iter().map(|&k| s[k.rem_euclid(6) as usize]).collect();
+    assert_eq!(out[2], picked, "gather_elements");
+}
+
 fn ttdb(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
         .args(args)

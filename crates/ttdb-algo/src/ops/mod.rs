@@ -8,15 +8,18 @@
 //! `recognize::candidates` lists in the order it tries them. Multi-op activations are rows
 //! of [`activation`].
 pub mod activation;
+pub mod broadcast;
 pub mod concat;
 pub mod conv2d;
 pub mod conv2d_nchwc;
+pub mod cumsum;
 pub mod dense;
 pub mod depthwise;
 pub mod epilogue;
 pub mod epilogue_op;
 pub mod era;
 pub mod layout_transform;
+pub mod logic;
 pub mod lrn;
 pub mod pad;
 pub mod pool;

@@ -1,10 +1,19 @@
 //! `take` (stage `T_take`, tag `injective`, axes `ax*`): slices of `data` along one axis
-//! picked by an integer index tensor (ONNX `Gather`). A glue kernel of a run model.
+//! picked by an integer index tensor (ONNX `Gather`), and `gather_elements` (stage
+//! `T_gather_elements`, ONNX `GatherElements`): each element picked along the axis by the
+//! index at its own position. Glue kernels of a run model.
 //!
 //! A negative index counts from the end, as in ONNX; an index still outside the axis is
 //! clipped to it (TOPI's `mode="clip"`), so a hostile index can never read outside `data`.
 use super::util::{axes, check};
 use crate::ir::{BuildError, DagBuilder, Expr, Tensor};
+
+/// An index read from an index tensor, made an index into an axis of `n` (> 0) elements:
+/// negative counts from the end, the rest clipped.
+fn index_into_axis(i: Expr, n: i64) -> Expr {
+    let counted = Expr::select(Expr::lt(i.clone(), Expr::int(0)), i.clone() + n, i);
+    Expr::min(Expr::max(counted, Expr::int(0)), Expr::int(n - 1))
+}
 
 /// `out[a.., j.., b..] = data[a.., indices[j..], b..]` where `a` are the axes before `axis`.
 pub fn take(
@@ -39,6 +48,47 @@ pub fn take(
             data.at(index)
         }),
     )
+}
+
+/// `out[p] = data[p with axis replaced by indices[p]]`; `indices` has the output's shape,
+/// at most `data`'s along every other axis.
+pub fn gather_elements(
+    b: &mut DagBuilder,
+    data: &Tensor,
+    indices: &Tensor,
+    axis: usize,
+) -> Result<Tensor, BuildError> {
+    let rank = data.ndim();
+    check(axis < rank && indices.ndim() == rank, || {
+        format!(
+            "gather_elements: indices {:?} along axis {axis} of {:?}",
+            indices.shape, data.shape
+        )
+    })?;
+    check(!indices.dtype.is_float(), || {
+        format!(
+            "gather_elements: indices of type {} are not integers",
+            indices.dtype
+        )
+    })?;
+    let fits = (0..rank).all(|a| a == axis || indices.shape[a] <= data.shape[a]);
+    check(fits && data.shape[axis] > 0, || {
+        format!(
+            "gather_elements: indices {:?} do not fit {:?} off axis {axis}",
+            indices.shape, data.shape
+        )
+    })?;
+    let n = data.shape[axis];
+    Ok(b.elementwise(
+        "T_gather_elements",
+        "injective",
+        axes("ax", &indices.shape),
+        |v| {
+            let mut index = v.to_vec();
+            index[axis] = index_into_axis(indices.at(v.to_vec()), n);
+            data.at(index)
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -81,6 +131,32 @@ mod tests {
         // out of range: clipped, never read outside
         let wild = TensorData::new(&[2], vec![7.0, -9.0]);
         assert_eq!(run(&data, &wild, 0).data, [3., 4., 5., 0., 1., 2.]);
+    }
+
+    #[test]
+    fn gather_elements_picks_along_the_axis_at_each_position() {
+        // data = [[0, 1, 2], [3, 4, 5]], indices [[2, -1], [0, 1]] along axis 1
+        let mut b = DagBuilder::new();
+        let d = b.placeholder("p0", &[2, 3], DType::F32);
+        let i = b.placeholder("p1", &[2, 2], DType::I64);
+        let out = gather_elements(&mut b, &d, &i, 1).unwrap();
+        let dag = b.finish(&[&out]);
+        let data = TensorData::new(&[2, 3], (0..6).map(f64::from).collect());
+        let idx = TensorData::new(&[2, 2], vec![2.0, -1.0, 0.0, 1.0]);
+        let ins: Vec<TensorData> = dag
+            .placeholders()
+            .iter()
+            .map(|&t| match dag.stage(t).name.as_str() {
+                "p0" => data.clone(),
+                _ => idx.clone(),
+            })
+            .collect();
+        let y = evaluate(&dag, &ins).unwrap().remove(0);
+        assert_eq!(y.data, [2., 2., 3., 4.]);
+        let mut b = DagBuilder::new();
+        let d = b.placeholder("p0", &[2, 3], DType::F32);
+        let wide = b.placeholder("p2", &[3, 2], DType::I64);
+        assert!(gather_elements(&mut b, &d, &wide, 1).is_err());
     }
 
     #[test]

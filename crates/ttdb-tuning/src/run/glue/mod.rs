@@ -4,8 +4,8 @@
 //! ttdb-algo builder: data movement in [`movement`], element-wise ops in [`elementwise`].
 use std::collections::HashMap;
 use ttdb_algo::ir::{BuildError, DType, Dag, DagBuilder, Tensor};
-use ttdb_onnx::onnx::graph::Data;
-use ttdb_onnx::onnx::relay::{Op, OpGraph, OpId, OpKind, ValId, Value};
+use ttdb_onnx::onnx::graph::dtype;
+use ttdb_onnx::onnx::relay::{BinKind, Op, OpGraph, OpId, OpKind, ValId, Value};
 
 mod elementwise;
 mod movement;
@@ -65,13 +65,10 @@ impl GlueOp<'_> {
     }
 }
 
-/// The type a constant's placeholder has: its values are what the constant folder gives,
-/// 64-bit integers for integer data (and for `take`'s indices, integers by ONNX's rule),
-/// float32 otherwise.
-fn constant_dtype(g: &OpGraph, op: &Op, k: usize) -> DType {
-    let v = &g.values[op.inputs[k]];
-    let take_indices = matches!(op.kind, OpKind::Take { .. }) && k == 1;
-    if take_indices || matches!(v.data, Some(Data::Ints(_))) {
+/// The type ttdb runs a value in: int64 for every integer and bool type (as the constant
+/// folder gives integer constants, and as truth values are stored), float32 otherwise.
+fn run_dtype(v: &Value) -> DType {
+    if dtype::is_integer(v.dtype) {
         DType::I64
     } else {
         DType::F32
@@ -90,16 +87,16 @@ pub fn glue_dag(
     let mut tensors: HashMap<ValId, Tensor> = HashMap::new();
     let mut params: Vec<ValId> = inputs.to_vec();
     for (i, &v) in inputs.iter().enumerate() {
-        let t = b.placeholder(format!("p{i}"), &g.values[v].phys, DType::F32);
+        let t = b.placeholder(format!("p{i}"), &g.values[v].phys, run_dtype(&g.values[v]));
         tensors.insert(v, t);
     }
     // the constants the ops read become placeholders too
     for &op in group {
         let o = &g.ops[op];
-        for (k, &v) in o.inputs.iter().enumerate() {
+        for &v in &o.inputs {
             if g.values[v].constant && !tensors.contains_key(&v) {
                 let name = format!("p{}", params.len());
-                let t = b.placeholder(name, &g.values[v].phys, constant_dtype(g, o, k));
+                let t = b.placeholder(name, &g.values[v].phys, run_dtype(&g.values[v]));
                 tensors.insert(v, t);
                 params.push(v);
             }
@@ -118,6 +115,13 @@ pub fn glue_dag(
                 "gives {:?}, the graph has {:?}",
                 t.shape,
                 cx.out().phys
+            )));
+        }
+        if t.dtype != run_dtype(cx.out()) {
+            return Err(cx.refused(format!(
+                "gives {}, the graph has {}",
+                t.dtype,
+                dtype::name(cx.out().dtype)
             )));
         }
         let output = cx.op.output;
@@ -146,9 +150,20 @@ fn build(b: &mut DagBuilder, cx: &GlueOp) -> Result<Tensor, String> {
         OpKind::StridedSlice { begin, strides } => movement::strided_slice(b, cx, begin, strides),
         OpKind::Split { axis, begin } => movement::split(b, cx, *axis, *begin),
         OpKind::Take { axis } => movement::take(b, cx, *axis),
+        OpKind::Injective(name) if name == "broadcast_to" => movement::broadcast_to(b, cx),
+        OpKind::GatherElements { axis } => movement::gather_elements(b, cx, *axis),
         OpKind::Lrn(attrs) => elementwise::lrn(b, cx, *attrs),
+        OpKind::CumSum {
+            axis,
+            exclusive,
+            reverse,
+        } => elementwise::cumsum(b, cx, *axis, *exclusive, *reverse),
         OpKind::Binary(kind) => elementwise::binary(b, cx, kind),
         OpKind::Unary(kind) => elementwise::unary(b, cx, kind),
+        // comparisons ttdb's frontend leaves opaque
+        OpKind::Opaque(name) if name == "greaterorequal" || name == "lessorequal" => {
+            elementwise::binary(b, cx, &BinKind::Other(name.clone()))
+        }
         _ => Err(cx.unsupported()),
     }
 }

@@ -4,11 +4,12 @@
 //! expect, refused rather than guessed.
 use super::GlueOp;
 use ttdb_algo::ir::{DagBuilder, Tensor};
+use ttdb_algo::ops::broadcast::broadcast_to as broadcast_to_shape;
 use ttdb_algo::ops::concat::concatenate;
 use ttdb_algo::ops::layout_transform::{self as lt, DataLayout};
 use ttdb_algo::ops::reshape::reshape as reshape_to;
 use ttdb_algo::ops::slice::strided_slice as slice_of;
-use ttdb_algo::ops::take::take as take_from;
+use ttdb_algo::ops::take::{gather_elements as gather_elements_of, take as take_from};
 use ttdb_algo::ops::transpose::transpose as transpose_by;
 use ttdb_onnx::onnx::relay::Layout;
 
@@ -155,6 +156,21 @@ pub(super) fn split(
 pub(super) fn take(b: &mut DagBuilder, cx: &GlueOp, axis: usize) -> Result<Tensor, String> {
     require_plain(cx)?;
     take_from(b, cx.input(0)?, cx.input(1)?, axis).map_err(|e| cx.build_error(e))
+}
+
+pub(super) fn gather_elements(
+    b: &mut DagBuilder,
+    cx: &GlueOp,
+    axis: usize,
+) -> Result<Tensor, String> {
+    require_plain(cx)?;
+    gather_elements_of(b, cx.input(0)?, cx.input(1)?, axis).map_err(|e| cx.build_error(e))
+}
+
+/// `broadcast_to` the output's shape (ONNX `Expand` at run time).
+pub(super) fn broadcast_to(b: &mut DagBuilder, cx: &GlueOp) -> Result<Tensor, String> {
+    require_plain(cx)?;
+    broadcast_to_shape(b, cx.input(0)?, &cx.out().phys).map_err(|e| cx.build_error(e))
 }
 
 #[cfg(test)]
