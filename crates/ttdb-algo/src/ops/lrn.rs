@@ -70,9 +70,9 @@ mod tests {
         let out = lrn(&mut b, &p, a).unwrap();
         let dag = b.finish(&[&out]);
         let y = evaluate(&dag, std::slice::from_ref(&x)).unwrap().remove(0);
-        let sums = [5.0, 14.0, 29.0, 25.0];
-        for c in 0..4 {
-            let want = x.data[c] / (2.0 + 0.1 * sums[c] as f64).powf(0.5);
+        let sums: [f64; 4] = [5.0, 14.0, 29.0, 25.0];
+        for (c, sum) in sums.iter().enumerate() {
+            let want = x.data[c] / (2.0 + 0.1 * sum).powf(0.5);
             assert!(
                 (y.data[c] - want).abs() < 1e-12,
                 "channel {c}: {}",

@@ -294,10 +294,13 @@ fn gathers_casts_and_masks_of_constants_are_computed_at_load() {
         origin: Origin::Inline,
     };
     let mut g = Graph::default();
-    g.nodes.push(node("Gather", &["emb", "idx"], "rows", &[("axis", 0)]));
+    g.nodes
+        .push(node("Gather", &["emb", "idx"], "rows", &[("axis", 0)]));
     g.nodes.push(node("Cast", &["idx"], "idx_f", &[("to", 1)]));
-    g.nodes.push(node("LessOrEqual", &["col", "row"], "causal", &[]));
-    g.nodes.push(node("Where", &["causal", "one", "minus"], "bias", &[]));
+    g.nodes
+        .push(node("LessOrEqual", &["col", "row"], "causal", &[]));
+    g.nodes
+        .push(node("Where", &["causal", "one", "minus"], "bias", &[]));
     for (name, shape, dt) in [
         ("emb", vec![3, 2], dtype::FLOAT),
         ("idx", vec![2], dtype::INT64),
@@ -314,11 +317,13 @@ fn gathers_casts_and_masks_of_constants_are_computed_at_load() {
             .insert(name.into(), TensorInfo::constant(shape, dt, None));
     }
     let mut w = Weights::default();
+    w.tensors.insert("emb".into(), weight(&[3, 2], iota(6)));
     w.tensors
-        .insert("emb".into(), weight(&[3, 2], iota(6)));
-    w.tensors.insert("idx".into(), int_weight(&[2], vec![2, -3]));
-    w.tensors.insert("col".into(), int_weight(&[3, 1], vec![0, 1, 2]));
-    w.tensors.insert("row".into(), int_weight(&[1, 3], vec![0, 1, 2]));
+        .insert("idx".into(), int_weight(&[2], vec![2, -3]));
+    w.tensors
+        .insert("col".into(), int_weight(&[3, 1], vec![0, 1, 2]));
+    w.tensors
+        .insert("row".into(), int_weight(&[1, 3], vec![0, 1, 2]));
     w.tensors.insert("one".into(), weight(&[1], vec![1.0]));
     w.tensors.insert("minus".into(), weight(&[], vec![-1.0]));
     let og = OpGraph::default();
