@@ -56,7 +56,11 @@ impl Folder<'_> {
             }),
             "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten" | "Identity" => input(0),
             op => {
-                let f = elementwise_fn(op)?;
+                let (arity, f) = elementwise_fn(op)?;
+                if node.inputs.len() != arity {
+                    let n = node.inputs.len();
+                    return Some(Err(bad(format!("{n} inputs, {op} takes {arity}"))));
+                }
                 let integer = self
                     .graph
                     .tensor(name)
@@ -275,9 +279,10 @@ fn source_index(mut p: usize, shape: &[i64], strides: &[usize]) -> usize {
     at
 }
 
-/// The element-wise ops computed here, on f64 operands; truth values are 0 / 1.
-fn elementwise_fn(op: &str) -> Option<fn(&[f64]) -> f64> {
-    Some(match op {
+/// The element-wise ops computed here: their number of operands and their function of
+/// f64 operands; truth values are 0 / 1.
+fn elementwise_fn(op: &str) -> Option<(usize, fn(&[f64]) -> f64)> {
+    let f: fn(&[f64]) -> f64 = match op {
         "Add" => |a| a[0] + a[1],
         "Sub" => |a| a[0] - a[1],
         "Mul" => |a| a[0] * a[1],
@@ -293,5 +298,11 @@ fn elementwise_fn(op: &str) -> Option<fn(&[f64]) -> f64> {
         "Not" => |a| f64::from(u8::from(a[0] == 0.0)),
         "Where" => |a| if a[0] != 0.0 { a[1] } else { a[2] },
         _ => return None,
-    })
+    };
+    let arity = match op {
+        "Not" => 1,
+        "Where" => 3,
+        _ => 2,
+    };
+    Some((arity, f))
 }

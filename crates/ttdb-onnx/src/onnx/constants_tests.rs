@@ -301,6 +301,8 @@ fn gathers_casts_and_masks_of_constants_are_computed_at_load() {
         .push(node("LessOrEqual", &["col", "row"], "causal", &[]));
     g.nodes
         .push(node("Where", &["causal", "one", "minus"], "bias", &[]));
+    // a hostile Where with two operands
+    g.nodes.push(node("Where", &["causal", "one"], "half", &[]));
     for (name, shape, dt) in [
         ("emb", vec![3, 2], dtype::FLOAT),
         ("idx", vec![2], dtype::INT64),
@@ -312,6 +314,7 @@ fn gathers_casts_and_masks_of_constants_are_computed_at_load() {
         ("one", vec![1], dtype::FLOAT),
         ("minus", vec![], dtype::FLOAT),
         ("bias", vec![3, 3], dtype::FLOAT),
+        ("half", vec![3, 3], dtype::FLOAT),
     ] {
         g.tensors
             .insert(name.into(), TensorInfo::constant(shape, dt, None));
@@ -338,4 +341,6 @@ fn gathers_casts_and_masks_of_constants_are_computed_at_load() {
         f.tensor("bias").unwrap(),
         Values::F32(vec![1., 1., 1., -1., 1., 1., -1., -1., 1.])
     );
+    let e = f.tensor("half").unwrap_err().to_string();
+    assert!(e.contains("2 inputs, Where takes 3"), "{e}");
 }
