@@ -21,14 +21,20 @@ pub fn lrn(b: &mut DagBuilder, x: &Tensor, a: LrnAttrs) -> Result<Tensor, BuildE
     })?;
     check(a.size >= 1, || format!("lrn window of {} channels", a.size))?;
     let channels = x.shape[1];
-    // ONNX: channels from c - floor((size - 1) / 2) to c + ceil((size - 1) / 2)
-    let before = (a.size - 1) / 2;
+    check(channels > 0, || {
+        format!("lrn of no channels: {:?}", x.shape)
+    })?;
+    // ONNX: channels from c - floor((size - 1) / 2) to c + ceil((size - 1) / 2); a reach
+    // past every channel reads nothing more, so it is cut to the channels (a huge size
+    // stays a small loop)
+    let before = ((a.size - 1) / 2).min(channels - 1);
+    let after = (a.size - 1 - (a.size - 1) / 2).min(channels - 1);
     let dtype = x.dtype;
     let sqsum = b.reduce(
         "T_lrn_sqsum",
         "",
         axes("ax", &x.shape),
-        vec![IterVar::new("rc", a.size)],
+        vec![IterVar::new("rc", before + after + 1)],
         Combiner::Sum,
         ComputeAttrs::default(),
         |v, r| {
@@ -88,6 +94,18 @@ mod tests {
         let y = evaluate(&dag, std::slice::from_ref(&x)).unwrap().remove(0);
         let want = 1.0 / (2.0 + 0.15 * 5.0f64).powf(0.5);
         assert!((y.data[0] - want).abs() < 1e-12);
+        // a window wider than twice the channels sums them all
+        let mut b = DagBuilder::new();
+        let p = b.placeholder("p0", &x.shape, DType::F32);
+        let huge = LrnAttrs {
+            size: i64::MAX,
+            ..a
+        };
+        let out = lrn(&mut b, &p, huge).unwrap();
+        let dag = b.finish(&[&out]);
+        let y = evaluate(&dag, std::slice::from_ref(&x)).unwrap().remove(0);
+        let want = 4.0 / (2.0 + 0.3 / i64::MAX as f64 * 30.0).powf(0.5);
+        assert!((y.data[3] - want).abs() < 1e-12);
         let mut b = DagBuilder::new();
         let flat = b.placeholder("p0", &[4], DType::F32);
         assert!(lrn(&mut b, &flat, a).is_err());
