@@ -8,15 +8,19 @@
 //! `recognize::candidates` lists in the order it tries them. Multi-op activations are rows
 //! of [`activation`].
 pub mod activation;
+pub mod broadcast;
 pub mod concat;
 pub mod conv2d;
 pub mod conv2d_nchwc;
+pub mod cumsum;
 pub mod dense;
 pub mod depthwise;
 pub mod epilogue;
 pub mod epilogue_op;
 pub mod era;
 pub mod layout_transform;
+pub mod logic;
+pub mod lrn;
 pub mod pad;
 pub mod pool;
 pub mod reduction;
@@ -25,6 +29,9 @@ mod reference;
 pub mod registered;
 pub mod registry;
 pub mod reshape;
+pub mod slice;
+pub mod take;
+pub mod transpose;
 pub mod util;
 pub mod windows;
 pub mod winograd;

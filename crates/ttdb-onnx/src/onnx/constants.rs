@@ -7,6 +7,7 @@ use super::error::{OnnxError, Result};
 use super::graph::{Data, Graph, Recipe};
 use super::relay::{ConstOp, ConvWeightLayout, Layout, OpGraph, ValId};
 use super::weights::{Values, Weights};
+use std::cell::Cell;
 use std::collections::HashMap;
 use ttdb_algo::ir::eval::TensorData;
 use ttdb_algo::ops::winograd::winograd_kernel_transform;
@@ -36,6 +37,9 @@ pub struct Folder<'a> {
     og: &'a OpGraph,
     weights: &'a Weights,
     done: HashMap<ValId, Constant>,
+    /// Bytes left for constants filled at load (`ConstantOfShape`): a small model must not
+    /// make ttdb allocate more than the weight limit.
+    fill_budget: Cell<u64>,
 }
 
 impl<'a> Folder<'a> {
@@ -45,6 +49,7 @@ impl<'a> Folder<'a> {
             og,
             weights,
             done: HashMap::new(),
+            fill_budget: Cell::new(weights.unspent_bytes),
         }
     }
 
@@ -125,9 +130,11 @@ impl<'a> Folder<'a> {
         match self.graph.tensor(name).and_then(|t| t.data.as_ref()) {
             Some(Data::Floats(f)) => Ok(Values::F32(f.iter().map(|&x| x as f32).collect())),
             Some(Data::Ints(i)) => Ok(Values::I64(i.clone())),
-            None => Err(OnnxError::Weight {
-                tensor: name.into(),
-                msg: "no values: neither an initializer nor a constant ttdb can compute".into(),
+            None => self.computed(name).unwrap_or_else(|| {
+                Err(OnnxError::Weight {
+                    tensor: name.into(),
+                    msg: "no values: neither an initializer nor a constant ttdb can compute".into(),
+                })
             }),
         }
     }
@@ -387,6 +394,9 @@ fn pack_conv_weight(
         }
     })
 }
+
+#[path = "constants_nodes.rs"]
+mod nodes;
 
 #[cfg(test)]
 #[path = "constants_tests.rs"]

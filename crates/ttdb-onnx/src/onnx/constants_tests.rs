@@ -184,3 +184,163 @@ fn derived_constants_chain_through_the_op_graph() {
     let mut f = Folder::new(&g, &og, &w);
     assert!(f.value(x).unwrap_err().to_string().contains("run time"));
 }
+
+#[test]
+fn constant_of_shape_fills_its_shape_with_its_value_within_the_weight_limit() {
+    use crate::onnx::graph::{dtype, Attr, Node, TensorInfo};
+    let mut g = Graph::default();
+    let node = |name: &str, out: &str, value: Option<TensorInfo>| Node {
+        name: name.into(),
+        op_type: "ConstantOfShape".into(),
+        domain: String::new(),
+        inputs: vec!["shape".into()],
+        outputs: vec![out.into()],
+        attrs: value
+            .map(|t| ("value".to_string(), Attr::Tensor(t)))
+            .into_iter()
+            .collect(),
+        folded: vec![],
+    };
+    let one = |dtype: i32, d: Data| TensorInfo::constant(vec![1], dtype, Some(d));
+    g.nodes.push(node(
+        "fill",
+        "w",
+        Some(one(dtype::FLOAT, Data::Floats(vec![0.25]))),
+    ));
+    g.nodes.push(node("zeros", "z", None));
+    g.nodes.push(node(
+        "ints",
+        "i",
+        Some(one(dtype::INT64, Data::Ints(vec![7]))),
+    ));
+    for (name, shape) in [("w", vec![2, 3]), ("z", vec![4]), ("i", vec![2])] {
+        g.tensors
+            .insert(name.into(), TensorInfo::constant(shape, dtype::FLOAT, None));
+    }
+    let og = OpGraph::default();
+    let w = Weights::default();
+    let f = Folder::new(&g, &og, &w);
+    assert_eq!(f.tensor("w").unwrap(), Values::F32(vec![0.25; 6]));
+    assert_eq!(f.tensor("z").unwrap(), Values::F32(vec![0.0; 4]));
+    assert_eq!(f.tensor("i").unwrap(), Values::I64(vec![7, 7]));
+    // what the initializers left of the limit: 6 floats fit, the next 4 do not
+    let w = Weights {
+        unspent_bytes: 24,
+        ..Weights::default()
+    };
+    let f = Folder::new(&g, &og, &w);
+    assert!(f.tensor("w").is_ok());
+    let e = f.tensor("z").unwrap_err().to_string();
+    assert!(e.contains("`z`") && e.contains("weight limit"), "{e}");
+}
+
+#[test]
+fn expand_and_reshape_of_constants_are_computed_at_load() {
+    use crate::onnx::graph::{dtype, Node, TensorInfo};
+    let node = |op: &str, inputs: &[&str], out: &str| Node {
+        name: format!("/{out}"),
+        op_type: op.into(),
+        domain: String::new(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![out.into()],
+        attrs: Default::default(),
+        folded: vec![],
+    };
+    let mut g = Graph::default();
+    g.nodes.push(node("Expand", &["tok", "shape"], "e"));
+    g.nodes.push(node("Reshape", &["e", "flat"], "r"));
+    g.nodes.push(node("Tile", &["tok", "reps"], "t"));
+    for (name, shape) in [
+        ("tok", vec![1, 3, 1]),
+        ("e", vec![2, 3, 2]),
+        ("r", vec![12]),
+        ("t", vec![2, 3, 1]),
+    ] {
+        g.tensors
+            .insert(name.into(), TensorInfo::constant(shape, dtype::FLOAT, None));
+    }
+    let mut w = Weights::default();
+    w.tensors
+        .insert("tok".into(), weight(&[1, 3, 1], vec![1.0, 2.0, 3.0]));
+    let og = OpGraph::default();
+    let f = Folder::new(&g, &og, &w);
+    let want = vec![1., 1., 2., 2., 3., 3., 1., 1., 2., 2., 3., 3.];
+    assert_eq!(f.tensor("e").unwrap(), Values::F32(want.clone()));
+    assert_eq!(f.tensor("r").unwrap(), Values::F32(want));
+    // an op whose values ttdb does not compute is refused, naming the tensor
+    let e = f.tensor("t").unwrap_err().to_string();
+    assert!(e.contains("`t`") && e.contains("no values"), "{e}");
+}
+
+#[test]
+fn gathers_casts_and_masks_of_constants_are_computed_at_load() {
+    use crate::onnx::graph::{dtype, Attr, Node, TensorInfo};
+    let node = |op: &str, inputs: &[&str], out: &str, attrs: &[(&str, i64)]| Node {
+        name: format!("/{out}"),
+        op_type: op.into(),
+        domain: String::new(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![out.into()],
+        attrs: attrs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Attr::Int(*v)))
+            .collect(),
+        folded: vec![],
+    };
+    let int_weight = |dims: &[i64], values: Vec<i64>| Weight {
+        dims: dims.to_vec(),
+        dtype: dtype::INT64,
+        values: Values::I64(values),
+        origin: Origin::Inline,
+    };
+    let mut g = Graph::default();
+    g.nodes
+        .push(node("Gather", &["emb", "idx"], "rows", &[("axis", 0)]));
+    g.nodes.push(node("Cast", &["idx"], "idx_f", &[("to", 1)]));
+    g.nodes
+        .push(node("LessOrEqual", &["col", "row"], "causal", &[]));
+    g.nodes
+        .push(node("Where", &["causal", "one", "minus"], "bias", &[]));
+    // a hostile Where with two operands
+    g.nodes.push(node("Where", &["causal", "one"], "half", &[]));
+    for (name, shape, dt) in [
+        ("emb", vec![3, 2], dtype::FLOAT),
+        ("idx", vec![2], dtype::INT64),
+        ("rows", vec![2, 2], dtype::FLOAT),
+        ("idx_f", vec![2], dtype::FLOAT),
+        ("col", vec![3, 1], dtype::INT64),
+        ("row", vec![1, 3], dtype::INT64),
+        ("causal", vec![3, 3], dtype::BOOL),
+        ("one", vec![1], dtype::FLOAT),
+        ("minus", vec![], dtype::FLOAT),
+        ("bias", vec![3, 3], dtype::FLOAT),
+        ("half", vec![3, 3], dtype::FLOAT),
+    ] {
+        g.tensors
+            .insert(name.into(), TensorInfo::constant(shape, dt, None));
+    }
+    let mut w = Weights::default();
+    w.tensors.insert("emb".into(), weight(&[3, 2], iota(6)));
+    w.tensors
+        .insert("idx".into(), int_weight(&[2], vec![2, -3]));
+    w.tensors
+        .insert("col".into(), int_weight(&[3, 1], vec![0, 1, 2]));
+    w.tensors
+        .insert("row".into(), int_weight(&[1, 3], vec![0, 1, 2]));
+    w.tensors.insert("one".into(), weight(&[1], vec![1.0]));
+    w.tensors.insert("minus".into(), weight(&[], vec![-1.0]));
+    let og = OpGraph::default();
+    let f = Folder::new(&g, &og, &w);
+    assert_eq!(f.tensor("rows").unwrap(), Values::F32(vec![4., 5., 0., 1.]));
+    assert_eq!(f.tensor("idx_f").unwrap(), Values::F32(vec![2., -3.]));
+    assert_eq!(
+        f.tensor("causal").unwrap(),
+        Values::I64(vec![1, 1, 1, 0, 1, 1, 0, 0, 1])
+    );
+    assert_eq!(
+        f.tensor("bias").unwrap(),
+        Values::F32(vec![1., 1., 1., -1., 1., 1., -1., -1., 1.])
+    );
+    let e = f.tensor("half").unwrap_err().to_string();
+    assert!(e.contains("2 inputs, Where takes 3"), "{e}");
+}

@@ -569,7 +569,8 @@ pub(crate) fn range(ctx: &Ctx) -> Result<TensorInfo> {
 }
 
 /// CumSum's axis (input 1, a scalar), normalized; None while it is computed at run time.
-fn cumsum_axis(ctx: &Ctx) -> Result<Option<usize>> {
+/// CumSum's axis, when its axis input is known.
+pub(crate) fn cumsum_axis(ctx: &Ctx) -> Result<Option<usize>> {
     let r = ctx.input(0)?.shape.len();
     match scalar(ctx, 1)?.and_then(Data::as_ints) {
         Some(a) => Ok(Some(ctx.axis(a[0], r)?)),
@@ -696,8 +697,17 @@ pub(super) fn slice_range(start: i64, end: i64, step: i64, d: i64) -> (i64, i64)
     (s, len as i64)
 }
 
-/// `Slice`: starts/ends/axes as attributes before opset 10, as inputs (plus steps) since.
-pub(crate) fn slice(ctx: &Ctx) -> Result<TensorInfo> {
+/// What a `Slice` takes along each axis of its input: elements `first[a] + k * stride[a]`
+/// for `k < shape[a]` (axes it does not slice: all, in order).
+pub(crate) struct SlicePlan {
+    pub(crate) first: Vec<i64>,
+    pub(crate) stride: Vec<i64>,
+    pub(crate) shape: Vec<i64>,
+}
+
+/// `Slice`'s plan: starts/ends/axes as attributes before opset 10, as inputs (plus steps)
+/// since.
+pub(crate) fn slice_plan(ctx: &Ctx) -> Result<SlicePlan> {
     let x = ctx.input(0)?;
     let node = ctx.node;
     let (starts, ends, axes, steps) = if ctx.opset < 10 {
@@ -749,6 +759,22 @@ pub(crate) fn slice(ctx: &Ctx) -> Result<TensorInfo> {
         let (s, len) = slice_range(starts[j], ends[j], steps[j], x.shape[a]);
         (first[a], stride[a], shape[a]) = (s, steps[j], len);
     }
+    Ok(SlicePlan {
+        first,
+        stride,
+        shape,
+    })
+}
+
+/// `Slice`: the type of its output, and its values when the input's are known.
+pub(crate) fn slice(ctx: &Ctx) -> Result<TensorInfo> {
+    let x = ctx.input(0)?;
+    let r = x.shape.len();
+    let SlicePlan {
+        first,
+        stride,
+        shape,
+    } = slice_plan(ctx)?;
     let data = x.data.as_ref().and_then(|d| {
         remap(d, &x.shape, &shape, |out| {
             (0..r).map(|a| first[a] + out[a] * stride[a]).collect()

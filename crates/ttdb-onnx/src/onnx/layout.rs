@@ -117,6 +117,7 @@ impl<'a> Pass<'a> {
             .out
             .add_value(src.name.clone(), src.shape.clone(), src.constant);
         self.out.values[v].data = src.data.clone();
+        self.out.values[v].dtype = src.dtype;
         self.out.values[v].channel_vector = src.channel_vector;
         self.map[old] = Some(v);
         if let Some(d) = self.src.values[old].derived {
@@ -253,6 +254,7 @@ impl<'a> Pass<'a> {
         );
         self.out.values[v].layout = layout;
         self.out.values[v].phys = layout.physical(&ov.shape);
+        self.out.values[v].dtype = ov.dtype;
         self.map[op.output] = Some(v);
         v
     }
@@ -482,6 +484,16 @@ pub fn assign(src: &OpGraph, opts: &LayoutOptions) -> Result<Laid> {
             Layout::Plain,
             &[format!("output {}", src.values[v].name)],
         );
+        // the graph output keeps its ONNX name (a run writes it under that name); a constant
+        // keeps its own, which is how its values are found
+        if back != nv && !p.out.values[nv].constant {
+            let (a, b) = (
+                p.out.values[nv].name.clone(),
+                p.out.values[back].name.clone(),
+            );
+            p.out.values[nv].name = b;
+            p.out.values[back].name = a;
+        }
         p.out.outputs.push(back);
     }
     Ok(Laid {

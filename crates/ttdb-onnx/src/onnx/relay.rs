@@ -6,7 +6,7 @@
 //! fusion pattern kind and layout rule. Each ONNX op's own lowering is its descriptor's
 //! ([`super::ops`]); this module holds the graph being built and the helpers they share.
 use super::error::{OnnxError, Result};
-use super::graph::{Graph, Node};
+use super::graph::{Graph, Node, TensorInfo};
 use super::ops;
 use std::collections::HashMap;
 
@@ -35,6 +35,7 @@ impl<'g> Lowering<'g> {
             .og
             .add_value(name.to_string(), t.shape.clone(), t.constant);
         self.og.values[v].data = t.data.clone();
+        self.og.values[v].dtype = t.dtype;
         self.vals.insert(name.to_string(), v);
         Ok(v)
     }
@@ -90,6 +91,15 @@ impl<'g> Lowering<'g> {
             msg: format!("input {i} missing"),
         })?;
         self.value(name)
+    }
+
+    /// The types of `node`'s inputs (None: omitted) as its shape rule saw them, for a
+    /// lowering that needs what the rule computed (a Slice's normalized starts).
+    pub(crate) fn input_types(&self, node: &Node) -> Vec<Option<TensorInfo>> {
+        node.inputs
+            .iter()
+            .map(|n| (!n.is_empty()).then(|| self.g.tensor(n).cloned()).flatten())
+            .collect()
     }
 
     /// The present inputs of `node`, in order.
@@ -161,7 +171,14 @@ pub fn lower(g: &Graph) -> Result<OpGraph> {
         l.og.inputs.push(v);
     }
     for node in &g.nodes {
+        let first_new = l.og.values.len();
         l.lower(node)?;
+        // values named after a tensor of the graph have its type (a cast's, a comparison's)
+        for v in &mut l.og.values[first_new..] {
+            if let Some(t) = g.tensor(&v.name) {
+                v.dtype = t.dtype;
+            }
+        }
     }
     for o in &g.outputs {
         let v = l.value(o)?;

@@ -60,9 +60,21 @@ pub struct Weight {
 }
 
 /// Every initializer of a model, by name.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Weights {
     pub tensors: BTreeMap<String, Weight>,
+    /// What the initializers left of the weight limit: the most bytes that constants
+    /// computed at load from almost nothing (`ConstantOfShape`) may take.
+    pub unspent_bytes: u64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            tensors: BTreeMap::new(),
+            unspent_bytes: WeightLimits::default().max_total_bytes,
+        }
+    }
 }
 
 impl Weights {
@@ -138,7 +150,22 @@ pub fn read_weights(
     let roles = first_readers(graph);
     let mut budget = limits.max_total_bytes;
     let mut out = Weights::default();
-    for t in &graph.initializer {
+    // a Constant node's tensor is a weight under the node's output name (TVM folds it the
+    // same); shape inference keeps the values of small ones only
+    let constant_nodes: Vec<proto::TensorProto> = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type == "Constant" && n.domain.is_empty())
+        .filter_map(|n| {
+            let value = n.attribute.iter().find(|a| a.name == "value")?.t.as_ref()?;
+            let name = n.output.first().filter(|o| !o.is_empty())?;
+            Some(proto::TensorProto {
+                name: name.clone(),
+                ..value.clone()
+            })
+        })
+        .collect();
+    for t in graph.initializer.iter().chain(&constant_nodes) {
         let bad = |msg: String| OnnxError::Weight {
             tensor: t.name.clone(),
             msg,
@@ -170,11 +197,12 @@ pub fn read_weights(
         let w = read_one(t, n as usize, dir, role).map_err(bad)?;
         if out.tensors.insert(t.name.clone(), w).is_some() {
             return Err(OnnxError::Invalid(format!(
-                "two initializers are named `{}`",
+                "two initializers (or Constant nodes) are named `{}`",
                 t.name
             )));
         }
     }
+    out.unspent_bytes = budget;
     Ok(out)
 }
 

@@ -245,3 +245,39 @@ fn a_model_without_a_graph_or_with_duplicate_names_is_refused() {
     );
     assert!(err(&m, None).contains("two initializers"));
 }
+
+#[test]
+fn a_constant_nodes_tensor_is_a_weight_under_its_output_name_within_the_limit() {
+    use crate::onnx::proto::AttributeProto;
+    let constant = |out: &str, t: TensorProto| NodeProto {
+        op_type: "Constant".into(),
+        output: vec![out.into()],
+        attribute: vec![AttributeProto {
+            name: "value".into(),
+            t: Some(t),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let w = float_tensor("", &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let m = model(
+        vec![float_tensor("b", &[1], &[0.5])],
+        vec![constant("conv_w", w), node("Relu", &["conv_w"])],
+    );
+    let got = read_weights(&m, None, &WeightLimits::default()).unwrap();
+    assert_eq!(
+        got.tensors["conv_w"].values,
+        Values::F32(vec![1.0, 2.0, 3.0, 4.0])
+    );
+    assert_eq!(got.tensors["conv_w"].dims, [2, 2]);
+    // 4 bytes of the initializer and 16 of the constant are spent
+    let limits = WeightLimits {
+        max_total_bytes: 24,
+    };
+    assert_eq!(read_weights(&m, None, &limits).unwrap().unspent_bytes, 4);
+    let tight = WeightLimits {
+        max_total_bytes: 16,
+    };
+    let e = read_weights(&m, None, &tight).unwrap_err().to_string();
+    assert!(e.contains("conv_w") && e.contains("weight limit"), "{e}");
+}

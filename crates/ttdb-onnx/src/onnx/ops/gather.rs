@@ -1,11 +1,34 @@
 //! `Gather`: `x.shape[..axis] ++ indices.shape ++ x.shape[axis + 1..]`, constant indices
-//! checked; Relay's injective `take`.
-use super::{Relay, Simple};
+//! checked; Relay's injective `take` along `axis`, reading the indices as its second input
+//! even when they are constant (they are data to `take`, not an attribute).
+use super::OnnxOp;
 use crate::onnx::error::Result;
-use crate::onnx::graph::{Data, TensorInfo};
+use crate::onnx::graph::{Data, Node, TensorInfo};
+use crate::onnx::relay::{Lowering, OpKind};
 use crate::onnx::shape::Ctx;
 
-pub(super) const GATHER: Simple = Simple::new(&["Gather"], infer, Relay::Injective("take"));
+pub(super) struct Gather;
+
+impl OnnxOp for Gather {
+    fn names(&self) -> &'static [&'static str] {
+        &["Gather"]
+    }
+
+    fn infer(&self, ctx: &Ctx) -> Result<Vec<TensorInfo>> {
+        infer(ctx)
+    }
+
+    /// Shape inference checked the axis.
+    fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
+        let x = l.input(node, 0)?;
+        let indices = l.input(node, 1)?;
+        let rank = l.og.values[x].shape.len() as i64;
+        let a = node.int("axis").unwrap_or(0);
+        let axis = if a < 0 { a + rank } else { a } as usize;
+        l.emit(node, OpKind::Take { axis }, vec![x, indices])?;
+        Ok(())
+    }
+}
 
 fn infer(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
     let (x, idx) = (ctx.input(0)?, ctx.input(1)?);

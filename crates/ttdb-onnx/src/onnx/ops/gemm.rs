@@ -58,7 +58,7 @@ impl OnnxOp for Gemm {
             let s = l.og.values[a].shape.clone();
             a = l.emit_named(
                 node,
-                OpKind::Injective("transpose".into()),
+                OpKind::Transpose { perm: vec![1, 0] },
                 vec![a],
                 format!("{name}::a_t"),
                 vec![s[1], s[0]],

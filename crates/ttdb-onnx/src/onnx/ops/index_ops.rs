@@ -1,10 +1,67 @@
 //! Ops that mostly compute index tensors inside shape sub-graphs (`Range`, `CumSum`,
 //! `GatherElements`, `Scatter*`, `Trilu`, `NonZero`): their shape rules live with the
 //! constant folding that computes their values ([`consteval`]); when their inputs are
-//! known at load time they fold away, else they stay opaque run-time ops (registry rows).
+//! known at load time they fold away, else they stay opaque run-time ops (registry rows;
+//! `CumSum` and `GatherElements` with their attributes, which ttdb run executes).
+use super::OnnxOp;
 use crate::onnx::error::Result;
-use crate::onnx::graph::TensorInfo;
+use crate::onnx::graph::{Node, TensorInfo};
+use crate::onnx::relay::{Lowering, OpKind};
 use crate::onnx::shape::{consteval, Ctx};
+
+pub(super) struct CumSum;
+pub(super) struct GatherElements;
+
+impl OnnxOp for CumSum {
+    fn names(&self) -> &'static [&'static str] {
+        &["CumSum"]
+    }
+
+    fn infer(&self, ctx: &Ctx) -> Result<Vec<TensorInfo>> {
+        cumsum(ctx)
+    }
+
+    /// With its axis known; a run-time axis leaves an opaque op ttdb cannot run.
+    fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
+        let ins = l.input_types(node);
+        let ctx = Ctx {
+            node,
+            ins: &ins,
+            opset: l.g.opset,
+        };
+        let kind = match consteval::cumsum_axis(&ctx)? {
+            Some(axis) => OpKind::CumSum {
+                axis,
+                exclusive: node.int("exclusive").unwrap_or(0) != 0,
+                reverse: node.int("reverse").unwrap_or(0) != 0,
+            },
+            None => OpKind::Opaque("cumsum".into()),
+        };
+        l.emit_with_runtime_inputs(node, kind)
+    }
+}
+
+impl OnnxOp for GatherElements {
+    fn names(&self) -> &'static [&'static str] {
+        &["GatherElements"]
+    }
+
+    fn infer(&self, ctx: &Ctx) -> Result<Vec<TensorInfo>> {
+        gather_elements(ctx)
+    }
+
+    /// Inputs (data, indices), constant indices included: they are data to the op. Shape
+    /// inference checked the axis.
+    fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
+        let x = l.input(node, 0)?;
+        let indices = l.input(node, 1)?;
+        let rank = l.og.values[x].shape.len() as i64;
+        let a = node.int("axis").unwrap_or(0);
+        let axis = if a < 0 { a + rank } else { a } as usize;
+        l.emit(node, OpKind::GatherElements { axis }, vec![x, indices])?;
+        Ok(())
+    }
+}
 
 pub(super) fn range(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
     Ok(vec![consteval::range(ctx)?])

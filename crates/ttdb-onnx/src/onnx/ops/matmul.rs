@@ -82,7 +82,7 @@ pub(super) fn dense_weight(
     }
     l.emit_named(
         node,
-        OpKind::Injective("transpose".into()),
+        OpKind::Transpose { perm: vec![1, 0] },
         vec![b],
         format!("{name}::b_t"),
         t,
@@ -156,9 +156,12 @@ fn lower_matmul(l: &mut Lowering, node: &Node) -> Result<()> {
         let name = format!("{}::T", l.og.values[b].name);
         l.og.derive_const(b, ConstOp::TransposeLast2, name, vec![bb, n, k])
     } else {
+        // [..., K, N] viewed as [B, K, N]
         l.emit_named(
             node,
-            OpKind::Injective("transpose".into()),
+            OpKind::Transpose {
+                perm: vec![0, 2, 1],
+            },
             vec![b],
             format!("{name}::b_t"),
             vec![bb, n, k],

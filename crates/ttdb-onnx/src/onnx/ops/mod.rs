@@ -27,6 +27,7 @@ mod gemm;
 mod hard_sigmoid;
 mod identity;
 mod index_ops;
+mod lrn;
 mod matmul;
 mod pad;
 mod pool;

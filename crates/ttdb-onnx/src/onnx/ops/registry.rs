@@ -54,7 +54,7 @@ pub(super) static OPS: &[&dyn OnnxOp] = &[
     &ActivationOp::new(&["HardSwish"], &activation::HARDSWISH),
     &cast::Cast,
     // normalizations TVM does not fuse
-    &Simple::new(&["LRN"], same_shape, OpaqueOnFirst("lrn")),
+    &lrn::Lrn,
     &Simple::new(&["LogSoftmax"], same_shape, OpaqueOnFirst("log_softmax")),
     &Simple::new(&["Hardmax"], same_shape, OpaqueOnFirst("hardmax")),
     &Simple::new(
@@ -107,16 +107,16 @@ pub(super) static OPS: &[&dyn OnnxOp] = &[
     // data movement
     &reshape::RESHAPE,
     &flatten::Flatten,
-    &transpose::TRANSPOSE,
+    &transpose::Transpose,
     &squeeze::SQUEEZE,
     &squeeze::UNSQUEEZE,
     &concat::Concat,
     &split::Split,
-    &slice::SLICE,
+    &slice::Slice,
     &pad::PAD,
     &expand::EXPAND,
     &tile::TILE,
-    &gather::GATHER,
+    &gather::Gather,
     &resize::RESIZE,
     // no Relay op: identities and constants
     &identity::Identity,
@@ -127,12 +127,8 @@ pub(super) static OPS: &[&dyn OnnxOp] = &[
     &shape_of::Size,
     // index computations, folded when their inputs are known
     &Simple::new(&["Range"], index_ops::range, Opaque("range")),
-    &Simple::new(&["CumSum"], index_ops::cumsum, Opaque("cumsum")),
-    &Simple::new(
-        &["GatherElements"],
-        index_ops::gather_elements,
-        Opaque("gatherelements"),
-    ),
+    &index_ops::CumSum,
+    &index_ops::GatherElements,
     &Simple::new(&["ScatterElements"], same_shape, Opaque("scatterelements")),
     &Simple::new(&["ScatterND"], same_shape, Opaque("scatternd")),
     &Simple::new(&["Scatter"], same_shape, Opaque("scatter")),

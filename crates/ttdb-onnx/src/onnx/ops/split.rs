@@ -19,13 +19,23 @@ impl OnnxOp for Split {
 
     fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
         let x = l.input(node, 0)?;
-        for i in 0..node.outputs.len() {
-            let (name, shape) = l.out(node, i)?;
-            if name.is_empty() {
+        let ins = l.input_types(node);
+        let ctx = Ctx {
+            node,
+            ins: &ins,
+            opset: l.g.opset,
+        };
+        let (axis, parts) = split_parts(&ctx)?;
+        let mut begin = 0;
+        for (i, part) in parts.iter().enumerate() {
+            let start = begin;
+            begin += part;
+            let Some(name) = node.outputs.get(i).filter(|n| !n.is_empty()).cloned() else {
                 continue;
-            }
+            };
+            let shape = l.out(node, i)?.1;
             let v = l.og.add_op(
-                OpKind::Injective("split".into()),
+                OpKind::Split { axis, begin: start },
                 vec![x],
                 name.clone(),
                 shape,
@@ -38,6 +48,20 @@ impl OnnxOp for Split {
 }
 
 fn infer(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
+    let x = ctx.input(0)?;
+    let (axis, parts) = split_parts(ctx)?;
+    parts
+        .iter()
+        .map(|&p| {
+            let mut s = x.shape.clone();
+            s[axis] = p;
+            ctx.out(s, x.dtype, None)
+        })
+        .collect()
+}
+
+/// The split axis and the length of each part along it.
+fn split_parts(ctx: &Ctx) -> Result<(usize, Vec<i64>)> {
     let x = ctx.input(0)?;
     let r = x.shape.len();
     let axis = ctx.axis(ctx.node.int("axis").unwrap_or(0), r)?;
@@ -65,12 +89,5 @@ fn infer(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
     {
         return ctx.err(format!("split sizes {parts:?} do not add up to {d}"));
     }
-    parts
-        .iter()
-        .map(|&p| {
-            let mut s = x.shape.clone();
-            s[axis] = p;
-            ctx.out(s, x.dtype, None)
-        })
-        .collect()
+    Ok((axis, parts))
 }

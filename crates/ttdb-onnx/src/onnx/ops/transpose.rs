@@ -1,21 +1,42 @@
 //! `Transpose`: dims permuted by `perm` (reversed by default), small constant values
-//! permuted along; Relay's injective `transpose`.
-use super::{Relay, Simple};
+//! permuted along; Relay's injective `transpose` with its `perm`.
+use super::OnnxOp;
 use crate::onnx::error::Result;
-use crate::onnx::graph::TensorInfo;
+use crate::onnx::graph::{Node, TensorInfo};
+use crate::onnx::relay::{Lowering, OpKind};
 use crate::onnx::shape::{consteval, Ctx};
 
-pub(super) const TRANSPOSE: Simple =
-    Simple::new(&["Transpose"], infer, Relay::Injective("transpose"));
+pub(super) struct Transpose;
+
+impl OnnxOp for Transpose {
+    fn names(&self) -> &'static [&'static str] {
+        &["Transpose"]
+    }
+
+    fn infer(&self, ctx: &Ctx) -> Result<Vec<TensorInfo>> {
+        infer(ctx)
+    }
+
+    /// Shape inference checked `perm` is a permutation of the input's axes.
+    fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
+        let x = l.input(node, 0)?;
+        let rank = l.og.values[x].shape.len();
+        let perm = perm_of(node, rank).iter().map(|&p| p as usize).collect();
+        l.emit_with_runtime_inputs(node, OpKind::Transpose { perm })
+    }
+}
+
+/// The `perm` attribute, or the axes reversed.
+fn perm_of(node: &Node, rank: usize) -> Vec<i64> {
+    node.ints("perm")
+        .map(<[i64]>::to_vec)
+        .unwrap_or_else(|| (0..rank as i64).rev().collect())
+}
 
 fn infer(ctx: &Ctx) -> Result<Vec<TensorInfo>> {
     let x = ctx.input(0)?;
     let r = x.shape.len();
-    let perm: Vec<i64> = ctx
-        .node
-        .ints("perm")
-        .map(<[i64]>::to_vec)
-        .unwrap_or_else(|| (0..r as i64).rev().collect());
+    let perm = perm_of(ctx.node, r);
     let mut seen = vec![false; r];
     let mut shape = Vec::with_capacity(r);
     for &p in &perm {

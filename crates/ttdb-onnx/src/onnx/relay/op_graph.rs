@@ -1,7 +1,8 @@
 //! The Relay-like op graph that lowering produces: values (logical and physical shapes,
 //! layouts), ops with their Relay fusion pattern, and the graph that holds them in
 //! topological order.
-use crate::onnx::graph::Data;
+use crate::onnx::graph::{dtype, Data};
+use ttdb_algo::ops::lrn::LrnAttrs;
 use ttdb_algo::ops::{PoolKind, Window2d};
 
 pub type ValId = usize;
@@ -24,6 +25,9 @@ pub enum Pattern {
 pub struct Value {
     pub name: String,
     pub shape: Vec<i64>,
+    /// Element type, an ONNX `TensorProto.DataType` code ([`dtype`]); a value made by a
+    /// pass has its source's.
+    pub dtype: i32,
     pub constant: bool,
     /// For constants: broadcasts along the channel axis of an NCHW tensor only (a bias or BN
     /// scale / shift), so it is re-laid-out with its consumer.
@@ -165,7 +169,29 @@ pub enum OpKind {
     Concat {
         axis: usize,
     },
-    /// Other injective ops, by Relay name (`reshape`, `transpose`, `batch_flatten`, ...).
+    /// `transpose`: output axis `i` is axis `perm[i]` of the input viewed with `perm.len()`
+    /// axes, its leading axes merged (MatMul's run-time `[..., K, N]` operand is transposed
+    /// as `[B, K, N]`).
+    Transpose {
+        perm: Vec<usize>,
+    },
+    /// `strided_slice`: per input axis, the first index taken and the step to the next (the
+    /// output's shape says how many); ONNX `Slice` normalized.
+    StridedSlice {
+        begin: Vec<i64>,
+        strides: Vec<i64>,
+    },
+    /// One output of `split`: the part of the input from `begin` along `axis` (the output's
+    /// shape says how long).
+    Split {
+        axis: usize,
+        begin: i64,
+    },
+    /// `take` along `axis`: inputs (data, integer indices); ONNX `Gather`.
+    Take {
+        axis: usize,
+    },
+    /// Other injective ops, by Relay name (`reshape`, `batch_flatten`, `pad`, ...).
     Injective(String),
     LayoutTransform {
         src: Layout,
@@ -173,7 +199,19 @@ pub enum OpKind {
     },
     /// Reductions other than mean (`sum`, `max`, ...).
     Reduce(String),
-    /// Ops with no fusion (`lrn`, unknown ops), by name.
+    /// `lrn` across channels (axis 1), ONNX's attributes; no fusion.
+    Lrn(LrnAttrs),
+    /// `cumsum` along `axis` (ONNX `CumSum` with a known axis); no fusion.
+    CumSum {
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+    },
+    /// `gatherelements` along `axis`: inputs (data, integer indices); no fusion.
+    GatherElements {
+        axis: usize,
+    },
+    /// Ops with no fusion (unknown ops), by name.
     Opaque(String),
 }
 
@@ -205,9 +243,16 @@ impl OpKind {
             | OpKind::BatchMatmul
             | OpKind::Softmax { .. }
             | OpKind::Mean { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::StridedSlice { .. }
+            | OpKind::Split { .. }
+            | OpKind::Take { .. }
             | OpKind::Injective(_)
             | OpKind::LayoutTransform { .. }
             | OpKind::Reduce(_)
+            | OpKind::Lrn(_)
+            | OpKind::CumSum { .. }
+            | OpKind::GatherElements { .. }
             | OpKind::Opaque(_) => LayoutRule::Logical,
         }
     }
@@ -219,13 +264,21 @@ impl OpKind {
             | OpKind::BatchMatmul
             | OpKind::Pool(_)
             | OpKind::GlobalPool(_) => Pattern::OutEWiseFusable,
-            OpKind::Softmax { .. } | OpKind::Opaque(_) => Pattern::Opaque,
+            OpKind::Softmax { .. }
+            | OpKind::Lrn(_)
+            | OpKind::CumSum { .. }
+            | OpKind::GatherElements { .. }
+            | OpKind::Opaque(_) => Pattern::Opaque,
             OpKind::Mean { .. } | OpKind::Reduce(_) => Pattern::CommReduce,
             OpKind::Binary(_) => Pattern::Broadcast,
             OpKind::Unary(_) => Pattern::ElemWise,
-            OpKind::Concat { .. } | OpKind::Injective(_) | OpKind::LayoutTransform { .. } => {
-                Pattern::Injective
-            }
+            OpKind::Concat { .. }
+            | OpKind::Transpose { .. }
+            | OpKind::StridedSlice { .. }
+            | OpKind::Split { .. }
+            | OpKind::Take { .. }
+            | OpKind::Injective(_)
+            | OpKind::LayoutTransform { .. } => Pattern::Injective,
         }
     }
 
@@ -259,8 +312,15 @@ impl OpKind {
                 UnaryKind::Other(s) => s.clone(),
             },
             OpKind::Concat { .. } => "concatenate".into(),
+            OpKind::Transpose { .. } => "transpose".into(),
+            OpKind::StridedSlice { .. } => "strided_slice".into(),
+            OpKind::Split { .. } => "split".into(),
+            OpKind::Take { .. } => "take".into(),
             OpKind::Injective(s) | OpKind::Reduce(s) | OpKind::Opaque(s) => s.clone(),
             OpKind::LayoutTransform { .. } => "layout_transform".into(),
+            OpKind::Lrn(_) => "lrn".into(),
+            OpKind::CumSum { .. } => "cumsum".into(),
+            OpKind::GatherElements { .. } => "gatherelements".into(),
         }
     }
 }
@@ -289,6 +349,7 @@ impl OpGraph {
         self.values.push(Value {
             name,
             shape,
+            dtype: dtype::FLOAT,
             constant,
             channel_vector: false,
             data: None,
@@ -310,6 +371,7 @@ impl OpGraph {
     ) -> ValId {
         let v = self.add_value(name, shape, true);
         self.values[v].derived = Some(Derived { from, op });
+        self.values[v].dtype = self.values[from].dtype;
         v
     }
 
@@ -322,6 +384,10 @@ impl OpGraph {
         nodes: Vec<String>,
     ) -> ValId {
         let out = self.add_value(out_name, out_shape, false);
+        // the caller sets another type where the op changes it (cast, comparisons)
+        if let Some(&first) = inputs.first() {
+            self.values[out].dtype = self.values[first].dtype;
+        }
         self.values[out].producer = Some(self.ops.len());
         self.ops.push(Op {
             kind,
