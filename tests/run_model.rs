@@ -128,6 +128,11 @@ matches_onnxruntime! {
     regnet_y_matches_onnxruntime: "regnet_y_400mf",
     efficientnet_b1_matches_onnxruntime: "efficientnet_b1",
     mobilenet_v3_small_matches_onnxruntime: "mobilenet_v3_small",
+    // int64 inputs (token ids, attention masks), attention masks built by integer and
+    // truth-valued glue, batch matmuls, decomposed LayerNorm and GELU
+    distilbert_matches_onnxruntime: "distilbert_like",
+    gpt2_matches_onnxruntime: "gpt2_like",
+    roberta_matches_onnxruntime: "roberta_small_like",
 }
 
 /// CNNs whose glue needed more than element-wise ops and layout transforms, in both data
