@@ -42,9 +42,10 @@ for m in "${models[@]}"; do
     fi
     dbargs=()
     [[ -f $db ]] && dbargs=(--db "$db")
+    err=$(dirname "$db")/stderr
     if ! out=$($ttdb "${dbargs[@]}" run "$m" --deterministic-inputs --repeat "$repeat" \
-                 --threads "$threads" --json -o "$(dirname "$db")" 2>&1); then
-        printf '%-22s %s\n' "$name" "ttdb run refused: $(printf '%s' "$out" | tail -1 | cut -c1-120)"
+                 --threads "$threads" --json -o "$(dirname "$db")" 2>"$err"); then
+        printf '%-22s %s\n' "$name" "ttdb run refused: $(tail -1 "$err" | cut -c1-120)"
         continue
     fi
     ort=$(python3 benches/ort_model.py "$m" "$threads" | cut -d' ' -f1)
@@ -54,7 +55,8 @@ name, ort = sys.argv[1], float(sys.argv[2])
 r = json.load(sys.stdin)
 t, m = r["repeat"], r["memory"]
 mib = lambda b: b / 2**20
-print(f"{name:<22} {t[\"median_ms\"]:>9.2f} {t[\"p90_ms\"]:>9.2f} {t[\"anchored_ms\"]:>10.2f} {t[\"glue_ms\"]:>9.2f} "
-      f"{100*t[\"glue_share\"]:>5.1f}% {mib(m[\"arena_bytes\"]):>6.1f}/{mib(m[\"intermediates_bytes\"]):<7.1f} "
-      f"{ort:>10.2f} {ort/t[\"median_ms\"]:>7.2f}x")' "$name" "$ort"
+med, p90, tuned, glue, share = t["median_ms"], t["p90_ms"], t["anchored_ms"], t["glue_ms"], t["glue_share"]
+arena, inter = mib(m["arena_bytes"]), mib(m["intermediates_bytes"])
+print(f"{name:<22} {med:>9.2f} {p90:>9.2f} {tuned:>10.2f} {glue:>9.2f} {100*share:>5.1f}% "
+      f"{arena:>6.1f}/{inter:<7.1f} {ort:>10.2f} {ort/med:>7.2f}x")' "$name" "$ort"
 done
