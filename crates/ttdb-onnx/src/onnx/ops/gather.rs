@@ -18,16 +18,26 @@ impl OnnxOp for Gather {
         infer(ctx)
     }
 
-    /// Shape inference checked the axis.
     fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
-        let x = l.input(node, 0)?;
-        let indices = l.input(node, 1)?;
-        let rank = l.og.values[x].shape.len() as i64;
-        let a = node.int("axis").unwrap_or(0);
-        let axis = if a < 0 { a + rank } else { a } as usize;
-        l.emit(node, OpKind::Take { axis }, vec![x, indices])?;
-        Ok(())
+        lower_indexed(l, node, |axis| OpKind::Take { axis })
     }
+}
+
+/// Lowers an op of inputs (data, indices) along its `axis` attribute (negative counts from
+/// the end) to `kind(axis)`, the indices an input even when constant: they are data to the
+/// op (`Gather`, `GatherElements`). Shape inference checked the axis.
+pub(super) fn lower_indexed(
+    l: &mut Lowering,
+    node: &Node,
+    kind: impl FnOnce(usize) -> OpKind,
+) -> Result<()> {
+    let x = l.input(node, 0)?;
+    let indices = l.input(node, 1)?;
+    let rank = l.og.values[x].shape.len() as i64;
+    let a = node.int("axis").unwrap_or(0);
+    let axis = if a < 0 { a + rank } else { a } as usize;
+    l.emit(node, kind(axis), vec![x, indices])?;
+    Ok(())
 }
 
 fn infer(ctx: &Ctx) -> Result<Vec<TensorInfo>> {

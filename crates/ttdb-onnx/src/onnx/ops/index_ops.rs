@@ -50,16 +50,8 @@ impl OnnxOp for GatherElements {
         gather_elements(ctx)
     }
 
-    /// Inputs (data, indices), constant indices included: they are data to the op. Shape
-    /// inference checked the axis.
     fn lower(&self, l: &mut Lowering, node: &Node) -> Result<()> {
-        let x = l.input(node, 0)?;
-        let indices = l.input(node, 1)?;
-        let rank = l.og.values[x].shape.len() as i64;
-        let a = node.int("axis").unwrap_or(0);
-        let axis = if a < 0 { a + rank } else { a } as usize;
-        l.emit(node, OpKind::GatherElements { axis }, vec![x, indices])?;
-        Ok(())
+        super::gather::lower_indexed(l, node, |axis| OpKind::GatherElements { axis })
     }
 }
 
