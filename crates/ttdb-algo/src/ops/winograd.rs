@@ -403,21 +403,27 @@ pub fn winograd_kernel_transform(
     let (_, _, g) = cook_toom(tile_size as usize, 3)
         .ok_or_else(|| BuildError(format!("tile size {tile_size} unsupported")))?;
     let alpha = tile_size + 2;
+    // G w G^T per (output, input) channel pair, with G in f64 once: this runs on every 3x3
+    // conv's weights at model load, so it must not redo the exact arithmetic per element.
+    let g: Vec<[f64; 3]> = g
+        .iter()
+        .map(|row| [row[0].to_f64(), row[1].to_f64(), row[2].to_f64()])
+        .collect();
+    let a = alpha as usize;
     let mut out = TensorData::zeros(&[alpha, alpha, co, ci]);
-    for e in 0..alpha {
-        for u in 0..alpha {
-            for o in 0..co {
-                for c in 0..ci {
-                    let mut s = 0.0;
-                    for y in 0..3 {
-                        for x in 0..3 {
-                            let w = kernel_hwio.data[(((y * kw + x) * ci + c) * co + o) as usize];
-                            s += g[e as usize][y as usize].to_f64()
-                                * g[u as usize][x as usize].to_f64()
-                                * w;
-                        }
-                    }
-                    out.data[(((e * alpha + u) * co + o) * ci + c) as usize] = s;
+    let mut gw = vec![[0.0f64; 3]; a];
+    for o in 0..co {
+        for c in 0..ci {
+            let w = |y: i64, x: i64| kernel_hwio.data[(((y * kw + x) * ci + c) * co + o) as usize];
+            for (e, row) in gw.iter_mut().enumerate() {
+                for (x, v) in row.iter_mut().enumerate() {
+                    *v = (0..3).map(|y| g[e][y] * w(y as i64, x as i64)).sum();
+                }
+            }
+            for e in 0..a {
+                for u in 0..a {
+                    let s: f64 = (0..3).map(|x| gw[e][x] * g[u][x]).sum();
+                    out.data[(((e as i64 * alpha + u as i64) * co + o) * ci + c) as usize] = s;
                 }
             }
         }
