@@ -351,21 +351,24 @@ impl ModelPlan {
                 if opts.naive {
                     return Ok((naive()?, Schedule::Naive("--naive".into())));
                 }
-                let steps = default_schedule::default_steps(&dag, opts.target.lanes() as i64);
                 let named = LowerOptions {
                     name: "default".into(),
                     ..LowerOptions::default()
                 };
-                match lower_steps(&dag, &steps, &named) {
-                    Ok(l) => Ok((l, Schedule::Default(why))),
-                    Err(e) => Ok((
-                        naive()?,
-                        Schedule::Naive(format!(
-                            "{}the default schedule does not lower: {e}",
-                            why.map(|w| format!("{w}; ")).unwrap_or_default()
-                        )),
-                    )),
+                let mut last_error = String::new();
+                for steps in default_schedule::default_schedules(&dag, opts.target.lanes() as i64) {
+                    match lower_steps(&dag, &steps, &named) {
+                        Ok(l) => return Ok((l, Schedule::Default(why))),
+                        Err(e) => last_error = e.to_string(),
+                    }
                 }
+                Ok((
+                    naive()?,
+                    Schedule::Naive(format!(
+                        "{}the default schedule does not lower: {last_error}",
+                        why.map(|w| format!("{w}; ")).unwrap_or_default()
+                    )),
+                ))
             };
             let (lowered, schedule) = match stored {
                 Some(Ok((_, record, source))) => {
