@@ -1,45 +1,23 @@
 //! Whole models run by ttdb (`ttdb::run`) against onnxruntime's outputs in
 //! `fixtures/reference/` (tools/onnx_reference.py), on the same deterministic weights and
 //! inputs (docs/design/deterministic-data.md).
-//!
-//! Tolerance: every output element within 1e-3 of the output's largest magnitude (fp32
-//! summation orders differ between ttdb's kernels and onnxruntime's).
+//! The tolerance is `reference::TOLERANCE`.
 mod common;
+#[path = "common/reference.rs"]
+mod reference;
 
+use reference::{manifest, reference_output, TOLERANCE};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::Path;
 use ttdb::loopnest::ir::DType;
 use ttdb::loopnest::BufferData;
 use ttdb::onnx::{fill, InputShape, LayoutMode, Options};
-use ttdb::run::{ModelRun, ModelRunOptions};
+use ttdb::run::{ModelPlan, ModelRun, ModelRunOptions};
 use ttdb::target::Target;
 
-const TOLERANCE: f64 = 1e-3;
-
-fn manifest(model: &str) -> Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/reference")
-        .join(model)
-        .join("reference.json");
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn reference_output(model: &str, file: &str) -> Vec<f32> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/reference")
-        .join(model)
-        .join(file);
-    let a = ttdb::npy::read(&std::fs::read(&p).unwrap()).unwrap();
-    a.to_f32().expect("float32 reference")
-}
-
-/// Runs `model` in `layout` and returns the worst error relative to each output's scale.
-fn worst_error(model: &str, layout: LayoutMode) -> f64 {
-    let m = manifest(model);
-    let path = common::corpus_dir().join(m["model"].as_str().unwrap());
-    // the shapes onnxruntime ran (models with symbolic dims need them)
+/// The options `ttdb run` would take for the reference's model: `layout` and the input
+/// shapes onnxruntime ran (models with symbolic dims need them).
+fn run_options(m: &Value, layout: LayoutMode) -> ModelRunOptions {
     let input_shapes = m["inputs"]
         .as_array()
         .unwrap()
@@ -50,14 +28,21 @@ fn worst_error(model: &str, layout: LayoutMode) -> f64 {
             InputShape::new(i["name"].as_str().unwrap(), dims)
         })
         .collect();
-    let opts = ModelRunOptions {
+    ModelRunOptions {
         layout,
         input_shapes,
         extract: Options::default().with_default_tophub().unwrap(),
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
-    };
+    }
+}
+
+/// Runs `model` in `layout` and returns the worst error relative to each output's scale.
+fn worst_error(model: &str, layout: LayoutMode) -> f64 {
+    let m = manifest(model);
+    let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+    let opts = run_options(&m, layout);
     let run =
         ModelRun::load(&path, &opts, None).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
     let inputs: HashMap<String, BufferData> = run
@@ -75,70 +60,22 @@ fn worst_error(model: &str, layout: LayoutMode) -> f64 {
     let (outputs, _) = run
         .run(&inputs, None)
         .unwrap_or_else(|e| panic!("{model}: {e}"));
-    let mut worst: f64 = 0.0;
-    for (o, got) in m["outputs"].as_array().unwrap().iter().zip(&outputs) {
-        let got: Vec<f64> = match got {
+    let got: Vec<Vec<f64>> = outputs
+        .iter()
+        .map(|got| match got {
             BufferData::F32(x) => x.iter().map(|&v| v as f64).collect(),
             BufferData::I64(x) => x.iter().map(|&v| v as f64).collect(),
-            other => panic!("{model}: output {} is {}", o["name"], other.dtype()),
-        };
-        let want = reference_output(model, o["file"].as_str().unwrap());
-        assert_eq!(got.len(), want.len(), "{model}: output {}", o["name"]);
-        let scale = want
-            .iter()
-            .fold(0f64, |a, &x| a.max((x as f64).abs()))
-            .max(1e-30);
-        let err = got
-            .iter()
-            .zip(&want)
-            .map(|(&a, &b)| (a - b as f64).abs() / scale)
-            .fold(0f64, f64::max);
-        worst = worst.max(err);
-    }
+            other => panic!("{model}: an output is {}", other.dtype()),
+        })
+        .collect();
+    let worst = reference::worst_error(model, &got);
     println!("{model} {layout:?}: worst error {worst:.2e} of the output scale");
     worst
 }
 
-#[test]
-fn resnet18_matches_onnxruntime_in_both_layouts() {
-    for layout in [LayoutMode::Nchwc, LayoutMode::Nhwc] {
-        let e = worst_error("resnet18", layout);
-        assert!(e < TOLERANCE, "resnet18 {layout:?}: {e:.3e}");
-    }
-}
-
-/// CNNs whose glue ttdb builds today (layout transforms, flatten, element-wise ops with
-/// constants: SiLU and squeeze-excite gates, hardswish), NCHWc.
-macro_rules! matches_onnxruntime {
-    ($($test:ident: $model:literal),* $(,)?) => {$(
-        #[test]
-        fn $test() {
-            let e = worst_error($model, LayoutMode::Nchwc);
-            assert!(e < TOLERANCE, "{}: {e:.3e}", $model);
-        }
-    )*};
-}
-
-matches_onnxruntime! {
-    mobilenet_v2_matches_onnxruntime: "mobilenet_v2",
-    resnet50_matches_onnxruntime: "resnet50",
-    alexnet_matches_onnxruntime: "alexnet",
-    mnasnet_matches_onnxruntime: "mnasnet1_0",
-    regnet_x_matches_onnxruntime: "regnet_x_400mf",
-    regnet_y_matches_onnxruntime: "regnet_y_400mf",
-    efficientnet_b1_matches_onnxruntime: "efficientnet_b1",
-    mobilenet_v3_small_matches_onnxruntime: "mobilenet_v3_small",
-    // int64 inputs (token ids, attention masks), attention masks built by integer and
-    // truth-valued glue, batch matmuls, decomposed LayerNorm and GELU
-    distilbert_matches_onnxruntime: "distilbert_like",
-    gpt2_matches_onnxruntime: "gpt2_like",
-    roberta_matches_onnxruntime: "roberta_small_like",
-}
-
-/// CNNs whose glue needed more than element-wise ops and layout transforms, in both data
-/// layouts: channel concatenation (along the block axis in NCHWc, the last axis in NHWC),
-/// and BatchNormalizations left unfolded after a concatenate (densenet).
-/// One test per layout (`<model>_matches_onnxruntime::nchwc`, `::nhwc`), so they run apart.
+/// Every model of the corpus's `torchvision_graph_only/`, `torchvision_more/`,
+/// `transformers/` and `zoo_light/`, in both data layouts, on default schedules (no
+/// database). One test per layout (`<model>::nchwc`, `::nhwc`), so they run apart.
 macro_rules! matches_onnxruntime_in_both_layouts {
     ($($test:ident: $model:literal),* $(,)?) => {$(
         mod $test {
@@ -160,24 +97,69 @@ macro_rules! matches_onnxruntime_in_both_layouts {
 }
 
 matches_onnxruntime_in_both_layouts! {
-    densenet121_matches_onnxruntime: "densenet121",
-    googlenet_matches_onnxruntime: "googlenet",
-    squeezenet1_0_matches_onnxruntime: "squeezenet1_0",
-    // ONNX zoo models whose weights are ConstantOfShape nodes, computed at load (the others
-    // that run, light_resnet50, light_inception_v2 and light_vgg19, end in a softmax of equal
-    // logits, which checks little for their 10 to 35 s)
-    light_densenet121_matches_onnxruntime: "light_densenet121",
-    light_squeezenet_matches_onnxruntime: "light_squeezenet",
-    // LRN glue (light_inception_v1 and light_zfnet512 match too, by hand)
-    light_bvlc_alexnet_matches_onnxruntime: "light_bvlc_alexnet",
-    // channel shuffles (reshape, transpose), split into halves (slice / split), LayerNorm
-    // glue and transposes around the NHWC convs (convnext); vit_b_16 matches too, by hand
-    // (37 s per layout)
-    shufflenet_v2_matches_onnxruntime: "shufflenet_v2_x1_0",
-    light_shufflenet_matches_onnxruntime: "light_shufflenet",
-    convnext_tiny_matches_onnxruntime: "convnext_tiny",
-    // weights in Constant nodes, a symbolic input shape
-    ch_ppocr_cls_matches_onnxruntime: "ch_ppocr_mobile_v2.0_cls_infer",
+    // torchvision_graph_only/
+    alexnet: "alexnet",
+    // channel concatenation (along the block axis in NCHWc, the last axis in NHWC), and
+    // BatchNormalizations left unfolded after a concatenate
+    densenet121: "densenet121",
+    googlenet: "googlenet",
+    mobilenet_v2: "mobilenet_v2",
+    resnet18: "resnet18",
+    resnet50: "resnet50",
+    squeezenet1_0: "squeezenet1_0",
+    vgg16: "vgg16",
+    // torchvision_more/: LayerNorm glue and transposes around the NHWC convs (convnext),
+    // SiLU and squeeze-excite gates, hardswish, channel shuffles (reshape, transpose) and
+    // halves (slice / split), a transformer encoder on patches (vit)
+    convnext_tiny: "convnext_tiny",
+    efficientnet_b1: "efficientnet_b1",
+    mnasnet1_0: "mnasnet1_0",
+    mobilenet_v3_small: "mobilenet_v3_small",
+    regnet_x_400mf: "regnet_x_400mf",
+    regnet_y_400mf: "regnet_y_400mf",
+    resnet34: "resnet34",
+    shufflenet_v2_x1_0: "shufflenet_v2_x1_0",
+    vit_b_16: "vit_b_16",
+    // zoo_light/: weights in ConstantOfShape nodes, computed at load; LRN glue
+    light_bvlc_alexnet: "light_bvlc_alexnet",
+    light_densenet121: "light_densenet121",
+    light_inception_v1: "light_inception_v1",
+    light_inception_v2: "light_inception_v2",
+    light_resnet50: "light_resnet50",
+    light_shufflenet: "light_shufflenet",
+    light_squeezenet: "light_squeezenet",
+    light_vgg19: "light_vgg19",
+    light_zfnet512: "light_zfnet512",
+    // odd/: weights in Constant nodes, a symbolic input shape
+    ch_ppocr_mobile_v2_0_cls_infer: "ch_ppocr_mobile_v2.0_cls_infer",
+}
+
+/// transformers/: int64 inputs (token ids, attention masks), attention masks built by
+/// integer and truth-valued glue, batch matmuls, decomposed LayerNorm and GELU. They have
+/// no conv, so both layouts lower to the same kernels (checked) and one run covers both.
+macro_rules! layout_free_matches_onnxruntime {
+    ($($test:ident: $model:literal),* $(,)?) => {$(
+        #[test]
+        fn $test() {
+            let kernels = |layout| {
+                let m = manifest($model);
+                let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+                let opts = run_options(&m, layout);
+                let plan = ModelPlan::new(&path, &opts, None)
+                    .unwrap_or_else(|e| panic!("{} ({layout:?}): {e}", $model));
+                plan.kernels.iter().map(ttdb::loopnest::kernel_to_string).collect::<Vec<_>>()
+            };
+            assert_eq!(kernels(LayoutMode::Nchwc), kernels(LayoutMode::Nhwc), "{}", $model);
+            let e = worst_error($model, LayoutMode::Nchwc);
+            assert!(e < TOLERANCE, "{}: {e:.3e}", $model);
+        }
+    )*};
+}
+
+layout_free_matches_onnxruntime! {
+    distilbert_like_in_either_layout: "distilbert_like",
+    gpt2_like_in_either_layout: "gpt2_like",
+    roberta_small_like_in_either_layout: "roberta_small_like",
 }
 
 /// A constant too large for shape inference to keep its values (more than 4096 elements)
@@ -544,60 +526,6 @@ fn the_cli_writes_outputs_and_refuses_bad_inputs_clearly() {
         err.contains("cut.onnx") && err.contains("not a valid ONNX model"),
         "{err}"
     );
-}
-
-#[test]
-fn resnet18_runs_its_stored_schedules_and_still_matches() {
-    // the best records of a real Ansor log of this very network (tvm_ansor_bench, NCHWc)
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
-    let db = db.to_str().unwrap();
-    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
-    let o = ttdb(&["--db", db, "import", log.to_str().unwrap(), "--json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let model = common::corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
-    let out = dir.path().join("out");
-    let o = ttdb(&[
-        "--db",
-        db,
-        "run",
-        model.to_str().unwrap(),
-        "--deterministic-inputs",
-        "-o",
-        out.to_str().unwrap(),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let plan = report["kernels_planned"].as_array().unwrap();
-    let stored = plan
-        .iter()
-        .filter(|k| {
-            k["schedule"]
-                .as_str()
-                .unwrap()
-                .starts_with("stored: resnet_18.best.json")
-        })
-        .count();
-    println!(
-        "resnet18: {stored} of {} kernels run a stored schedule",
-        plan.len()
-    );
-    assert!(
-        stored >= 12,
-        "only {stored} stored schedules ran: {plan:#?}"
-    );
-    let got = ttdb::npy::read(&std::fs::read(out.join("output.npy")).unwrap()).unwrap();
-    let got = got.to_f32().unwrap();
-    let want = reference_output("resnet18", "out0.npy");
-    let scale = want.iter().fold(0f32, |a, x| a.max(x.abs()));
-    let worst = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs() / scale)
-        .fold(0f32, f32::max);
-    println!("resnet18 with stored schedules: worst error {worst:.2e} of the output scale");
-    assert!((worst as f64) < TOLERANCE, "{worst:.3e}");
 }
 
 /// `Gemm` with `beta`: y = x W^T + beta * c, on weights the run fills (beta goes into the

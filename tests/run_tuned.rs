@@ -1,0 +1,139 @@
+//! Whole models on tuned schedules, against onnxruntime's outputs (`fixtures/reference/`):
+//! the records of a real Ansor log of the same network (or one sharing its layers) imported,
+//! or a short `ttdb tune` from an empty database, then `ttdb run`. The stored schedules
+//! replace the default ones kernel by kernel; the outputs must not change beyond the
+//! tolerance.
+//!
+//! Each model's run with default schedules, in both layouts, is in tests/run_model.rs.
+mod common;
+#[path = "common/reference.rs"]
+mod reference;
+
+use reference::{input_shape_flags, TOLERANCE};
+use serde_json::Value;
+use std::path::Path;
+
+fn ttdb(db: &Path, args: &[String]) -> Value {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "ttdb {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Runs `model` in `layout` on the schedules in `db`; returns how many kernels ran a stored
+/// schedule, of how many, and the worst error against onnxruntime.
+fn run_on(db: &Path, model: &str, layout: &str) -> (usize, usize, f64) {
+    let m = reference::manifest(model);
+    let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+    let out = db.with_file_name(format!("out-{model}"));
+    let mut args: Vec<String> = [
+        "run",
+        path.to_str().unwrap(),
+        "--layout",
+        layout,
+        "--deterministic-inputs",
+        "-o",
+        out.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(input_shape_flags(model));
+    let report = ttdb(db, &args);
+    let plan = report["kernels_planned"].as_array().unwrap();
+    let stored = plan
+        .iter()
+        .filter(|k| k["schedule"].as_str().unwrap().starts_with("stored: "))
+        .count();
+    let got: Vec<Vec<f64>> = report["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let a = ttdb::npy::read(&std::fs::read(o["file"].as_str().unwrap()).unwrap()).unwrap();
+            a.to_f32().unwrap().into_iter().map(f64::from).collect()
+        })
+        .collect();
+    let worst = reference::worst_error(model, &got);
+    println!(
+        "{model} ({layout}): {stored} of {} kernels on a stored schedule; worst error {worst:.2e} of the output scale",
+        plan.len()
+    );
+    (stored, plan.len(), worst)
+}
+
+/// `model` in `layout` after importing `logs` (paths under the corpus's `ansor/`): at least
+/// `min_stored` kernels run a stored schedule, and the outputs still match.
+macro_rules! stored_schedules_match {
+    ($($test:ident: $model:literal, $layout:literal, [$($log:literal),+], $min_stored:literal;)*) => {$(
+        #[test]
+        fn $test() {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("t.db");
+            let mut args = vec!["import".to_string()];
+            $(args.push(common::corpus_dir().join("ansor").join($log).to_str().unwrap().into());)+
+            ttdb(&db, &args);
+            let (stored, total, worst) = run_on(&db, $model, $layout);
+            assert!(
+                stored >= $min_stored,
+                "{}: only {stored} of {total} kernels ran a stored schedule",
+                $model
+            );
+            assert!(worst < TOLERANCE, "{}: {worst:.3e}", $model);
+        }
+    )*};
+}
+
+stored_schedules_match! {
+    // the networks' own logs (thaisacs/TVM-Ansor-Bench, tuned in NCHWc and in NHWC)
+    resnet18_on_its_own_log: "resnet18", "nchwc", ["tvm_ansor_bench_nchwc/resnet_18.best.json"], 12;
+    resnet18_nhwc_on_its_own_log: "resnet18", "nhwc", ["tvm_ansor_bench_nhwc/resnet_18.best.json"], 12;
+    resnet50_on_its_own_log: "resnet50", "nchwc", ["tvm_ansor_bench_nchwc/resnet_50.best.json"], 20;
+    mobilenet_v2_on_its_own_log: "mobilenet_v2", "nchwc", ["tvm_ansor_bench_nchwc/mobilenet_v2.best.json"], 20;
+    mobilenet_v2_nhwc_on_its_own_log: "mobilenet_v2", "nhwc", ["tvm_ansor_bench_nhwc/mobilenet_v2.best.json"], 20;
+    googlenet_on_its_own_log: "googlenet", "nchwc", ["tvm_ansor_bench_nchwc/googlenet.best.json"], 40;
+    densenet121_on_its_own_log: "densenet121", "nchwc", ["tvm_ansor_bench_nchwc/densenet_121.best.json"], 50;
+    alexnet_on_its_own_log: "alexnet", "nchwc", ["tvm_ansor_bench_nchwc/alexnet.best.json"], 6;
+    vgg16_on_its_own_log: "vgg16", "nchwc", ["tvm_ansor_bench_nchwc/vgg_16.best.json"], 10;
+    // networks sharing layers with a tuned one: resnet34's convs are resnet18's, the ONNX
+    // zoo's resnet50 v1, vgg19 and densenet121 share most convs with torchvision's
+    resnet34_on_resnet18s_log: "resnet34", "nchwc", ["tvm_ansor_bench_nchwc/resnet_18.best.json"], 12;
+    light_resnet50_on_resnet50s_log: "light_resnet50", "nchwc", ["tvm_ansor_bench_nchwc/resnet_50.best.json"], 15;
+    light_vgg19_on_vgg16s_log: "light_vgg19", "nchwc", ["tvm_ansor_bench_nchwc/vgg_16.best.json"], 10;
+    light_densenet121_on_densenet121s_log: "light_densenet121", "nchwc", ["tvm_ansor_bench_nchwc/densenet_121.best.json"], 5;
+}
+
+/// `model` after `ttdb tune MODEL --trials N` from an empty database (no log of it or of a
+/// network like it exists): the kernels the search found schedules for run them.
+macro_rules! tuned_schedules_match {
+    ($($test:ident: $model:literal, $layout:literal, $trials:literal;)*) => {$(
+        #[test]
+        fn $test() {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("t.db");
+            let m = reference::manifest($model);
+            let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+            let mut args: Vec<String> = ["tune", path.to_str().unwrap(), "--layout", $layout, "--trials", $trials]
+                .map(String::from)
+                .to_vec();
+            args.extend(input_shape_flags($model));
+            ttdb(&db, &args);
+            let (stored, total, worst) = run_on(&db, $model, $layout);
+            assert!(stored >= 1, "{}: none of {total} kernels ran a tuned schedule", $model);
+            assert!(worst < TOLERANCE, "{}: {worst:.3e}", $model);
+        }
+    )*};
+}
+
+tuned_schedules_match! {
+    mobilenet_v3_small_after_a_short_tune: "mobilenet_v3_small", "nchwc", "16";
+    gpt2_like_after_a_short_tune: "gpt2_like", "nchwc", "4";
+}
