@@ -451,9 +451,14 @@ fn integer_and_truth_valued_glue_matches_hand_computed_results() {
     assert_eq!(out[2], picked, "gather_elements");
 }
 
+/// `ttdb ARGS` with no database (the default one made absent: whatever the user has),
+/// so every kernel runs its default schedule.
 fn ttdb(args: &[&str]) -> std::process::Output {
+    let home = tempfile::tempdir().unwrap();
     std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
         .args(args)
+        .env_remove("TTDB_DB")
+        .env("XDG_DATA_HOME", home.path())
         .output()
         .unwrap()
 }
@@ -576,5 +581,42 @@ fn gemm_beta_scales_its_bias() {
             "y[{n}] = {} against {want}",
             y[n]
         );
+    }
+}
+
+/// odd/: PP-OCR's classifier runs (above); MTCNN's pnet and rnet (PReLU fused onto their
+/// convs) and silero VAD (an `If` with subgraphs) are refused, naming the node and the op,
+/// and no output file is written.
+#[test]
+fn odd_models_ttdb_cannot_run_are_refused_naming_the_node_and_op() {
+    let dir = tempfile::tempdir().unwrap();
+    for (model, shapes, why) in [
+        ("pnet", &["input_1=1,24,24,3"][..], ["node `p_re_lu`", "`prelu`"]),
+        ("rnet", &["input_2=1,24,24,3"], ["node `p_re_lu", "`prelu`"]),
+        (
+            "silero_vad_16k_op15",
+            &["input=1,576", "state=2,1,128"],
+            ["node `/model/decoder/If`", "(If)"],
+        ),
+    ] {
+        let path = common::corpus_dir().join(format!("onnx/odd/{model}.onnx"));
+        let out = dir.path().join(model);
+        let mut args = vec![
+            "run",
+            path.to_str().unwrap(),
+            "--deterministic-inputs",
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        for s in shapes {
+            args.extend(["--input-shape", s]);
+        }
+        let o = ttdb(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{model}: {err}");
+        for w in why {
+            assert!(err.contains(w), "{model}: `{w}` not in: {err}");
+        }
+        assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
     }
 }
