@@ -7,22 +7,29 @@
 //!   reduction is computed at that loop into a tile of accumulators (cache-written when it
 //!   is itself the output), with its reduction loops outside the unrolled tile and the
 //!   vector. The accumulators stay in registers, as in TVM's x86 conv schedules.
+//! - **Row-reduced** (a matmul whose operands are both contiguous along the reduction, as
+//!   dense `[N, K]` weights and batch_matmul NT are): the reduction split by the vector
+//!   width and factored out (`rfactor`), so each output of a tile accumulates a vector
+//!   along K from two contiguous loads, summed once at the end; the tile and the parallel
+//!   outer loop as above. Vectorizing the output axis instead would load the weights with
+//!   a stride of K.
 //! - **Plain** (everything else, and the fallback): element-wise stages are inlined into
 //!   their consumers; each remaining stage fuses its outer spatial loops into one parallel
 //!   loop and vectorizes its innermost spatial axis, split by the widest factor of at most
 //!   the vector width that divides it and moved inside the reduction loops. For injective
 //!   kernels (the glue) that is TVM's `schedule_injective`.
-use ttdb_algo::ir::{Dag, Operation};
+use ttdb_algo::ir::{Body, Dag, Expr, Operation};
 use ttdb_format::ansor::step::{
     Annotation, AnnotationStep, CacheWriteStep, ComputeAtStep, ComputeInlineStep, FuseStep,
-    ReorderStep, SplitStep,
+    ReorderStep, RfactorStep, SplitStep,
 };
 use ttdb_format::ansor::Step;
 
 /// The default schedules for `dag`, best first: the caller runs the first that lowers.
 pub fn default_schedules(dag: &Dag, lanes: i64) -> Vec<Vec<Step>> {
-    register_tiled_steps(dag, lanes)
+    row_reduced_steps(dag, lanes)
         .into_iter()
+        .chain(register_tiled_steps(dag, lanes))
         .chain([default_steps(dag, lanes)])
         .collect()
 }
@@ -31,17 +38,16 @@ pub fn default_schedules(dag: &Dag, lanes: i64) -> Vec<Vec<Step>> {
 /// besides the broadcast input and the weight vector).
 const MAX_TILE: i64 = 8;
 
-/// The register-tiled schedule, when `dag` is one reduction stage followed only by
-/// element-wise stages of its shape (else None).
-fn register_tiled_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
+/// The one reduction stage of `dag` and its spatial extents, when every later compute stage
+/// is element-wise and the last one has the reduction's shape.
+fn single_reduction(dag: &Dag) -> Option<(usize, Vec<i64>)> {
     let last = dag.stages.len().checked_sub(1)?;
-    let computes: Vec<usize> = (0..dag.stages.len())
-        .filter(|&i| dag.stages[i].compute().is_some())
-        .collect();
-    let reductions: Vec<usize> = computes
-        .iter()
-        .copied()
-        .filter(|&i| !dag.stages[i].compute().unwrap().reduce_axes.is_empty())
+    let reductions: Vec<usize> = (0..dag.stages.len())
+        .filter(|&i| {
+            dag.stages[i]
+                .compute()
+                .is_some_and(|c| !c.reduce_axes.is_empty())
+        })
         .collect();
     let &[r] = reductions.as_slice() else {
         return None;
@@ -55,8 +61,167 @@ fn register_tiled_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
     rc.reduce_axes
         .iter()
         .try_for_each(|a| a.const_extent().map(drop))?;
+    let out = dag.stages[last].compute()?;
+    (out.axes.len() == extents.len() && dag.stages[last].shape() == extents).then_some((r, extents))
+}
+
+/// Inlines every compute stage but `keep` and the last.
+fn inline_others(dag: &Dag, keep: usize, steps: &mut Vec<Step>) {
+    let last = dag.stages.len() - 1;
+    for i in 0..dag.stages.len() {
+        if dag.stages[i].compute().is_some() && i != keep && i != last {
+            steps.push(Step::ComputeInline(ComputeInlineStep {
+                stage_id: i as u32,
+            }));
+        }
+    }
+}
+
+fn annotate(stage_id: u32, iter_id: u32, annotation: Annotation) -> Step {
+    Step::Annotation(AnnotationStep {
+        stage_id,
+        iter_id,
+        annotation,
+    })
+}
+
+fn split(stage_id: u32, iter_id: u32, extent: i64, inner: i64) -> Step {
+    Step::Split(SplitStep {
+        stage_id,
+        iter_id,
+        extent,
+        lengths: vec![inner],
+        inner_to_outer: true,
+    })
+}
+
+/// Every tensor read in `e`, with its indices.
+fn loads<'a>(e: &'a Expr, out: &mut Vec<&'a [Expr]>) {
+    match e {
+        Expr::Load { indices, .. } => {
+            out.push(indices);
+            indices.iter().for_each(|i| loads(i, out));
+        }
+        Expr::Binary { a, b, .. } => {
+            loads(a, out);
+            loads(b, out);
+        }
+        Expr::Not(a) | Expr::Cast { value: a, .. } => loads(a, out),
+        Expr::Select {
+            cond,
+            then,
+            otherwise,
+        } => {
+            loads(cond, out);
+            loads(then, out);
+            loads(otherwise, out);
+        }
+        Expr::Call { args, .. } => args.iter().for_each(|a| loads(a, out)),
+        Expr::IntImm { .. } | Expr::FloatImm { .. } | Expr::Var(_) => {}
+    }
+}
+
+/// The row-reduced schedule, when `dag` is a matmul (one reduction axis, the last index of
+/// every tensor it reads) followed only by element-wise stages of its shape.
+fn row_reduced_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
+    let (r, extents) = single_reduction(dag)?;
+    let rc = dag.stages[r].compute()?;
+    let [k_axis] = rc.reduce_axes.as_slice() else {
+        return None;
+    };
+    let Body::Reduce { source, .. } = &rc.body else {
+        return None;
+    };
+    let mut reads = Vec::new();
+    loads(source, &mut reads);
+    let along_k = |ix: &&[Expr]| matches!(ix.last(), Some(Expr::Var(v)) if *v == k_axis.name);
+    if reads.len() != 2 || !reads.iter().all(along_k) {
+        return None;
+    }
+    let k_extent = k_axis.const_extent()?;
+    let vector = [16, 8, 4]
+        .into_iter()
+        .find(|&f| f <= lanes.max(4) && k_extent % f == 0)?;
+    let n = extents.len();
+    if n < 2 {
+        return None;
+    }
+    let (rows, cols) = (extents[n - 2], extents[n - 1]);
+    // up to 8 vector accumulators: 2 rows x 4 columns, or 8 columns of a single row
+    let row_tile = [2, 1].into_iter().find(|t| rows % t == 0).unwrap_or(1);
+    let col_tile = (1..=8 / row_tile)
+        .rev()
+        .find(|t| cols % t == 0)
+        .unwrap_or(1);
+    let last = dag.stages.len() - 1;
+    let mut steps = Vec::new();
+    inline_others(dag, r, &mut steps);
+    let n = n as u32;
+    let r = r as u32;
+    // dense: spatial 0..n, k = n  ->  k_o = n, k_i = n + 1; rfactor k_i as the last spatial
+    // axis of `r` (the partial sums), `r + 1` sums them; later stages shift by one
+    steps.push(split(r, n, k_extent, vector));
+    steps.push(Step::Rfactor(RfactorStep {
+        stage_id: r,
+        iter_id: n + 1,
+        factor_iter_id: n,
+    }));
+    let (partial, total) = (r, r + 1);
+    let out = if r as usize == last {
+        total
+    } else {
+        last as u32 + 1
+    };
+    // out: 0..n-2, i, j (, v)  ->  0..n-2, i_o, j_o, i_t, j_t (, v), the first n fused
+    steps.push(split(out, n - 1, cols, col_tile));
+    steps.push(split(out, n - 2, rows, row_tile));
+    let mut order: Vec<u32> = (0..n - 1).collect();
+    order.extend([n, n - 1, n + 1]);
+    if out == total {
+        order.push(n + 2);
+    }
+    steps.push(Step::Reorder(ReorderStep {
+        stage_id: out,
+        after_ids: order,
+    }));
+    steps.push(Step::Fuse(FuseStep {
+        stage_id: out,
+        fused_ids: (0..n).collect(),
+    }));
+    steps.push(annotate(out, 0, Annotation::Parallel));
+    if out != total {
+        steps.push(Step::ComputeAt(ComputeAtStep {
+            stage_id: total,
+            target_stage_id: out,
+            target_iter_id: 0,
+        }));
+    }
+    steps.push(Step::ComputeAt(ComputeAtStep {
+        stage_id: partial,
+        target_stage_id: out,
+        target_iter_id: 0,
+    }));
+    // partial: 0..n-2, i, j, k_i (spatial), k_o  ->  0..n-2, k_o, i, j, k_i
+    let mut order: Vec<u32> = (0..n - 2).collect();
+    order.extend([n + 1, n - 2, n - 1, n]);
+    steps.push(Step::Reorder(ReorderStep {
+        stage_id: partial,
+        after_ids: order,
+    }));
+    steps.push(annotate(partial, n - 1, Annotation::Unroll));
+    steps.push(annotate(partial, n, Annotation::Unroll));
+    steps.push(annotate(partial, n + 1, Annotation::Vectorize));
+    Some(steps)
+}
+
+/// The register-tiled schedule, when `dag` is one reduction stage followed only by
+/// element-wise stages of its shape (else None).
+fn register_tiled_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
+    let (r, extents) = single_reduction(dag)?;
+    let rc = dag.stages[r].compute()?;
+    let last = dag.stages.len() - 1;
     let k = extents.len();
-    if k < 2 || dag.stages[last].compute()?.axes.len() != k || dag.stages[last].shape() != extents {
+    if k < 2 {
         return None;
     }
     let vector = [16, 8, 4]
@@ -67,13 +232,7 @@ fn register_tiled_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
         .find(|&t| extents[k - 2] % t == 0)
         .unwrap_or(1);
     let mut steps = Vec::new();
-    for &i in &computes {
-        if i != r && i != last {
-            steps.push(Step::ComputeInline(ComputeInlineStep {
-                stage_id: i as u32,
-            }));
-        }
-    }
+    inline_others(dag, r, &mut steps);
     // `acc` accumulates; `out` holds the tile loops (the reduction's own stage when it is
     // the output, after a cache write puts the accumulation in a stage of its own)
     let (acc, out) = if r == last {
@@ -87,20 +246,8 @@ fn register_tiled_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
     };
     let k = k as u32;
     // out: spatial 0..k-2, w = k-2, c = k-1  ->  0..k-2, w_o, w_i, c_o, c_i
-    steps.push(Step::Split(SplitStep {
-        stage_id: out,
-        iter_id: k - 1,
-        extent: extents[k as usize - 1],
-        lengths: vec![vector],
-        inner_to_outer: true,
-    }));
-    steps.push(Step::Split(SplitStep {
-        stage_id: out,
-        iter_id: k - 2,
-        extent: extents[k as usize - 2],
-        lengths: vec![tile],
-        inner_to_outer: true,
-    }));
+    steps.push(split(out, k - 1, extents[k as usize - 1], vector));
+    steps.push(split(out, k - 2, extents[k as usize - 2], tile));
     // -> 0..k-2, w_o, c_o, w_i, c_i; the first k fused into the parallel loop
     let mut order: Vec<u32> = (0..k - 1).collect();
     order.extend([k, k - 1, k + 1]);
@@ -112,13 +259,6 @@ fn register_tiled_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
         stage_id: out,
         fused_ids: (0..k).collect(),
     }));
-    let annotate = |stage_id, iter_id, annotation| {
-        Step::Annotation(AnnotationStep {
-            stage_id,
-            iter_id,
-            annotation,
-        })
-    };
     steps.push(annotate(out, 0, Annotation::Parallel));
     steps.push(Step::ComputeAt(ComputeAtStep {
         stage_id: acc,
@@ -226,7 +366,7 @@ mod tests {
     use ttdb_algo::ops::{
         Anchor, EpilogueOp, Era, PoolAttrs, PoolKind, PoolLayout, Window2d, WorkloadSpec,
     };
-    use ttdb_backend::loopnest::{kernel_to_string, Stmt};
+    use ttdb_backend::loopnest::kernel_to_string;
     use ttdb_backend::lower::check::interpret_against_reference;
     use ttdb_backend::lower::{lower_steps, LowerOptions};
 
@@ -239,25 +379,6 @@ mod tests {
     fn bias() -> EpilogueOp {
         EpilogueOp::Add {
             operand_first: false,
-        }
-    }
-
-    /// The sizes of the kernel's local allocations (the accumulator tiles).
-    fn allocations(s: &Stmt, out: &mut Vec<String>) {
-        match s {
-            Stmt::Allocate { body, .. } => {
-                out.push(format!("{s:?}").chars().take(120).collect());
-                allocations(body, out)
-            }
-            Stmt::For { body, .. } | Stmt::Attr { body, .. } => allocations(body, out),
-            Stmt::Seq(v) => v.iter().for_each(|x| allocations(x, out)),
-            Stmt::IfThenElse { then_, else_, .. } => {
-                allocations(then_, out);
-                if let Some(e) = else_ {
-                    allocations(e, out)
-                }
-            }
-            _ => {}
         }
     }
 
@@ -341,10 +462,67 @@ mod tests {
                 cmp.rel_err,
                 kernel_to_string(&k)
             );
-            let mut a = Vec::new();
-            allocations(&k.body, &mut a);
+            // the accumulators are a local tile, not the output
+            assert!(
+                kernel_to_string(&k).contains("allocate "),
+                "{}",
+                kernel_to_string(&k)
+            );
+        }
+    }
+
+    /// Dense and batch_matmul NT (both operands contiguous along K) get the row-reduced
+    /// schedule, with or without an epilogue, at row counts the tile does and does not
+    /// divide; a conv does not.
+    #[test]
+    fn row_reduced_schedules_lower_and_match_the_reference() {
+        let cases = [
+            dag(
+                Anchor::Dense,
+                vec![bias(), EpilogueOp::Relu],
+                Era::V08,
+                &[vec![3, 16], vec![12, 16], vec![1, 12]],
+            ),
+            dag(
+                Anchor::Dense,
+                vec![],
+                Era::V08,
+                &[vec![1, 24], vec![10, 24]],
+            ),
+            dag(
+                Anchor::Dense,
+                vec![bias()],
+                Era::V08,
+                &[vec![4, 8], vec![5, 8], vec![1, 5]],
+            ),
+            dag(
+                Anchor::BatchMatmul,
+                vec![],
+                Era::V08,
+                &[vec![2, 6, 16], vec![2, 8, 16]],
+            ),
+        ];
+        for dag in &cases {
+            let steps = row_reduced_steps(dag, 8).expect("row-reduced");
+            let k = lower_steps(dag, &steps, &LowerOptions::default())
+                .unwrap_or_else(|e| panic!("{e}\n{steps:?}"));
+            let cmp = interpret_against_reference(dag, &k, 5, Some(100_000_000))
+                .unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&k)));
+            assert!(
+                cmp.rel_err < 1e-5,
+                "{}\n{}",
+                cmp.rel_err,
+                kernel_to_string(&k)
+            );
             println!("{}", kernel_to_string(&k));
         }
+        let conv = dag(
+            Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+            vec![],
+            Era::V07,
+            &[vec![1, 6, 6, 8], vec![3, 3, 8, 16]],
+        );
+        assert!(row_reduced_steps(&conv, 8).is_none());
     }
 
     /// Two reductions (softmax) or none (glue) keep the plain schedule.
