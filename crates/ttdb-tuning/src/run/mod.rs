@@ -20,13 +20,13 @@ use crate::tune::progress::{Progress, Silent, Work};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use ttdb_algo::ops::Era;
 use ttdb_backend::codegen::{compile, CodegenOptions, CompiledKernel};
 use ttdb_backend::loopnest::ir::DType;
 use ttdb_backend::loopnest::ir::Kernel;
-use ttdb_backend::loopnest::BufferData;
+use ttdb_backend::loopnest::{kernel_to_string, BufferData};
 use ttdb_backend::lower::{lower_default, lower_steps, LowerOptions};
 use ttdb_backend::target::Target;
 use ttdb_format::ansor::Record;
@@ -72,7 +72,8 @@ pub struct PlannedKernel {
 
 /// One kernel call of the plan (its name and class are `plan[i]`'s).
 struct Step {
-    kernel: CompiledKernel,
+    /// Shared by the steps whose lowered kernels are identical (a transformer's layers).
+    kernel: Arc<CompiledKernel>,
     /// Where each parameter's buffer lives, the output last.
     args: Vec<exec::Slot>,
 }
@@ -142,16 +143,30 @@ fn stored_schedule(
 }
 
 /// Compiles the lowered kernels on every core, in run order, telling `progress` as each
-/// is done (the first error, naming its kernel, stops the rest).
+/// is done (the first error, naming its kernel, stops the rest). Identical kernels (the
+/// same lowered code: repeated layers) are compiled once and shared.
 fn compile_all(
     lowered: &[Kernel],
     plan: &[PlannedKernel],
     codegen: &CodegenOptions,
     progress: &mut dyn Progress,
-) -> Result<Vec<CompiledKernel>, String> {
-    on_every_core(lowered.len(), plan, progress, |i| {
-        compile(&lowered[i], codegen).map_err(|e| e.to_string())
-    })
+) -> Result<Vec<Arc<CompiledKernel>>, String> {
+    let mut first_of: HashMap<String, usize> = HashMap::new();
+    let same_as: Vec<usize> = lowered
+        .iter()
+        .enumerate()
+        .map(|(i, k)| *first_of.entry(kernel_to_string(k)).or_insert(i))
+        .collect();
+    let unique: Vec<usize> = (0..lowered.len()).filter(|&i| same_as[i] == i).collect();
+    let unique_plan: Vec<PlannedKernel> = unique.iter().map(|&i| plan[i].clone()).collect();
+    let compiled = on_every_core(unique.len(), &unique_plan, progress, |u| {
+        compile(&lowered[unique[u]], codegen).map_err(|e| e.to_string())
+    })?;
+    let by_index: HashMap<usize, Arc<CompiledKernel>> = unique
+        .into_iter()
+        .zip(compiled.into_iter().map(Arc::new))
+        .collect();
+    Ok(same_as.iter().map(|i| by_index[i].clone()).collect())
 }
 
 /// `work(0..n)` on every core, results in order; `progress` hears of each as it finishes
