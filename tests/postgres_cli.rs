@@ -27,7 +27,11 @@ fn sorted(text: &str) -> Vec<String> {
 /// The test cluster's URL with a password added (the cluster trusts local users, so any
 /// password connects).
 fn with_password(location: &Location, password: &str) -> String {
-    db_arg(location).replacen("postgres://ttdb@", &format!("postgres://ttdb:{password}@"), 1)
+    db_arg(location).replacen(
+        "postgres://ttdb@",
+        &format!("postgres://ttdb:{password}@"),
+        1,
+    )
 }
 
 #[test]
@@ -64,12 +68,18 @@ fn a_password_is_never_printed() {
     run(&["--db", &format!("{url}&sslmode=require"), "stats"], None);
     run(&["--db", &format!("{url}&sslmode=bogus"), "stats"], None);
     run(
-        &["--db", &format!("postgres://ttdb@/x?host=/nonexistent&password={SECRET}"), "stats"],
+        &[
+            "--db",
+            &format!("postgres://ttdb@/x?host=/nonexistent&password={SECRET}"),
+            "stats",
+        ],
         None,
     );
-    for (args, ok, text) in &outputs {
-        assert!(!text.contains(SECRET), "ttdb {args} printed the password:\n{text}");
-        let _ = ok;
+    for (args, _, text) in &outputs {
+        assert!(
+            !text.contains(SECRET),
+            "ttdb {args} printed the password:\n{text}"
+        );
     }
     let status: Vec<bool> = outputs.iter().map(|(_, ok, _)| *ok).collect();
     assert_eq!(
@@ -79,6 +89,12 @@ fn a_password_is_never_printed() {
     );
     // The failures name the database, redacted, and the TLS refusal says what to do.
     assert!(outputs[4].2.contains("ttdb:***@"), "{}", outputs[4].2);
+    assert!(outputs[4].2.contains("does not exist"), "{}", outputs[4].2);
+    assert!(
+        outputs[5].2.contains("Connection refused"),
+        "{}",
+        outputs[5].2
+    );
     assert!(outputs[5].2.contains("127.0.0.1:1"), "{}", outputs[5].2);
     assert!(
         outputs[6].2.contains("sslmode=require asks for TLS"),
@@ -178,14 +194,24 @@ fn concurrent_imports_of_different_logs_lose_and_duplicate_nothing() {
     let lite = dir.path().join("ref.db").display().to_string();
     let mut import = vec!["import".to_string()];
     import.extend(names.iter().map(|n| log(n).display().to_string()));
-    ttdb(&lite, &import.iter().map(String::as_str).collect::<Vec<_>>());
+    ttdb(
+        &lite,
+        &import.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     let records = |db: &str| {
         let v: serde_json::Value = serde_json::from_str(&ttdb(db, &["stats", "--json"])).unwrap();
-        (v["records"].as_i64().unwrap(), v["sources"].as_i64().unwrap(), v["workload_keys"].as_i64().unwrap())
+        (
+            v["records"].as_i64().unwrap(),
+            v["sources"].as_i64().unwrap(),
+            v["workload_keys"].as_i64().unwrap(),
+        )
     };
     let (pg_records, sources, keys) = records(&pg);
     assert_eq!((pg_records, sources, keys), records(&lite));
-    assert_eq!(inserted, pg_records, "each record counted new by exactly one importer");
+    assert_eq!(
+        inserted, pg_records,
+        "each record counted new by exactly one importer"
+    );
     let lines = sorted(&ttdb(&pg, &["export"]));
     let mut unique = lines.clone();
     unique.dedup();

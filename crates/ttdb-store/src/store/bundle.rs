@@ -1,9 +1,9 @@
 //! The SQL behind schedule bundles (`src/bundle/`): which records a bundle carries and where
 //! they came from, importing a checked bundle in one transaction, what an import would do,
 //! and the trusted signing keys.
+use super::db::{params, Db};
 use super::import::{import_in, in_import_transaction, record_digest, FileReport};
 use super::{now_rfc3339, Result, Store};
-use super::db::{params, Db};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -97,7 +97,10 @@ pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<
     };
     let mut out: Vec<(i64, ExportedRecord, String, String, i64)> = match sel {
         Selection::All => select("CAST(?1 AS TEXT) IS NULL", None)?,
-        Selection::Class(c) => select("(w.op_class = ?1 OR w.op_class LIKE ?1 || '+%')", Some(c.as_str()))?,
+        Selection::Class(c) => select(
+            "(w.op_class = ?1 OR w.op_class LIKE ?1 || '+%')",
+            Some(c.as_str()),
+        )?,
         Selection::Signature(s) => select("w.signature LIKE ?1", Some(format!("{s}%").as_str()))?,
         // One query per key (a model has tens of kernels), merged back into id order.
         Selection::Keys(keys) => {
@@ -286,7 +289,11 @@ pub fn key_holdings(store: &Store, key: &str, digests: &[[u8; 16]]) -> Result<Ke
     for d in digests {
         out.present += store
             .db
-            .query_opt("SELECT 1 FROM records WHERE digest = ?1", params![d], |_| Ok(()))?
+            .query_opt(
+                "SELECT 1 FROM records WHERE digest = ?1",
+                params![d],
+                |_| Ok(()),
+            )?
             .is_some() as usize;
     }
     let Some(id) = id else { return Ok(out) };

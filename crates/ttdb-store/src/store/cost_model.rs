@@ -1,7 +1,7 @@
 //! Storage of the search's learned cost model per host class. The bytes are opaque here:
 //! the search module encodes them and validates them when it reads them back.
-use super::{Result, Store};
 use super::db::params;
+use super::{Result, Store};
 
 /// A stored model: its bytes and how many measured programs it was trained on.
 #[derive(Clone, Debug)]

@@ -7,10 +7,10 @@
 //! create at once (a source, target, workload or record) is inserted with `ON CONFLICT DO
 //! NOTHING` against its unique key, so concurrent imports into PostgreSQL neither fail nor
 //! duplicate, and the counts they report add up.
+use super::db::{params, Db, Dialect};
 use super::target::NormalizedTarget;
 use super::{Result, Store, StoreError};
 use rayon::prelude::*;
-use super::db::{params, Db, Dialect};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -372,7 +372,8 @@ pub fn import_in(
         let base = buf.as_ptr() as u64;
         let insert = "INSERT INTO records (workload_id, target_id, source_id, line_no, error_no, mean_cost, digest, raw)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (digest) DO NOTHING";
-        let reject = "INSERT INTO rejected_lines (source_id, line_no, reason, raw) VALUES (?1, ?2, ?3, ?4)
+        let reject =
+            "INSERT INTO rejected_lines (source_id, line_no, reason, raw) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT DO NOTHING";
         for (end, parsed) in recv {
             for p in parsed {
@@ -400,7 +401,16 @@ pub fn import_in(
                         }
                         let n = tx.execute(
                             insert,
-                            params![w, t, source_id, r.line, r.error_no, r.mean_cost, r.digest, r.raw],
+                            params![
+                                w,
+                                t,
+                                source_id,
+                                r.line,
+                                r.error_no,
+                                r.mean_cost,
+                                r.digest,
+                                r.raw
+                            ],
                         )?;
                         if n == 1 {
                             report.inserted += 1;

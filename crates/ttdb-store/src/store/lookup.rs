@@ -1,9 +1,9 @@
 //! The queries matching and refinement ask of the database: stored records with their
 //! provenance, the workloads of a class, and what the database holds of a class when
 //! nothing matches. (The ranking itself lives in `ttdb_tuning::matcher`.)
+use super::db::{params, Row};
 use super::target::NormalizedTarget;
 use super::{Result, Store};
-use super::db::{params, Row};
 use serde::Serialize;
 use ttdb_format::host::IsaRequirement;
 use ttdb_format::signature::WorkloadSignature;
@@ -131,7 +131,9 @@ pub fn unrankable_records(
         .db
         .query_map(&sql, params![workload_id, compat, n], source_of)?;
     let count: i64 = store.db.query_one(
-        &format!("SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE {filter}"),
+        &format!(
+            "SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE {filter}"
+        ),
         params![workload_id, compat],
         |r| r.get(0),
     )?;
@@ -221,9 +223,7 @@ pub fn best_records_on(
         "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND r.target_id IN ({ids})
          ORDER BY r.mean_cost LIMIT ?2"
     );
-    store
-        .db
-        .query_map(&sql, params![workload_id, n], source_of)
+    store.db.query_map(&sql, params![workload_id, n], source_of)
 }
 
 /// The workloads of `op_class` with a valid record on a `compat` target: (id, signature,
@@ -274,8 +274,13 @@ pub fn class_presence(store: &Store, op_class: &str) -> Result<Vec<(String, bool
                         WHERE w.op_class = ?1 AND t.compat = ?2 AND r.mean_cost IS NOT NULL)";
     let mut out = Vec::new();
     for compat in compats {
-        if store.db.query_one(any, params![op_class, compat], |r| r.get::<bool>(0))? {
-            let ok = store.db.query_one(valid, params![op_class, compat], |r| r.get::<bool>(0))?;
+        if store
+            .db
+            .query_one(any, params![op_class, compat], |r| r.get::<bool>(0))?
+        {
+            let ok = store
+                .db
+                .query_one(valid, params![op_class, compat], |r| r.get::<bool>(0))?;
             out.push((compat, ok));
         }
     }
@@ -318,9 +323,11 @@ pub fn best_imported_records(
                AND (CAST(?1 AS TEXT) IS NULL OR w.signature LIKE ?1)
                AND (CAST(?2 AS TEXT) IS NULL OR w.op_class = ?2 OR w.op_class LIKE ?2 || '+%')) ranked
          WHERE rank = 1 ORDER BY signature, id LIMIT ?3";
-    store.db.query_map(sql, params![sig, class, no_limit(limit)], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-    })
+    store
+        .db
+        .query_map(sql, params![sig, class, no_limit(limit)], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
 }
 
 /// A workload with a valid CPU record: what `ttdb refine` may work on.
@@ -349,14 +356,16 @@ pub fn refinable_workloads(
            AND EXISTS (SELECT 1 FROM records r JOIN targets t ON t.id = r.target_id
                        WHERE r.workload_id = w.id AND r.mean_cost IS NOT NULL AND t.compat = ?1)
          ORDER BY w.signature, w.id LIMIT ?4";
-    store.db.query_map(sql, params![compat, sig, class, no_limit(limit)], |r| {
-        Ok(RefinableWorkload {
-            id: r.get(0)?,
-            key: r.get(1)?,
-            signature: r.get(2)?,
-            op_class: r.get(3)?,
+    store
+        .db
+        .query_map(sql, params![compat, sig, class, no_limit(limit)], |r| {
+            Ok(RefinableWorkload {
+                id: r.get(0)?,
+                key: r.get(1)?,
+                signature: r.get(2)?,
+                op_class: r.get(3)?,
+            })
         })
-    })
 }
 
 /// Where a refinement may start, in two runs: the best `n` valid records of the workload

@@ -137,10 +137,7 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::Sqlite(e) => write!(f, "database: {e}"),
-            StoreError::Postgres(e) => match e.as_db_error() {
-                Some(db) => write!(f, "database: {}: {}", db.severity(), db.message()),
-                None => write!(f, "database: {e}"),
-            },
+            StoreError::Postgres(e) => write!(f, "database: {}", postgres::describe(e)),
             StoreError::Io { path, error } => write!(f, "{}: {error}", path.display()),
             StoreError::TooNew { found, supported } => write!(
                 f,
@@ -328,7 +325,9 @@ impl Store {
     pub fn connection_for_tests(&self) -> &rusqlite::Connection {
         match &self.db {
             Db::Sqlite(c) => c,
-            Db::Postgres(_) => panic!("connection_for_tests: a SQLite store only; use sql_for_tests"),
+            Db::Postgres(_) => {
+                panic!("connection_for_tests: a SQLite store only; use sql_for_tests")
+            }
         }
     }
 
@@ -442,7 +441,8 @@ mod tests {
     #[test]
     fn both_dialects_have_the_same_schema() {
         let columns = |s: &Store, sql: &str| -> Vec<(String, String)> {
-            s.db.query_map(sql, params![], |r| Ok((r.get(0)?, r.get(1)?))).unwrap()
+            s.db.query_map(sql, params![], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
         };
         let sqlite = columns(
             &Store::open_in_memory().unwrap(),

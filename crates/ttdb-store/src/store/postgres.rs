@@ -37,7 +37,13 @@ impl PgUrl {
         if let Some(query) = query {
             let options: Vec<&str> = query
                 .split('&')
-                .map(|o| if o.starts_with("password=") { "password=***" } else { o })
+                .map(|o| {
+                    if o.starts_with("password=") {
+                        "password=***"
+                    } else {
+                        o
+                    }
+                })
                 .collect();
             out.push('?');
             out.push_str(&options.join("&"));
@@ -84,7 +90,9 @@ impl PgUrl {
             Some((b, q)) => (b, format!("?{q}")),
             None => (rest, String::new()),
         };
-        let authority = before_query.split_once('/').map_or(before_query, |(a, _)| a);
+        let authority = before_query
+            .split_once('/')
+            .map_or(before_query, |(a, _)| a);
         PgUrl(format!("{scheme}://{authority}/{name}{query}"))
     }
 
@@ -116,7 +124,11 @@ fn percent_decoded(s: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push((h * 16 + l) as u8);
                 i += 3;
@@ -135,15 +147,32 @@ fn percent_decoded(s: &str) -> String {
 /// `prefer` (the default) connects without TLS.
 pub(super) fn connect(url: &PgUrl) -> Result<Db> {
     use postgres::config::SslMode;
-    let scrubbed = |e: &dyn fmt::Display| StoreError::Other(format!("{url}: {}", url.scrub(&e.to_string())));
-    let config: postgres::Config = url.0.parse().map_err(|e| scrubbed(&e))?;
+    let scrubbed = |e: String| StoreError::Other(format!("{url}: {}", url.scrub(&e)));
+    let config: postgres::Config = url.0.parse().map_err(|e| scrubbed(describe(&e)))?;
     if config.get_ssl_mode() == SslMode::Require {
         return Err(StoreError::Other(format!(
             "{url}: sslmode=require asks for TLS, which this ttdb cannot do: it is built without a TLS connector for PostgreSQL. Connect through a unix socket (host=/path/to/socket), an SSH tunnel, or a trusted network with sslmode=disable"
         )));
     }
-    let client = config.connect(postgres::NoTls).map_err(|e| scrubbed(&e))?;
-    Ok(Db::Postgres(RefCell::new(Pg::new(client))))
+    let client = config
+        .connect(postgres::NoTls)
+        .map_err(|e| scrubbed(describe(&e)))?;
+    Ok(Db::Postgres(Box::new(RefCell::new(Pg::new(client)))))
+}
+
+/// What went wrong, in full: the server's message for a database error, else the driver's
+/// error and its causes (its own text is only "error connecting to server").
+pub(super) fn describe(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        out.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    out
 }
 
 /// Checks that the database is ttdb's (or empty, when `mode` may create), before anything
@@ -163,7 +192,12 @@ pub(super) fn check_identity(db: &Db, url: &PgUrl, mode: OpenMode) -> Result<()>
             what: format!(
                 "a PostgreSQL database whose schema holds {} table(s) of another application: {}",
                 tables.len(),
-                tables.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+                tables
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         });
     }
@@ -218,14 +252,18 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted_and_scrubbed() {
-        let u = PgUrl::parse("postgres://ann:s%40cret@db.example/ttdb?password=other&sslmode=disable")
-            .unwrap();
+        let u =
+            PgUrl::parse("postgres://ann:s%40cret@db.example/ttdb?password=other&sslmode=disable")
+                .unwrap();
         assert_eq!(
             u.to_string(),
             "postgres://ann:***@db.example/ttdb?password=***&sslmode=disable"
         );
         assert!(!format!("{u:?}").contains("cret"));
-        assert_eq!(u.scrub("failed for s@cret and other"), "failed for *** and ***");
+        assert_eq!(
+            u.scrub("failed for s@cret and other"),
+            "failed for *** and ***"
+        );
         assert!(PgUrl::parse("/tmp/ttdb.db").is_none());
         let plain = PgUrl::parse("postgresql://ann@db/ttdb").unwrap();
         assert_eq!(plain.to_string(), "postgresql://ann@db/ttdb");

@@ -1,6 +1,6 @@
 //! Read queries: statistics, workload listings, best records, export.
-use super::{Result, Store};
 use super::db::params;
+use super::{Result, Store};
 use serde::Serialize;
 use ttdb_format::signature::WorkloadSignature;
 
@@ -55,18 +55,18 @@ pub fn stats(store: &Store) -> Result<Stats> {
          LEFT JOIN records r ON r.target_id = t.id GROUP BY t.id ORDER BY 4 DESC, 1",
         params![],
         |r| {
-        let target: String = r.get(0)?;
-        let cores: Option<i64> = r.get(1)?;
-        let label = match cores {
-            Some(n) => format!("{target} ({n} cores)"),
-            None => target,
-        };
-        Ok(TargetCount {
-            target: label,
-            compat: r.get(2)?,
-            records: r.get(3)?,
-        })
-    },
+            let target: String = r.get(0)?;
+            let cores: Option<i64> = r.get(1)?;
+            let label = match cores {
+                Some(n) => format!("{target} ({n} cores)"),
+                None => target,
+            };
+            Ok(TargetCount {
+                target: label,
+                compat: r.get(2)?,
+                records: r.get(3)?,
+            })
+        },
     )?;
     let records = one("SELECT COUNT(*) FROM records")?;
     let valid = one("SELECT COUNT(*) FROM records WHERE mean_cost IS NOT NULL")?;

@@ -3,8 +3,8 @@
 //! valid record of it replays on the guessed DAG: a record that does not replay shows that
 //! the real DAG has other stages, so the workload becomes `unknown`, with the reason,
 //! instead of being matched and transferred under a wrong class.
-use super::Result;
 use super::db::{params, Db};
+use super::Result;
 use serde::Serialize;
 use ttdb_format::ansor::{Record, WorkloadKey};
 

@@ -50,8 +50,8 @@ pub fn fresh_postgres() -> Location {
             "${POSTGRES_ENV} is not set, and this test needs PostgreSQL: run it through scripts/test, which starts a throwaway cluster, or set ${POSTGRES_ENV} to the URL of a database whose user may create databases"
         )
     });
-    let admin = PgUrl::parse(&url)
-        .unwrap_or_else(|| panic!("${POSTGRES_ENV} is not a postgres:// URL"));
+    let admin =
+        PgUrl::parse(&url).unwrap_or_else(|| panic!("${POSTGRES_ENV} is not a postgres:// URL"));
     let db = connect(&admin)
         .unwrap_or_else(|e| panic!("${POSTGRES_ENV}: cannot reach the test cluster: {e}"));
     let name = format!(
