@@ -290,7 +290,7 @@ impl Db {
         let mut first = None;
         self.query_each(sql, params, |r| {
             if first.is_none() {
-                first = Some(r.get_all());
+                first = Some(r.0.clone());
             }
             Ok(())
         })?;
@@ -359,12 +359,6 @@ impl Db {
                 }
             }
         }
-    }
-}
-
-impl Row {
-    fn get_all(&self) -> Vec<Value> {
-        self.0.clone()
     }
 }
 
