@@ -178,14 +178,16 @@ pub(super) fn describe(e: &postgres::Error) -> String {
 /// Checks that the database is ttdb's (or empty, when `mode` may create), before anything
 /// is written: the schema of another application is left untouched.
 pub(super) fn check_identity(db: &Db, url: &PgUrl, mode: OpenMode) -> Result<()> {
-    if has_version_table(db)? {
-        return Ok(());
-    }
+    // One statement, so one snapshot: another process may be creating ttdb's tables right
+    // now, and they appear together with ttdb_schema, in one committed migration.
     let tables: Vec<String> = db.query_map(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1",
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1",
         params![],
         |r| r.get(0),
     )?;
+    if tables.iter().any(|t| t == "ttdb_schema") {
+        return Ok(());
+    }
     if !tables.is_empty() {
         return Err(StoreError::Foreign {
             location: url.to_string(),
