@@ -1,16 +1,25 @@
 //! Bundles through the CLI: tampering is refused with the database byte-for-byte
 //! unchanged, signatures and trust, idempotent imports, concurrent imports with a reader.
+//! The tests of what a database holds run on SQLite and on PostgreSQL; the tampering
+//! tests check a SQLite file's bytes.
 mod common;
 use common::{corpus_dir, ttdb_on};
 use std::path::{Path, PathBuf};
+use ttdb::store::testing::{db_arg, Backend};
+use ttdb_store::on_both_backends;
 
 fn log(name: &str) -> PathBuf {
     corpus_dir().join(format!("ansor/tvm_ansor_bench_nchwc/{name}.best.json"))
 }
 
+/// What `--db` takes for a new database of `backend` (a file `name` in `dir` for SQLite).
+fn new_db(backend: Backend, dir: &Path, name: &str) -> PathBuf {
+    PathBuf::from(db_arg(&backend.location(dir, name)))
+}
+
 /// A database in `dir` named `name` with these corpus logs imported.
-fn db_with(dir: &Path, name: &str, logs: &[&str]) -> PathBuf {
-    let db = dir.join(name);
+fn db_with(backend: Backend, dir: &Path, name: &str, logs: &[&str]) -> PathBuf {
+    let db = new_db(backend, dir, name);
     let mut args = vec!["import".to_string()];
     args.extend(logs.iter().map(|l| log(l).display().to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -20,8 +29,8 @@ fn db_with(dir: &Path, name: &str, logs: &[&str]) -> PathBuf {
 }
 
 /// A bundle of every record of resnet_18's log (exported from its own database).
-fn resnet18_bundle(dir: &Path) -> PathBuf {
-    let src = db_with(dir, "src.db", &["resnet_18"]);
+fn resnet18_bundle(backend: Backend, dir: &Path) -> PathBuf {
+    let src = db_with(backend, dir, "src.db", &["resnet_18"]);
     let out = dir.join("r18.ttdb");
     let (code, _, err) = ttdb_on(
         &src,
@@ -55,7 +64,7 @@ fn db_bytes(db: &Path) -> Vec<u8> {
 /// was.
 fn assert_refused(tamper: impl Fn(&mut Vec<String>), expect: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let bundle = resnet18_bundle(dir.path());
+    let bundle = resnet18_bundle(Backend::Sqlite, dir.path());
     let mut lines: Vec<String> = std::fs::read_to_string(&bundle)
         .unwrap()
         .lines()
@@ -64,7 +73,7 @@ fn assert_refused(tamper: impl Fn(&mut Vec<String>), expect: &str) {
     tamper(&mut lines);
     let bad = dir.path().join("bad.ttdb");
     std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
-    let db = db_with(dir.path(), "dst.db", &["vgg_16"]);
+    let db = db_with(Backend::Sqlite, dir.path(), "dst.db", &["vgg_16"]);
     let before = db_bytes(&db);
     for args in [
         vec!["bundle", "import", bad.to_str().unwrap()],
@@ -235,197 +244,201 @@ fn a_line_added_after_the_end_is_refused() {
     );
 }
 
-#[test]
-fn import_is_idempotent_and_keeps_provenance() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = resnet18_bundle(dir.path());
-    let db = dir.path().join("dst.db");
-    let b = bundle.to_str().unwrap();
-    let (code, first, err) = ttdb_on(&db, &["bundle", "import", b, "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let first: serde_json::Value = serde_json::from_str(&first).unwrap();
-    let n = first[0]["records"].as_u64().unwrap();
-    assert!(n > 10);
-    assert_eq!(first[0]["inserted"].as_u64(), Some(n));
-    let (code, again, _) = ttdb_on(&db, &["bundle", "import", b, "--json"]);
-    assert_eq!(code, 0);
-    let again: serde_json::Value = serde_json::from_str(&again).unwrap();
-    assert_eq!(again[0]["inserted"].as_u64(), Some(0));
-    assert_eq!(again[0]["duplicates"].as_u64(), Some(n));
-    assert_eq!(again[0]["new_origins"].as_u64(), Some(0));
-    // Re-exported, every record still says where it was first read.
-    let back = dir.path().join("back.ttdb");
-    let (code, _, err) = ttdb_on(
-        &db,
-        &[
-            "bundle",
-            "export",
-            "-o",
-            back.to_str().unwrap(),
-            "--all-records",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let text = std::fs::read_to_string(&back).unwrap();
-    let metas: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("# record "))
-        .collect();
-    assert_eq!(metas.len() as u64, n);
-    assert!(metas.iter().all(|m| m.contains(
-        "{\"kind\":\"imported\",\"source\":\"tvm_ansor_bench_nchwc/resnet_18.best.json\",\"line\":"
-    )));
-}
-
-#[test]
-fn signatures_and_trust() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = resnet18_bundle(dir.path());
-    let db = dir.path().join("dst.db");
-    let p = |x: &Path| x.to_str().unwrap().to_string();
-    let key = dir.path().join("team.key");
-    let (code, public, err) = ttdb_on(&db, &["key", "generate", "-o", &p(&key)]);
-    assert_eq!(code, 0, "{err}");
-    let public = public.trim().to_string();
-    assert_eq!(public.len(), 64);
-    let signed = dir.path().join("signed.ttdb");
-    let (code, _, err) = ttdb_on(
-        &db,
-        &[
-            "bundle",
-            "sign",
-            &p(&bundle),
-            "--key",
-            &p(&key),
-            "-o",
-            &p(&signed),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-
-    // Unsigned and untrusted bundles are refused under --require-signed.
-    let (code, _, err) = ttdb_on(&db, &["bundle", "import", &p(&bundle), "--require-signed"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("unsigned"), "{err}");
-    let (code, _, err) = ttdb_on(&db, &["bundle", "import", &p(&signed), "--require-signed"]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains("not trusted here") && err.contains(&public),
-        "{err}"
-    );
-    let (_, stats, _) = ttdb_on(&db, &["stats", "--json"]);
-    assert!(
-        stats.contains("\"records\": 0") || stats.contains("\"records\":0"),
-        "{stats}"
-    );
-
-    // Trusted: it imports.
-    let pubfile = format!("{}.pub", p(&key));
-    let (code, _, err) = ttdb_on(&db, &["trust", "add", &pubfile, "--name", "team"]);
-    assert_eq!(code, 0, "{err}");
-    let (_, list, _) = ttdb_on(&db, &["trust", "list"]);
-    assert!(list.contains(&public) && list.contains("team"), "{list}");
-    let (code, out, err) = ttdb_on(&db, &["bundle", "import", &p(&signed), "--require-signed"]);
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("signature: valid (`team`)"), "{out}");
-
-    // A signature that does not match (one digit changed) is refused, required or not.
-    let text = std::fs::read_to_string(&signed).unwrap();
-    let last = text.trim_end().rsplit('\n').next().unwrap();
-    let mut bad_sig = last.to_string();
-    let i = bad_sig.len() - 5;
-    let c = if &bad_sig[i..i + 1] == "0" { "1" } else { "0" };
-    bad_sig.replace_range(i..i + 1, c);
-    let forged = dir.path().join("forged.ttdb");
-    std::fs::write(&forged, text.replace(last, &bad_sig)).unwrap();
-    let (code, _, err) = ttdb_on(&db, &["bundle", "import", &p(&forged)]);
-    assert_ne!(code, 0);
-    assert!(err.contains("does not match the content"), "{err}");
-
-    // Removing the key makes the signed bundle untrusted again.
-    let (code, _, _) = ttdb_on(&db, &["trust", "remove", "team"]);
-    assert_eq!(code, 0);
-    let (code, _, _) = ttdb_on(&db, &["bundle", "import", &p(&signed), "--require-signed"]);
-    assert_ne!(code, 0);
-}
-
-#[test]
-fn two_imports_and_a_match_run_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = |x: &Path| x.to_str().unwrap().to_string();
-    let mut bundles = Vec::new();
-    for (name, logs) in [
-        ("a", ["resnet_50", "vgg_16"]),
-        ("b", ["resnet_18", "alexnet"]),
-    ] {
-        let src = db_with(dir.path(), &format!("{name}.db"), &logs);
-        let out = dir.path().join(format!("{name}.ttdb"));
-        let (code, _, err) = ttdb_on(&src, &["bundle", "export", "-o", &p(&out), "--all-records"]);
+on_both_backends! {
+    fn import_is_idempotent_and_keeps_provenance(backend) {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = resnet18_bundle(backend, dir.path());
+        let db = new_db(backend, dir.path(), "dst.db");
+        let b = bundle.to_str().unwrap();
+        let (code, first, err) = ttdb_on(&db, &["bundle", "import", b, "--json"]);
         assert_eq!(code, 0, "{err}");
-        bundles.push(out);
-    }
-    let model = corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
-    for round in 0..3 {
-        let db = dir.path().join(format!("shared{round}.db"));
-        // Created first (by importing an empty log: reading commands create nothing), so
-        // the three processes race on imports, not on migrations.
-        let empty = dir.path().join("empty.json");
-        std::fs::write(&empty, "").unwrap();
-        let (code, _, _) = ttdb_on(&db, &["import", &p(&empty)]);
+        let first: serde_json::Value = serde_json::from_str(&first).unwrap();
+        let n = first[0]["records"].as_u64().unwrap();
+        assert!(n > 10);
+        assert_eq!(first[0]["inserted"].as_u64(), Some(n));
+        let (code, again, _) = ttdb_on(&db, &["bundle", "import", b, "--json"]);
         assert_eq!(code, 0);
-        let spawn = |args: Vec<String>| {
-            std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
-                .arg("--db")
-                .arg(&db)
-                .args(args)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
-        let children = vec![
-            spawn(vec!["bundle".into(), "import".into(), p(&bundles[0])]),
-            spawn(vec!["match".into(), p(&model)]),
-            spawn(vec!["bundle".into(), "import".into(), p(&bundles[1])]),
-        ];
-        for c in children {
-            let out = c.wait_with_output().unwrap();
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "round {round}: {err}");
-            assert!(!err.contains("locked"), "round {round}: {err}");
-        }
-        // Nothing lost: the union of both bundles is there.
-        let count = |path: &Path| {
-            std::fs::read_to_string(path)
-                .unwrap()
-                .lines()
-                .filter(|l| l.starts_with("# record "))
-                .count()
-        };
-        let store = ttdb::store::Store::open(&db).unwrap();
-        let records: i64 = store
-            .connection_for_tests()
-            .query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0))
-            .unwrap();
-        assert!(records as usize <= count(&bundles[0]) + count(&bundles[1]));
-        let both = dir.path().join("both.ttdb");
+        let again: serde_json::Value = serde_json::from_str(&again).unwrap();
+        assert_eq!(again[0]["inserted"].as_u64(), Some(0));
+        assert_eq!(again[0]["duplicates"].as_u64(), Some(n));
+        assert_eq!(again[0]["new_origins"].as_u64(), Some(0));
+        // Re-exported, every record still says where it was first read.
+        let back = dir.path().join("back.ttdb");
         let (code, _, err) = ttdb_on(
             &db,
             &[
                 "bundle",
-                "merge",
-                &p(&bundles[0]),
-                &p(&bundles[1]),
+                "export",
                 "-o",
-                &p(&both),
+                back.to_str().unwrap(),
+                "--all-records",
             ],
         );
         assert_eq!(code, 0, "{err}");
-        assert_eq!(
-            records as usize,
-            count(&both),
-            "round {round}: records lost"
+        let text = std::fs::read_to_string(&back).unwrap();
+        let metas: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("# record "))
+            .collect();
+        assert_eq!(metas.len() as u64, n);
+        assert!(metas.iter().all(|m| m.contains(
+            "{\"kind\":\"imported\",\"source\":\"tvm_ansor_bench_nchwc/resnet_18.best.json\",\"line\":"
+        )));
+    }
+}
+
+on_both_backends! {
+    fn signatures_and_trust(backend) {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = resnet18_bundle(backend, dir.path());
+        let db = new_db(backend, dir.path(), "dst.db");
+        let p = |x: &Path| x.to_str().unwrap().to_string();
+        let key = dir.path().join("team.key");
+        let (code, public, err) = ttdb_on(&db, &["key", "generate", "-o", &p(&key)]);
+        assert_eq!(code, 0, "{err}");
+        let public = public.trim().to_string();
+        assert_eq!(public.len(), 64);
+        let signed = dir.path().join("signed.ttdb");
+        let (code, _, err) = ttdb_on(
+            &db,
+            &[
+                "bundle",
+                "sign",
+                &p(&bundle),
+                "--key",
+                &p(&key),
+                "-o",
+                &p(&signed),
+            ],
         );
+        assert_eq!(code, 0, "{err}");
+
+        // Unsigned and untrusted bundles are refused under --require-signed.
+        let (code, _, err) = ttdb_on(&db, &["bundle", "import", &p(&bundle), "--require-signed"]);
+        assert_ne!(code, 0);
+        assert!(err.contains("unsigned"), "{err}");
+        let (code, _, err) = ttdb_on(&db, &["bundle", "import", &p(&signed), "--require-signed"]);
+        assert_ne!(code, 0);
+        assert!(
+            err.contains("not trusted here") && err.contains(&public),
+            "{err}"
+        );
+        let (_, stats, _) = ttdb_on(&db, &["stats", "--json"]);
+        assert!(
+            stats.contains("\"records\": 0") || stats.contains("\"records\":0"),
+            "{stats}"
+        );
+
+        // Trusted: it imports.
+        let pubfile = format!("{}.pub", p(&key));
+        let (code, _, err) = ttdb_on(&db, &["trust", "add", &pubfile, "--name", "team"]);
+        assert_eq!(code, 0, "{err}");
+        let (_, list, _) = ttdb_on(&db, &["trust", "list"]);
+        assert!(list.contains(&public) && list.contains("team"), "{list}");
+        let (code, out, err) = ttdb_on(&db, &["bundle", "import", &p(&signed), "--require-signed"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("signature: valid (`team`)"), "{out}");
+
+        // A signature that does not match (one digit changed) is refused, required or not.
+        let text = std::fs::read_to_string(&signed).unwrap();
+        let last = text.trim_end().rsplit('\n').next().unwrap();
+        let mut bad_sig = last.to_string();
+        let i = bad_sig.len() - 5;
+        let c = if &bad_sig[i..i + 1] == "0" { "1" } else { "0" };
+        bad_sig.replace_range(i..i + 1, c);
+        let forged = dir.path().join("forged.ttdb");
+        std::fs::write(&forged, text.replace(last, &bad_sig)).unwrap();
+        let (code, _, err) = ttdb_on(&db, &["bundle", "import", &p(&forged)]);
+        assert_ne!(code, 0);
+        assert!(err.contains("does not match the content"), "{err}");
+
+        // Removing the key makes the signed bundle untrusted again.
+        let (code, _, _) = ttdb_on(&db, &["trust", "remove", "team"]);
+        assert_eq!(code, 0);
+        let (code, _, _) = ttdb_on(&db, &["bundle", "import", &p(&signed), "--require-signed"]);
+        assert_ne!(code, 0);
+    }
+}
+
+on_both_backends! {
+    fn two_imports_and_a_match_run_at_once(backend) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |x: &Path| x.to_str().unwrap().to_string();
+        let mut bundles = Vec::new();
+        for (name, logs) in [
+            ("a", ["resnet_50", "vgg_16"]),
+            ("b", ["resnet_18", "alexnet"]),
+        ] {
+            let src = db_with(backend, dir.path(), &format!("{name}.db"), &logs);
+            let out = dir.path().join(format!("{name}.ttdb"));
+            let (code, _, err) = ttdb_on(&src, &["bundle", "export", "-o", &p(&out), "--all-records"]);
+            assert_eq!(code, 0, "{err}");
+            bundles.push(out);
+        }
+        let model = corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
+        for round in 0..3 {
+            let db = new_db(backend, dir.path(), &format!("shared{round}.db"));
+            // Created first (by importing an empty log: reading commands create nothing), so
+            // the three processes race on imports, not on migrations.
+            let empty = dir.path().join("empty.json");
+            std::fs::write(&empty, "").unwrap();
+            let (code, _, _) = ttdb_on(&db, &["import", &p(&empty)]);
+            assert_eq!(code, 0);
+            let spawn = |args: Vec<String>| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
+                    .arg("--db")
+                    .arg(&db)
+                    .args(args)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            };
+            let children = vec![
+                spawn(vec!["bundle".into(), "import".into(), p(&bundles[0])]),
+                spawn(vec!["match".into(), p(&model)]),
+                spawn(vec!["bundle".into(), "import".into(), p(&bundles[1])]),
+            ];
+            for c in children {
+                let out = c.wait_with_output().unwrap();
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "round {round}: {err}");
+                assert!(!err.contains("locked"), "round {round}: {err}");
+            }
+            // Nothing lost: the union of both bundles is there.
+            let count = |path: &Path| {
+                std::fs::read_to_string(path)
+                    .unwrap()
+                    .lines()
+                    .filter(|l| l.starts_with("# record "))
+                    .count()
+            };
+            let at = ttdb::store::Location::parse(&db);
+            let store = ttdb::store::Store::open_at(&at, ttdb::store::OpenMode::ReadOnly).unwrap();
+            let records: i64 = store
+                .sql_for_tests()
+                .query_one("SELECT COUNT(*) FROM records", &[], |r| r.get(0))
+                .unwrap();
+            assert!(records as usize <= count(&bundles[0]) + count(&bundles[1]));
+            let both = dir.path().join("both.ttdb");
+            let (code, _, err) = ttdb_on(
+                &db,
+                &[
+                    "bundle",
+                    "merge",
+                    &p(&bundles[0]),
+                    &p(&bundles[1]),
+                    "-o",
+                    &p(&both),
+                ],
+            );
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(
+                records as usize,
+                count(&both),
+                "round {round}: records lost"
+            );
+        }
     }
 }
 
@@ -483,49 +496,50 @@ fn import_verify_remeasures_and_flags_records_much_slower_here() {
     assert!(human.contains("1 flagged"), "{human}");
 }
 
-#[test]
-fn export_of_a_model_takes_only_its_kernels() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = db_with(dir.path(), "both.db", &["resnet_18", "vgg_16"]);
-    let out = dir.path().join("r18.ttdb");
-    let model = corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
-    let (code, _, err) = ttdb_on(
-        &db,
-        &[
-            "bundle",
-            "export",
-            "-o",
-            out.to_str().unwrap(),
-            "--model",
-            model.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let keys_of = |text: &str| -> std::collections::BTreeSet<String> {
-        text.lines()
-            .filter_map(|l| ttdb::ansor::Record::parse(l).ok())
-            .map(|r| r.task.workload_key)
-            .collect()
-    };
-    let exported = keys_of(&std::fs::read_to_string(&out).unwrap());
-    let resnet18 = keys_of(&std::fs::read_to_string(log("resnet_18")).unwrap());
-    assert!(
-        exported.len() >= 15,
-        "resnet-18's kernels have its log's keys: {}",
-        exported.len()
-    );
-    assert!(
-        exported.is_subset(&resnet18),
-        "only resnet-18's keys: {:?}",
-        exported.difference(&resnet18).collect::<Vec<_>>()
-    );
+on_both_backends! {
+    fn export_of_a_model_takes_only_its_kernels(backend) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db_with(backend, dir.path(), "both.db", &["resnet_18", "vgg_16"]);
+        let out = dir.path().join("r18.ttdb");
+        let model = corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
+        let (code, _, err) = ttdb_on(
+            &db,
+            &[
+                "bundle",
+                "export",
+                "-o",
+                out.to_str().unwrap(),
+                "--model",
+                model.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let keys_of = |text: &str| -> std::collections::BTreeSet<String> {
+            text.lines()
+                .filter_map(|l| ttdb::ansor::Record::parse(l).ok())
+                .map(|r| r.task.workload_key)
+                .collect()
+        };
+        let exported = keys_of(&std::fs::read_to_string(&out).unwrap());
+        let resnet18 = keys_of(&std::fs::read_to_string(log("resnet_18")).unwrap());
+        assert!(
+            exported.len() >= 15,
+            "resnet-18's kernels have its log's keys: {}",
+            exported.len()
+        );
+        assert!(
+            exported.is_subset(&resnet18),
+            "only resnet-18's keys: {:?}",
+            exported.difference(&resnet18).collect::<Vec<_>>()
+        );
+    }
 }
 
 /// `bundle sign` and `bundle merge` report what they wrote as JSON, like `export`.
 #[test]
 fn sign_and_merge_report_json() {
     let dir = tempfile::tempdir().unwrap();
-    let bundle = resnet18_bundle(dir.path());
+    let bundle = resnet18_bundle(Backend::Sqlite, dir.path());
     let db = dir.path().join("k.db");
     let key = dir.path().join("team.key");
     let (code, public, err) = ttdb_on(&db, &["key", "generate", "-o", key.to_str().unwrap()]);

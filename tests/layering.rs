@@ -23,8 +23,8 @@ fn layers() -> Vec<Vec<String>> {
 }
 
 /// What a crate root offers every module (not a stage): `ttdb_format::version`, the step
-/// dispatch macro.
-const ROOT_ITEMS: &[&str] = &["version", "each_step"];
+/// dispatch macro, the store's tests-on-both-backends macro (`ttdb_store::on_both_backends`).
+const ROOT_ITEMS: &[&str] = &["version", "each_step", "on_both_backends"];
 
 /// Where the modules' sources are: each crate's `src/`, and the root package's.
 fn source_roots() -> Vec<PathBuf> {

@@ -513,8 +513,13 @@ fn check_signature(path: &Path, s: &SignerView, require_signed: bool) -> CliResu
 }
 
 /// Whether the database `db` names (or the default one) exists.
+/// Whether the database is there: a file that exists, or any PostgreSQL database (whose
+/// absence `open_store` reports).
 fn db_exists(db: &Option<PathBuf>) -> bool {
-    db.clone().unwrap_or_else(super::default_db_path).exists()
+    match super::db_location(db) {
+        ttdb_store::store::Location::File(path) => path.exists(),
+        ttdb_store::store::Location::Postgres(_) => true,
+    }
 }
 
 pub(super) fn render_bundle_import(v: &ImportView) -> String {

@@ -41,9 +41,10 @@ pub use workloads::render_workloads;
     about = "A database of tuned tensor-kernel schedules (TVM Ansor records), with transfer-tuning"
 )]
 pub struct Cli {
-    /// Database file. Default: $TTDB_DB, else $XDG_DATA_HOME/ttdb/ttdb.db,
-    /// else ~/.local/share/ttdb/ttdb.db.
-    #[arg(long, global = true, env = "TTDB_DB")]
+    /// Database: a SQLite file, or a PostgreSQL database a team shares
+    /// (postgres://USER[:PASSWORD]@HOST/DB, never printed with its password).
+    /// Default: $TTDB_DB, else $XDG_DATA_HOME/ttdb/ttdb.db, else ~/.local/share/ttdb/ttdb.db.
+    #[arg(long, global = true, env = "TTDB_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
 
     #[command(flatten)]
@@ -303,20 +304,32 @@ fn default_db_path() -> PathBuf {
     PathBuf::from("ttdb.db")
 }
 
+/// Where `--db` (or $TTDB_DB, or the default file) puts the database.
+fn db_location(db: &Option<PathBuf>) -> ttdb_store::store::Location {
+    ttdb_store::store::Location::parse(&db.clone().unwrap_or_else(default_db_path))
+}
+
 /// Opens the database as `mode` says (`ttdb_store::store::OpenMode`): only the commands that
 /// store create it, so a mistyped `--db` in a reading command is an error, not an empty
-/// database.
+/// database. Messages name a PostgreSQL database without its password.
 fn open_store(
     db: &Option<PathBuf>,
     mode: ttdb_store::store::OpenMode,
 ) -> Result<ttdb_store::store::Store, CliError> {
-    let path = db.clone().unwrap_or_else(default_db_path);
-    ttdb_store::store::Store::open_with(&path, mode).map_err(|e| CliError {
+    let location = db_location(db);
+    ttdb_store::store::Store::open_at(&location, mode).map_err(|e| CliError {
         message: match e {
-            // These name the path themselves.
+            // These name the location themselves.
             ttdb_store::store::StoreError::Missing { .. }
             | ttdb_store::store::StoreError::Foreign { .. } => e.to_string(),
-            e => format!("{}: {e}", path.display()),
+            e => {
+                let shown = e.to_string();
+                if shown.starts_with(&location.to_string()) {
+                    shown
+                } else {
+                    format!("{location}: {shown}")
+                }
+            }
         },
         code: 1,
     })

@@ -1,4 +1,4 @@
-//! ttdb storage: the SQLite schedule database and schedule bundles.
+//! ttdb storage: the schedule database (SQLite or PostgreSQL) and schedule bundles.
 //!
 //! One stage of the layer order in `docs/architecture.md`.
 

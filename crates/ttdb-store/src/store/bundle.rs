@@ -1,9 +1,9 @@
 //! The SQL behind schedule bundles (`src/bundle/`): which records a bundle carries and where
 //! they came from, importing a checked bundle in one transaction, what an import would do,
 //! and the trusted signing keys.
+use super::db::{params, Db};
 use super::import::{import_in, in_import_transaction, record_digest, FileReport};
 use super::{now_rfc3339, Result, Store};
-use rusqlite::{params, OptionalExtension, Transaction};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -68,46 +68,51 @@ fn short_source(path: &str) -> String {
 /// The selected records (with `best`, only the best valid one per workload and target;
 /// otherwise all, failed ones included) and their origins, in record id order.
 pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<ExportedRecord>> {
-    let (filter, arg): (&str, Option<String>) = match sel {
-        Selection::All => ("?1 IS NULL", None),
-        Selection::Class(c) => (
-            "(w.op_class = ?1 OR w.op_class LIKE ?1 || '+%')",
-            Some(c.clone()),
-        ),
-        Selection::Signature(s) => ("w.signature LIKE ?1", Some(format!("{s}%"))),
-        Selection::Keys(keys) => (
-            "w.key IN (SELECT value FROM json_each(?1))",
-            Some(serde_json::to_string(keys).unwrap_or_default()),
-        ),
-    };
     let rank = if best {
         "r.mean_cost IS NOT NULL AND r.id = (SELECT r2.id FROM records r2 WHERE r2.workload_id = r.workload_id
              AND r2.target_id = r.target_id AND r2.mean_cost IS NOT NULL ORDER BY r2.mean_cost, r2.id LIMIT 1)"
     } else {
-        "1"
+        "1 = 1"
     };
-    let sql = format!(
-        "SELECT r.id, r.raw, w.op_class, w.signature, s.kind, s.path, r.line_no
-         FROM records r JOIN workloads w ON w.id = r.workload_id JOIN sources s ON s.id = r.source_id
-         WHERE {filter} AND {rank} ORDER BY r.id"
-    );
-    let mut q = store.conn.prepare(&sql)?;
-    let rows = q.query_map(params![arg], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            ExportedRecord {
-                raw: r.get(1)?,
-                op_class: r.get(2)?,
-                signature: r.get(3)?,
-                origins: Vec::new(),
-            },
-            r.get::<_, String>(4)?,
-            r.get::<_, String>(5)?,
-            r.get::<_, i64>(6)?,
-        ))
-    })?;
-    let mut out: Vec<(i64, ExportedRecord, String, String, i64)> =
-        rows.collect::<rusqlite::Result<_>>()?;
+    let select = |filter: &str, arg: Option<&str>| {
+        let sql = format!(
+            "SELECT r.id, r.raw, w.op_class, w.signature, s.kind, s.path, r.line_no
+             FROM records r JOIN workloads w ON w.id = r.workload_id JOIN sources s ON s.id = r.source_id
+             WHERE {filter} AND {rank} ORDER BY r.id"
+        );
+        store.db.query_map(&sql, params![arg], |r| {
+            Ok((
+                r.get::<i64>(0)?,
+                ExportedRecord {
+                    raw: r.get(1)?,
+                    op_class: r.get(2)?,
+                    signature: r.get(3)?,
+                    origins: Vec::new(),
+                },
+                r.get::<String>(4)?,
+                r.get::<String>(5)?,
+                r.get::<i64>(6)?,
+            ))
+        })
+    };
+    let mut out: Vec<(i64, ExportedRecord, String, String, i64)> = match sel {
+        Selection::All => select("CAST(?1 AS TEXT) IS NULL", None)?,
+        Selection::Class(c) => select(
+            "(w.op_class = ?1 OR w.op_class LIKE ?1 || '+%')",
+            Some(c.as_str()),
+        )?,
+        Selection::Signature(s) => select("w.signature LIKE ?1", Some(format!("{s}%").as_str()))?,
+        // One query per key (a model has tens of kernels), merged back into id order.
+        Selection::Keys(keys) => {
+            let mut all = Vec::new();
+            for key in keys {
+                all.extend(select("w.key = ?1", Some(key.as_str()))?);
+            }
+            all.sort_by_key(|row| row.0);
+            all.dedup_by_key(|row| row.0);
+            all
+        }
+    };
     let mut measured = origins_by_record(
         store,
         "SELECT m.record_id, m.kind, s.path, r.line_no, h.fingerprint FROM measurements m
@@ -141,50 +146,47 @@ pub fn export_records(store: &Store, sel: &Selection, best: bool) -> Result<Vec<
 }
 
 fn origins_by_record(store: &Store, sql: &str) -> Result<HashMap<i64, Vec<Origin>>> {
-    let mut q = store.conn.prepare(sql)?;
-    let rows = q.query_map([], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            Origin {
-                kind: r.get(1)?,
-                source: r.get(2)?,
-                line: r.get(3)?,
-                host: r.get(4)?,
-            },
-        ))
-    })?;
     let mut map: HashMap<i64, Vec<Origin>> = HashMap::new();
-    for row in rows {
-        let (id, o) = row?;
-        map.entry(id).or_default().push(o);
-    }
+    store.db.query_each(sql, params![], |r| {
+        let o = Origin {
+            kind: r.get(1)?,
+            source: r.get(2)?,
+            line: r.get(3)?,
+            host: r.get(4)?,
+        };
+        map.entry(r.get(0)?).or_default().push(o);
+        Ok(())
+    })?;
     Ok(map)
 }
 
-/// The `hosts` rows with these fingerprints.
+/// The `hosts` rows with these fingerprints, in fingerprint order.
 pub fn hosts(store: &Store, fingerprints: &[&str]) -> Result<Vec<HostRow>> {
-    let mut q = store.conn.prepare_cached(
-        "SELECT fingerprint, cpu_model, isa_features, llvm_cpu, num_cores, ttdb_version FROM hosts
-         WHERE fingerprint IN (SELECT value FROM json_each(?1)) ORDER BY fingerprint",
-    )?;
-    let rows = q.query_map(
-        [serde_json::to_string(fingerprints).unwrap_or_default()],
-        |r| {
-            Ok(HostRow {
-                fingerprint: r.get(0)?,
-                cpu_model: r.get(1)?,
-                isa_features: r
-                    .get::<_, String>(2)?
-                    .split_whitespace()
-                    .map(str::to_string)
-                    .collect(),
-                llvm_cpu: r.get(3)?,
-                cores: r.get::<_, i64>(4)?.max(0) as usize,
-                ttdb_version: r.get(5)?,
-            })
-        },
-    )?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let mut out = Vec::new();
+    for fp in fingerprints {
+        out.extend(store.db.query_opt(
+            "SELECT fingerprint, cpu_model, isa_features, llvm_cpu, num_cores, ttdb_version FROM hosts
+             WHERE fingerprint = ?1",
+            params![fp],
+            |r| {
+                Ok(HostRow {
+                    fingerprint: r.get(0)?,
+                    cpu_model: r.get(1)?,
+                    isa_features: r
+                        .get::<String>(2)?
+                        .split_whitespace()
+                        .map(str::to_string)
+                        .collect(),
+                    llvm_cpu: r.get(3)?,
+                    cores: r.get::<i64>(4)?.max(0) as usize,
+                    ttdb_version: r.get(5)?,
+                })
+            },
+        )?);
+    }
+    out.sort_by(|a, b| a.fingerprint.cmp(&b.fingerprint));
+    out.dedup_by(|a, b| a.fingerprint == b.fingerprint);
+    Ok(out)
 }
 
 /// A record of a checked bundle, for [`import_bundle`].
@@ -222,20 +224,22 @@ pub fn import_bundle(
         let file = import_in(tx, path, text.as_bytes(), "bundle", progress)?;
         let new_hosts = insert_hosts(tx, hosts)?;
         let mut new_origins = 0;
-        let mut find = tx.prepare_cached("SELECT id FROM records WHERE digest = ?1")?;
-        let mut insert = tx.prepare_cached(
-            "INSERT OR IGNORE INTO record_origins (record_id, kind, source, line, host) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
         for r in records {
             let digest = record_digest(r.line);
-            let Some(id) = find
-                .query_row([&digest[..]], |row| row.get::<_, i64>(0))
-                .optional()?
+            let Some(id) = tx.query_opt(
+                "SELECT id FROM records WHERE digest = ?1",
+                params![digest],
+                |row| row.get::<i64>(0),
+            )?
             else {
                 continue; // rejected by the import (kept in rejected_lines)
             };
             for o in &r.origins {
-                new_origins += insert.execute(params![id, o.kind, o.source, o.line, o.host])?;
+                new_origins += tx.execute(
+                    "INSERT INTO record_origins (record_id, kind, source, line, host) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT DO NOTHING",
+                    params![id, o.kind, o.source, o.line, o.host],
+                )?;
             }
         }
         Ok(BundleImport {
@@ -246,21 +250,21 @@ pub fn import_bundle(
     })
 }
 
-fn insert_hosts(tx: &Transaction, hosts: &[HostRow]) -> Result<usize> {
-    let mut insert = tx.prepare_cached(
-        "INSERT OR IGNORE INTO hosts (fingerprint, cpu_model, isa_features, llvm_cpu, num_cores, ttdb_version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+fn insert_hosts(tx: &Db, hosts: &[HostRow]) -> Result<usize> {
     let mut n = 0;
     for h in hosts {
-        n += insert.execute(params![
-            h.fingerprint,
-            h.cpu_model,
-            h.isa_features.join(" "),
-            h.llvm_cpu,
-            h.cores as i64,
-            h.ttdb_version
-        ])?;
+        n += tx.execute(
+            "INSERT INTO hosts (fingerprint, cpu_model, isa_features, llvm_cpu, num_cores, ttdb_version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            params![
+                h.fingerprint,
+                h.cpu_model,
+                h.isa_features.join(" "),
+                h.llvm_cpu,
+                h.cores,
+                h.ttdb_version
+            ],
+        )?;
     }
     Ok(n)
 }
@@ -276,29 +280,34 @@ pub struct KeyHoldings {
 }
 
 pub fn key_holdings(store: &Store, key: &str, digests: &[[u8; 16]]) -> Result<KeyHoldings> {
-    let id: Option<i64> = store
-        .conn
-        .prepare_cached("SELECT id FROM workloads WHERE key = ?1")?
-        .query_row([key], |r| r.get(0))
-        .optional()?;
+    let id: Option<i64> = store.db.query_opt(
+        "SELECT id FROM workloads WHERE key = ?1",
+        params![key],
+        |r| r.get(0),
+    )?;
     let mut out = KeyHoldings::default();
-    let mut has = store
-        .conn
-        .prepare_cached("SELECT 1 FROM records WHERE digest = ?1")?;
     for d in digests {
-        out.present += has.exists([&d[..]])? as usize;
+        out.present += store
+            .db
+            .query_opt(
+                "SELECT 1 FROM records WHERE digest = ?1",
+                params![d],
+                |_| Ok(()),
+            )?
+            .is_some() as usize;
     }
     let Some(id) = id else { return Ok(out) };
     out.known = true;
-    let mut q = store.conn.prepare_cached(
-        "SELECT t.compat, MIN(r.mean_cost) FROM records r JOIN targets t ON t.id = r.target_id
-         WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL GROUP BY t.compat",
-    )?;
-    let rows = q.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
-    for row in rows {
-        let (t, c) = row?;
-        out.best_by_compat.insert(t, c);
-    }
+    out.best_by_compat = store
+        .db
+        .query_map(
+            "SELECT t.compat, MIN(r.mean_cost) FROM records r JOIN targets t ON t.id = r.target_id
+             WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL GROUP BY t.compat",
+            params![id],
+            |r| Ok((r.get::<String>(0)?, r.get::<f64>(1)?)),
+        )?
+        .into_iter()
+        .collect();
     Ok(out)
 }
 
@@ -313,8 +322,8 @@ pub struct TrustedKey {
 /// Trusts `public_key` (64 hex digits, already validated) under `name`. Fails when the name
 /// or the key is already trusted.
 pub fn trust_key(store: &mut Store, name: &str, public_key: &str) -> Result<()> {
-    let n = store.conn.execute(
-        "INSERT OR IGNORE INTO trusted_keys (public_key, name, added_at) VALUES (?1, ?2, ?3)",
+    let n = store.db.execute(
+        "INSERT INTO trusted_keys (public_key, name, added_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
         params![public_key, name, now_rfc3339()],
     )?;
     if n == 0 {
@@ -326,25 +335,25 @@ pub fn trust_key(store: &mut Store, name: &str, public_key: &str) -> Result<()> 
 }
 
 pub fn trusted_keys(store: &Store) -> Result<Vec<TrustedKey>> {
-    let mut q = store
-        .conn
-        .prepare("SELECT name, public_key, added_at FROM trusted_keys ORDER BY name")?;
-    let rows = q.query_map([], |r| {
-        Ok(TrustedKey {
-            name: r.get(0)?,
-            public_key: r.get(1)?,
-            added_at: r.get(2)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    store.db.query_map(
+        "SELECT name, public_key, added_at FROM trusted_keys ORDER BY name",
+        params![],
+        |r| {
+            Ok(TrustedKey {
+                name: r.get(0)?,
+                public_key: r.get(1)?,
+                added_at: r.get(2)?,
+            })
+        },
+    )
 }
 
 /// Removes the trusted key named `name_or_key` (a name or the key's hex). Returns whether
 /// one was removed.
 pub fn untrust_key(store: &mut Store, name_or_key: &str) -> Result<bool> {
-    Ok(store.conn.execute(
+    Ok(store.db.execute(
         "DELETE FROM trusted_keys WHERE name = ?1 OR public_key = ?1",
-        [name_or_key],
+        params![name_or_key],
     )? > 0)
 }
 
@@ -354,20 +363,14 @@ pub fn valid_records_by_digest(
     store: &Store,
     digests: &[[u8; 16]],
 ) -> Result<Vec<super::lookup::ImportedBest>> {
-    let mut q = store.conn.prepare_cached(
-        "SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost FROM records r
-         JOIN workloads w ON w.id = r.workload_id WHERE r.digest = ?1 AND r.mean_cost IS NOT NULL",
-    )?;
     let mut out = Vec::new();
     for d in digests {
-        if let Some(row) = q
-            .query_row([&d[..]], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .optional()?
-        {
-            out.push(row);
-        }
+        out.extend(store.db.query_opt(
+            "SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost FROM records r
+             JOIN workloads w ON w.id = r.workload_id WHERE r.digest = ?1 AND r.mean_cost IS NOT NULL",
+            params![d],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )?);
     }
     Ok(out)
 }

@@ -1,7 +1,7 @@
 //! Storage of the search's learned cost model per host class. The bytes are opaque here:
 //! the search module encodes them and validates them when it reads them back.
+use super::db::params;
 use super::{Result, Store};
-use rusqlite::{params, OptionalExtension};
 
 /// A stored model: its bytes and how many measured programs it was trained on.
 #[derive(Clone, Debug)]
@@ -13,31 +13,28 @@ pub struct StoredCostModel {
 
 impl Store {
     pub fn cost_model(&self, host_class: &str) -> Result<Option<StoredCostModel>> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT model, programs, updated_at FROM cost_models WHERE host_class = ?1",
-                params![host_class],
-                |r| {
-                    Ok(StoredCostModel {
-                        bytes: r.get(0)?,
-                        programs: r.get(1)?,
-                        updated_at: r.get(2)?,
-                    })
-                },
-            )
-            .optional()?)
+        self.db.query_opt(
+            "SELECT model, programs, updated_at FROM cost_models WHERE host_class = ?1",
+            params![host_class],
+            |r| {
+                Ok(StoredCostModel {
+                    bytes: r.get(0)?,
+                    programs: r.get(1)?,
+                    updated_at: r.get(2)?,
+                })
+            },
+        )
     }
 
     /// Replaces the model of `host_class` (one statement: the old one or the new one, never
     /// a mix).
     pub fn save_cost_model(&self, host_class: &str, bytes: &[u8], programs: i64) -> Result<()> {
-        self.conn.execute(
+        self.db.execute(
             "INSERT INTO cost_models (host_class, model, programs, updated_at)
-             VALUES (?1, ?2, ?3, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
-             ON CONFLICT(host_class) DO UPDATE SET model = excluded.model,
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (host_class) DO UPDATE SET model = excluded.model,
                  programs = excluded.programs, updated_at = excluded.updated_at",
-            params![host_class, bytes, programs],
+            params![host_class, bytes, programs, super::now_rfc3339()],
         )?;
         Ok(())
     }
@@ -45,11 +42,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn saves_replaces_and_reads_back_per_host_class() {
-        let s = Store::open_in_memory().unwrap();
+    crate::on_both_backends! {
+        fn saves_replaces_and_reads_back_per_host_class(backend) {
+        let s = backend.store();
         assert!(s.cost_model("znver4-16-2").unwrap().is_none());
         s.save_cost_model("znver4-16-2", b"one", 10).unwrap();
         s.save_cost_model("znver4-16-2", b"two", 20).unwrap();
@@ -57,5 +52,6 @@ mod tests {
         let m = s.cost_model("znver4-16-2").unwrap().unwrap();
         assert_eq!((m.bytes.as_slice(), m.programs), (&b"two"[..], 20));
         assert_eq!(s.cost_model("znver3-8-2").unwrap().unwrap().bytes, b"other");
+        }
     }
 }

@@ -3,11 +3,14 @@
 //! `rejected_lines` with their reason).
 //!
 //! Parsing runs on a second thread (and rayon within it) while this thread inserts, so the
-//! two cores overlap JSON parsing with SQLite writes.
+//! two cores overlap JSON parsing with database writes. Every row that several importers may
+//! create at once (a source, target, workload or record) is inserted with `ON CONFLICT DO
+//! NOTHING` against its unique key, so concurrent imports into PostgreSQL neither fail nor
+//! duplicate, and the counts they report add up.
+use super::db::{params, Db, Dialect};
 use super::target::NormalizedTarget;
 use super::{Result, Store, StoreError};
 use rayon::prelude::*;
-use rusqlite::{params, OptionalExtension, Transaction};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -202,7 +205,7 @@ struct Ids {
 }
 
 impl Ids {
-    fn target(&mut self, tx: &Transaction, r: &ParsedRecord) -> Result<i64> {
+    fn target(&mut self, tx: &Db, r: &ParsedRecord) -> Result<i64> {
         if let Some(&id) = self.targets.get(r.target_index) {
             return Ok(id);
         }
@@ -217,32 +220,22 @@ impl Ids {
             .as_ref()
             .map(|h| serde_json::to_string(h).expect("ints"))
             .unwrap_or_default();
-        let existing: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM targets WHERE target = ?1 AND target_host = ?2 AND hardware_params = ?3",
-                params![target, host, hp],
-                |row| row.get(0),
-            )
-            .optional()?;
-        let id = match existing {
-            Some(id) => id,
-            None => {
-                let t = NormalizedTarget::parse(target, hw.as_deref());
-                tx.execute(
-                    "INSERT INTO targets (target, target_host, hardware_params, kind, keys, mcpu, mtriple, model, num_cores, compat)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                    params![target, host, hp, t.kind, t.keys.join(","), t.mcpu, t.mtriple, t.model, t.num_cores, t.compat()],
-                )?;
-                tx.last_insert_rowid()
-            }
-        };
+        let t = NormalizedTarget::parse(target, hw.as_deref());
+        let (id, _) = tx.insert_or_select(
+            "INSERT INTO targets (target, target_host, hardware_params, kind, keys, mcpu, mtriple, model, num_cores, compat)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (target, target_host, hardware_params) DO NOTHING RETURNING id",
+            params![target, host, hp, t.kind, t.keys.join(","), t.mcpu, t.mtriple, t.model, t.num_cores, t.compat()],
+            "SELECT id FROM targets WHERE target = ?1 AND target_host = ?2 AND hardware_params = ?3",
+            params![target, host, hp],
+        )?;
         self.targets.push(id);
         Ok(id)
     }
 
     /// The workload id of a key, creating (and classifying) it on first sight. Returns
     /// whether this import saw the key for the first time, and whether it was created.
-    fn workload(&mut self, tx: &Transaction, r: &ParsedRecord) -> Result<(i64, bool, bool)> {
+    fn workload(&mut self, tx: &Db, r: &ParsedRecord) -> Result<(i64, bool, bool)> {
         if let Some(&id) = self.workloads.get(r.key_index) {
             return Ok((id, false, false));
         }
@@ -253,40 +246,28 @@ impl Ids {
                 r.line
             )));
         };
-        let existing: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM workloads WHERE key = ?1",
-                [key_text],
-                |row| row.get(0),
-            )
-            .optional()?;
-        let (id, created) = match existing {
-            Some(id) => (id, false),
-            None => {
-                // The record parser already validated the key.
-                let key =
-                    WorkloadKey::parse(key_text).map_err(|e| StoreError::Other(e.to_string()))?;
-                let (sig, by) = match signature {
-                    Some((sig, by)) => (sig.clone(), *by),
-                    None => ttdb_algo::recognize::signature_for(&key),
-                };
-                tx.execute(
-                    "INSERT INTO workloads (key, key_head, key_form, signature, signature_json, op_class, recognized_by, signature_version)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    params![
-                        key_text,
-                        key.head,
-                        key.form.as_str(),
-                        sig.sha256_hex(),
-                        sig.canonical_json(),
-                        sig.op_class,
-                        by,
-                        signature::SIGNATURE_VERSION
-                    ],
-                )?;
-                (tx.last_insert_rowid(), true)
-            }
+        // The record parser already validated the key.
+        let key = WorkloadKey::parse(key_text).map_err(|e| StoreError::Other(e.to_string()))?;
+        let (sig, by) = match signature {
+            Some((sig, by)) => (sig.clone(), *by),
+            None => ttdb_algo::recognize::signature_for(&key),
         };
+        let (id, created) = tx.insert_or_select(
+            "INSERT INTO workloads (key, key_head, key_form, signature, signature_json, op_class, recognized_by, signature_version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (key) DO NOTHING RETURNING id",
+            params![
+                key_text,
+                key.head,
+                key.form.as_str(),
+                sig.sha256_hex(),
+                sig.canonical_json(),
+                sig.op_class,
+                by,
+                signature::SIGNATURE_VERSION
+            ],
+            "SELECT id FROM workloads WHERE key = ?1",
+            params![key_text],
+        )?;
         self.workloads.push(id);
         Ok((id, true, created))
     }
@@ -318,31 +299,29 @@ pub fn import_bytes(
     in_import_transaction(store, |tx| import_in(tx, path, buf, kind, progress))
 }
 
-/// Runs `f` in one immediate (write) transaction, committed if `f` succeeds, with
-/// foreign-key checks off: every id an imported row refers to was just read or inserted in
-/// this transaction, so per-row foreign-key probes (a third of the insert cost) would only
-/// re-check that.
+/// Runs `f` in one write transaction (see [`Db::transaction`]), committed if `f` succeeds.
+/// On SQLite, with foreign-key checks off: every id an imported row refers to was just read
+/// or inserted in this transaction, so per-row foreign-key probes (a third of the insert
+/// cost) would only re-check that. PostgreSQL checks them, as it cannot turn them off.
 pub(super) fn in_import_transaction<T>(
     store: &mut Store,
-    f: impl FnOnce(&Transaction) -> Result<T>,
+    f: impl FnMut(&Db) -> Result<T>,
 ) -> Result<T> {
-    store.conn.pragma_update(None, "foreign_keys", "OFF")?;
-    let outcome = (|| {
-        let tx = store
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        Ok(out)
-    })();
-    store.conn.pragma_update(None, "foreign_keys", "ON")?;
+    let sqlite = store.db.dialect() == Dialect::Sqlite;
+    if sqlite {
+        store.db.execute_batch("PRAGMA foreign_keys = OFF")?;
+    }
+    let outcome = store.db.transaction(f);
+    if sqlite {
+        store.db.execute_batch("PRAGMA foreign_keys = ON")?;
+    }
     outcome
 }
 
 /// Imports the bytes of a log inside the caller's transaction (so that a caller can add
 /// rows that refer to the new records and commit both at once).
 pub fn import_in(
-    tx: &Transaction,
+    tx: &Db,
     path: &Path,
     buf: &[u8],
     kind: &str,
@@ -354,23 +333,14 @@ pub fn import_in(
         sha256: sha256.clone(),
         ..Default::default()
     };
-    let existing: Option<i64> = tx
-        .query_row("SELECT id FROM sources WHERE sha256 = ?1", [&sha256], |r| {
-            r.get(0)
-        })
-        .optional()?;
-    report.already_imported = existing.is_some();
-    let source_id = match existing {
-        Some(id) => id,
-        None => {
-            tx.execute(
-                "INSERT INTO sources (kind, path, sha256, size, imported_at, tool_version, lines, records, inserted, rejected)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, 0, 0, 0)",
-                params![kind, path.display().to_string(), sha256, buf.len() as i64, super::now_rfc3339(), ttdb_format::version()],
-            )?;
-            tx.last_insert_rowid()
-        }
-    };
+    let (source_id, created) = tx.insert_or_select(
+        "INSERT INTO sources (kind, path, sha256, size, imported_at, tool_version, lines, records, inserted, rejected)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, 0, 0, 0) ON CONFLICT (sha256) DO NOTHING RETURNING id",
+        params![kind, path.display().to_string(), sha256, buf.len(), super::now_rfc3339(), ttdb_format::version()],
+        "SELECT id FROM sources WHERE sha256 = ?1",
+        params![sha256],
+    )?;
+    report.already_imported = !created;
 
     let all_lines: Vec<(usize, &[u8])> = lines(buf).collect();
     report.lines = all_lines.len();
@@ -400,20 +370,18 @@ pub fn import_in(
             }
         });
         let base = buf.as_ptr() as u64;
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO records (workload_id, target_id, source_id, line_no, error_no, mean_cost, digest, raw)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(digest) DO NOTHING",
-        )?;
-        let mut reject = tx.prepare_cached(
-            "INSERT OR IGNORE INTO rejected_lines (source_id, line_no, reason, raw) VALUES (?1, ?2, ?3, ?4)",
-        )?;
+        let insert = "INSERT INTO records (workload_id, target_id, source_id, line_no, error_no, mean_cost, digest, raw)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (digest) DO NOTHING";
+        let reject =
+            "INSERT INTO rejected_lines (source_id, line_no, reason, raw) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT DO NOTHING";
         for (end, parsed) in recv {
             for p in parsed {
                 match p {
                     Parsed::Skip => {}
                     Parsed::Bad { line, reason, raw } => {
                         let kept = &raw[..raw.len().min(REJECTED_PREFIX)];
-                        reject.execute(params![source_id, line as i64, reason, kept])?;
+                        tx.execute(reject, params![source_id, line, reason, kept])?;
                         report.rejected.push(Rejected { line, reason });
                     }
                     Parsed::Record(mut r, _) => {
@@ -431,16 +399,19 @@ pub fn import_in(
                             report.workload_ids.push(w);
                             report.new_workloads += created as usize;
                         }
-                        let n = insert.execute(params![
-                            w,
-                            t,
-                            source_id,
-                            r.line as i64,
-                            r.error_no as i64,
-                            r.mean_cost,
-                            &r.digest[..],
-                            r.raw
-                        ])?;
+                        let n = tx.execute(
+                            insert,
+                            params![
+                                w,
+                                t,
+                                source_id,
+                                r.line,
+                                r.error_no,
+                                r.mean_cost,
+                                r.digest,
+                                r.raw
+                            ],
+                        )?;
                         if n == 1 {
                             report.inserted += 1;
                         } else {
@@ -454,10 +425,10 @@ pub fn import_in(
         Ok(())
     });
     result?;
-    if existing.is_none() {
+    if created {
         tx.execute(
             "UPDATE sources SET lines = ?1, records = ?2, inserted = ?3, rejected = ?4 WHERE id = ?5",
-            params![report.lines as i64, report.records as i64, report.inserted as i64, report.rejected.len() as i64, source_id],
+            params![report.lines, report.records, report.inserted, report.rejected.len(), source_id],
         )?;
     }
     report.workload_ids.sort_unstable();
@@ -471,10 +442,10 @@ mod tests {
 
     const POOL: &str = r#"{"i": [["[\"c92b8fc43923b1c0edeb2d4534314534\", [1, 112, 112, 128], [1, 56, 56, 128]]", "llvm -keys=cpu -mtriple=x86_64-conda-linux-gnu", [24, 64, 64, 0, 0, 0, 0, 0], "", 2, []], [[], [["FU", 1, [0, 1, 2]], ["AN", 1, 0, 3], ["PR", 1, 0, "auto_unroll_max_step$512"]]]], "r": [[1.7519e-05], 0, 0.113804, 1730467399], "v": "v0.6"}"#;
 
+    crate::on_both_backends! {
     /// Three keys over two targets, interleaved, with one bad line: every record must land
     /// on its own key's workload and its own target, whatever order they first appear in.
-    #[test]
-    fn interned_keys_and_targets_map_to_their_rows() {
+    fn interned_keys_and_targets_map_to_their_rows(backend) {
         let key_b = POOL.replace(
             "[1, 112, 112, 128], [1, 56, 56, 128]",
             "[1, 56, 56, 64], [1, 28, 28, 64]",
@@ -494,7 +465,7 @@ mod tests {
             other_target(&costs(POOL, "4e-5")),
             costs(&key_b, "5e-5"),
         ];
-        let mut store = Store::open_in_memory().unwrap();
+        let mut store = backend.store();
         let text = lines.join("\n");
         let report = import_bytes(
             &mut store,
@@ -515,15 +486,13 @@ mod tests {
         );
         assert_eq!(report.workload_ids.len(), 3);
         let rows: Vec<(i64, String, String, f64)> = store
-            .conn
-            .prepare(
+            .db
+            .query_map(
                 "SELECT r.line_no, w.key, t.target, r.mean_cost FROM records r
                  JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id ORDER BY r.line_no",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-            .unwrap()
-            .collect::<std::result::Result<_, _>>()
             .unwrap();
         let has = |s: &str, what: &str| s.contains(what);
         let expect = [
@@ -542,17 +511,16 @@ mod tests {
                 "line {line}: {key} on {target}"
             );
         }
-        // Foreign-key checks, off during the import, are back on, also after a failed one.
-        let fk = |s: &Store| {
-            s.conn
+        // A failed import leaves nothing behind; on SQLite, foreign-key checks, off during
+        // the import, are back on, also after a failed one.
+        let fk = |s: &Store| match &s.db {
+            Db::Sqlite(c) => c
                 .pragma_query_value(None, "foreign_keys", |r| r.get::<_, i64>(0))
-                .unwrap()
+                .unwrap(),
+            Db::Postgres(_) => 1,
         };
         assert_eq!(fk(&store), 1);
-        store
-            .conn
-            .execute_batch("DROP TABLE rejected_lines")
-            .unwrap();
+        store.db.execute_batch("DROP TABLE rejected_lines").unwrap();
         assert!(import_bytes(
             &mut store,
             Path::new("bad.json"),
@@ -562,5 +530,11 @@ mod tests {
         )
         .is_err());
         assert_eq!(fk(&store), 1);
+        let sources: i64 = store
+            .db
+            .query_one("SELECT COUNT(*) FROM sources", params![], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sources, 1, "the failed import's source was rolled back");
+    }
     }
 }

@@ -1,9 +1,9 @@
 //! The queries matching and refinement ask of the database: stored records with their
 //! provenance, the workloads of a class, and what the database holds of a class when
 //! nothing matches. (The ranking itself lives in `ttdb_tuning::matcher`.)
+use super::db::{params, Row};
 use super::target::NormalizedTarget;
 use super::{Result, Store};
-use rusqlite::params;
 use serde::Serialize;
 use ttdb_format::host::IsaRequirement;
 use ttdb_format::signature::WorkloadSignature;
@@ -73,7 +73,7 @@ const SELECT_RECORDS: &str = "SELECT r.id, w.id, w.key, w.signature, w.op_class,
      FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
      JOIN sources s ON s.id = r.source_id";
 
-fn source_of(r: &rusqlite::Row) -> rusqlite::Result<SourceRecord> {
+fn source_of(r: &Row) -> Result<SourceRecord> {
     Ok(SourceRecord {
         record_id: r.get(0)?,
         workload_id: r.get(1)?,
@@ -82,7 +82,7 @@ fn source_of(r: &rusqlite::Row) -> rusqlite::Result<SourceRecord> {
         op_class: r.get(4)?,
         raw: r.get(5)?,
         // NULL for records that can never be chosen (only `unrankable_records` reads them).
-        mean_cost: r.get::<_, Option<f64>>(6)?.unwrap_or(f64::NAN),
+        mean_cost: r.get::<Option<f64>>(6)?.unwrap_or(f64::NAN),
         target: r.get(7)?,
         source_path: r.get(8)?,
         line: r.get(9)?,
@@ -93,11 +93,11 @@ fn source_of(r: &rusqlite::Row) -> rusqlite::Result<SourceRecord> {
 
 /// The ids of the workloads with signature `hash` (one per distinct workload key).
 pub fn workloads_with_signature(store: &Store, hash: &str) -> Result<Vec<i64>> {
-    Ok(store
-        .conn
-        .prepare_cached("SELECT id FROM workloads WHERE signature = ?1")?
-        .query_map([hash], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?)
+    store.db.query_map(
+        "SELECT id FROM workloads WHERE signature = ?1",
+        params![hash],
+        |r| r.get(0),
+    )
 }
 
 /// The best `n` valid records of one workload on targets of compat class `compat` (the
@@ -111,9 +111,9 @@ pub fn best_records_of(
     let sql = format!(
         "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2 ORDER BY r.mean_cost LIMIT ?3"
     );
-    let mut q = store.conn.prepare_cached(&sql)?;
-    let rows = q.query_map(params![workload_id, compat, n as i64], source_of)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    store
+        .db
+        .query_map(&sql, params![workload_id, compat, n], source_of)
 }
 
 /// Records of one workload on targets of `compat` whose measurement succeeded (error_no 0)
@@ -127,40 +127,41 @@ pub fn unrankable_records(
 ) -> Result<(Vec<SourceRecord>, usize)> {
     let filter = "r.workload_id = ?1 AND r.mean_cost IS NULL AND r.error_no = 0 AND t.compat = ?2";
     let sql = format!("{SELECT_RECORDS} WHERE {filter} ORDER BY r.id LIMIT ?3");
-    let mut q = store.conn.prepare_cached(&sql)?;
-    let rows = q.query_map(params![workload_id, compat, n as i64], source_of)?;
-    let first = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    let count: i64 = store
-        .conn
-        .prepare_cached(&format!(
+    let first = store
+        .db
+        .query_map(&sql, params![workload_id, compat, n], source_of)?;
+    let count: i64 = store.db.query_one(
+        &format!(
             "SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE {filter}"
-        ))?
-        .query_row(params![workload_id, compat], |r| r.get(0))?;
+        ),
+        params![workload_id, compat],
+        |r| r.get(0),
+    )?;
     Ok((first, count as usize))
 }
 
 /// Per target, the number of records of the sources with these file digests (what an
 /// import of those files holds): (target string, records).
 pub fn record_targets_of_sources(store: &Store, sha256s: &[&str]) -> Result<Vec<(String, i64)>> {
-    let mut q = store.conn.prepare_cached(
-        "SELECT t.target, COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id
-         WHERE r.source_id = (SELECT id FROM sources WHERE sha256 = ?1) GROUP BY t.id",
-    )?;
     let mut out = Vec::new();
     for sha in sha256s {
-        let rows = q.query_map([sha], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        out.extend(rows.collect::<rusqlite::Result<Vec<_>>>()?);
+        out.extend(store.db.query_map(
+            "SELECT t.target, COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id
+             WHERE r.source_id = (SELECT id FROM sources WHERE sha256 = ?1) GROUP BY t.id",
+            params![sha],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?);
     }
     Ok(out)
 }
 
 /// The workloads whose key hash (`key_head`) is `head`: (id, raw key).
 pub fn workloads_with_key_head(store: &Store, head: &str) -> Result<Vec<(i64, String)>> {
-    let mut q = store
-        .conn
-        .prepare_cached("SELECT id, key FROM workloads WHERE key_head = ?1 ORDER BY id")?;
-    let rows = q.query_map([head], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    store.db.query_map(
+        "SELECT id, key FROM workloads WHERE key_head = ?1 ORDER BY id",
+        params![head],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// The best valid record of one workload on each target of compat class `compat`, in
@@ -175,31 +176,32 @@ pub fn best_record_per_target(
              SELECT id FROM (
                  SELECT r.id, ROW_NUMBER() OVER (PARTITION BY r.target_id ORDER BY r.mean_cost, r.id) AS rank
                  FROM records r JOIN targets t ON t.id = r.target_id
-                 WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2)
+                 WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2) ranked
              WHERE rank = 1)
          ORDER BY r.mean_cost, r.id"
     );
-    let mut q = store.conn.prepare_cached(&sql)?;
-    let rows = q.query_map(params![workload_id, compat], source_of)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    store
+        .db
+        .query_map(&sql, params![workload_id, compat], source_of)
 }
 
 /// How many records one workload has on targets of compat class `compat`, failed ones
 /// included.
 pub fn record_count(store: &Store, workload_id: i64, compat: &str) -> Result<i64> {
-    Ok(store.conn.prepare_cached(
+    store.db.query_one(
         "SELECT COUNT(*) FROM records r JOIN targets t ON t.id = r.target_id WHERE r.workload_id = ?1 AND t.compat = ?2",
-    )?
-    .query_row(params![workload_id, compat], |r| r.get(0))?)
+        params![workload_id, compat],
+        |r| r.get(0),
+    )
 }
 
 /// The targets of compat class `compat`: (id, target string).
 pub fn targets_of(store: &Store, compat: &str) -> Result<Vec<(i64, String)>> {
-    let mut q = store
-        .conn
-        .prepare_cached("SELECT id, target FROM targets WHERE compat = ?1 ORDER BY id")?;
-    let rows = q.query_map([compat], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    store.db.query_map(
+        "SELECT id, target FROM targets WHERE compat = ?1 ORDER BY id",
+        params![compat],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// The best `n` valid records of one workload on the targets `target_ids`, in cost order.
@@ -221,9 +223,7 @@ pub fn best_records_on(
         "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND r.target_id IN ({ids})
          ORDER BY r.mean_cost LIMIT ?2"
     );
-    let mut q = store.conn.prepare_cached(&sql)?;
-    let rows = q.query_map(params![workload_id, n as i64], source_of)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    store.db.query_map(&sql, params![workload_id, n], source_of)
 }
 
 /// The workloads of `op_class` with a valid record on a `compat` target: (id, signature,
@@ -233,21 +233,15 @@ pub fn class_workloads(
     op_class: &str,
     compat: &str,
 ) -> Result<Vec<(i64, String, WorkloadSignature)>> {
-    let mut q = store.conn.prepare_cached(
+    let rows = store.db.query_map(
         "SELECT w.id, w.signature, w.signature_json FROM workloads w WHERE w.op_class = ?1 AND EXISTS (
              SELECT 1 FROM records r JOIN targets t ON t.id = r.target_id
              WHERE r.workload_id = w.id AND r.mean_cost IS NOT NULL AND t.compat = ?2)",
+        params![op_class, compat],
+        |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?, r.get::<String>(2)?)),
     )?;
-    let rows = q.query_map(params![op_class, compat], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-        ))
-    })?;
     let mut out = Vec::new();
-    for row in rows {
-        let (id, signature, json) = row?;
+    for (id, signature, json) in rows {
         if let Ok(sig) = serde_json::from_str::<WorkloadSignature>(&json) {
             out.push((id, signature, sig));
         }
@@ -258,34 +252,35 @@ pub fn class_workloads(
 /// Up to three classes with the anchor `anchor` other than `except` (another fused
 /// epilogue), with their workload counts, most workloads first.
 pub fn sibling_classes(store: &Store, anchor: &str, except: &str) -> Result<Vec<(String, i64)>> {
-    let mut q = store.conn.prepare_cached(
+    store.db.query_map(
         "SELECT op_class, COUNT(*) FROM workloads WHERE (op_class = ?1 OR op_class LIKE ?1 || '+%') AND op_class != ?2
-         GROUP BY op_class ORDER BY 2 DESC LIMIT 3",
-    )?;
-    let rows = q.query_map(params![anchor, except], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+         GROUP BY op_class ORDER BY 2 DESC, 1 LIMIT 3",
+        params![anchor, except],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// Per target compat class that holds records of `op_class`: (compat, whether any of them
 /// is valid). Index seeks per workload, never a scan of the class's records.
 pub fn class_presence(store: &Store, op_class: &str) -> Result<Vec<(String, bool)>> {
-    let compats: Vec<String> = store
-        .conn
-        .prepare_cached("SELECT DISTINCT compat FROM targets")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut any = store.conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
-                        WHERE w.op_class = ?1 AND t.compat = ?2)",
+    let compats: Vec<String> = store.db.query_map(
+        "SELECT DISTINCT compat FROM targets ORDER BY compat",
+        params![],
+        |r| r.get(0),
     )?;
-    let mut valid = store.conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
-                        WHERE w.op_class = ?1 AND t.compat = ?2 AND r.mean_cost IS NOT NULL)",
-    )?;
+    let any = "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
+                        WHERE w.op_class = ?1 AND t.compat = ?2)";
+    let valid = "SELECT EXISTS (SELECT 1 FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
+                        WHERE w.op_class = ?1 AND t.compat = ?2 AND r.mean_cost IS NOT NULL)";
     let mut out = Vec::new();
     for compat in compats {
-        if any.query_row(params![op_class, compat], |r| r.get::<_, bool>(0))? {
-            let ok = valid.query_row(params![op_class, compat], |r| r.get::<_, bool>(0))?;
+        if store
+            .db
+            .query_one(any, params![op_class, compat], |r| r.get::<bool>(0))?
+        {
+            let ok = store
+                .db
+                .query_one(valid, params![op_class, compat], |r| r.get::<bool>(0))?;
             out.push((compat, ok));
         }
     }
@@ -294,11 +289,14 @@ pub fn class_presence(store: &Store, op_class: &str) -> Result<Vec<(String, bool
 
 /// The op class of each workload id (in order).
 pub fn workload_classes(store: &Store, ids: impl IntoIterator<Item = i64>) -> Result<Vec<String>> {
-    let mut q = store
-        .conn
-        .prepare_cached("SELECT op_class FROM workloads WHERE id = ?1")?;
     ids.into_iter()
-        .map(|id| Ok(q.query_row([id], |r| r.get(0))?))
+        .map(|id| {
+            store.db.query_one(
+                "SELECT op_class FROM workloads WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+        })
         .collect()
 }
 
@@ -316,22 +314,20 @@ pub fn best_imported_records(
     limit: Option<usize>,
 ) -> Result<Vec<ImportedBest>> {
     let sig = signature_prefix.map(|s| format!("{s}%"));
-    let mut q = store.conn.prepare(
-        "SELECT id, raw, signature, op_class, mean_cost FROM (
+    let sql = "SELECT id, raw, signature, op_class, mean_cost FROM (
              SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost, ROW_NUMBER() OVER (
                  PARTITION BY r.workload_id ORDER BY r.mean_cost, r.id) AS rank
              FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
              JOIN sources s ON s.id = r.source_id
              WHERE r.mean_cost IS NOT NULL AND t.compat = 'llvm/cpu' AND s.kind != 'ttdb_measure'
-               AND (?1 IS NULL OR w.signature LIKE ?1)
-               AND (?2 IS NULL OR w.op_class = ?2 OR w.op_class LIKE ?2 || '+%'))
-         WHERE rank = 1 ORDER BY signature, id LIMIT ?3",
-    )?;
-    let limit = limit.map_or(-1, |n| n as i64);
-    let rows = q.query_map(params![sig, class, limit], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+               AND (CAST(?1 AS TEXT) IS NULL OR w.signature LIKE ?1)
+               AND (CAST(?2 AS TEXT) IS NULL OR w.op_class = ?2 OR w.op_class LIKE ?2 || '+%')) ranked
+         WHERE rank = 1 ORDER BY signature, id LIMIT ?3";
+    store
+        .db
+        .query_map(sql, params![sig, class, no_limit(limit)], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
 }
 
 /// A workload with a valid CPU record: what `ttdb refine` may work on.
@@ -354,24 +350,22 @@ pub fn refinable_workloads(
     limit: Option<usize>,
 ) -> Result<Vec<RefinableWorkload>> {
     let sig = signature_prefix.map(|s| format!("{s}%"));
-    let mut q = store.conn.prepare(
-        "SELECT w.id, w.key, w.signature, w.op_class FROM workloads w
-         WHERE (?2 IS NULL OR w.signature LIKE ?2)
-           AND (?3 IS NULL OR w.op_class = ?3 OR w.op_class LIKE ?3 || '+%')
+    let sql = "SELECT w.id, w.key, w.signature, w.op_class FROM workloads w
+         WHERE (CAST(?2 AS TEXT) IS NULL OR w.signature LIKE ?2)
+           AND (CAST(?3 AS TEXT) IS NULL OR w.op_class = ?3 OR w.op_class LIKE ?3 || '+%')
            AND EXISTS (SELECT 1 FROM records r JOIN targets t ON t.id = r.target_id
                        WHERE r.workload_id = w.id AND r.mean_cost IS NOT NULL AND t.compat = ?1)
-         ORDER BY w.signature, w.id LIMIT ?4",
-    )?;
-    let limit = limit.map_or(-1, |n| n as i64);
-    let rows = q.query_map(params![compat, sig, class, limit], |r| {
-        Ok(RefinableWorkload {
-            id: r.get(0)?,
-            key: r.get(1)?,
-            signature: r.get(2)?,
-            op_class: r.get(3)?,
+         ORDER BY w.signature, w.id LIMIT ?4";
+    store
+        .db
+        .query_map(sql, params![compat, sig, class, no_limit(limit)], |r| {
+            Ok(RefinableWorkload {
+                id: r.get(0)?,
+                key: r.get(1)?,
+                signature: r.get(2)?,
+                op_class: r.get(3)?,
+            })
         })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// Where a refinement may start, in two runs: the best `n` valid records of the workload
@@ -389,12 +383,17 @@ pub fn refine_starts(
             "{SELECT_RECORDS} WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2
                AND (s.kind = 'ttdb_measure') = ?4 ORDER BY r.mean_cost LIMIT ?3"
         );
-        let mut q = store.conn.prepare_cached(&sql)?;
-        let rows = q.query_map(
-            params![workload_id, compat, n as i64, measured_here],
+        out.push(store.db.query_map(
+            &sql,
+            params![workload_id, compat, n, measured_here],
             source_of,
-        )?;
-        out.push(rows.collect::<rusqlite::Result<Vec<_>>>()?);
+        )?);
     }
     Ok(out)
+}
+
+/// A `LIMIT` for an optional count: no count, no limit (both engines take the largest
+/// integer; SQLite's `-1` is an error on PostgreSQL).
+fn no_limit(n: Option<usize>) -> i64 {
+    n.map_or(i64::MAX, |n| n as i64)
 }

@@ -1,31 +1,65 @@
-//! The SQLite schedule database: open with migrations (SQL in `schema/`), import, queries.
+//! The schedule database: one interface over two backends, SQLite (an embedded file, the
+//! default) and PostgreSQL (a database a team shares, `postgres://...`). Both apply the same
+//! numbered migrations (`schema/`, with PostgreSQL's own text where the dialects differ:
+//! `schema/postgres/`), and every query here is written once for both (`db`).
 //!
-//! Concurrency: WAL mode with a busy timeout, so readers work while one writer imports.
 //! Atomicity: each imported file is one transaction, so a killed import leaves the file
-//! either fully in or absent.
-use rusqlite::Connection;
+//! either fully in or absent. Concurrency: see `db::Db::transaction`.
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub mod bundle;
 pub mod cost_model;
+pub mod db;
 pub mod import;
 pub mod lookup;
 pub mod measurement;
+pub mod postgres;
 pub mod query;
+mod sqlite;
 pub mod structural;
 pub mod target;
+#[doc(hidden)]
+pub mod testing;
 
+use db::{Db, Dialect};
 pub use import::{import_file, FileReport, Rejected};
+pub use postgres::PgUrl;
 
-/// Schema migrations, in order; migration `i` brings `user_version` from `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
-    include_str!("../../../../schema/001_init.sql"),
-    include_str!("../../../../schema/002_measurements.sql"),
-    include_str!("../../../../schema/003_record_workload_index.sql"),
-    include_str!("../../../../schema/004_cost_models.sql"),
-    include_str!("../../../../schema/005_bundles.sql"),
-    include_str!("../../../../schema/006_cost_validity.sql"),
+/// One schema version: the SQL that brings a database from the version before to it, per
+/// dialect (the same text where the dialects agree).
+struct Migration {
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+macro_rules! shared {
+    ($file:literal) => {
+        Migration {
+            sqlite: include_str!(concat!("../../../../schema/", $file)),
+            postgres: include_str!(concat!("../../../../schema/", $file)),
+        }
+    };
+}
+
+macro_rules! per_dialect {
+    ($file:literal) => {
+        Migration {
+            sqlite: include_str!(concat!("../../../../schema/", $file)),
+            postgres: include_str!(concat!("../../../../schema/postgres/", $file)),
+        }
+    };
+}
+
+/// Schema migrations, in order; migration `i` brings the version from `i` to `i + 1`.
+/// docs/design/postgres.md says why some have PostgreSQL text of their own.
+const MIGRATIONS: &[Migration] = &[
+    per_dialect!("001_init.sql"),
+    per_dialect!("002_measurements.sql"),
+    shared!("003_record_workload_index.sql"),
+    per_dialect!("004_cost_models.sql"),
+    shared!("005_bundles.sql"),
+    per_dialect!("006_cost_validity.sql"),
 ];
 
 /// `PRAGMA application_id` of a ttdb database: "ttdb" in ASCII, written by migration 6.
@@ -46,9 +80,37 @@ pub enum OpenMode {
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
+/// Where a database is: a SQLite file, or a PostgreSQL database. Shown without a password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    File(PathBuf),
+    Postgres(PgUrl),
+}
+
+impl Location {
+    /// A `postgres://` or `postgresql://` URL names a PostgreSQL database; anything else is a
+    /// file path.
+    pub fn parse(s: &Path) -> Location {
+        match s.to_str().and_then(PgUrl::parse) {
+            Some(url) => Location::Postgres(url),
+            None => Location::File(s.to_path_buf()),
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::File(p) => write!(f, "{}", p.display()),
+            Location::Postgres(u) => write!(f, "{u}"),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum StoreError {
     Sqlite(rusqlite::Error),
+    Postgres(::postgres::Error),
     Io {
         path: PathBuf,
         error: std::io::Error,
@@ -58,14 +120,14 @@ pub enum StoreError {
         found: u32,
         supported: u32,
     },
-    /// No database at the path, and the command does not create one.
+    /// No database there, and the command does not create one.
     Missing {
-        path: PathBuf,
+        location: String,
     },
-    /// The file is not a ttdb database (another SQLite file, or not SQLite at all); it was
-    /// not changed.
+    /// Not a ttdb database (another SQLite file, not SQLite at all, or a PostgreSQL schema
+    /// of another application); it was not changed.
     Foreign {
-        path: PathBuf,
+        location: String,
         what: String,
     },
     Other(String),
@@ -75,21 +137,19 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::Sqlite(e) => write!(f, "database: {e}"),
+            StoreError::Postgres(e) => write!(f, "database: {}", postgres::describe(e)),
             StoreError::Io { path, error } => write!(f, "{}: {error}", path.display()),
             StoreError::TooNew { found, supported } => write!(
                 f,
                 "database schema version {found} is newer than this ttdb supports ({supported}); upgrade ttdb"
             ),
-            StoreError::Missing { path } => write!(
+            StoreError::Missing { location } => write!(
                 f,
-                "no ttdb database at {} (nothing was created: `ttdb import LOGS` or `ttdb bundle import FILE` creates one; --db PATH or $TTDB_DB chooses another)",
-                path.display()
+                "no ttdb database at {location} (nothing was created: `ttdb import LOGS` or `ttdb bundle import FILE` creates one; --db PATH|postgres://... or $TTDB_DB chooses another)"
             ),
-            StoreError::Foreign { path, what } => write!(
-                f,
-                "{} is not a ttdb database ({what}); it was left untouched",
-                path.display()
-            ),
+            StoreError::Foreign { location, what } => {
+                write!(f, "{location} is not a ttdb database ({what}); it was left untouched")
+            }
             StoreError::Other(s) => f.write_str(s),
         }
     }
@@ -103,156 +163,97 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+impl From<::postgres::Error> for StoreError {
+    fn from(e: ::postgres::Error) -> Self {
+        StoreError::Postgres(e)
+    }
+}
+
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// An open ttdb database.
 pub struct Store {
-    conn: Connection,
-    path: PathBuf,
+    db: Db,
+    location: Location,
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    /// Opens (creating if needed) the database file at `path` and applies pending
+    /// migrations.
     pub fn open(path: &Path) -> Result<Store> {
         Self::open_with(path, OpenMode::Create)
     }
 
-    /// Opens the database at `path` as `mode` says. Before anything is written, the file
-    /// must be a ttdb database: one carrying [`APPLICATION_ID`], one of an earlier ttdb
-    /// (its tables, no marker yet), or an empty file (`Create` only). Anything else is
-    /// refused untouched, byte for byte.
+    /// Opens the database file at `path` as `mode` says (see [`Store::open_at`]).
     pub fn open_with(path: &Path, mode: OpenMode) -> Result<Store> {
-        use rusqlite::OpenFlags;
-        let exists = path.exists();
-        if !exists && mode != OpenMode::Create {
-            return Err(StoreError::Missing {
-                path: path.to_path_buf(),
-            });
-        }
-        if !exists {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|error| StoreError::Io {
-                    path: dir.to_path_buf(),
-                    error,
-                })?;
-            }
-        }
-        let flags = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
-        let read_only = flags | OpenFlags::SQLITE_OPEN_READ_ONLY;
-        let writable = flags | OpenFlags::SQLITE_OPEN_READ_WRITE;
-        if exists {
-            // Identify the file through a read-only connection: a foreign file is never
-            // opened for writing, so nothing (not even a journal mode) can change it.
-            let mut probe = Connection::open_with_flags(path, read_only)?;
-            let mut kind = identify(&probe);
-            if mode == OpenMode::ReadOnly && is_read_only_wal_error(&kind) {
-                // A WAL database in a folder this user cannot write: SQLite cannot create
-                // the shared-memory file a reader needs. With no write-ahead log beside it
-                // (every change is in the file), reading it as immutable is exact.
-                let wal = PathBuf::from(format!("{}-wal", path.display()));
-                if !wal.exists() {
-                    probe = Connection::open_with_flags(immutable_uri(path), read_only)?;
-                    kind = identify(&probe);
-                }
-            }
-            let kind = kind.map_err(|e| match e {
-                StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, m))
-                    if f.code == rusqlite::ErrorCode::NotADatabase =>
-                {
-                    foreign(
-                        path,
-                        format!("not SQLite: {}", m.unwrap_or_else(|| f.to_string())),
-                    )
-                }
-                e => e,
-            })?;
-            match kind {
-                FileKind::Foreign(what) => return Err(foreign(path, what)),
-                FileKind::Empty if mode == OpenMode::ReadOnly => {
-                    return Err(StoreError::Missing {
-                        path: path.to_path_buf(),
-                    })
-                }
-                _ => {}
-            }
-            if mode == OpenMode::ReadOnly {
-                if needs_upgrade(&probe)? {
-                    // An older ttdb's database: upgrade it once through a writing
-                    // connection (when the file may be written), then read.
-                    drop(probe);
-                    let conn = Connection::open_with_flags(path, writable).map_err(|e| {
-                        StoreError::Other(format!(
-                            "{}: its schema is older than this ttdb's and it cannot be upgraded here ({e}); run a writing command (`ttdb import`) with write access once",
-                            path.display()
-                        ))
-                    })?;
-                    drop(Self::configure(conn, path)?);
-                    return Self::open_with(path, OpenMode::ReadOnly);
-                }
-                probe.busy_timeout(std::time::Duration::from_secs(30))?;
-                probe.pragma_update(None, "query_only", true)?;
-                probe.pragma_update(None, "mmap_size", 1i64 << 32)?;
-                return Ok(Store {
-                    conn: probe,
-                    path: path.to_path_buf(),
-                });
-            }
-        }
-        let conn = Connection::open_with_flags(path, writable | OpenFlags::SQLITE_OPEN_CREATE)?;
-        Self::configure(conn, path)
+        Self::open_at(&Location::File(path.to_path_buf()), mode)
     }
 
-    /// An in-memory database (tests, dry runs).
-    pub fn open_in_memory() -> Result<Store> {
-        Self::configure(Connection::open_in_memory()?, Path::new(":memory:"))
-    }
-
-    fn configure(conn: Connection, path: &Path) -> Result<Store> {
-        conn.busy_timeout(std::time::Duration::from_secs(30))?;
-        // 16 KiB pages (new databases only): a record line is ~700 bytes, and larger pages
-        // cut the per-page work of a bulk import's commit by a third, and the file by 30%.
-        conn.pragma_update(None, "page_size", 16384)?;
-        // WAL: readers never block the writer; NORMAL sync is crash-safe in WAL mode.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        // Imports touch the digest index at random: a page cache that holds it (up to
-        // 256 MiB, allocated only as used) and memory-mapped reads avoid a read syscall per
-        // page, which otherwise dominates large imports.
-        conn.pragma_update(None, "cache_size", -262_144)?;
-        conn.pragma_update(None, "mmap_size", 1i64 << 32)?;
-        register_functions(&conn)?;
+    /// Opens the database at `location` as `mode` says: migrated to this ttdb's schema, and
+    /// for `ReadOnly`, unable to write (after a one-time upgrade of an older schema). What
+    /// is not a ttdb database is refused untouched.
+    pub fn open_at(location: &Location, mode: OpenMode) -> Result<Store> {
+        let (db, writable) = match location {
+            Location::File(path) => sqlite::open_file(path, mode)?,
+            Location::Postgres(url) => {
+                let db = postgres::connect(url)?;
+                postgres::check_identity(&db, url, mode)?;
+                (db, true)
+            }
+        };
         let mut store = Store {
-            conn,
-            path: path.to_path_buf(),
+            db,
+            location: location.clone(),
+        };
+        if writable {
+            store.migrate()?;
+            store.resign_outdated()?;
+        }
+        if mode == OpenMode::ReadOnly && store.db.dialect() == Dialect::Postgres {
+            postgres::read_only(&store.db)?;
+        }
+        Ok(store)
+    }
+
+    /// An in-memory SQLite database (tests, dry runs).
+    pub fn open_in_memory() -> Result<Store> {
+        let mut store = Store {
+            db: sqlite::configure(rusqlite::Connection::open_in_memory()?)?,
+            location: Location::File(PathBuf::from(":memory:")),
         };
         store.migrate()?;
-        store.resign_outdated()?;
         Ok(store)
     }
 
     fn migrate(&mut self) -> Result<()> {
-        let version: u32 = self
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let version = self.schema_version()?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::TooNew {
                 found: version,
                 supported: SCHEMA_VERSION,
             });
         }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = self
-                .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            // Another process may have migrated while we waited for the write lock.
-            let now: u32 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
-            if now > i as u32 {
-                continue;
-            }
-            tx.execute_batch(sql)?;
-            tx.pragma_update(None, "user_version", i as u32 + 1)?;
-            tx.commit()?;
+        for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let to = i as u32 + 1;
+            self.db.transaction(|db| {
+                if db.dialect() == Dialect::Postgres {
+                    postgres::lock_for_migration(db)?;
+                }
+                // Another process may have migrated while we waited for the write lock.
+                if schema_version_of(db)? >= to {
+                    return Ok(());
+                }
+                match db {
+                    Db::Sqlite(c) => {
+                        c.execute_batch(m.sqlite)?;
+                        sqlite::set_schema_version(c, to)
+                    }
+                    Db::Postgres(_) => {
+                        db.execute_batch(m.postgres)?;
+                        postgres::set_schema_version(db, to)
+                    }
+                }
+            })?;
         }
         Ok(())
     }
@@ -260,184 +261,92 @@ impl Store {
     /// Recomputes the signatures of workloads stored by an older signature producer
     /// (`signature_version` below the current one), in one transaction. Returns how many.
     pub fn resign_outdated(&mut self) -> Result<usize> {
+        use db::params;
         let current = ttdb_format::signature::SIGNATURE_VERSION;
-        let stale: Vec<(i64, String)> = self
-            .conn
-            .prepare("SELECT id, key FROM workloads WHERE signature_version < ?1")?
-            .query_map([current], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<std::result::Result<_, _>>()?;
+        let stale: Vec<(i64, String)> = self.db.query_map(
+            "SELECT id, key FROM workloads WHERE signature_version < ?1",
+            params![current],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         if stale.is_empty() {
             return Ok(0);
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        {
-            let mut update = tx.prepare(
-                "UPDATE workloads SET signature = ?2, signature_json = ?3, op_class = ?4, recognized_by = ?5,
-                 signature_version = ?6 WHERE id = ?1",
-            )?;
+        self.db.transaction(|tx| {
             for (id, raw) in &stale {
                 let key = ttdb_format::ansor::WorkloadKey::parse(raw)
                     .map_err(|e| StoreError::Other(e.to_string()))?;
                 let (sig, by) = ttdb_algo::recognize::signature_for(&key);
-                update.execute(rusqlite::params![
-                    id,
-                    sig.sha256_hex(),
-                    sig.canonical_json(),
-                    sig.op_class,
-                    by,
-                    current
-                ])?;
+                tx.execute(
+                    "UPDATE workloads SET signature = ?2, signature_json = ?3, op_class = ?4, recognized_by = ?5,
+                     signature_version = ?6 WHERE id = ?1",
+                    params![
+                        id,
+                        sig.sha256_hex(),
+                        sig.canonical_json(),
+                        sig.op_class,
+                        by,
+                        current
+                    ],
+                )?;
             }
-        }
-        let ids: Vec<i64> = stale.iter().map(|(id, _)| *id).collect();
-        structural::check_guesses(&tx, &ids)?;
-        tx.commit()?;
+            let ids: Vec<i64> = stale.iter().map(|(id, _)| *id).collect();
+            structural::check_guesses(tx, &ids)
+        })?;
         Ok(stale.len())
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn location(&self) -> &Location {
+        &self.location
     }
 
-    /// Moves the write-ahead log into the database file (benchmarks measure file sizes).
+    /// Moves SQLite's write-ahead log into the database file (benchmarks measure file
+    /// sizes); nothing to do on PostgreSQL.
     pub fn checkpoint(&self) -> Result<()> {
-        self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
-        Ok(())
+        match &self.db {
+            Db::Sqlite(c) => Ok(c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?),
+            Db::Postgres(_) => Ok(()),
+        }
     }
 
-    /// SQLite's own consistency check: "ok", or what is wrong.
+    /// SQLite's own consistency check: "ok", or what is wrong. (PostgreSQL checks its
+    /// constraints on every write, and has no such statement: "ok".)
     pub fn integrity_check(&self) -> Result<String> {
-        Ok(self
-            .conn
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?)
+        match &self.db {
+            Db::Sqlite(c) => Ok(c.query_row("PRAGMA integrity_check", [], |r| r.get(0))?),
+            Db::Postgres(_) => Ok("ok".into()),
+        }
     }
 
-    /// The connection, for integration tests that check the database's own invariants
-    /// (query plans, raw rows). Production code goes through this module's functions: all
-    /// SQL lives in `store/` (the layering test checks that nothing else in `src/` calls
-    /// this).
+    /// The SQLite connection, for integration tests that check SQLite's own invariants
+    /// (query plans, pragmas, raw rows). Production code goes through this module's
+    /// functions: all SQL lives in `store/` (the layering test checks that nothing else in
+    /// `src/` calls this). Panics on a PostgreSQL store.
     #[doc(hidden)]
-    pub fn connection_for_tests(&self) -> &Connection {
-        &self.conn
+    pub fn connection_for_tests(&self) -> &rusqlite::Connection {
+        match &self.db {
+            Db::Sqlite(c) => c,
+            Db::Postgres(_) => {
+                panic!("connection_for_tests: a SQLite store only; use sql_for_tests")
+            }
+        }
+    }
+
+    /// The connection of either backend, for tests that read raw rows on both.
+    #[doc(hidden)]
+    pub fn sql_for_tests(&self) -> &Db {
+        &self.db
     }
 
     pub fn schema_version(&self) -> Result<u32> {
-        Ok(self
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))?)
+        schema_version_of(&self.db)
     }
 }
 
-/// Whether identifying the file failed because SQLite could not set up a read-only WAL
-/// reader (no shared-memory file, and none can be created).
-fn is_read_only_wal_error(r: &Result<FileKind>) -> bool {
-    matches!(
-        r,
-        Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)))
-            if matches!(f.code, rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
-    )
-}
-
-/// `file:PATH?immutable=1`, with the path percent-encoded where a URI needs it.
-fn immutable_uri(path: &Path) -> String {
-    let mut uri = String::from("file:");
-    for b in path.to_string_lossy().bytes() {
-        match b {
-            b'?' | b'#' | b'%' | b' ' | 0x80.. => uri.push_str(&format!("%{b:02X}")),
-            _ => uri.push(b as char),
-        }
+fn schema_version_of(db: &Db) -> Result<u32> {
+    match db {
+        Db::Sqlite(c) => sqlite::schema_version(c),
+        Db::Postgres(_) => postgres::schema_version(db),
     }
-    uri.push_str("?immutable=1");
-    uri
-}
-
-fn foreign(path: &Path, what: String) -> StoreError {
-    StoreError::Foreign {
-        path: path.to_path_buf(),
-        what,
-    }
-}
-
-/// What an existing file is, read without writing.
-enum FileKind {
-    /// Marked as ttdb's, or an earlier ttdb's (its tables, user_version set, no marker).
-    Ttdb,
-    /// No tables and no version: a new, empty file.
-    Empty,
-    Foreign(String),
-}
-
-/// The tables every ttdb schema has had since version 1.
-const TTDB_TABLES: [&str; 4] = ["sources", "targets", "workloads", "records"];
-
-fn identify(conn: &Connection) -> Result<FileKind> {
-    let app: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
-    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    if app == APPLICATION_ID {
-        return Ok(FileKind::Ttdb);
-    }
-    if app == 0 && version == 0 && tables.is_empty() {
-        return Ok(FileKind::Empty);
-    }
-    let ours = TTDB_TABLES.iter().all(|t| tables.iter().any(|n| n == t));
-    if app == 0 && version >= 1 && ours {
-        return Ok(FileKind::Ttdb);
-    }
-    let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
-    Ok(FileKind::Foreign(format!(
-        "a SQLite database with application_id {app}, user_version {version} and {} table(s){}{}",
-        tables.len(),
-        if shown.is_empty() { "" } else { ": " },
-        shown.join(", ")
-            + if tables.len() > shown.len() {
-                ", ..."
-            } else {
-                ""
-            }
-    )))
-}
-
-/// Whether opening would write: pending migrations or signatures to recompute.
-fn needs_upgrade(conn: &Connection) -> Result<bool> {
-    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version > SCHEMA_VERSION {
-        return Err(StoreError::TooNew {
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    if version < SCHEMA_VERSION {
-        return Ok(true);
-    }
-    Ok(conn
-        .prepare("SELECT 1 FROM workloads WHERE signature_version < ?1 LIMIT 1")?
-        .exists([ttdb_format::signature::SIGNATURE_VERSION])?)
-}
-
-/// SQL functions the migrations use: `ttdb_costs_valid(raw)`, whether a record line's
-/// costs may rank (the rule is [`ttdb_format::ansor::MeasureResult::invalid_reason`]; a line
-/// that does not parse is not valid).
-fn register_functions(conn: &Connection) -> Result<()> {
-    use rusqlite::functions::FunctionFlags;
-    conn.create_scalar_function(
-        "ttdb_costs_valid",
-        1,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-        |ctx| {
-            let raw: String = ctx.get(0)?;
-            Ok(
-                ttdb_format::ansor::Record::parse(raw.trim_end())
-                    .is_ok_and(|r| r.result.is_valid()),
-            )
-        },
-    )?;
-    Ok(())
 }
 
 /// Current UTC time as RFC 3339 (`2026-11-22T01:12:14Z`), without a date crate.
@@ -474,53 +383,79 @@ fn rfc3339(secs: i64) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn migrates_to_current_version() {
-        let s = Store::open_in_memory().unwrap();
-        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    use crate::on_both_backends;
+    use db::params;
+
+    on_both_backends! {
+        fn migrates_to_current_version(backend) {
+            assert_eq!(backend.store().schema_version().unwrap(), SCHEMA_VERSION);
+        }
     }
 
-    #[test]
-    fn refuses_a_newer_schema() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.db");
-        Store::open(&p)
-            .unwrap()
-            .conn
-            .pragma_update(None, "user_version", 99)
-            .unwrap();
-        assert!(matches!(
-            Store::open(&p),
-            Err(StoreError::TooNew { found: 99, .. })
-        ));
+    on_both_backends! {
+        fn refuses_a_newer_schema(backend) {
+            let dir = tempfile::tempdir().unwrap();
+            let at = backend.location(dir.path(), "x.db");
+            let s = Store::open_at(&at, OpenMode::Create).unwrap();
+            match &s.db {
+                Db::Sqlite(c) => sqlite::set_schema_version(c, 99).unwrap(),
+                Db::Postgres(_) => postgres::set_schema_version(&s.db, 99).unwrap(),
+            }
+            drop(s);
+            assert!(matches!(
+                Store::open_at(&at, OpenMode::Create),
+                Err(StoreError::TooNew { found: 99, .. })
+            ));
+        }
     }
 
-    #[test]
-    fn outdated_signatures_are_recomputed_on_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("old.db");
-        let s = Store::open(&p).unwrap();
-        s.conn
-            .execute_batch(
+    on_both_backends! {
+        fn outdated_signatures_are_recomputed_on_open(backend) {
+            let dir = tempfile::tempdir().unwrap();
+            let at = backend.location(dir.path(), "old.db");
+            let s = Store::open_at(&at, OpenMode::Create).unwrap();
+            s.db.execute_batch(
                 "INSERT INTO workloads (key, key_head, key_form, signature, signature_json, op_class, recognized_by, signature_version)
                  VALUES ('[\"218090bc617f9a36fbabdf253ec28064\", [14, 3072], [768, 3072], [14, 768]]', '218090bc617f9a36fbabdf253ec28064',
                          'nested', 'x', '{}', 'dense', 'structural', 1)",
             )
             .unwrap();
-        drop(s);
-        let s = Store::open(&p).unwrap();
-        let (class, by, v): (String, String, u32) = s
-            .conn
-            .query_row(
-                "SELECT op_class, recognized_by, signature_version FROM workloads",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .unwrap();
-        assert_eq!(
-            (class.as_str(), by.as_str(), v),
-            ("dense", "md5", ttdb_format::signature::SIGNATURE_VERSION)
+            drop(s);
+            let s = Store::open_at(&at, OpenMode::Create).unwrap();
+            let (class, by, v): (String, String, u32) = s
+                .db
+                .query_one(
+                    "SELECT op_class, recognized_by, signature_version FROM workloads",
+                    params![],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .unwrap();
+            assert_eq!(
+                (class.as_str(), by.as_str(), v),
+                ("dense", "md5", ttdb_format::signature::SIGNATURE_VERSION)
+            );
+        }
+    }
+
+    /// The two dialects' migrations build the same tables with the same columns.
+    #[test]
+    fn both_dialects_have_the_same_schema() {
+        let columns = |s: &Store, sql: &str| -> Vec<(String, String)> {
+            s.db.query_map(sql, params![], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+        };
+        let sqlite = columns(
+            &Store::open_in_memory().unwrap(),
+            "SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
+             WHERE m.type = 'table' ORDER BY 1, 2",
         );
+        let pg = columns(
+            &testing::Backend::Postgres.store(),
+            "SELECT table_name::text, column_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name <> 'ttdb_schema' ORDER BY 1, 2",
+        );
+        assert!(sqlite.len() > 40, "{sqlite:?}");
+        assert_eq!(sqlite, pg);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Read queries: statistics, workload listings, best records, export.
+use super::db::params;
 use super::{Result, Store};
-use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use ttdb_format::signature::WorkloadSignature;
 
@@ -36,42 +36,38 @@ pub struct Stats {
 }
 
 pub fn stats(store: &Store) -> Result<Stats> {
-    let c = &store.conn;
-    let one = |sql: &str| -> Result<i64> { Ok(c.query_row(sql, [], |r| r.get(0))?) };
-    let mut classes = Vec::new();
-    let mut q = c.prepare(
+    let c = &store.db;
+    let one = |sql: &str| -> Result<i64> { c.query_one(sql, params![], |r| r.get(0)) };
+    let classes = c.query_map(
         "SELECT w.op_class, COUNT(DISTINCT w.id), COUNT(r.id) FROM workloads w
          LEFT JOIN records r ON r.workload_id = w.id GROUP BY w.op_class ORDER BY 3 DESC, 1",
+        params![],
+        |r| {
+            Ok(ClassCount {
+                op_class: r.get(0)?,
+                workloads: r.get(1)?,
+                records: r.get(2)?,
+            })
+        },
     )?;
-    for row in q.query_map([], |r| {
-        Ok(ClassCount {
-            op_class: r.get(0)?,
-            workloads: r.get(1)?,
-            records: r.get(2)?,
-        })
-    })? {
-        classes.push(row?);
-    }
-    let mut targets = Vec::new();
-    let mut q = c.prepare(
+    let targets = c.query_map(
         "SELECT t.target, t.num_cores, t.compat, COUNT(r.id) FROM targets t
          LEFT JOIN records r ON r.target_id = t.id GROUP BY t.id ORDER BY 4 DESC, 1",
+        params![],
+        |r| {
+            let target: String = r.get(0)?;
+            let cores: Option<i64> = r.get(1)?;
+            let label = match cores {
+                Some(n) => format!("{target} ({n} cores)"),
+                None => target,
+            };
+            Ok(TargetCount {
+                target: label,
+                compat: r.get(2)?,
+                records: r.get(3)?,
+            })
+        },
     )?;
-    for row in q.query_map([], |r| {
-        let target: String = r.get(0)?;
-        let cores: Option<i64> = r.get(1)?;
-        let label = match cores {
-            Some(n) => format!("{target} ({n} cores)"),
-            None => target,
-        };
-        Ok(TargetCount {
-            target: label,
-            compat: r.get(2)?,
-            records: r.get(3)?,
-        })
-    })? {
-        targets.push(row?);
-    }
     let records = one("SELECT COUNT(*) FROM records")?;
     let valid = one("SELECT COUNT(*) FROM records WHERE mean_cost IS NOT NULL")?;
     Ok(Stats {
@@ -107,15 +103,17 @@ pub struct WorkloadRow {
 }
 
 pub fn workloads(store: &Store, class: Option<&str>) -> Result<Vec<WorkloadRow>> {
-    let mut q = store.conn.prepare(
+    // A signature determines its op class (it is a digest of the canonical form, class
+    // included), so grouping by both groups by the signature.
+    let rows = store.db.query_map(
         "SELECT w.signature, w.op_class, MIN(w.signature_json), t.target, t.num_cores,
                 COUNT(DISTINCT w.id), COUNT(r.id), COUNT(r.mean_cost), MIN(r.mean_cost)
          FROM workloads w JOIN records r ON r.workload_id = w.id JOIN targets t ON t.id = r.target_id
-         WHERE ?1 IS NULL OR w.op_class = ?1 OR w.op_class LIKE ?1 || '+%'
-         GROUP BY w.signature, t.id
+         WHERE CAST(?1 AS TEXT) IS NULL OR w.op_class = ?1 OR w.op_class LIKE ?1 || '+%'
+         GROUP BY w.signature, w.op_class, t.id
          ORDER BY w.op_class, w.signature, t.target",
-    )?;
-    let rows = q.query_map(params![class], |r| {
+        params![class],
+        |r| {
         let sig_json: String = r.get(2)?;
         let target: String = r.get(3)?;
         let cores: Option<i64> = r.get(4)?;
@@ -137,10 +135,10 @@ pub fn workloads(store: &Store, class: Option<&str>) -> Result<Vec<WorkloadRow>>
                 best_cost: r.get(8)?,
             },
         ))
-    })?;
+    },
+    )?;
     let mut out = Vec::new();
-    for row in rows {
-        let (sig_json, mut w) = row?;
+    for (sig_json, mut w) in rows {
         if let Ok(sig) = serde_json::from_str::<WorkloadSignature>(&sig_json) {
             w.inputs = sig.inputs;
             w.output = sig.output;
@@ -158,17 +156,13 @@ pub fn best_record(
     workload_id: i64,
     compat: &str,
 ) -> Result<Option<(i64, String, f64)>> {
-    Ok(store
-        .conn
-        .prepare_cached(
-            "SELECT r.id, r.raw, r.mean_cost FROM records r JOIN targets t ON t.id = r.target_id
-             WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2
-             ORDER BY r.mean_cost LIMIT 1",
-        )?
-        .query_row(params![workload_id, compat], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()?)
+    store.db.query_opt(
+        "SELECT r.id, r.raw, r.mean_cost FROM records r JOIN targets t ON t.id = r.target_id
+         WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND t.compat = ?2
+         ORDER BY r.mean_cost LIMIT 1",
+        params![workload_id, compat],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
 }
 
 /// Which records `export` writes.
@@ -187,9 +181,13 @@ pub fn signature_prefix_exists(store: &Store, prefix: &str) -> Result<bool> {
         return Ok(false);
     }
     Ok(store
-        .conn
-        .prepare("SELECT 1 FROM workloads WHERE signature LIKE ?1 LIMIT 1")?
-        .exists([format!("{}%", prefix.to_ascii_lowercase())])?)
+        .db
+        .query_opt(
+            "SELECT 1 FROM workloads WHERE signature LIKE ?1 LIMIT 1",
+            params![format!("{}%", prefix.to_ascii_lowercase())],
+            |_| Ok(()),
+        )?
+        .is_some())
 }
 
 /// Calls `emit(raw_line)` for every selected record, in import order.
@@ -204,22 +202,21 @@ pub fn export(
              SELECT r.raw, r.id, ROW_NUMBER() OVER (
                  PARTITION BY r.workload_id, r.target_id ORDER BY r.mean_cost, r.id) AS rank
              FROM records r JOIN workloads w ON w.id = r.workload_id
-             WHERE r.mean_cost IS NOT NULL AND (?1 IS NULL OR w.signature LIKE ?1))
+             WHERE r.mean_cost IS NOT NULL AND (CAST(?1 AS TEXT) IS NULL OR w.signature LIKE ?1)) ranked
          WHERE rank = 1 ORDER BY id"
     } else {
         "SELECT raw FROM records r JOIN workloads w ON w.id = r.workload_id
-         WHERE ?1 IS NULL OR w.signature LIKE ?1 ORDER BY r.id"
+         WHERE CAST(?1 AS TEXT) IS NULL OR w.signature LIKE ?1 ORDER BY r.id"
     };
-    let mut q = store.conn.prepare(sql)?;
-    let mut rows = q.query(params![sig])?;
     let mut n = 0;
-    while let Some(row) = rows.next()? {
+    store.db.query_each(sql, params![sig], |row| {
         let raw: String = row.get(0)?;
         emit(&raw).map_err(|error| super::StoreError::Io {
             path: "export output".into(),
             error,
         })?;
         n += 1;
-    }
+        Ok(())
+    })?;
     Ok(n)
 }
