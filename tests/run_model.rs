@@ -591,7 +591,11 @@ fn gemm_beta_scales_its_bias() {
 fn odd_models_ttdb_cannot_run_are_refused_naming_the_node_and_op() {
     let dir = tempfile::tempdir().unwrap();
     for (model, shapes, why) in [
-        ("pnet", &["input_1=1,24,24,3"][..], ["node `p_re_lu`", "`prelu`"]),
+        (
+            "pnet",
+            &["input_1=1,24,24,3"][..],
+            ["node `p_re_lu`", "`prelu`"],
+        ),
         ("rnet", &["input_2=1,24,24,3"], ["node `p_re_lu", "`prelu`"]),
         (
             "silero_vad_16k_op15",
