@@ -107,12 +107,17 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             let kk = cap(d[1], 64);
             vec![vec![cap(d[0], 16), kk], vec![cap(w[0], 32), kk]]
         }
-        Anchor::BatchMatmul => {
+        Anchor::BatchMatmul { transpose_b } => {
             let (a, b) = (&ins[0], &ins[1]);
             let kk = cap(a[2], 32);
+            let (bb, n) = (cap(b[0], 2), cap(b[if *transpose_b { 1 } else { 2 }], 16));
             vec![
                 vec![cap(a[0], 2), cap(a[1], 16), kk],
-                vec![cap(b[0], 2), cap(b[1], 16), kk],
+                if *transpose_b {
+                    vec![bb, n, kk]
+                } else {
+                    vec![bb, kk, n]
+                },
             ]
         }
         Anchor::Pool(p) => {

@@ -43,7 +43,10 @@ pub enum Anchor {
         padding: [i64; 4],
     },
     Dense,
-    BatchMatmul,
+    /// The weight is `[B, N, K]` with `transpose_b`, else `[B, K, N]`.
+    BatchMatmul {
+        transpose_b: bool,
+    },
     Pool(PoolAttrs),
     AdaptivePool {
         kind: PoolKind,
@@ -87,7 +90,7 @@ impl Anchor {
             Anchor::DepthwiseNchwc(_) => "depthwise_conv2d_nchwc".into(),
             Anchor::WinogradNhwc { .. } => "conv2d_winograd_nhwc".into(),
             Anchor::Dense => "dense".into(),
-            Anchor::BatchMatmul => "batch_matmul".into(),
+            Anchor::BatchMatmul { .. } => "batch_matmul".into(),
             Anchor::Pool(p) => match p.kind {
                 PoolKind::Max => "pool_max".into(),
                 PoolKind::Avg { .. } => "pool_avg".into(),
@@ -118,6 +121,7 @@ impl Anchor {
             Anchor::Pool(p) if era == Era::V07 => p.dilation == [1, 1],
             // The generic `topi.nn.conv` behind it came with v0.9.
             Anchor::GroupConv2dNhwc { .. } => era > Era::V08,
+            Anchor::BatchMatmul { transpose_b: false } => era > Era::V07,
             _ => true,
         }
     }
@@ -132,7 +136,8 @@ impl Anchor {
             Anchor::Conv2dNchw { .. } => "NCHW".into(),
             Anchor::Conv2dNchwc(_) | Anchor::DepthwiseNchwc(_) => format!("NCHW{}c", data[4]),
             Anchor::Dense => "NC".into(),
-            Anchor::BatchMatmul => "BNK".into(),
+            Anchor::BatchMatmul { transpose_b: true } => "BNK".into(),
+            Anchor::BatchMatmul { transpose_b: false } => "BKN".into(),
             Anchor::Pool(PoolAttrs { layout, .. }) | Anchor::AdaptivePool { layout, .. } => {
                 match layout {
                     PoolLayout::Nhwc => "NHWC".into(),
@@ -194,7 +199,7 @@ impl Anchor {
                 m.insert("keepdims".into(), json!(keepdims));
                 m.insert("unbiased".into(), json!(unbiased));
             }
-            Anchor::Dense | Anchor::BatchMatmul => {}
+            Anchor::Dense | Anchor::BatchMatmul { .. } => {}
         }
         if let Anchor::Conv2dNchw { groups, .. } | Anchor::GroupConv2dNhwc { groups, .. } = self {
             m.insert("groups".into(), json!(groups));
@@ -230,7 +235,9 @@ impl Anchor {
                 conv2d_winograd_nhwc(b, era, &ins[0], &ins[1], *padding)
             }
             Anchor::Dense => dense(b, era, &ins[0], &ins[1]),
-            Anchor::BatchMatmul => batch_matmul(b, era, &ins[0], &ins[1]),
+            Anchor::BatchMatmul { transpose_b } => {
+                batch_matmul(b, era, &ins[0], &ins[1], *transpose_b)
+            }
             Anchor::Pool(p) => pool2d(b, era, &ins[0], p),
             Anchor::AdaptivePool {
                 kind,

@@ -138,7 +138,9 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
             }
         }
         OpKind::Dense => Anchor::Dense,
-        OpKind::BatchMatmul => Anchor::BatchMatmul,
+        OpKind::BatchMatmul { transpose_b } => Anchor::BatchMatmul {
+            transpose_b: *transpose_b,
+        },
         OpKind::Pool(p) => Anchor::Pool(PoolAttrs {
             kind: p.kind,
             kernel: p.kernel,
@@ -168,7 +170,7 @@ fn is_anchor(kind: &OpKind) -> bool {
         kind,
         OpKind::Conv { .. }
             | OpKind::Dense
-            | OpKind::BatchMatmul
+            | OpKind::BatchMatmul { .. }
             | OpKind::Pool(_)
             | OpKind::GlobalPool(_)
             | OpKind::Softmax { .. }
