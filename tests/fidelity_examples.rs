@@ -140,3 +140,24 @@ fn nhwc_hardswish_and_hardsigmoid_kernels_verify_at_other_shapes() {
         false,
     );
 }
+
+/// resnext's grouped 3x3 conv in NCHW with bias and relu (groups 32), as x86's
+/// `group_conv2d_nchw.x86` builds it: packed data and kernel, the conv on blocks, an unpack.
+#[test]
+fn nchw_grouped_conv_verifies() {
+    assert_eq!(
+        verifies(HELD_OUT, 5),
+        "group_conv2d_nchw_spatial_pack+add+relu"
+    );
+}
+
+/// The same kernel with 8 channels a group (two blocks of 4 each), on 14x14.
+#[test]
+fn nchw_grouped_conv_verifies_at_another_shape() {
+    verifies_at(
+        HELD_OUT,
+        5,
+        &[vec![1, 256, 14, 14], vec![256, 8, 3, 3], vec![1, 256, 1, 1]],
+        false,
+    );
+}

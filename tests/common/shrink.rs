@@ -56,6 +56,19 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             let (cig, cog) = (cap(d[1] / g, 16), cap(k[0] / g, 32));
             vec![vec![1, cig * g, h, wd], vec![cog * g, cig, k[2], k[3]]]
         }
+        Anchor::GroupConv2dNchwSpatialPack {
+            window: w,
+            groups,
+            blocking,
+        } => {
+            let (d, k) = (&ins[0], &ins[1]);
+            let [h, wd] = hw(d, [k[2], k[3]], w, 2, 3);
+            let g = *groups;
+            // whole blocks, at most two per group
+            let cig = blocking.ic_bn * cap(d[1] / g / blocking.ic_bn, 2);
+            let cog = blocking.oc_bn * cap(k[0] / g / blocking.oc_bn, 2);
+            vec![vec![1, cig * g, h, wd], vec![cog * g, cig, k[2], k[3]]]
+        }
         Anchor::Conv2dNchwc(w) => {
             let (d, k) = (&ins[0], &ins[1]);
             let [h, wd] = hw(d, [k[2], k[3]], w, 2, 3);
