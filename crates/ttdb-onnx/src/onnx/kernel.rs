@@ -118,6 +118,7 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
                 blocking: None,
                 depthwise: false,
                 winograd: false,
+                group_packing: None,
             });
             match data_layout {
                 Layout::Nchwc(_) if c.depthwise => Anchor::DepthwiseNchwc(*window),
@@ -131,9 +132,16 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
                     window: *window,
                     groups: *groups,
                 },
-                Layout::Plain => Anchor::Conv2dNchw {
-                    window: *window,
-                    groups: *groups,
+                Layout::Plain => match c.group_packing {
+                    Some(blocking) => Anchor::GroupConv2dNchwSpatialPack {
+                        window: *window,
+                        groups: *groups,
+                        blocking,
+                    },
+                    None => Anchor::Conv2dNchw {
+                        window: *window,
+                        groups: *groups,
+                    },
                 },
             }
         }
