@@ -380,7 +380,7 @@ fn mean_and_variance() {
 
 #[test]
 fn batch_matmul_broadcasts_a_batch_of_one() {
-    let spec = WorkloadSpec::new(Anchor::BatchMatmul, vec![]);
+    let spec = WorkloadSpec::new(Anchor::BatchMatmul { transpose_b: true }, vec![]);
     let (a, b) = (vec![3, 2, 5], vec![1, 4, 5]);
     let (dag, ins, out) = run(&spec, Era::V08, &[a.clone(), b.clone()], 8);
     // TOPI indexes a batch dim of 1 with 0

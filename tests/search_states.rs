@@ -138,7 +138,7 @@ fn classes() -> Vec<(&'static str, Dag)> {
         (
             "batch_matmul",
             spec(
-                Anchor::BatchMatmul,
+                Anchor::BatchMatmul { transpose_b: true },
                 vec![],
                 &[vec![2, 6, 10], vec![2, 7, 10]],
             ),

@@ -13,8 +13,10 @@
 //!   level the largest of 2, 4, 8, 16, 24, 32, 48, 64 within the extent) or one length alone
 //!   at least twice the extent (alternating per SP);
 //!
-//! then replayed, lowered, run in the checked interpreter and compared with the reference;
-//! over-long ones also with pre-packed weights (fused over-long parts pad the packed layout).
+//! then replayed, lowered, unrolled as codegen does (every access proven in bounds after the
+//! tail guards become constants), run in the checked interpreter and compared with the
+//! reference; over-long ones also with pre-packed weights (fused over-long parts pad the
+//! packed layout).
 mod common;
 // partial_tiles is lower_corpus's
 #[allow(dead_code)]
@@ -28,6 +30,7 @@ use std::time::Instant;
 use ttdb::ansor::log::{lines, parse_line, LogLine};
 use ttdb::ansor::step::SplitStep;
 use ttdb::ansor::{Step, WorkloadKey};
+use ttdb::codegen::{prepare, CodegenOptions};
 use ttdb::ir::Dag;
 use ttdb::loopnest::Stmt;
 use ttdb::lower::check::{interpret_against_reference, interpret_with_layout};
@@ -315,6 +318,10 @@ fn check(mode: Mode) {
                 }
                 let lowered = lower_detailed(small, &state, &LowerOptions::default())
                     .map_err(|e| ("lower", format!("{}: {e}", e.kind())))?;
+                // what codegen compiles: unrolled (constant tail guards decided), every
+                // access proven in bounds again
+                prepare(&lowered.kernel, &CodegenOptions::default())
+                    .map_err(|e| ("codegen", e.to_string()))?;
                 let cmp = interpret_against_reference(
                     small,
                     &lowered.kernel,

@@ -33,6 +33,11 @@ pub struct ModelArgs {
     /// Use the fallback blocking rule only (as a TVM build without TopHub would).
     #[arg(long)]
     pub no_tophub: bool,
+    /// N-D MatMul as a batch_matmul of the right operand as it is ([B, K, N],
+    /// transpose_b=False), as TVM's ONNX frontend with `use_nt_batch_matmul=False` emits
+    /// (default: of the transposed operand, [B, N, K]).
+    #[arg(long)]
+    pub no_nt_batch_matmul: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -138,6 +143,7 @@ impl ModelArgs {
             lanes: None,
             tophub: None,
             no_tophub: false,
+            no_nt_batch_matmul: false,
         }
     }
 
@@ -188,6 +194,7 @@ impl ModelArgs {
             Options {
                 lanes,
                 tophub,
+                nt_batch_matmul: !self.no_nt_batch_matmul,
                 ..Options::default()
             },
         ))

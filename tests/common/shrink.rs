@@ -56,6 +56,19 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             let (cig, cog) = (cap(d[1] / g, 16), cap(k[0] / g, 32));
             vec![vec![1, cig * g, h, wd], vec![cog * g, cig, k[2], k[3]]]
         }
+        Anchor::GroupConv2dNchwSpatialPack {
+            window: w,
+            groups,
+            blocking,
+        } => {
+            let (d, k) = (&ins[0], &ins[1]);
+            let [h, wd] = hw(d, [k[2], k[3]], w, 2, 3);
+            let g = *groups;
+            // whole blocks, at most two per group
+            let cig = blocking.ic_bn * cap(d[1] / g / blocking.ic_bn, 2);
+            let cog = blocking.oc_bn * cap(k[0] / g / blocking.oc_bn, 2);
+            vec![vec![1, cig * g, h, wd], vec![cog * g, cig, k[2], k[3]]]
+        }
         Anchor::Conv2dNchwc(w) => {
             let (d, k) = (&ins[0], &ins[1]);
             let [h, wd] = hw(d, [k[2], k[3]], w, 2, 3);
@@ -107,12 +120,17 @@ fn shrink_anchor(anchor: &Anchor, ins: &[Vec<i64>]) -> Result<Vec<Vec<i64>>, Str
             let kk = cap(d[1], 64);
             vec![vec![cap(d[0], 16), kk], vec![cap(w[0], 32), kk]]
         }
-        Anchor::BatchMatmul => {
+        Anchor::BatchMatmul { transpose_b } => {
             let (a, b) = (&ins[0], &ins[1]);
             let kk = cap(a[2], 32);
+            let (bb, n) = (cap(b[0], 2), cap(b[if *transpose_b { 1 } else { 2 }], 16));
             vec![
                 vec![cap(a[0], 2), cap(a[1], 16), kk],
-                vec![cap(b[0], 2), cap(b[1], 16), kk],
+                if *transpose_b {
+                    vec![bb, n, kk]
+                } else {
+                    vec![bb, kk, n]
+                },
             ]
         }
         Anchor::Pool(p) => {

@@ -37,11 +37,17 @@ pub const SILU: Activation = Activation {
 };
 
 /// Hardswish `x * clip(x * 1/6 + 0.5, 0, 1)`, `x` the left operand (Relay's ONNX frontend,
-/// class `HardSwish`).
+/// class `HardSwish`). Relay's PyTorch frontend writes `x * (relu6(x + 3) / 6)` instead
+/// (the NHWC mobilenet_v3 records of thaisacs/TVM-Ansor-Bench).
 pub const HARDSWISH: Activation = Activation {
     name: "hardswish",
     expansion: hardswish,
-    recognized: |x| vec![hardswish(x)],
+    recognized: |x| {
+        vec![
+            hardswish(x),
+            [relu6_over_6(true), vec![times(x, true)]].concat(),
+        ]
+    },
 };
 
 fn hardswish(x: u8) -> Vec<EpilogueOp> {
@@ -55,7 +61,8 @@ fn hardswish(x: u8) -> Vec<EpilogueOp> {
 
 /// Hardsigmoid `clip(x * alpha + beta, 0, 1)`: ONNX's default alpha 0.2, PyTorch's 1/6, or
 /// no multiply at all when FoldScaleAxis moved it into the anchor's weights; beta 0.5. (The
-/// ONNX frontend lowers it itself: alpha and beta are attributes.)
+/// ONNX frontend lowers it itself: alpha and beta are attributes.) Relay's PyTorch frontend
+/// writes `relu6(x + 3) / 6`.
 pub const HARDSIGMOID: Activation = Activation {
     name: "hardsigmoid",
     expansion: |_| {
@@ -71,9 +78,24 @@ pub const HARDSIGMOID: Activation = Activation {
             vec![half, unit_clip()],
             vec![scalar(ScalarOp::Multiply, 1.0 / 6.0), half, unit_clip()],
             vec![scalar(ScalarOp::Multiply, 0.2), half, unit_clip()],
+            relu6_over_6(false),
+            relu6_over_6(true),
         ]
     },
 };
+
+/// Relay's PyTorch frontend's hardsigmoid `relu6(x + 3) / 6`; without the `+ 3` when
+/// FoldConstant merged it into the anchor's bias add (`add(add(conv, b), 3)`).
+fn relu6_over_6(plus_three: bool) -> Vec<EpilogueOp> {
+    let tail = [
+        EpilogueOp::Clip { lo: 0.0, hi: 6.0 },
+        scalar(ScalarOp::Divide, 6.0),
+    ];
+    match plus_three {
+        true => [&[scalar(ScalarOp::Add, 3.0)][..], &tail].concat(),
+        false => tail.to_vec(),
+    }
+}
 
 /// Mish `x * tanh(softplus(x))`, `softplus(x) = ln(1 + exp(x))` (ONNX opset 18), as TVM's
 /// ONNX frontend for Relax writes it (class `Mish`): `x * tanh(log(1 + exp(x)))`, the

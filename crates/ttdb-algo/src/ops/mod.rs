@@ -18,6 +18,7 @@ pub mod depthwise;
 pub mod epilogue;
 pub mod epilogue_op;
 pub mod era;
+pub mod group_conv2d_nchw;
 pub mod layout_transform;
 pub mod logic;
 pub mod lrn;

@@ -13,6 +13,7 @@ use super::dense::{batch_matmul, dense};
 use super::depthwise::{depthwise_conv2d_nchwc, depthwise_conv2d_nhwc};
 pub use super::epilogue_op::{EpilogueOp, ScalarOp};
 use super::era::Era;
+use super::group_conv2d_nchw::{group_conv2d_nchw_spatial_pack, GroupBlocking};
 use super::pool::{adaptive_pool2d, pool2d, PoolAttrs, PoolKind, PoolLayout};
 use super::reduction::{mean, softmax, variance};
 use super::util::{check, Window2d};
@@ -31,6 +32,13 @@ pub enum Anchor {
         groups: i64,
     },
     Conv2dNchwc(Window2d),
+    /// x86's grouped NCHW conv (`group_conv2d_nchw.x86`, groups > 1, kernel OIHW): data and
+    /// kernel packed in blocks of `blocking`.
+    GroupConv2dNchwSpatialPack {
+        window: Window2d,
+        groups: i64,
+        blocking: GroupBlocking,
+    },
     /// `group_conv2d_nhwc` (groups > 1, kernel HWIO `[KH, KW, CI/groups, CO]`).
     GroupConv2dNhwc {
         window: Window2d,
@@ -43,7 +51,10 @@ pub enum Anchor {
         padding: [i64; 4],
     },
     Dense,
-    BatchMatmul,
+    /// The weight is `[B, N, K]` with `transpose_b`, else `[B, K, N]`.
+    BatchMatmul {
+        transpose_b: bool,
+    },
     Pool(PoolAttrs),
     AdaptivePool {
         kind: PoolKind,
@@ -82,12 +93,13 @@ impl Anchor {
             Anchor::Conv2dNchw { groups: 1, .. } => "conv2d_nchw".into(),
             Anchor::Conv2dNchw { .. } => "group_conv2d_nchw".into(),
             Anchor::Conv2dNchwc(_) => "conv2d_nchwc".into(),
+            Anchor::GroupConv2dNchwSpatialPack { .. } => "group_conv2d_nchw_spatial_pack".into(),
             Anchor::GroupConv2dNhwc { .. } => "group_conv2d_nhwc".into(),
             Anchor::DepthwiseNhwc(_) => "depthwise_conv2d_nhwc".into(),
             Anchor::DepthwiseNchwc(_) => "depthwise_conv2d_nchwc".into(),
             Anchor::WinogradNhwc { .. } => "conv2d_winograd_nhwc".into(),
             Anchor::Dense => "dense".into(),
-            Anchor::BatchMatmul => "batch_matmul".into(),
+            Anchor::BatchMatmul { .. } => "batch_matmul".into(),
             Anchor::Pool(p) => match p.kind {
                 PoolKind::Max => "pool_max".into(),
                 PoolKind::Avg { .. } => "pool_avg".into(),
@@ -118,6 +130,7 @@ impl Anchor {
             Anchor::Pool(p) if era == Era::V07 => p.dilation == [1, 1],
             // The generic `topi.nn.conv` behind it came with v0.9.
             Anchor::GroupConv2dNhwc { .. } => era > Era::V08,
+            Anchor::BatchMatmul { transpose_b: false } => era > Era::V07,
             _ => true,
         }
     }
@@ -129,10 +142,11 @@ impl Anchor {
             | Anchor::GroupConv2dNhwc { .. }
             | Anchor::DepthwiseNhwc(_)
             | Anchor::WinogradNhwc { .. } => "NHWC".into(),
-            Anchor::Conv2dNchw { .. } => "NCHW".into(),
+            Anchor::Conv2dNchw { .. } | Anchor::GroupConv2dNchwSpatialPack { .. } => "NCHW".into(),
             Anchor::Conv2dNchwc(_) | Anchor::DepthwiseNchwc(_) => format!("NCHW{}c", data[4]),
             Anchor::Dense => "NC".into(),
-            Anchor::BatchMatmul => "BNK".into(),
+            Anchor::BatchMatmul { transpose_b: true } => "BNK".into(),
+            Anchor::BatchMatmul { transpose_b: false } => "BKN".into(),
             Anchor::Pool(PoolAttrs { layout, .. }) | Anchor::AdaptivePool { layout, .. } => {
                 match layout {
                     PoolLayout::Nhwc => "NHWC".into(),
@@ -158,6 +172,15 @@ impl Anchor {
             | Anchor::DepthwiseNhwc(w)
             | Anchor::GroupConv2dNhwc { window: w, .. } => window(w, [inputs[1][0], inputs[1][1]]),
             Anchor::Conv2dNchw { window: w, .. } => window(w, [inputs[1][2], inputs[1][3]]),
+            Anchor::GroupConv2dNchwSpatialPack {
+                window: w,
+                blocking,
+                ..
+            } => {
+                window(w, [inputs[1][2], inputs[1][3]]);
+                m.insert("ic_bn".into(), json!(blocking.ic_bn));
+                m.insert("oc_bn".into(), json!(blocking.oc_bn));
+            }
             Anchor::Conv2dNchwc(w) | Anchor::DepthwiseNchwc(w) => {
                 window(w, [inputs[1][2], inputs[1][3]])
             }
@@ -194,9 +217,12 @@ impl Anchor {
                 m.insert("keepdims".into(), json!(keepdims));
                 m.insert("unbiased".into(), json!(unbiased));
             }
-            Anchor::Dense | Anchor::BatchMatmul => {}
+            Anchor::Dense | Anchor::BatchMatmul { .. } => {}
         }
-        if let Anchor::Conv2dNchw { groups, .. } | Anchor::GroupConv2dNhwc { groups, .. } = self {
+        if let Anchor::Conv2dNchw { groups, .. }
+        | Anchor::GroupConv2dNhwc { groups, .. }
+        | Anchor::GroupConv2dNchwSpatialPack { groups, .. } = self
+        {
             m.insert("groups".into(), json!(groups));
         }
         if matches!(
@@ -221,6 +247,13 @@ impl Anchor {
                 conv2d_nchw(b, era, &ins[0], &ins[1], window, *groups)
             }
             Anchor::Conv2dNchwc(w) => conv2d_nchwc(b, era, &ins[0], &ins[1], w),
+            Anchor::GroupConv2dNchwSpatialPack {
+                window,
+                groups,
+                blocking,
+            } => {
+                group_conv2d_nchw_spatial_pack(b, era, &ins[0], &ins[1], window, *groups, *blocking)
+            }
             Anchor::GroupConv2dNhwc { window, groups } => {
                 group_conv2d_nhwc(b, era, &ins[0], &ins[1], window, *groups)
             }
@@ -230,7 +263,9 @@ impl Anchor {
                 conv2d_winograd_nhwc(b, era, &ins[0], &ins[1], *padding)
             }
             Anchor::Dense => dense(b, era, &ins[0], &ins[1]),
-            Anchor::BatchMatmul => batch_matmul(b, era, &ins[0], &ins[1]),
+            Anchor::BatchMatmul { transpose_b } => {
+                batch_matmul(b, era, &ins[0], &ins[1], *transpose_b)
+            }
             Anchor::Pool(p) => pool2d(b, era, &ins[0], p),
             Anchor::AdaptivePool {
                 kind,

@@ -4,7 +4,10 @@
 //! The anchors come from each op family's hook (in `ops/<family>.rs`), the multi-op
 //! activations from `ops::activation`; this file orders them and enumerates the chains.
 use crate::ops::epilogue::broadcast_shape;
-use crate::ops::{activation, conv2d, conv2d_nchwc, dense, depthwise, pool, reduction, winograd};
+use crate::ops::{
+    activation, conv2d, conv2d_nchwc, dense, depthwise, group_conv2d_nchw, pool, reduction,
+    winograd,
+};
 use crate::ops::{Anchor, EpilogueOp, ScalarOp, WorkloadSpec};
 
 /// A workload spec plus its inputs in canonical order.
@@ -30,6 +33,7 @@ const TWO_INPUT_FAMILIES: &[fn(&[i64], &[i64], &[i64]) -> Vec<Anchor>] = &[
     conv2d::group_nhwc_candidates,
     depthwise::nhwc_candidates,
     conv2d::nchw_candidates,
+    group_conv2d_nchw::candidates,
     depthwise::nchwc_candidates,
     conv2d_nchwc::candidates,
     dense::dense_candidates,

@@ -514,3 +514,18 @@ fn temporaries_are_zero_at_every_allocate() {
         close(&a[1], &b[1]).unwrap_or_else(|e| panic!("{len} {kind:?}, second run: {e}"));
     }
 }
+
+/// Unrolling makes an overrunning tail's guards constant: the tail iterations vanish and
+/// what codegen compiles is still proven in bounds (Droplet's `[4, 4, 4]` on 14 under
+/// `auto_unroll_max_step`).
+#[test]
+fn unrolled_over_long_tails_stay_in_bounds() {
+    let dag = ttdb_algo::ops::registered::matmul_add(14, 6, 5, ttdb_algo::ir::DType::F32).unwrap();
+    let k = crate::lower::tests::lowered_ok(
+        &dag,
+        r#"[["SP", 2, 0, 14, [4, 4], 1], ["SP", 2, 3, 5, [5], 1], ["SP", 2, 5, 6, [2], 1],
+            ["RE", 2, [0, 3, 5, 1, 4, 6, 2]], ["PR", 2, 0, "auto_unroll_max_step$512"]]"#,
+    );
+    prepare(&k, &CodegenOptions::default())
+        .unwrap_or_else(|e| panic!("{e}\n{}", crate::loopnest::kernel_to_string(&k)));
+}

@@ -215,7 +215,13 @@ pub fn simplify_stmt(s: &Stmt) -> Stmt {
         },
         Stmt::IfThenElse { cond, then_, else_ } => {
             let c = simplify_expr(cond);
-            match bool_of(&c) {
+            // `likely` is a branch hint: a guard that unrolling made constant decides as is
+            // (an overrunning split's tail iterations vanish)
+            let decided = match &c {
+                Expr::Call(Intrinsic::Likely, a) if a.len() == 1 => bool_of(&a[0]),
+                _ => bool_of(&c),
+            };
+            match decided {
                 Some(true) => simplify_stmt(then_),
                 Some(false) => else_.as_ref().map_or(Stmt::nop(), |e| simplify_stmt(e)),
                 None => Stmt::IfThenElse {

@@ -53,7 +53,7 @@ mod emit;
 mod layout;
 mod names;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use layout::{pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode};
 

@@ -118,6 +118,7 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
                 blocking: None,
                 depthwise: false,
                 winograd: false,
+                group_packing: None,
             });
             match data_layout {
                 Layout::Nchwc(_) if c.depthwise => Anchor::DepthwiseNchwc(*window),
@@ -131,14 +132,23 @@ fn anchor_of(g: &OpGraph, op: OpId, conv: Option<&ConvChoice>) -> Result<Anchor,
                     window: *window,
                     groups: *groups,
                 },
-                Layout::Plain => Anchor::Conv2dNchw {
-                    window: *window,
-                    groups: *groups,
+                Layout::Plain => match c.group_packing {
+                    Some(blocking) => Anchor::GroupConv2dNchwSpatialPack {
+                        window: *window,
+                        groups: *groups,
+                        blocking,
+                    },
+                    None => Anchor::Conv2dNchw {
+                        window: *window,
+                        groups: *groups,
+                    },
                 },
             }
         }
         OpKind::Dense => Anchor::Dense,
-        OpKind::BatchMatmul => Anchor::BatchMatmul,
+        OpKind::BatchMatmul { transpose_b } => Anchor::BatchMatmul {
+            transpose_b: *transpose_b,
+        },
         OpKind::Pool(p) => Anchor::Pool(PoolAttrs {
             kind: p.kind,
             kernel: p.kernel,
@@ -168,7 +178,7 @@ fn is_anchor(kind: &OpKind) -> bool {
         kind,
         OpKind::Conv { .. }
             | OpKind::Dense
-            | OpKind::BatchMatmul
+            | OpKind::BatchMatmul { .. }
             | OpKind::Pool(_)
             | OpKind::GlobalPool(_)
             | OpKind::Softmax { .. }

@@ -20,6 +20,7 @@ use super::relay::{
 };
 use super::tophub::{fallback_blocking, ConvWorkload, TopHub};
 use std::collections::HashMap;
+use ttdb_algo::ops::group_conv2d_nchw::GroupBlocking;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LayoutMode {
@@ -69,6 +70,8 @@ pub struct ConvChoice {
     pub blocking: Option<Blocking>,
     pub depthwise: bool,
     pub winograd: bool,
+    /// A grouped conv kept in NCHW: x86's `group_conv2d_nchw.x86` packs it in these blocks.
+    pub group_packing: Option<GroupBlocking>,
 }
 
 pub struct LayoutOptions<'a> {
@@ -274,6 +277,7 @@ impl<'a> Pass<'a> {
             blocking: None,
             depthwise,
             winograd: false,
+            group_packing: None,
         };
         let (data, weight_phys, out_layout, packing) = match self.opts.mode {
             LayoutMode::Nchwc if groups == 1 || depthwise => {
@@ -336,6 +340,14 @@ impl<'a> Pass<'a> {
                 (data, wp, Layout::Nhwc, packing)
             }
             _ => {
+                if groups > 1 && !depthwise {
+                    // AutoTVM's fallback config: Ansor tunes the template without a log
+                    choice.group_packing = Some(GroupBlocking::fallback(
+                        self.opts.lanes,
+                        ws[1],
+                        cout / groups,
+                    ));
+                }
                 let data = self.as_layout(x, Layout::Plain, &op.nodes);
                 (data, ws.clone(), Layout::Plain, ConvWeightLayout::Oihw)
             }

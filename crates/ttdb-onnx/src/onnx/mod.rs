@@ -60,6 +60,10 @@ pub struct Options {
     pub tophub: Option<Arc<TopHub>>,
     /// Per-conv blocking chosen by the caller, by the conv's ONNX node name: (ic_bn, oc_bn).
     pub blocking: HashMap<String, (i64, i64)>,
+    /// TVM's ONNX frontend option `use_nt_batch_matmul` (on by default): an N-D MatMul is a
+    /// `batch_matmul` of the transposed right operand (`[B, N, K]`); off, of the operand as
+    /// it is (`[B, K, N]`, transpose_b=False, as TVM's TensorFlow frontend emits too).
+    pub nt_batch_matmul: bool,
 }
 
 impl Default for Options {
@@ -70,6 +74,7 @@ impl Default for Options {
             lanes: 4,
             tophub: None,
             blocking: HashMap::new(),
+            nt_batch_matmul: true,
         }
     }
 }
@@ -147,7 +152,7 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
     fold::remove_identities(&mut g);
     fold::fold_batchnorm(&mut g);
     fold::simplify_batchnorms(&mut g);
-    let mut og = relay::lower(&g)?;
+    let mut og = relay::lower(&g, opts.nt_batch_matmul)?;
     scale_fold::fold_scalar_scales(&mut og);
     let lo = layout::LayoutOptions {
         mode: opts.layout,

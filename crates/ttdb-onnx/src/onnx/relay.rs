@@ -20,6 +20,9 @@ pub(crate) struct Lowering<'g> {
     pub(crate) og: OpGraph,
     /// ONNX tensor name -> its value in `og`.
     pub(crate) vals: HashMap<String, ValId>,
+    /// N-D MatMul as `batch_matmul` with a transposed right operand (TVM's
+    /// `use_nt_batch_matmul`).
+    pub(crate) nt_batch_matmul: bool,
 }
 
 impl<'g> Lowering<'g> {
@@ -159,12 +162,14 @@ impl<'g> Lowering<'g> {
     }
 }
 
-/// Lowers a (shape-inferred, pass-processed) graph.
-pub fn lower(g: &Graph) -> Result<OpGraph> {
+/// Lowers a (shape-inferred, pass-processed) graph; `nt_batch_matmul` as
+/// [`super::Options::nt_batch_matmul`].
+pub fn lower(g: &Graph, nt_batch_matmul: bool) -> Result<OpGraph> {
     let mut l = Lowering {
         g,
         og: OpGraph::default(),
         vals: HashMap::new(),
+        nt_batch_matmul,
     };
     for name in &g.inputs {
         let v = l.value(name)?;

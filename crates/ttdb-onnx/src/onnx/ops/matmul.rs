@@ -1,7 +1,9 @@
 //! `MatMul` (numpy semantics): with a 2-D right operand Relay's `nn.dense` over the
 //! flattened leading dims (`reshape` around it when A has more than 2 dims), else
 //! `nn.batch_matmul` with `[B, M, K] x [B, N, K]` operands (`reshape` / `transpose` ops
-//! where needed; a constant right operand is transposed at compile time). Both anchors.
+//! where needed; a constant right operand is transposed at compile time), or with
+//! `[B, K, N]` ones when `use_nt_batch_matmul` is off (`Options::nt_batch_matmul`). Both
+//! anchors.
 use super::OnnxOp;
 use crate::onnx::error::Result;
 use crate::onnx::graph::{Node, TensorInfo};
@@ -152,33 +154,23 @@ fn lower_matmul(l: &mut Lowering, node: &Node) -> Result<()> {
     } else {
         a
     };
-    let bt = if l.og.values[b].constant {
-        let name = format!("{}::T", l.og.values[b].name);
-        l.og.derive_const(b, ConstOp::TransposeLast2, name, vec![bb, n, k])
+    let (b3, kind) = if l.nt_batch_matmul {
+        (
+            nt_weight(l, node, b, vec![bb, n, k], &name),
+            OpKind::BatchMatmul { transpose_b: true },
+        )
     } else {
-        // [..., K, N] viewed as [B, K, N]
-        l.emit_named(
-            node,
-            OpKind::Transpose {
-                perm: vec![0, 2, 1],
-            },
-            vec![b],
-            format!("{name}::b_t"),
-            vec![bb, n, k],
+        (
+            nn_weight(l, node, b, vec![bb, k, n], &name),
+            OpKind::BatchMatmul { transpose_b: false },
         )
     };
     let out3 = vec![ba.max(bb), mm, n];
     if out3 == shape {
-        let v = l.emit_named(node, OpKind::BatchMatmul, vec![a3, bt], name.clone(), shape);
+        let v = l.emit_named(node, kind, vec![a3, b3], name.clone(), shape);
         l.vals.insert(name, v);
     } else {
-        let bm = l.emit_named(
-            node,
-            OpKind::BatchMatmul,
-            vec![a3, bt],
-            format!("{name}::bmm"),
-            out3,
-        );
+        let bm = l.emit_named(node, kind, vec![a3, b3], format!("{name}::bmm"), out3);
         let v = l.og.add_op(
             OpKind::Injective("reshape".into()),
             vec![bm],
@@ -189,4 +181,42 @@ fn lower_matmul(l: &mut Lowering, node: &Node) -> Result<()> {
         l.vals.insert(name, v);
     }
     Ok(())
+}
+
+/// The right operand `[..., K, N]` as a `[B, N, K]` weight: a constant is transposed at
+/// compile time, a run-time tensor gets a `transpose` op.
+fn nt_weight(l: &mut Lowering, node: &Node, b: ValId, shape: Vec<i64>, name: &str) -> ValId {
+    if l.og.values[b].constant {
+        let name = format!("{}::T", l.og.values[b].name);
+        return l.og.derive_const(b, ConstOp::TransposeLast2, name, shape);
+    }
+    // [..., K, N] viewed as [B, K, N]
+    l.emit_named(
+        node,
+        OpKind::Transpose {
+            perm: vec![0, 2, 1],
+        },
+        vec![b],
+        format!("{name}::b_t"),
+        shape,
+    )
+}
+
+/// The right operand `[..., K, N]` as a `[B, K, N]` weight (TVM's `flatten_to_nd`): as it is
+/// when 3-D, else reshaped (at compile time for a constant).
+fn nn_weight(l: &mut Lowering, node: &Node, b: ValId, shape: Vec<i64>, name: &str) -> ValId {
+    if l.og.values[b].shape == shape {
+        return b;
+    }
+    if l.og.values[b].constant {
+        let name = format!("{}::3d", l.og.values[b].name);
+        return l.og.derive_const(b, ConstOp::Reshape, name, shape);
+    }
+    l.emit_named(
+        node,
+        OpKind::Injective("reshape".into()),
+        vec![b],
+        format!("{name}::b3d"),
+        shape,
+    )
 }

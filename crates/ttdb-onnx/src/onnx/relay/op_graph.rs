@@ -152,8 +152,10 @@ pub enum OpKind {
     },
     /// inputs (data [M,K], weight [N,K]).
     Dense,
-    /// inputs (A [B,M,K], B [B,N,K]).
-    BatchMatmul,
+    /// inputs (A [B,M,K], B [B,N,K]), or B [B,K,N] without `transpose_b`.
+    BatchMatmul {
+        transpose_b: bool,
+    },
     Pool(Pool2d),
     GlobalPool(PoolKind),
     Softmax {
@@ -240,7 +242,7 @@ impl OpKind {
             OpKind::Binary(_) => LayoutRule::Broadcast,
             OpKind::Concat { .. } => LayoutRule::Concat,
             OpKind::Dense
-            | OpKind::BatchMatmul
+            | OpKind::BatchMatmul { .. }
             | OpKind::Softmax { .. }
             | OpKind::Mean { .. }
             | OpKind::Transpose { .. }
@@ -261,7 +263,7 @@ impl OpKind {
         match self {
             OpKind::Conv { .. }
             | OpKind::Dense
-            | OpKind::BatchMatmul
+            | OpKind::BatchMatmul { .. }
             | OpKind::Pool(_)
             | OpKind::GlobalPool(_) => Pattern::OutEWiseFusable,
             OpKind::Softmax { .. }
@@ -288,7 +290,7 @@ impl OpKind {
             OpKind::Conv { groups: 1, .. } => "conv2d".into(),
             OpKind::Conv { .. } => "group_conv2d".into(),
             OpKind::Dense => "dense".into(),
-            OpKind::BatchMatmul => "batch_matmul".into(),
+            OpKind::BatchMatmul { .. } => "batch_matmul".into(),
             OpKind::Pool(p) => match p.kind {
                 PoolKind::Max => "max_pool2d".into(),
                 PoolKind::Avg { .. } => "avg_pool2d".into(),
