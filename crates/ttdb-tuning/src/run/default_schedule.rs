@@ -430,10 +430,17 @@ mod tests {
                 &[vec![3, 7], vec![16, 7], vec![1, 16]],
             ),
             dag(
-                Anchor::BatchMatmul,
+                Anchor::BatchMatmul { transpose_b: true },
                 vec![],
                 Era::V08,
                 &[vec![2, 6, 5], vec![2, 8, 5]],
+            ),
+            // batch_matmul NN: the weights' last axis is the output's, contiguous
+            dag(
+                Anchor::BatchMatmul { transpose_b: false },
+                vec![],
+                Era::V08,
+                &[vec![2, 6, 5], vec![2, 5, 8]],
             ),
             dag(
                 Anchor::Pool(PoolAttrs {
@@ -496,7 +503,7 @@ mod tests {
                 &[vec![4, 8], vec![5, 8], vec![1, 5]],
             ),
             dag(
-                Anchor::BatchMatmul,
+                Anchor::BatchMatmul { transpose_b: true },
                 vec![],
                 Era::V08,
                 &[vec![2, 6, 16], vec![2, 8, 16]],
@@ -523,6 +530,14 @@ mod tests {
             &[vec![1, 6, 6, 8], vec![3, 3, 8, 16]],
         );
         assert!(row_reduced_steps(&conv, 8).is_none());
+        // batch_matmul NN reads its weights along the output's columns: register-tiled
+        let nn = dag(
+            Anchor::BatchMatmul { transpose_b: false },
+            vec![],
+            Era::V08,
+            &[vec![2, 6, 16], vec![2, 16, 8]],
+        );
+        assert!(row_reduced_steps(&nn, 8).is_none());
     }
 
     /// Two reductions (softmax) or none (glue) keep the plain schedule.
