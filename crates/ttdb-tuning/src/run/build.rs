@@ -4,8 +4,9 @@
 //! embedded with `.incbin`; `c/runtime.c` executes the tables with its own thread pool and
 //! checks the CPU before anything runs. The system C compiler links them.
 use super::exec::Slot;
-use super::{on_every_core, ModelPlan};
+use super::{identical_kernels, on_every_core, ModelPlan};
 use crate::tune::progress::Progress;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -215,17 +216,21 @@ pub fn build_library(
     std::fs::create_dir_all(&work.0).map_err(|e| format!("{}: {e}", work.0.display()))?;
     let tmp = &work.0;
 
-    let symbols: Vec<String> = (0..m.kernels.len())
-        .map(|i| format!("ttdb_kernel{i}"))
-        .collect();
-    let objects = on_every_core(m.kernels.len(), &m.plan, progress, |i| {
+    // steps whose kernels are identical (repeated layers) call one object
+    let (same_as, unique) = identical_kernels(&m.kernels);
+    let symbols: Vec<String> = same_as.iter().map(|i| format!("ttdb_kernel{i}")).collect();
+    let unique_plan: Vec<_> = unique.iter().map(|&i| m.plan[i].clone()).collect();
+    let objects = on_every_core(unique.len(), &unique_plan, progress, |u| {
+        let i = unique[u];
         compile_object(&m.kernels[i], &opts.codegen, &symbols[i]).map_err(|e| e.to_string())
     })?;
     let mut files: Vec<PathBuf> = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
+    let mut scratch_of = HashMap::new();
+    for (&i, o) in unique.iter().zip(&objects) {
         let p = tmp.join(format!("kernel{i}.o"));
         write(&p, &o.object)?;
         files.push(p);
+        scratch_of.insert(i, o.scratch_bytes);
     }
     // the weights, each 64-byte aligned, in one blob
     let mut blob: Vec<u8> = Vec::new();
@@ -257,7 +262,7 @@ pub fn build_library(
     let (cpu, features) = target_id();
     let required = required_features(&features);
     let isa = format!("{cpu}: +{}", required.join(",+"));
-    let scratch: Vec<usize> = objects.iter().map(|o| o.scratch_bytes).collect();
+    let scratch: Vec<usize> = same_as.iter().map(|i| scratch_of[i]).collect();
     let model = tmp.join("model.c");
     write(
         &model,

@@ -142,6 +142,19 @@ fn stored_schedule(
     Ok((era, record, w.source))
 }
 
+/// For each kernel, the first with the same lowered code (repeated layers), and the
+/// kernels that are their own first: what needs compiling.
+fn identical_kernels(lowered: &[Kernel]) -> (Vec<usize>, Vec<usize>) {
+    let mut first_of: HashMap<String, usize> = HashMap::new();
+    let same_as: Vec<usize> = lowered
+        .iter()
+        .enumerate()
+        .map(|(i, k)| *first_of.entry(kernel_to_string(k)).or_insert(i))
+        .collect();
+    let unique = (0..lowered.len()).filter(|&i| same_as[i] == i).collect();
+    (same_as, unique)
+}
+
 /// Compiles the lowered kernels on every core, in run order, telling `progress` as each
 /// is done (the first error, naming its kernel, stops the rest). Identical kernels (the
 /// same lowered code: repeated layers) are compiled once and shared.
@@ -151,13 +164,7 @@ fn compile_all(
     codegen: &CodegenOptions,
     progress: &mut dyn Progress,
 ) -> Result<Vec<Arc<CompiledKernel>>, String> {
-    let mut first_of: HashMap<String, usize> = HashMap::new();
-    let same_as: Vec<usize> = lowered
-        .iter()
-        .enumerate()
-        .map(|(i, k)| *first_of.entry(kernel_to_string(k)).or_insert(i))
-        .collect();
-    let unique: Vec<usize> = (0..lowered.len()).filter(|&i| same_as[i] == i).collect();
+    let (same_as, unique) = identical_kernels(lowered);
     let unique_plan: Vec<PlannedKernel> = unique.iter().map(|&i| plan[i].clone()).collect();
     let compiled = on_every_core(unique.len(), &unique_plan, progress, |u| {
         compile(&lowered[unique[u]], codegen).map_err(|e| e.to_string())
