@@ -382,6 +382,19 @@ mod tests {
         }
     }
 
+    /// Lowers `steps` (which must exist) on `dag`, checks every access in bounds and the
+    /// result against the reference in the checked interpreter, and returns the kernel text.
+    fn lowered_matching_reference(dag: &Dag, steps: Option<Vec<Step>>) -> String {
+        let steps = steps.unwrap_or_else(|| panic!("no such schedule for {dag:?}"));
+        let k = lower_steps(dag, &steps, &LowerOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{steps:?}"));
+        let text = kernel_to_string(&k);
+        let cmp = interpret_against_reference(dag, &k, 5, Some(100_000_000))
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(cmp.rel_err < 1e-5, "{}\n{text}", cmp.rel_err);
+        text
+    }
+
     /// Every kernel with one reduction and an element-wise epilogue gets the register-tiled
     /// schedule, and it lowers and matches the reference (in the checked interpreter, so
     /// every access is in bounds), whether the reduction is the output (cache-written) or
@@ -458,23 +471,9 @@ mod tests {
             ),
         ];
         for dag in &cases {
-            let steps = register_tiled_steps(dag, 8).expect("register-tiled");
-            let k = lower_steps(dag, &steps, &LowerOptions::default())
-                .unwrap_or_else(|e| panic!("{e}\n{dag:?}"));
-            let cmp = interpret_against_reference(dag, &k, 5, Some(100_000_000))
-                .unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&k)));
-            assert!(
-                cmp.rel_err < 1e-5,
-                "{}\n{}",
-                cmp.rel_err,
-                kernel_to_string(&k)
-            );
+            let text = lowered_matching_reference(dag, register_tiled_steps(dag, 8));
             // the accumulators are a local tile, not the output
-            assert!(
-                kernel_to_string(&k).contains("allocate "),
-                "{}",
-                kernel_to_string(&k)
-            );
+            assert!(text.contains("allocate "), "{text}");
         }
     }
 
@@ -510,18 +509,8 @@ mod tests {
             ),
         ];
         for dag in &cases {
-            let steps = row_reduced_steps(dag, 8).expect("row-reduced");
-            let k = lower_steps(dag, &steps, &LowerOptions::default())
-                .unwrap_or_else(|e| panic!("{e}\n{steps:?}"));
-            let cmp = interpret_against_reference(dag, &k, 5, Some(100_000_000))
-                .unwrap_or_else(|e| panic!("{e}\n{}", kernel_to_string(&k)));
-            assert!(
-                cmp.rel_err < 1e-5,
-                "{}\n{}",
-                cmp.rel_err,
-                kernel_to_string(&k)
-            );
-            println!("{}", kernel_to_string(&k));
+            let text = lowered_matching_reference(dag, row_reduced_steps(dag, 8));
+            assert!(text.contains("_rf["), "{text}");
         }
         let conv = dag(
             Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
