@@ -29,15 +29,35 @@ fn ttdb(db: &Path, args: &[String]) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The corpus file of `model` (from its reference manifest).
+fn model_path(model: &str) -> String {
+    let m = reference::manifest(model);
+    let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+    path.to_str().unwrap().to_string()
+}
+
+/// Fills a new database with `ttdb FILL...`, then runs `model` in `layout` on it: at least
+/// `min_stored` kernels run a stored schedule, and the outputs match onnxruntime's.
+fn stored_schedules_then_run(model: &str, layout: &str, fill: &[String], min_stored: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    ttdb(&db, fill);
+    let (stored, total, worst) = run_on(&db, model, layout);
+    assert!(
+        stored >= min_stored,
+        "{model}: only {stored} of {total} kernels ran a stored schedule"
+    );
+    assert!(worst < TOLERANCE, "{model}: {worst:.3e}");
+}
+
 /// Runs `model` in `layout` on the schedules in `db`; returns how many kernels ran a stored
 /// schedule, of how many, and the worst error against onnxruntime.
 fn run_on(db: &Path, model: &str, layout: &str) -> (usize, usize, f64) {
-    let m = reference::manifest(model);
-    let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+    let path = model_path(model);
     let out = db.with_file_name(format!("out-{model}"));
     let mut args: Vec<String> = [
         "run",
-        path.to_str().unwrap(),
+        &path,
         "--layout",
         layout,
         "--deterministic-inputs",
@@ -76,18 +96,9 @@ macro_rules! stored_schedules_match {
     ($($test:ident: $model:literal, $layout:literal, [$($log:literal),+], $min_stored:literal;)*) => {$(
         #[test]
         fn $test() {
-            let dir = tempfile::tempdir().unwrap();
-            let db = dir.path().join("t.db");
             let mut args = vec!["import".to_string()];
             $(args.push(common::corpus_dir().join("ansor").join($log).to_str().unwrap().into());)+
-            ttdb(&db, &args);
-            let (stored, total, worst) = run_on(&db, $model, $layout);
-            assert!(
-                stored >= $min_stored,
-                "{}: only {stored} of {total} kernels ran a stored schedule",
-                $model
-            );
-            assert!(worst < TOLERANCE, "{}: {worst:.3e}", $model);
+            stored_schedules_then_run($model, $layout, &args, $min_stored);
         }
     )*};
 }
@@ -117,18 +128,11 @@ macro_rules! tuned_schedules_match {
     ($($test:ident: $model:literal, $layout:literal, $trials:literal;)*) => {$(
         #[test]
         fn $test() {
-            let dir = tempfile::tempdir().unwrap();
-            let db = dir.path().join("t.db");
-            let m = reference::manifest($model);
-            let path = common::corpus_dir().join(m["model"].as_str().unwrap());
-            let mut args: Vec<String> = ["tune", path.to_str().unwrap(), "--layout", $layout, "--trials", $trials]
+            let mut args: Vec<String> = ["tune", &model_path($model), "--layout", $layout, "--trials", $trials]
                 .map(String::from)
                 .to_vec();
             args.extend(input_shape_flags($model));
-            ttdb(&db, &args);
-            let (stored, total, worst) = run_on(&db, $model, $layout);
-            assert!(stored >= 1, "{}: none of {total} kernels ran a tuned schedule", $model);
-            assert!(worst < TOLERANCE, "{}: {worst:.3e}", $model);
+            stored_schedules_then_run($model, $layout, &args, 1);
         }
     )*};
 }
