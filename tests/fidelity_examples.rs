@@ -168,24 +168,8 @@ fn nchw_grouped_conv_verifies_at_another_shape() {
 #[test]
 fn onnx_grouped_conv_has_the_example_records_signature() {
     use ttdb::onnx::{self, Options};
-    use ttdb_testkit::onnx_model::{attr_int, attr_ints, ModelBuilder};
-    let mut b = ModelBuilder::new("resnext_block", 14);
-    b.input("input", &[1, 128, 56, 56]);
-    b.weight("w", &[128, 4, 3, 3]).weight("bias", &[128]);
-    b.node(
-        "Conv",
-        "/g/Conv",
-        &["input", "w", "bias"],
-        &["conv"],
-        vec![
-            attr_ints("kernel_shape", &[3, 3]),
-            attr_ints("pads", &[1; 4]),
-            attr_int("group", 32),
-        ],
-    );
-    b.node("Relu", "/g/Relu", &["conv"], &["out"], vec![]);
-    b.output("out");
-    let g = onnx::load_bytes(&b.encode(), &[]).unwrap();
+    let model = ttdb_testkit::onnx_model::grouped_conv_relu("resnext_block", 128, 56, 32);
+    let g = onnx::load_bytes(&model, &[]).unwrap();
     let list = onnx::extract(&g, &Options::default()).unwrap();
     let k = list.tuned().next().expect("a tuned kernel");
     assert_eq!(k.class, "group_conv2d_nchw_spatial_pack+add+relu");

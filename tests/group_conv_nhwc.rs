@@ -60,24 +60,7 @@ fn grouped_nhwc_convs_are_tuned_and_recognized_by_md5() {
 
 /// A grouped 3x3 conv (32 channels, 4 groups) + bias + relu, written with ttdb's writer.
 fn grouped_conv_model() -> Vec<u8> {
-    use ttdb_testkit::onnx_model::{attr_int, attr_ints, ModelBuilder};
-    let mut b = ModelBuilder::new("grouped_conv", 14);
-    b.input("input", &[1, 32, 14, 14]);
-    b.weight("w", &[32, 8, 3, 3]).weight("bias", &[32]);
-    b.node(
-        "Conv",
-        "/g/Conv",
-        &["input", "w", "bias"],
-        &["conv"],
-        vec![
-            attr_ints("kernel_shape", &[3, 3]),
-            attr_ints("pads", &[1; 4]),
-            attr_int("group", 4),
-        ],
-    );
-    b.node("Relu", "/g/Relu", &["conv"], &["out"], vec![]);
-    b.output("out");
-    b.encode()
+    ttdb_testkit::onnx_model::grouped_conv_relu("grouped_conv", 32, 14, 4)
 }
 
 /// `ttdb tune --layout nhwc` searches a grouped NHWC conv end to end, every trial verified.

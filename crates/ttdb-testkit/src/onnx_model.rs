@@ -259,6 +259,29 @@ fn conv_bn(
     y
 }
 
+/// A grouped 3x3 conv (padding 1) + bias + relu on a `[1, channels, hw, hw]` input, with
+/// `groups` groups: the encoded model.
+pub fn grouped_conv_relu(name: &str, channels: i64, hw: i64, groups: i64) -> Vec<u8> {
+    let mut b = ModelBuilder::new(name, 14);
+    b.input("input", &[1, channels, hw, hw]);
+    b.weight("w", &[channels, channels / groups, 3, 3])
+        .weight("bias", &[channels]);
+    b.node(
+        "Conv",
+        "/g/Conv",
+        &["input", "w", "bias"],
+        &["conv"],
+        vec![
+            attr_ints("kernel_shape", &[3, 3]),
+            attr_ints("pads", &[1; 4]),
+            attr_int("group", groups),
+        ],
+    );
+    b.node("Relu", "/g/Relu", &["conv"], &["out"], vec![]);
+    b.output("out");
+    b.encode()
+}
+
 /// ttdb's own ONNX fixtures: (file name, bytes). Deterministic.
 pub fn fixture_models() -> Vec<(&'static str, Vec<u8>)> {
     let mut out = Vec::new();
