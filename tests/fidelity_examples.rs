@@ -177,3 +177,37 @@ fn onnx_grouped_conv_has_the_example_records_signature() {
     let (_, rec) = example(HELD_OUT, 5);
     assert_eq!(k.signature_hash, Some(rec.signature.sha256_hex()));
 }
+
+/// The whole of mobilenet_v3_small in NHWC, the network the NHWC examples come from: every
+/// kernel of it is one ttdb can tune (hardswish, hardsigmoid and squeeze-excite epilogues
+/// included), none is left to a default schedule as untunable.
+#[test]
+fn mobilenet_v3_small_nhwc_has_no_untunable_kernel() {
+    use ttdb::onnx::{self, KernelKind, LayoutMode, Options};
+    let path = common::corpus_dir().join("onnx/torchvision_more/mobilenet_v3_small.onnx");
+    let opts = Options {
+        layout: LayoutMode::Nhwc,
+        ..Options::default()
+    };
+    let list = onnx::kernels_for_file(path, &[], &opts).unwrap();
+    let untunable: Vec<_> = list
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::Untunable { .. } => Some((&k.name, &k.class)),
+            _ => None,
+        })
+        .collect();
+    assert!(untunable.is_empty(), "untunable: {untunable:?}");
+    let classes: Vec<&str> = list.tuned().map(|k| k.class.as_str()).collect();
+    for epilogue in ["add_scalar+clip+multiply@1", "add+add_scalar+clip"] {
+        assert!(
+            classes.iter().any(|c| c.contains(epilogue)),
+            "no tuned kernel with the {epilogue} epilogue in {classes:?}"
+        );
+    }
+    assert!(
+        classes.iter().any(|c| c.starts_with("depthwise_conv2d_nhwc")),
+        "{classes:?}"
+    );
+}
