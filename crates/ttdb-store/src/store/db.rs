@@ -168,20 +168,30 @@ pub enum Dialect {
     Postgres,
 }
 
-/// A PostgreSQL client and its prepared statements (by the statement's `?N` text).
+/// A PostgreSQL client and its prepared statements (by the statement's `?N` text), and
+/// where it connected, to connect again when the server went away.
 pub struct Pg {
     pub(super) client: postgres::Client,
     statements: HashMap<String, postgres::Statement>,
+    url: super::postgres::PgUrl,
+    /// The channels this session listens on, listened to again after a reconnect.
+    listening: Vec<String>,
 }
 
 impl Pg {
-    pub(super) fn new(client: postgres::Client) -> Pg {
+    pub(super) fn new(client: postgres::Client, url: super::postgres::PgUrl) -> Pg {
         Pg {
             client,
             statements: HashMap::new(),
+            url,
+            listening: Vec::new(),
         }
     }
 }
+
+/// How long a PostgreSQL session whose server went away (a restart, a failover) tries to
+/// connect again before the error is reported.
+pub const RECONNECT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An open connection. PostgreSQL's client needs `&mut` for every call; the store is used
 /// from one thread, so a `RefCell` gives both backends the same `&self` interface.
@@ -348,6 +358,13 @@ impl Db {
             let outcome = f(self).and_then(|out| self.execute_batch("COMMIT").map(|()| out));
             match outcome {
                 Ok(out) => return Ok(out),
+                Err(e) if is_connection_lost(&e) && attempt < RETRIES => {
+                    // The server went away (restarted): nothing of this transaction was
+                    // committed, unless the COMMIT itself was lost on its way back; `f` is
+                    // safe to repeat, so connect again and run it from the start.
+                    attempt += 1;
+                    self.reconnect(&e)?;
+                }
                 Err(e) => {
                     // A failed COMMIT has already ended the transaction; then this errs too.
                     let _ = self.execute_batch("ROLLBACK");
@@ -359,6 +376,136 @@ impl Db {
                 }
             }
         }
+    }
+}
+
+impl Db {
+    /// Connects a PostgreSQL session again after `lost` (its server went away), trying for
+    /// [`RECONNECT_FOR`]; listens again on its channels. `lost` is returned when no
+    /// connection comes back. (A SQLite connection is never lost.)
+    pub fn reconnect(&self, lost: &StoreError) -> Result<()> {
+        let Db::Postgres(pg) = self else {
+            return Err(StoreError::Other(lost.to_string()));
+        };
+        let url = pg.borrow().url.clone();
+        let t0 = std::time::Instant::now();
+        let mut wait = std::time::Duration::from_millis(100);
+        loop {
+            match super::postgres::connect_client(&url) {
+                Ok(client) => {
+                    let mut pg = pg.borrow_mut();
+                    pg.client = client;
+                    pg.statements.clear();
+                    for channel in pg.listening.clone() {
+                        pg.client.batch_execute(&format!("LISTEN {channel}"))?;
+                    }
+                    return Ok(());
+                }
+                Err(_) if t0.elapsed() < RECONNECT_FOR => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(std::time::Duration::from_secs(2));
+                }
+                Err(e) => {
+                    return Err(StoreError::Other(format!(
+                        "the database connection was lost ({lost}) and did not come back within {} s: {e}",
+                        RECONNECT_FOR.as_secs()
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Runs `f` (outside a transaction), connecting again and repeating it once when the
+    /// server went away: for reads and single statements that are safe to repeat.
+    pub fn retrying<T>(&self, mut f: impl FnMut(&Db) -> Result<T>) -> Result<T> {
+        match f(self) {
+            Err(e) if is_connection_lost(&e) => {
+                self.reconnect(&e)?;
+                f(self)
+            }
+            other => other,
+        }
+    }
+
+    /// Seconds since the epoch on the database's clock: PostgreSQL's (the machines that share
+    /// a database may disagree on the time; leases need one clock), this machine's for SQLite.
+    pub fn now_epoch(&self) -> Result<f64> {
+        match self {
+            Db::Sqlite(_) => Ok(std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())),
+            Db::Postgres(_) => self.query_one(
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+                params![],
+                |r| r.get(0),
+            ),
+        }
+    }
+
+    /// Listens for `channel`'s notifications (PostgreSQL's LISTEN; nothing on SQLite, whose
+    /// readers poll). `channel` is one of ttdb's own names, never user text.
+    pub fn listen(&self, channel: &'static str) -> Result<()> {
+        if let Db::Postgres(pg) = self {
+            pg.borrow_mut()
+                .client
+                .batch_execute(&format!("LISTEN {channel}"))?;
+            pg.borrow_mut().listening.push(channel.to_string());
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for a notification on a channel this session listens on; true
+    /// when one came. SQLite has none: it sleeps `timeout` (the caller polls).
+    pub fn wait_notification(&self, timeout: std::time::Duration) -> Result<bool> {
+        match self {
+            Db::Sqlite(_) => {
+                std::thread::sleep(timeout);
+                Ok(false)
+            }
+            Db::Postgres(pg) => {
+                use postgres::fallible_iterator::FallibleIterator;
+                let mut pg = pg.borrow_mut();
+                let mut n = pg.client.notifications();
+                let first = n.timeout_iter(timeout).next()?.is_some();
+                // Drain what else arrived: one wake-up serves them all.
+                while let Ok(Some(_)) = n.iter().next() {}
+                Ok(first)
+            }
+        }
+    }
+
+    /// Sends a notification on `channel` with `payload`, delivered when the surrounding
+    /// transaction commits (at once outside one). Nothing on SQLite.
+    pub fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        if self.dialect() == Dialect::Postgres {
+            self.query_one(
+                "SELECT CAST(pg_notify(?1, ?2) AS TEXT)",
+                params![channel, payload],
+                |_| Ok(()),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether the PostgreSQL server went away (closed the connection, or is shutting down or
+/// restarting): connecting again may go on where this left off.
+pub fn is_connection_lost(e: &StoreError) -> bool {
+    use postgres::error::SqlState;
+    let StoreError::Postgres(p) = e else {
+        return false;
+    };
+    if p.is_closed() {
+        return true;
+    }
+    match p.code() {
+        Some(c) => {
+            *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+        }
+        // No server error: the socket itself failed.
+        None => std::error::Error::source(p).is_some_and(|s| s.is::<std::io::Error>()),
     }
 }
 

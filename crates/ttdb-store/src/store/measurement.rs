@@ -86,10 +86,28 @@ pub fn store_measurements(
     if items.is_empty() {
         return Ok(vec![]);
     }
+    store
+        .db
+        .transaction(|tx| store_measurements_in(tx, kind, host, items, &[]))
+}
+
+/// [`store_measurements`] inside the caller's transaction `tx`; the i-th item was measured
+/// for job `jobs[i]` when `jobs` is not empty (a job has one measurement: a second is
+/// refused by the database).
+pub(super) fn store_measurements_in(
+    tx: &Db,
+    kind: &str,
+    host: &HostFingerprint,
+    items: &[NewMeasurement],
+    jobs: &[i64],
+) -> Result<Vec<i64>> {
+    if items.is_empty() {
+        return Ok(vec![]);
+    }
     let lines: Vec<String> = items.iter().map(|m| m.record(host).to_line()).collect();
     let mut buf = lines.join("\n");
     buf.push('\n');
-    store.db.transaction(|tx| {
+    {
         let host_id = host_id(tx, host)?;
         let when = now_rfc3339();
         let path = std::path::PathBuf::from(format!("ttdb:{kind}@{when}"));
@@ -101,7 +119,7 @@ pub fn store_measurements(
             )));
         }
         let mut ids = Vec::with_capacity(items.len());
-        for (m, line) in items.iter().zip(&lines) {
+        for (i, (m, line)) in items.iter().zip(&lines).enumerate() {
             let digest = super::import::record_digest(line);
             let record_id: i64 = tx.query_one(
                 "SELECT id FROM records WHERE digest = ?1",
@@ -110,8 +128,8 @@ pub fn store_measurements(
             )?;
             tx.execute(
                 "INSERT INTO measurements (record_id, host_id, kind, verified, max_rel_error, median_s, min_s, max_s, repeats,
-                                           gflops, compile_ms, error, origin_record_id, provenance, measured_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                                           gflops, compile_ms, error, origin_record_id, provenance, measured_at, job_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 params![
                     record_id,
                     host_id,
@@ -127,13 +145,14 @@ pub fn store_measurements(
                     m.error,
                     m.origin_record_id,
                     m.provenance,
-                    when
+                    when,
+                    jobs.get(i)
                 ],
             )?;
             ids.push(record_id);
         }
         Ok(ids)
-    })
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod lookup;
 pub mod measurement;
 pub mod postgres;
 pub mod query;
+pub mod queue;
 mod sqlite;
 pub mod structural;
 pub mod target;
@@ -60,6 +61,7 @@ const MIGRATIONS: &[Migration] = &[
     per_dialect!("004_cost_models.sql"),
     shared!("005_bundles.sql"),
     per_dialect!("006_cost_validity.sql"),
+    per_dialect!("007_work_queue.sql"),
 ];
 
 /// `PRAGMA application_id` of a ttdb database: "ttdb" in ASCII, written by migration 6.

@@ -146,6 +146,12 @@ fn percent_decoded(s: &str) -> String {
 /// so `sslmode=require` is refused with what to do instead rather than failing obscurely;
 /// `prefer` (the default) connects without TLS.
 pub(super) fn connect(url: &PgUrl) -> Result<Db> {
+    let client = connect_client(url)?;
+    Ok(Db::Postgres(Box::new(RefCell::new(Pg::new(client, url.clone())))))
+}
+
+/// A new client session on `url` (see [`connect`]).
+pub(super) fn connect_client(url: &PgUrl) -> Result<postgres::Client> {
     use postgres::config::SslMode;
     let scrubbed = |e: String| StoreError::Other(format!("{url}: {}", url.scrub(&e)));
     let config: postgres::Config = url.0.parse().map_err(|e| scrubbed(describe(&e)))?;
@@ -154,10 +160,9 @@ pub(super) fn connect(url: &PgUrl) -> Result<Db> {
             "{url}: sslmode=require asks for TLS, which this ttdb cannot do: it is built without a TLS connector for PostgreSQL. Connect through a unix socket (host=/path/to/socket), an SSH tunnel, or a trusted network with sslmode=disable"
         )));
     }
-    let client = config
+    config
         .connect(postgres::NoTls)
-        .map_err(|e| scrubbed(describe(&e)))?;
-    Ok(Db::Postgres(Box::new(RefCell::new(Pg::new(client)))))
+        .map_err(|e| scrubbed(describe(&e)))
 }
 
 /// What went wrong, in full: the server's message for a database error, else the driver's
