@@ -207,7 +207,9 @@ fn mobilenet_v3_small_nhwc_has_no_untunable_kernel() {
         );
     }
     assert!(
-        classes.iter().any(|c| c.starts_with("depthwise_conv2d_nhwc")),
+        classes
+            .iter()
+            .any(|c| c.starts_with("depthwise_conv2d_nhwc")),
         "{classes:?}"
     );
 }

@@ -20,6 +20,7 @@ mod trust;
 mod tune;
 mod tune_model;
 mod verify;
+mod worker;
 mod workloads;
 
 pub use apply::render_apply;
@@ -132,6 +133,14 @@ pub enum Command {
     /// Write records as Ansor log lines (TVM reads them back); with --model, the chosen
     /// schedule of each kernel of a model, for TVM's `ApplyHistoryBest`.
     Export(export::ExportArgs),
+    /// Measure jobs that `tune --workers` queued for this machine's host class, until
+    /// SIGTERM or Ctrl-C (the batch in hand is finished first). Needs a shared database:
+    /// --db postgres://... (or a SQLite file on this machine).
+    Worker(worker::WorkerArgs),
+    /// List the workers: host class, last heartbeat, jobs done and failed.
+    Workers(worker::ListArgs),
+    /// List the queue's jobs per tune: pending, leased, done, failed, cancelled.
+    Queue(worker::ListArgs),
     /// Serve measurement requests on stdin/stdout (started by tune, refine and apply).
     #[command(hide = true)]
     MeasureWorker,
@@ -292,6 +301,23 @@ fn with_sink<R>(
     }
 }
 
+/// [`with_sink`] for a run measured on the queue's workers (`remote`), which store what
+/// they measure themselves.
+fn with_sink_or_remote<R>(
+    store: &mut ttdb_store::store::Store,
+    dry_run: bool,
+    remote: Option<&worker::Remote>,
+    f: impl FnOnce(&mut dyn ttdb_tuning::tune::record::Sink) -> R,
+) -> R {
+    match remote {
+        Some(r) => f(&mut ttdb_tuning::tune::record::RemoteSink {
+            store,
+            host_class: r.0.host_class.clone(),
+        }),
+        None => with_sink(store, dry_run, f),
+    }
+}
+
 /// The default database location: `$TTDB_DB` if set (handled by the CLI), else
 /// `$XDG_DATA_HOME/ttdb/ttdb.db`, else `~/.local/share/ttdb/ttdb.db`, else `./ttdb.db`.
 fn default_db_path() -> PathBuf {
@@ -369,6 +395,9 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Bundle(cmd) => bundle::run(db, &cmd),
         Command::Key(cmd) => trust::run_key(&cmd),
         Command::Trust(cmd) => trust::run_trust(db, &cmd),
+        Command::Worker(args) => worker::run_worker_command(db, &args),
+        Command::Workers(args) => worker::run_workers(&open_store(db, ReadOnly)?, &args),
+        Command::Queue(args) => worker::run_queue(&open_store(db, ReadOnly)?, &args),
         Command::MeasureWorker => measure_worker(),
     }
 }

@@ -84,6 +84,10 @@ pub struct TuneArgs {
     pub cold_model: bool,
     #[command(flatten)]
     pub isolation: super::IsolationArgs,
+    /// Measure on `ttdb worker` processes of this host class (default: this machine's)
+    /// through the database's queue instead of here; they store every trial.
+    #[arg(long, value_name = "HOST-CLASS", num_args = 0..=1, default_missing_value = "")]
+    pub workers: Option<String>,
     /// Do not store the trials (nor the cost model).
     #[arg(long)]
     pub dry_run: bool,
@@ -175,6 +179,47 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
             code: 2,
         });
     }
+    if args.workers.is_some() && args.dry_run {
+        return Err(CliError {
+            message: "--workers and --dry-run: workers store every trial they measure".into(),
+            code: 2,
+        });
+    }
+    let what = match &args.model {
+        Some(m) => format!("tune {}", m.display()),
+        None => format!(
+            "tune {}",
+            args.workload
+                .as_ref()
+                .map(|w| format!("--workload {w}"))
+                .or(args.class.as_ref().map(|c| format!("--class {c}")))
+                .unwrap_or_else(|| "--all".into())
+        ),
+    };
+    let what = format!(
+        "{what} --trials {}",
+        args.trials.map_or("default".into(), |t| t.to_string())
+    );
+    let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what)?;
+    let mut base = args.options()?;
+    base.refine.remote = remote.as_ref().map(|r| r.0.clone());
+    let outcome = tune(store, args, base, remote.as_ref());
+    match &remote {
+        Some(r) => {
+            let interrupted = ttdb_tuning::search::interrupt::requested();
+            let ended = r.finish(interrupted);
+            outcome.and(ended)
+        }
+        None => outcome,
+    }
+}
+
+fn tune(
+    store: &mut Store,
+    args: &TuneArgs,
+    base: TuneOptions,
+    remote: Option<&super::worker::Remote>,
+) -> CliResult {
     if let Some(m) = &args.model {
         return super::tune_model::run(
             store,
@@ -185,7 +230,8 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
                     lanes: args.lanes,
                     ..super::kernels::ModelArgs::for_model(m.clone(), &args.layout)
                 },
-                base: args.options()?,
+                base,
+                remote,
                 trials: args.trials,
                 droplet: args.droplet,
                 seeds: args.seeds,
@@ -202,7 +248,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
             code: 2,
         });
     }
-    let opts = args.options()?;
+    let opts = base;
     let selection = Selection {
         signature_prefix: args.workload.clone(),
         class: args.class.clone(),
@@ -216,7 +262,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
         });
     }
     let report = super::progress::track(|progress| {
-        super::with_sink(store, args.dry_run, |sink| {
+        super::with_sink_or_remote(store, args.dry_run, remote, |sink| {
             tune_jobs(&jobs, &opts, sink, progress)
         })
     })?;

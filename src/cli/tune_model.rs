@@ -79,6 +79,8 @@ pub struct ModelRun<'a> {
     pub model: ModelArgs,
     /// Per-task options from the shared flags.
     pub base: TuneOptions,
+    /// `--workers`: measured on the queue's workers.
+    pub remote: Option<&'a super::worker::Remote>,
     pub trials: Option<usize>,
     pub droplet: usize,
     pub seeds: usize,
@@ -108,7 +110,7 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         seeds: args.seeds.max(1),
     };
     let report = super::progress::track(|progress| {
-        super::with_sink(store, args.dry_run, |sink| {
+        super::with_sink_or_remote(store, args.dry_run, args.remote, |sink| {
             tune_model(&m, &opts, sink, progress)
         })
     })?;

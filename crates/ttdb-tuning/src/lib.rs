@@ -4,6 +4,7 @@
 //! One stage of the layer order in `docs/architecture.md`.
 
 pub mod matcher;
+pub mod queue;
 pub mod run;
 pub mod search;
 pub mod tune;

@@ -147,7 +147,10 @@ fn percent_decoded(s: &str) -> String {
 /// `prefer` (the default) connects without TLS.
 pub(super) fn connect(url: &PgUrl) -> Result<Db> {
     let client = connect_client(url)?;
-    Ok(Db::Postgres(Box::new(RefCell::new(Pg::new(client, url.clone())))))
+    Ok(Db::Postgres(Box::new(RefCell::new(Pg::new(
+        client,
+        url.clone(),
+    )))))
 }
 
 /// A new client session on `url` (see [`connect`]).

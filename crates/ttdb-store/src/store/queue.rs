@@ -46,7 +46,10 @@ impl JobState {
     }
     /// Done, failed or cancelled: nothing more happens to it.
     pub fn is_final(self) -> bool {
-        matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled
+        )
     }
 }
 
@@ -139,7 +142,12 @@ impl Store {
 
     /// The worker is alive: its heartbeat, what it does now, and a lease of `lease` from now
     /// on each job it holds.
-    pub fn worker_heartbeat(&self, worker: i64, lease: Duration, current: Option<&str>) -> Result<()> {
+    pub fn worker_heartbeat(
+        &self,
+        worker: i64,
+        lease: Duration,
+        current: Option<&str>,
+    ) -> Result<()> {
         self.db.transaction(|tx| {
             let now = tx.now_epoch()?;
             tx.execute(
@@ -238,7 +246,13 @@ impl Store {
     /// Claims up to `max` pending jobs of one batch for `host_class` (the oldest batch with
     /// any), leased for `lease`; None when there are none. Jobs another worker is claiming
     /// at this moment are skipped, not waited for.
-    pub fn claim(&self, worker: i64, host_class: &str, max: usize, lease: Duration) -> Result<Option<Claim>> {
+    pub fn claim(
+        &self,
+        worker: i64,
+        host_class: &str,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Option<Claim>> {
         let lock = match self.db.dialect() {
             Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
             // SQLite: the transaction holds the only write lock.
@@ -323,6 +337,35 @@ impl Store {
                 tx.notify(RESULTS_CHANNEL, &t.to_string())?;
             }
             Ok(accepted.len())
+        })
+    }
+
+    /// Fails jobs of `worker` that cannot be measured at all (their workload cannot be
+    /// read), with the reason; returns how many it still held.
+    pub fn fail_jobs(&self, worker: i64, jobs: &[i64], reason: &str) -> Result<usize> {
+        self.db.transaction(|tx| {
+            let now = tx.now_epoch()?;
+            let mut n = 0;
+            for id in jobs {
+                n += tx.execute(
+                    "UPDATE jobs SET state = 'failed', error = ?3, finished_at = ?4, lease_until = NULL
+                     WHERE id = ?1 AND worker_id = ?2 AND state = 'leased'",
+                    params![id, worker, reason, now],
+                )?;
+            }
+            tx.execute(
+                "UPDATE workers SET jobs_failed = jobs_failed + ?2 WHERE id = ?1",
+                params![worker, n],
+            )?;
+            let tunes: Vec<i64> = tx.query_map(
+                "SELECT DISTINCT tune_id FROM jobs WHERE worker_id = ?1 AND finished_at = ?2",
+                params![worker, now],
+                |r| r.get(0),
+            )?;
+            for t in tunes {
+                tx.notify(RESULTS_CHANNEL, &t.to_string())?;
+            }
+            Ok(n)
         })
     }
 

@@ -54,7 +54,9 @@ fn schedules(n: usize) -> Vec<String> {
 }
 
 fn count(s: &Store, sql: &str) -> i64 {
-    s.sql_for_tests().query_one(sql, params![], |r| r.get(0)).unwrap()
+    s.sql_for_tests()
+        .query_one(sql, params![], |r| r.get(0))
+        .unwrap()
 }
 
 const LEASE: Duration = Duration::from_secs(60);

@@ -26,3 +26,9 @@ pub fn install() {
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
+
+/// Asks long work to stop as Ctrl-C does (a run whose queue failed stops this way, keeping
+/// what it measured).
+pub fn request() {
+    REQUESTED.store(true, Ordering::SeqCst);
+}

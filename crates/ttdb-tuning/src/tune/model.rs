@@ -13,7 +13,6 @@ use super::trials::{Provenance, TrialSink};
 use crate::matcher::ModelMatch;
 use crate::search::cost_model::{CostModel, CostModelSummary};
 use crate::search::interrupt;
-use crate::search::measurer::KernelMeasurer;
 use crate::search::policy::{SearchOptions, TaskSearch};
 use crate::search::scheduler::{schedule, ScheduleStop, SchedulerOptions, Tasks};
 use serde::Serialize;
@@ -92,6 +91,8 @@ struct ModelTasks<'a, 's> {
     references: &'a [Reference],
     weights: Vec<f64>,
     eval: ttdb_backend::evaluate::EvalOptions,
+    /// Where candidates are measured (here, or the queue's workers).
+    refine: &'a RefineOptions,
     /// Where every task's trials go (the tasks take turns).
     store: TrialSink<'s>,
     /// Hears of each round, with the model's kernel sum.
@@ -121,7 +122,8 @@ impl Tasks for ModelTasks<'_, '_> {
     }
     fn round(&mut self, i: usize, want: usize) -> (usize, Option<f64>) {
         let interrupted = || interrupt::requested();
-        let mut measurer = KernelMeasurer::new(
+        let refine = self.refine;
+        let mut measurer = refine.measurer(
             &self.dags[i],
             &self.references[i],
             self.eval.clone(),
@@ -129,7 +131,7 @@ impl Tasks for ModelTasks<'_, '_> {
         );
         self.store
             .switch_workload(workload_key_of(&self.dags[i]), self.dags[i].flop_ct());
-        let n = self.searches[i].round(want, &mut measurer, &mut self.store, &mut self.cost);
+        let n = self.searches[i].round(want, measurer.as_mut(), &mut self.store, &mut self.cost);
         self.trials += n;
         let best = self.searches[i].best_seconds();
         let model_ms = self.model_ms();
@@ -246,6 +248,7 @@ pub fn tune_model(
         weights,
         cost,
         eval: opts.refine.eval(),
+        refine: &opts.refine,
         store: TrialSink::new(&mut *sink, "", 0.0, Provenance::Search),
         progress,
         t0,

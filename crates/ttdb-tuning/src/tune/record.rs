@@ -126,6 +126,33 @@ impl Sink for StoreSink<'_> {
     }
 }
 
+/// A run measured by the queue's workers (`crate::queue`): each worker stored its trials
+/// with their jobs, under its own host, so this keeps none of them again; the cost model is
+/// the workers' host class's.
+pub struct RemoteSink<'a> {
+    pub store: &'a mut Store,
+    pub host_class: String,
+}
+
+impl Sink for RemoteSink<'_> {
+    fn keep(&mut self, _: &str, _: &[NewMeasurement]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn load_cost_model(&mut self) -> CostModel {
+        match self.store.cost_model(&self.host_class) {
+            Ok(Some(m)) => CostModel::decode(&m.bytes).unwrap_or_default(),
+            _ => CostModel::new(),
+        }
+    }
+    fn keep_cost_model(&mut self, model: &CostModel) -> Result<(), StoreError> {
+        if model.programs() == 0 {
+            return Ok(());
+        }
+        self.store
+            .save_cost_model(&self.host_class, &model.encode(), model.programs() as i64)
+    }
+}
+
 /// Keeps nothing, but a search starts from the stored cost model (dry runs).
 pub struct DryRun<'a> {
     pub store: &'a Store,

@@ -47,6 +47,9 @@ pub struct RefineOptions {
     pub isolation: ttdb_backend::evaluate::Isolation,
     /// The machine candidates are compiled for and measured on.
     pub target: ttdb_backend::target::Target,
+    /// Measure on the workers of a host class through the database's queue instead of
+    /// here (`crate::queue`).
+    pub remote: Option<crate::queue::RemoteMeasuring>,
 }
 
 impl Default for RefineOptions {
@@ -61,11 +64,26 @@ impl Default for RefineOptions {
             rank_by_model: true,
             isolation: ttdb_backend::evaluate::Isolation::InProcess,
             target: ttdb_backend::target::Target::detect(),
+            remote: None,
         }
     }
 }
 
 impl RefineOptions {
+    /// The measurer of `dag`'s candidates: here, or on the queue's workers.
+    pub fn measurer<'a>(
+        &'a self,
+        dag: &'a ttdb_algo::ir::Dag,
+        reference: &'a Reference,
+        eval: EvalOptions,
+        interrupted: &'a (dyn Fn() -> bool + Sync),
+    ) -> Box<dyn Measurer + 'a> {
+        match &self.remote {
+            Some(r) => Box::new(r.measurer(dag, reference, eval, interrupted)),
+            None => Box::new(KernelMeasurer::new(dag, reference, eval, interrupted)),
+        }
+    }
+
     /// Evaluation options for candidates: `samples` timings of >= `min_repeat_ms` each.
     pub fn eval(&self) -> EvalOptions {
         EvalOptions {
@@ -111,7 +129,7 @@ pub fn refine_schedules(
         }
     }
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer::new(dag, reference, opts.eval(), &interrupted);
+    let mut measurer = opts.measurer(dag, reference, opts.eval(), &interrupted);
     let key = trials.key().to_string();
     let mut ranker = ModelRanker {
         dag,
@@ -126,7 +144,7 @@ pub fn refine_schedules(
     };
     let refined = refine_from(
         &spaces,
-        &mut measurer,
+        measurer.as_mut(),
         ranker,
         &opts.droplet,
         &opts.restarts,
@@ -402,7 +420,7 @@ fn refine_job(
     };
     let eval = opts.eval();
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer::new(&r.dag, &reference, eval.clone(), &interrupted);
+    let mut measurer = opts.measurer(&r.dag, &reference, eval.clone(), &interrupted);
     let schedules: Vec<Vec<Step>> = cands.iter().map(|(_, s)| s.clone()).collect();
     let timed = measurer.measure(&schedules, opts.droplet.max_timeout);
     row.candidates_timed = timed.iter().flatten().count();

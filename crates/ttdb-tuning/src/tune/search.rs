@@ -10,7 +10,6 @@ use super::refine::{host_line, recognized_workload, refine_schedules, RefineJob,
 use super::trials::{Provenance, TrialSink};
 use crate::search::cost_model::{CostModel, CostModelSummary};
 use crate::search::interrupt;
-use crate::search::measurer::KernelMeasurer;
 use crate::search::policy::{search_task, SearchOptions, SearchStop, SearchTrial, Searched};
 use crate::search::sketch::HardwareParams;
 use serde::Serialize;
@@ -123,14 +122,16 @@ pub fn search_kernel(
 ) -> Result<(SearchSummary, Option<SearchTrial>), StoreError> {
     let t0 = Instant::now();
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer::new(dag, reference, opts.refine.eval(), &interrupted);
+    let mut measurer = opts
+        .refine
+        .measurer(dag, reference, opts.refine.eval(), &interrupted);
     let mut trials =
         TrialSink::new(sink, key, dag.flop_ct(), Provenance::Search).reporting_to(progress, 0);
     let searched = search_task(
         dag,
         HardwareParams::of(&opts.refine.target),
         seeds,
-        &mut measurer,
+        measurer.as_mut(),
         &opts.search,
         &mut trials,
         model,
@@ -260,14 +261,14 @@ fn tune_job(
     let flops = r.dag.flop_ct();
     let eval = opts.refine.eval();
     let interrupted = || interrupt::requested();
-    let mut measurer = KernelMeasurer::new(&r.dag, &reference, eval, &interrupted);
+    let mut measurer = opts.refine.measurer(&r.dag, &reference, eval, &interrupted);
     let mut trials = TrialSink::new(&mut *sink, &w.key, flops, Provenance::Search)
         .reporting_to(&mut *progress, 0);
     let searched = search_task(
         &r.dag,
         HardwareParams::of(&opts.refine.target),
         &seeds,
-        &mut measurer,
+        measurer.as_mut(),
         &opts.search,
         &mut trials,
         model,

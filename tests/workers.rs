@@ -1,0 +1,303 @@
+//! Distributed measurement on a real PostgreSQL (scripts/test starts the cluster): `ttdb tune
+//! --workers` with `ttdb worker` processes. A worker killed with SIGKILL mid-batch loses
+//! nothing (its jobs are redone after their lease expires, each counted once); a worker of
+//! another host class never takes a job; Ctrl-C to the coordinator cancels what is queued
+//! and keeps what was measured; a role made by the README's SQL can work but not delete.
+mod common;
+use common::corpus_dir;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use ttdb::store::testing::{db_arg, fresh_postgres};
+use ttdb::store::{Location, OpenMode, Store};
+
+fn ttdb_cmd(db: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ttdb"));
+    c.env_remove("TTDB_DB").arg("--db").arg(db);
+    c
+}
+
+/// A database on the test cluster with resnet_18's records.
+fn database() -> (Location, String) {
+    let location = fresh_postgres();
+    let db = db_arg(&location);
+    let log = corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let out = ttdb_cmd(&db).arg("import").arg(&log).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (location, db)
+}
+
+fn worker(db: &str, extra: &[&str]) -> Child {
+    ttdb_cmd(db)
+        .args(["worker", "--in-process", "--jobs", "2", "--poll", "0.2"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `ttdb tune --workers [CLASS]` on one conv workload, `trials` trials in batches of 8.
+fn tune(db: &str, class: Option<&str>, trials: usize) -> Child {
+    let mut c = ttdb_cmd(db);
+    c.args([
+        "tune",
+        "--class",
+        "conv2d_nchwc+add+relu",
+        "--limit",
+        "1",
+        "--batch",
+        "8",
+    ])
+    .args(["--trials", &trials.to_string(), "--json"]);
+    match class {
+        Some(class) => c.args(["--workers", class]),
+        None => c.arg("--workers"),
+    };
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn query_i64(location: &Location, sql: &str) -> i64 {
+    let s = Store::open_at(location, OpenMode::ReadOnly).unwrap();
+    s.sql_for_tests().query_one(sql, &[], |r| r.get(0)).unwrap()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+fn finish(child: Child, what: &str) -> (i32, String, String) {
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    let code = out.status.code().unwrap_or(-1);
+    eprintln!("{what}: exit {code}\n{stderr}");
+    (code, stdout, stderr)
+}
+
+fn stop(mut child: Child) {
+    // SIGTERM: the worker finishes its batch and exits.
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("a worker did not exit within 60 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Each job of the tune is done once, with one measurement; returns (jobs, most attempts).
+fn every_job_counted_once(location: &Location, trials: i64) -> (i64, i64) {
+    let jobs = query_i64(location, "SELECT COUNT(*) FROM jobs");
+    let done = query_i64(location, "SELECT COUNT(*) FROM jobs WHERE state = 'done'");
+    let measured = query_i64(
+        location,
+        "SELECT COUNT(*) FROM measurements WHERE job_id IS NOT NULL",
+    );
+    let distinct = query_i64(location, "SELECT COUNT(DISTINCT job_id) FROM measurements");
+    assert_eq!(
+        (jobs, done, measured, distinct),
+        (trials, trials, trials, trials)
+    );
+    (jobs, query_i64(location, "SELECT MAX(attempts) FROM jobs"))
+}
+
+#[test]
+fn a_killed_worker_loses_nothing() {
+    let (location, db) = database();
+    // A short lease, so that the dead worker's jobs come back within the test.
+    let a = worker(&db, &["--lease", "2"]);
+    let a_pid = a.id();
+    let mut a = Some(a);
+    let b = worker(&db, &["--lease", "2"]);
+    let coordinator = tune(&db, None, 24);
+    // Kill A while it holds leased jobs, after it handed some in: freeze it (SIGSTOP), look,
+    // and kill it (SIGKILL) only if it holds some; else let it go on and look again.
+    let a_id = || {
+        query_i64(
+            &location,
+            &format!("SELECT COALESCE(MAX(id), 0) FROM workers WHERE name LIKE '%:{a_pid}'"),
+        )
+    };
+    let held = |id: i64| {
+        query_i64(
+            &location,
+            &format!("SELECT COUNT(*) FROM jobs WHERE worker_id = {id} AND state = 'leased'"),
+        )
+    };
+    let held_ids = |id: i64| -> Vec<i64> {
+        let s = Store::open_at(&location, OpenMode::ReadOnly).unwrap();
+        s.sql_for_tests()
+            .query_map(
+                &format!("SELECT id FROM jobs WHERE worker_id = {id} AND state = 'leased'"),
+                &[],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &a_pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    let t0 = Instant::now();
+    let held_at_death = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "worker A never held jobs"
+        );
+        let id = a_id();
+        if id > 0
+            && query_i64(
+                &location,
+                &format!("SELECT jobs_done FROM workers WHERE id = {id}"),
+            ) > 0
+        {
+            signal("-STOP");
+            let n = held(id);
+            if n > 0 {
+                signal("-KILL");
+                break held_ids(id);
+            }
+            signal("-CONT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    a.take().unwrap().wait().unwrap();
+    let (code, out, err) = finish(coordinator, "tune");
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["trials"], 24, "{out}");
+    let (_, attempts) = every_job_counted_once(&location, 24);
+    assert!(
+        attempts >= 2,
+        "no job was redone after the kill (max attempts {attempts})"
+    );
+    for job in held_at_death {
+        let attempts = query_i64(
+            &location,
+            &format!("SELECT attempts FROM jobs WHERE id = {job}"),
+        );
+        assert!(
+            attempts >= 2,
+            "job {job}, held by the killed worker, was not redone"
+        );
+    }
+    stop(b);
+    assert_eq!(
+        query_i64(&location, "SELECT COUNT(*) FROM tunes WHERE state = 'done'"),
+        1
+    );
+}
+
+#[test]
+fn another_host_class_never_takes_the_job_and_ctrl_c_cancels_it() {
+    let (location, db) = database();
+    let w = worker(&db, &[]);
+    wait_until("the worker to register", Duration::from_secs(30), || {
+        query_i64(&location, "SELECT COUNT(*) FROM workers") == 1
+    });
+    let s = Store::open_at(&location, OpenMode::ReadOnly).unwrap();
+    let class: String = s
+        .sql_for_tests()
+        .query_one("SELECT host_class FROM workers", &[], |r| r.get(0))
+        .unwrap();
+    drop(s);
+    // The same vector width (the tune refuses another), another CPU.
+    let other = format!("other-{class}");
+    let coordinator = tune(&db, Some(&other), 8);
+    wait_until("the jobs to be queued", Duration::from_secs(60), || {
+        query_i64(&location, "SELECT COUNT(*) FROM jobs") == 8
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM jobs WHERE state <> 'pending'"
+        ),
+        0
+    );
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM jobs WHERE worker_id IS NOT NULL"
+        ),
+        0
+    );
+    let _ = Command::new("kill")
+        .args(["-INT", &coordinator.id().to_string()])
+        .status();
+    let (code, _, err) = finish(coordinator, "tune");
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("8 queued job(s) of tune"), "{err}");
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM jobs WHERE state = 'cancelled'"
+        ),
+        8
+    );
+    assert_eq!(query_i64(&location, "SELECT COUNT(*) FROM measurements"), 0);
+    stop(w);
+}
+
+#[test]
+fn ctrl_c_keeps_every_result_handed_in() {
+    let (location, db) = database();
+    let w = worker(&db, &[]);
+    let coordinator = tune(&db, None, 64);
+    wait_until("some results", Duration::from_secs(120), || {
+        query_i64(&location, "SELECT COUNT(*) FROM jobs WHERE state = 'done'") >= 4
+    });
+    let _ = Command::new("kill")
+        .args(["-INT", &coordinator.id().to_string()])
+        .status();
+    let (code, _, err) = finish(coordinator, "tune");
+    assert_eq!(code, 130, "{err}");
+    stop(w);
+    let done = query_i64(&location, "SELECT COUNT(*) FROM jobs WHERE state = 'done'");
+    assert!(done >= 4);
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM jobs WHERE state IN ('pending', 'leased')"
+        ),
+        0
+    );
+    assert!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM jobs WHERE state = 'cancelled'"
+        ) > 0
+    );
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM measurements WHERE job_id IS NOT NULL"
+        ),
+        done
+    );
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM tunes WHERE state = 'cancelled'"
+        ),
+        1
+    );
+}
