@@ -56,6 +56,10 @@ pub struct RefineArgs {
     pub top_k: usize,
     #[command(flatten)]
     pub isolation: super::IsolationArgs,
+    /// Measure on `ttdb worker` processes of this host class (default: this machine's)
+    /// through the database's queue (not with --model yet: its transfer step measures here).
+    #[arg(long, value_name = "HOST-CLASS", num_args = 0..=1, default_missing_value = "")]
+    pub workers: Option<String>,
     /// Do not store the trials.
     #[arg(long)]
     pub dry_run: bool,
@@ -170,7 +174,13 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
             code: 2,
         });
     }
-    let opts = args.options()?;
+    let mut opts = args.options()?;
+    if args.workers.is_some() && (args.model.is_some() || args.dry_run) {
+        return Err(CliError {
+            message: "--workers measures stored workloads (--workload, --class, --all) and stores every trial: not with --model or --dry-run".into(),
+            code: 2,
+        });
+    }
     if let Some(model) = &args.model {
         return super::apply::run(
             store,
@@ -199,10 +209,24 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
             code: 1,
         });
     }
+    let what = format!(
+        "refine {}",
+        args.workload
+            .as_ref()
+            .map(|w| format!("--workload {w}"))
+            .or(args.class.as_ref().map(|c| format!("--class {c}")))
+            .unwrap_or_else(|| "--all".into())
+    );
+    let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "droplet")?;
+    opts.remote = remote.as_ref().map(|r| r.0.clone());
     let report = super::progress::track(|progress| {
-        super::with_sink(store, args.dry_run, |sink| {
+        super::with_sink_or_remote(store, args.dry_run, remote.as_ref(), |sink| {
             refine_jobs(&jobs, &opts, sink, progress)
         })
-    })?;
+    });
+    if let Some(r) = &remote {
+        r.finish(ttdb_tuning::search::interrupt::requested())?;
+    }
+    let report = report?;
     super::progress::print_report(&report, report.interrupted, args.json, render_refine)
 }

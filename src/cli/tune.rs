@@ -200,7 +200,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
         "{what} --trials {}",
         args.trials.map_or("default".into(), |t| t.to_string())
     );
-    let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what)?;
+    let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "search")?;
     let mut base = args.options()?;
     base.refine.remote = remote.as_ref().map(|r| r.0.clone());
     let outcome = tune(store, args, base, remote.as_ref());

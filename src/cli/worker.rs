@@ -249,11 +249,12 @@ pub struct Remote(pub RemoteMeasuring);
 
 impl Remote {
     /// The queue for `--workers CLASS` (empty: this host's class), for a run described as
-    /// `what`; None without `--workers`.
+    /// `what`, its measurements filed as `kind` (search, droplet); None without `--workers`.
     pub fn start(
         store: &Store,
         workers: Option<&str>,
         what: &str,
+        kind: &str,
     ) -> Result<Option<Remote>, CliError> {
         let Some(class) = workers else {
             return Ok(None);
@@ -281,7 +282,7 @@ impl Remote {
             Some(_) => {}
         }
         let on_wait: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(|m: &str| eprintln!("ttdb: {m}"));
-        let remote = RemoteMeasuring::start(store.location(), &class, what, "search", on_wait)
+        let remote = RemoteMeasuring::start(store.location(), &class, what, kind, on_wait)
             .map_err(|e| CliError {
                 message: format!("--workers: {e}"),
                 code: 1,
