@@ -30,18 +30,42 @@ fn database() -> (Location, String) {
     (location, db)
 }
 
-fn worker(db: &str, extra: &[&str]) -> Child {
-    ttdb_cmd(db)
+/// A child process killed when the test ends, passed or not (a failed assertion must not
+/// leave a worker running).
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+    fn take(mut self) -> Child {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A worker, its messages in the test's output.
+fn worker(db: &str, extra: &[&str]) -> Proc {
+    let child = ttdb_cmd(db)
         .args(["worker", "--in-process", "--jobs", "2", "--poll", "0.2"])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::inherit())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Proc(Some(child))
 }
 
 /// `ttdb tune --workers [CLASS]` on one conv workload, `trials` trials in batches of 8.
-fn tune(db: &str, class: Option<&str>, trials: usize) -> Child {
+fn tune(db: &str, class: Option<&str>, trials: usize) -> Proc {
     let mut c = ttdb_cmd(db);
     c.args([
         "tune",
@@ -57,10 +81,12 @@ fn tune(db: &str, class: Option<&str>, trials: usize) -> Child {
         Some(class) => c.args(["--workers", class]),
         None => c.arg("--workers"),
     };
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    Proc(Some(
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
 }
 
 fn query_i64(location: &Location, sql: &str) -> i64 {
@@ -76,8 +102,24 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn finish(child: Child, what: &str) -> (i32, String, String) {
+/// Waits for `proc` (at most 5 minutes) and returns its exit code, stdout and stderr.
+fn finish(proc: Proc, what: &str) -> (i32, String, String) {
+    let pid = proc.id();
+    let child = proc.take();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watched = done.clone();
+    std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while !watched.load(std::sync::atomic::Ordering::SeqCst) {
+            if t0.elapsed() > Duration::from_secs(300) {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
     let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -87,7 +129,8 @@ fn finish(child: Child, what: &str) -> (i32, String, String) {
     (code, stdout, stderr)
 }
 
-fn stop(mut child: Child) {
+fn stop(proc: Proc) {
+    let mut child = proc.take();
     // SIGTERM: the worker finishes its batch and exits.
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let t0 = Instant::now();
@@ -122,7 +165,6 @@ fn a_killed_worker_loses_nothing() {
     // A short lease, so that the dead worker's jobs come back within the test.
     let a = worker(&db, &["--lease", "2"]);
     let a_pid = a.id();
-    let mut a = Some(a);
     let b = worker(&db, &["--lease", "2"]);
     let coordinator = tune(&db, None, 24);
     // Kill A while it holds leased jobs, after it handed some in: freeze it (SIGSTOP), look,
@@ -179,7 +221,7 @@ fn a_killed_worker_loses_nothing() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    a.take().unwrap().wait().unwrap();
+    a.take().wait().unwrap();
     let (code, out, err) = finish(coordinator, "tune");
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -300,4 +342,91 @@ fn ctrl_c_keeps_every_result_handed_in() {
         ),
         1
     );
+}
+
+#[path = "common/pg_cluster.rs"]
+mod pg_cluster;
+
+#[test]
+fn a_server_restart_mid_tune_loses_nothing() {
+    let cluster = pg_cluster::Cluster::start();
+    let admin = ttdb::store::PgUrl::parse(&cluster.url("postgres")).unwrap();
+    let location = ttdb::store::testing::new_database(&admin, "ttdb");
+    let db = db_arg(&location);
+    let log = corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let out = ttdb_cmd(&db).arg("import").arg(&log).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let w = worker(&db, &["--lease", "10"]);
+    let coordinator = tune(&db, None, 32);
+    wait_until("some results", Duration::from_secs(120), || {
+        query_i64(&location, "SELECT COUNT(*) FROM jobs WHERE state = 'done'") >= 4
+    });
+    cluster.restart();
+    let (code, out, err) = finish(coordinator, "tune");
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["trials"], 32, "{out}");
+    every_job_counted_once(&location, 32);
+    stop(w);
+}
+
+/// The worker role of the README, as written there.
+fn readme_worker_role() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let after = readme
+        .split_once("<!-- worker-role -->\n```sql\n")
+        .expect("README.md has the worker role's SQL after <!-- worker-role -->")
+        .1;
+    after.split_once("```").unwrap().0.to_string()
+}
+
+#[test]
+fn the_readme_worker_role_measures_but_cannot_delete_or_rewrite() {
+    let (location, db) = database();
+    let role = format!("ttdb_worker_{}", std::process::id());
+    let admin = Store::open_at(&location, OpenMode::Write).unwrap();
+    admin
+        .sql_for_tests()
+        .execute_batch(&readme_worker_role().replace("ttdb_worker", &role))
+        .unwrap();
+    let as_worker = db.replacen("postgres://ttdb@", &format!("postgres://{role}@"), 1);
+    let w = worker(&as_worker, &[]);
+    let coordinator = tune(&db, None, 8);
+    let (code, _, err) = finish(coordinator, "tune");
+    assert_eq!(code, 0, "{err}");
+    every_job_counted_once(&location, 8);
+    stop(w);
+    let worker_store = Store::open_at(
+        &Location::Postgres(ttdb::store::PgUrl::parse(&as_worker).unwrap()),
+        OpenMode::Write,
+    )
+    .unwrap();
+    for statement in [
+        "DELETE FROM records",
+        "UPDATE records SET mean_cost = 0",
+        "DELETE FROM measurements",
+        "UPDATE measurements SET median_s = 0",
+        "DELETE FROM jobs",
+        "DELETE FROM workloads",
+        "TRUNCATE records",
+    ] {
+        let e = worker_store
+            .sql_for_tests()
+            .execute_batch(statement)
+            .expect_err(statement);
+        assert!(
+            e.to_string().contains("permission denied"),
+            "{statement}: {e}"
+        );
+    }
+    drop(worker_store);
+    admin
+        .sql_for_tests()
+        .execute_batch(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .unwrap();
 }

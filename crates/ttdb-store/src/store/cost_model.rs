@@ -27,15 +27,18 @@ impl Store {
     }
 
     /// Replaces the model of `host_class` (one statement: the old one or the new one, never
-    /// a mix).
+    /// a mix, so repeating it after a lost connection is safe).
     pub fn save_cost_model(&self, host_class: &str, bytes: &[u8], programs: i64) -> Result<()> {
-        self.db.execute(
-            "INSERT INTO cost_models (host_class, model, programs, updated_at)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (host_class) DO UPDATE SET model = excluded.model,
-                 programs = excluded.programs, updated_at = excluded.updated_at",
-            params![host_class, bytes, programs, super::now_rfc3339()],
-        )?;
+        let when = super::now_rfc3339();
+        self.db.retrying(|db| {
+            db.execute(
+                "INSERT INTO cost_models (host_class, model, programs, updated_at)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (host_class) DO UPDATE SET model = excluded.model,
+                     programs = excluded.programs, updated_at = excluded.updated_at",
+                params![host_class, bytes, programs, when],
+            )
+        })?;
         Ok(())
     }
 }

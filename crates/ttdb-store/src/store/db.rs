@@ -354,8 +354,11 @@ impl Db {
         };
         let mut attempt = 0;
         loop {
-            self.execute_batch(begin)?;
-            let outcome = f(self).and_then(|out| self.execute_batch("COMMIT").map(|()| out));
+            // BEGIN too may find the connection lost (the first statement after a restart).
+            let outcome = self
+                .execute_batch(begin)
+                .and_then(|()| f(self))
+                .and_then(|out| self.execute_batch("COMMIT").map(|()| out));
             match outcome {
                 Ok(out) => return Ok(out),
                 Err(e) if is_connection_lost(&e) && attempt < RETRIES => {

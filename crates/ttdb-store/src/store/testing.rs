@@ -52,19 +52,24 @@ pub fn fresh_postgres() -> Location {
     });
     let admin =
         PgUrl::parse(&url).unwrap_or_else(|| panic!("${POSTGRES_ENV} is not a postgres:// URL"));
-    let db = connect(&admin)
-        .unwrap_or_else(|e| panic!("${POSTGRES_ENV}: cannot reach the test cluster: {e}"));
     let name = format!(
         "ttdb_test_{}_{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     );
-    // A database left by an earlier process with the same id (the cluster outlives none).
+    new_database(&admin, &name)
+}
+
+/// A new, empty database `name` on the cluster `admin` reaches (one left by an earlier
+/// process of the same name is dropped first).
+pub fn new_database(admin: &PgUrl, name: &str) -> Location {
+    let db = connect(admin)
+        .unwrap_or_else(|e| panic!("${POSTGRES_ENV}: cannot reach the test cluster: {e}"));
     // (Two statements: PostgreSQL runs a batch as one transaction, which these refuse.)
     db.execute_batch(&format!("DROP DATABASE IF EXISTS {name}"))
         .and_then(|()| db.execute_batch(&format!("CREATE DATABASE {name}")))
         .unwrap_or_else(|e| panic!("creating the test database {name}: {e}"));
-    Location::Postgres(admin.with_database(&name))
+    Location::Postgres(admin.with_database(name))
 }
 
 /// Defines `mod NAME { fn sqlite(); fn postgres() }`: the body runs once per backend, with
