@@ -55,7 +55,12 @@ impl Drop for Proc {
 /// A worker, its messages in the test's output.
 fn worker(db: &str, extra: &[&str]) -> Proc {
     let child = ttdb_cmd(db)
-        .args(["worker", "--in-process", "--jobs", "2", "--poll", "0.2"])
+        .args(["worker", "--in-process", "--poll", "0.2"])
+        .args(if extra.contains(&"--jobs") {
+            &[][..]
+        } else {
+            &["--jobs", "2"][..]
+        })
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -429,4 +434,93 @@ fn the_readme_worker_role_measures_but_cannot_delete_or_rewrite() {
         .sql_for_tests()
         .execute_batch(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .unwrap();
+}
+
+/// 4 imports of different logs, 2 tunes on the workers and a match, all at once on one
+/// database: every command succeeds, the records are the logs' (as imported one after
+/// another into SQLite) plus one per measured job, and no record or job is counted twice.
+#[test]
+fn imports_tunes_and_a_match_at_once_lose_and_duplicate_nothing() {
+    let (location, db) = database();
+    let logs: Vec<String> = ["alexnet", "vgg_16", "googlenet", "mobilenet_v2"]
+        .iter()
+        .map(|n| {
+            corpus_dir()
+                .join(format!("ansor/tvm_ansor_bench_nchwc/{n}.best.json"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    // What the same logs give imported one at a time into SQLite.
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = dir.path().join("serial.db").display().to_string();
+    let resnet = corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    for log in logs
+        .iter()
+        .map(String::as_str)
+        .chain([resnet.to_str().unwrap()])
+    {
+        let out = ttdb_cmd(&sqlite).args(["import", log]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let serial = query_i64(
+        &Location::File(sqlite.into()),
+        "SELECT COUNT(*) FROM records",
+    );
+
+    let w = worker(&db, &["--jobs", "4"]);
+    let spawn = |args: Vec<String>| {
+        Proc(Some(
+            ttdb_cmd(&db)
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ))
+    };
+    let mut running: Vec<(String, Proc)> = logs
+        .iter()
+        .map(|l| {
+            (
+                format!("import {l}"),
+                spawn(vec!["import".into(), l.clone()]),
+            )
+        })
+        .collect();
+    running.push(("tune 1".into(), tune(&db, None, 8)));
+    running.push(("tune 2".into(), tune(&db, None, 8)));
+    let model = corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
+    running.push((
+        "match".into(),
+        spawn(vec!["match".into(), model.display().to_string()]),
+    ));
+    for (what, p) in running {
+        let (code, _, err) = finish(p, &what);
+        assert_eq!(code, 0, "{what}: {err}");
+    }
+    stop(w);
+    assert_eq!(
+        query_i64(&location, "SELECT COUNT(*) FROM jobs WHERE state = 'done'"),
+        16
+    );
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM measurements WHERE job_id IS NOT NULL"
+        ),
+        16
+    );
+    assert_eq!(
+        query_i64(&location, "SELECT COUNT(*) FROM records"),
+        serial + 16
+    );
+    assert_eq!(
+        query_i64(&location, "SELECT COUNT(*) FROM (SELECT digest FROM records GROUP BY digest HAVING COUNT(*) > 1) AS d"),
+        0
+    );
 }
