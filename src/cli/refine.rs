@@ -218,7 +218,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
             .unwrap_or_else(|| "--all".into())
     );
     let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "droplet")?;
-    opts.remote = remote.as_ref().map(|r| r.0.clone());
+    opts.remote = remote.as_ref().map(|r| r.shared());
     let report = super::progress::track(|progress| {
         super::with_sink_or_remote(store, args.dry_run, remote.as_ref(), |sink| {
             refine_jobs(&jobs, &opts, sink, progress)

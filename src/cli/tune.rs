@@ -202,7 +202,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
     );
     let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "search")?;
     let mut base = args.options()?;
-    base.refine.remote = remote.as_ref().map(|r| r.0.clone());
+    base.refine.remote = remote.as_ref().map(|r| r.shared());
     let outcome = tune(store, args, base, remote.as_ref());
     match &remote {
         Some(r) => {

@@ -294,6 +294,11 @@ impl Remote {
         Ok(Some(Remote(remote)))
     }
 
+    /// The queue as the pipelines' option (`RefineOptions::remote`).
+    pub fn shared(&self) -> Arc<dyn ttdb_tuning::search::measurer::MeasureElsewhere> {
+        Arc::new(self.0.clone())
+    }
+
     /// Ends the run on the queue; a queue error during the run is the run's error.
     pub fn finish(&self, interrupted: bool) -> CliResult {
         let end = if interrupted {

@@ -3,7 +3,7 @@
 //! enqueues a batch and waits for it.
 use super::Workload;
 use crate::search::interrupt;
-use crate::search::measurer::Measurer;
+use crate::search::measurer::{MeasureElsewhere, Measurer};
 use crate::tune::apply::workload_key_of;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +45,25 @@ impl std::fmt::Debug for RemoteMeasuring {
     }
 }
 
+impl MeasureElsewhere for RemoteMeasuring {
+    /// A measurer of `dag` whose candidates go to the queue.
+    fn measurer<'a>(
+        &'a self,
+        dag: &'a Dag,
+        reference: &'a Reference,
+        eval: EvalOptions,
+        interrupted: &'a (dyn Fn() -> bool + Sync),
+    ) -> Box<dyn Measurer + 'a> {
+        Box::new(QueueMeasurer {
+            remote: self,
+            dag,
+            reference,
+            eval,
+            interrupted,
+        })
+    }
+}
+
 impl RemoteMeasuring {
     /// Starts a run described as `what` measuring on `host_class`'s workers through the
     /// database at `location`.
@@ -78,23 +97,6 @@ impl RemoteMeasuring {
         match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(e),
             None => cancelled,
-        }
-    }
-
-    /// A measurer of `dag` whose candidates go to the queue.
-    pub fn measurer<'a>(
-        &'a self,
-        dag: &'a Dag,
-        reference: &'a Reference,
-        eval: EvalOptions,
-        interrupted: &'a (dyn Fn() -> bool + Sync),
-    ) -> QueueMeasurer<'a> {
-        QueueMeasurer {
-            remote: self,
-            dag,
-            reference,
-            eval,
-            interrupted,
         }
     }
 

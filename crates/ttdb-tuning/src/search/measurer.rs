@@ -59,6 +59,20 @@ pub fn time_pooled(
         .collect()
 }
 
+/// Measures candidates somewhere other than this process and its measuring worker: the
+/// work queue's workers on other machines (`crate::queue`, which comes after the pipelines
+/// that take this as an option).
+pub trait MeasureElsewhere: Send + Sync + std::fmt::Debug {
+    /// A measurer of `dag`'s candidates there.
+    fn measurer<'a>(
+        &'a self,
+        dag: &'a Dag,
+        reference: &'a Reference,
+        eval: EvalOptions,
+        interrupted: &'a (dyn Fn() -> bool + Sync),
+    ) -> Box<dyn Measurer + 'a>;
+}
+
 /// Builds per schedule when Droplet compares its result with its start, and the restarts
 /// their results ([`time_pooled`]).
 pub const PICK_BUILDS: usize = 2;

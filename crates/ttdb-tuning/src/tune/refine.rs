@@ -11,7 +11,7 @@ use crate::search::cost_model::CostModel;
 use crate::search::droplet::{DropletOptions, Ranker, Refined, Stop, Unranked};
 use crate::search::interrupt;
 use crate::search::knobs::Space;
-use crate::search::measurer::{KernelMeasurer, Measurer};
+use crate::search::measurer::{KernelMeasurer, MeasureElsewhere, Measurer};
 use crate::search::model_ranker::ModelRanker;
 use crate::search::restarts::{refine_from, RestartOptions};
 use crate::search::sketch::HardwareParams;
@@ -47,9 +47,9 @@ pub struct RefineOptions {
     pub isolation: ttdb_backend::evaluate::Isolation,
     /// The machine candidates are compiled for and measured on.
     pub target: ttdb_backend::target::Target,
-    /// Measure on the workers of a host class through the database's queue instead of
-    /// here (`crate::queue`).
-    pub remote: Option<crate::queue::RemoteMeasuring>,
+    /// Measure elsewhere (the workers of a host class, through the database's queue:
+    /// `crate::queue`) instead of here.
+    pub remote: Option<std::sync::Arc<dyn MeasureElsewhere>>,
 }
 
 impl Default for RefineOptions {
@@ -79,7 +79,7 @@ impl RefineOptions {
         interrupted: &'a (dyn Fn() -> bool + Sync),
     ) -> Box<dyn Measurer + 'a> {
         match &self.remote {
-            Some(r) => Box::new(r.measurer(dag, reference, eval, interrupted)),
+            Some(r) => r.measurer(dag, reference, eval, interrupted),
             None => Box::new(KernelMeasurer::new(dag, reference, eval, interrupted)),
         }
     }

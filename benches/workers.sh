@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Distributed measurement: the same tune (ResNet-18's kernels, a fixed trial budget) measured
+# by one `ttdb worker` pinned to one core against two workers each pinned to a core of its
+# own (taskset), side by side in one run, each on a fresh database of a throwaway
+# PostgreSQL cluster. Prints the host, then per setup: wall seconds, trials/s and the tuned
+# kernel sum, and the ratio of trials/s; then the queue's own cost per job (claim, hand in,
+# notification latency; `cargo bench --bench queue`). The coordinator is not pinned: it
+# shares the cores with the workers, as it would on a worker's machine. Outside CI.
+#   benches/workers.sh [--trials N] [--repeat R]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trials=256 repeat=1
+while [[ "${1:-}" == --* ]]; do
+    case $1 in
+        --trials) trials=$2 ;;
+        --repeat) repeat=$2 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+model=../shared/corpus/onnx/torchvision_graph_only/resnet18.onnx
+cargo build --release --quiet
+ttdb=$PWD/target/release/ttdb
+
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+pg_dir=$(mktemp -d /tmp/ttdb-bench-pg.XXXXXX)
+as_pg=()
+if [ "$(id -u)" -eq 0 ]; then chown postgres: "$pg_dir"; as_pg=(runuser -u postgres --); fi
+cleanup() {
+    pkill -f "ttdb --db postgres://ttdb@/bench" 2>/dev/null || true
+    "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -m immediate -s stop >/dev/null 2>&1 || true
+    rm -rf "$pg_dir"
+}
+trap cleanup EXIT
+"${as_pg[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -U ttdb --auth=trust -E UTF8 --locale=C >/dev/null
+"${as_pg[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w -s \
+    -o "-c listen_addresses='' -k $pg_dir" start
+admin="postgres://ttdb@/postgres?host=$pg_dir"
+export TTDB_BENCH_POSTGRES=$admin
+
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; resnet18, $trials trials; $(date -u +%F)"
+printf '%-28s %8s %9s %14s\n' setup "wall s" "trials/s" "kernel sum ms"
+declare -A rate
+for r in $(seq "$repeat"); do
+    for n in 1 2; do
+        db="postgres://ttdb@/bench_${n}_$r?host=$pg_dir"
+        psql "$admin" -q -c "DROP DATABASE IF EXISTS bench_${n}_$r" -c "CREATE DATABASE bench_${n}_$r"
+        pids=()
+        for core in $(seq 0 $((n - 1))); do
+            taskset -c "$core" "$ttdb" --db "$db" worker --jobs 8 --poll 0.5 2>/dev/null &
+            pids+=($!)
+        done
+        sleep 1
+        class=$("$ttdb" --db "$db" workers --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["host_class"])')
+        t0=$(date +%s.%N)
+        out=$("$ttdb" --db "$db" tune "$model" --trials "$trials" --workers "$class" --json 2>/dev/null)
+        t1=$(date +%s.%N)
+        kill -TERM "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
+        sum=$(echo "$out" | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["kernel_sum_ms"])')
+        done_trials=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"])')
+        wall=$(echo "$t1 - $t0" | bc -l)
+        rate[$n]=$(echo "$done_trials / $wall" | bc -l)
+        printf '%-28s %8.1f %9.2f %14s\n' "$n worker(s), 1 core each ($r)" "$wall" "${rate[$n]}" "$sum"
+    done
+    printf 'trials/s, 2 workers / 1 worker: %.2fx\n' "$(echo "${rate[2]} / ${rate[1]}" | bc -l)"
+done
+cargo bench --quiet --bench queue
