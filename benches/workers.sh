@@ -38,16 +38,18 @@ trap cleanup EXIT
 admin="postgres://ttdb@/postgres?host=$pg_dir"
 export TTDB_BENCH_POSTGRES=$admin
 
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; resnet18, $trials trials; $(date -u +%F)"
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; resnet18 seeded with its log, $trials trials; $(date -u +%F)"
 printf '%-28s %8s %9s %14s\n' setup "wall s" "trials/s" "kernel sum ms"
 declare -A rate
 for r in $(seq "$repeat"); do
     for n in 1 2; do
         db="postgres://ttdb@/bench_${n}_$r?host=$pg_dir"
         psql "$admin" -q -c "DROP DATABASE IF EXISTS bench_${n}_$r" -c "CREATE DATABASE bench_${n}_$r"
+        # The same starting database for both: ResNet-18's own log (the tune's seeds).
+        "$ttdb" --db "$db" import ../shared/corpus/ansor/tvm_ansor_bench_nchwc/resnet_18.best.json >/dev/null
         pids=()
         for core in $(seq 0 $((n - 1))); do
-            taskset -c "$core" "$ttdb" --db "$db" worker --jobs 8 --poll 0.5 2>/dev/null &
+            taskset -c "$core" "$ttdb" --db "$db" worker --jobs "${JOBS:-8}" --poll 0.5 2>"$pg_dir/worker_${n}_$core.log" &
             pids+=($!)
         done
         sleep 1
@@ -56,6 +58,7 @@ for r in $(seq "$repeat"); do
         out=$("$ttdb" --db "$db" tune "$model" --trials "$trials" --workers "$class" --json 2>/dev/null)
         t1=$(date +%s.%N)
         kill -TERM "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
+        [ -z "${KEEP_LOGS:-}" ] || cp "$pg_dir"/worker_"$n"_*.log "$KEEP_LOGS"/
         sum=$(echo "$out" | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["kernel_sum_ms"])')
         done_trials=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["trials"])')
         wall=$(echo "$t1 - $t0" | bc -l)

@@ -79,6 +79,11 @@ impl WorkerEvents for Lines {
             eprintln!("  {what}");
         }
     }
+    fn reference_built(&mut self, seconds: f64) {
+        if !self.quiet {
+            eprintln!("    reference built in {seconds:.2} s");
+        }
+    }
     fn finished(
         &mut self,
         claim: &ttdb_store::store::queue::Claim,
@@ -180,8 +185,8 @@ pub fn run_workers(store: &Store, args: &ListArgs) -> CliResult {
         "doing",
     ]);
     for w in &rows {
-        let live = !w.stopped
-            && w.heartbeat_age_s <= ttdb_tuning::queue::coordinator::LIVE_WITHIN.as_secs_f64();
+        let live =
+            !w.stopped && w.heartbeat_age_s <= ttdb_store::store::queue::LIVE_WITHIN.as_secs_f64();
         t.row(vec![
             w.id.to_string(),
             w.name.clone(),

@@ -19,6 +19,8 @@ use ttdb_format::host::HostFingerprint;
 pub const JOBS_CHANNEL: &str = "ttdb_jobs";
 /// Notified (payload: the tune id) when jobs are done or failed: coordinators wake.
 pub const RESULTS_CHANNEL: &str = "ttdb_results";
+/// A worker whose last heartbeat is older than this is not counted as live.
+pub const LIVE_WITHIN: Duration = Duration::from_secs(30);
 /// Leases a job may lose (its worker died or stalled) before it is recorded as failed.
 pub const MAX_ATTEMPTS: i64 = 3;
 
@@ -243,9 +245,11 @@ impl Store {
         })
     }
 
-    /// Claims up to `max` pending jobs of one batch for `host_class` (the oldest batch with
-    /// any), leased for `lease`; None when there are none. Jobs another worker is claiming
-    /// at this moment are skipped, not waited for.
+    /// Claims pending jobs of one batch for `host_class` (the oldest batch with any), leased
+    /// for `lease`; None when there are none. It takes its share: the batch's pending jobs
+    /// divided among the idle live workers of the class (itself included), at most `max`,
+    /// so that two workers split a batch of ten five and five rather than eight and two.
+    /// Jobs another worker is claiming at this moment are skipped, not waited for.
     pub fn claim(
         &self,
         worker: i64,
@@ -260,21 +264,38 @@ impl Store {
         };
         let claim_sql = format!(
             "UPDATE jobs SET state = 'leased', worker_id = ?1, lease_until = ?2, started_at = ?3, attempts = attempts + 1
-             WHERE id IN (SELECT id FROM jobs WHERE state = 'pending' AND host_class = ?4
-                            AND batch_id = (SELECT batch_id FROM jobs WHERE state = 'pending' AND host_class = ?4 ORDER BY id LIMIT 1)
+             WHERE id IN (SELECT id FROM jobs WHERE state = 'pending' AND batch_id = ?4
                           ORDER BY id LIMIT ?5{lock})
              RETURNING id, batch_id, position, steps"
         );
         self.db.transaction(|tx| {
             let now = tx.now_epoch()?;
-            let mut jobs: Vec<(i64, i64, i64, String)> = tx.query_map(
-                &claim_sql,
-                params![worker, now + lease.as_secs_f64(), now, host_class, max],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            let oldest: Option<(i64, i64)> = tx.query_opt(
+                "SELECT batch_id, (SELECT COUNT(*) FROM jobs p WHERE p.batch_id = j.batch_id AND p.state = 'pending')
+                 FROM jobs j WHERE j.state = 'pending' AND j.host_class = ?1 ORDER BY j.id LIMIT 1",
+                params![host_class],
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )?;
-            let Some(&(_, batch_id, _, _)) = jobs.first() else {
+            let Some((batch_id, pending)) = oldest else {
                 return Ok(None);
             };
+            let idle: i64 = tx.query_one(
+                "SELECT COUNT(*) FROM workers w WHERE w.host_class = ?1 AND w.stopped_at IS NULL
+                   AND (w.heartbeat_at >= ?2 OR w.id = ?3)
+                   AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.worker_id = w.id AND j.state = 'leased')",
+                params![host_class, now - LIVE_WITHIN.as_secs_f64(), worker],
+                |r| r.get(0),
+            )?;
+            let share = (pending as usize).div_ceil(idle.max(1) as usize).clamp(1, max.max(1));
+            let mut jobs: Vec<(i64, i64, i64, String)> = tx.query_map(
+                &claim_sql,
+                params![worker, now + lease.as_secs_f64(), now, batch_id, share],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )?;
+            if jobs.is_empty() {
+                // Another worker took them meanwhile; the caller looks again.
+                return Ok(None);
+            }
             jobs.sort_by_key(|j| j.2);
             let (tune_id, workload, timeout_s): (i64, String, f64) = tx.query_one(
                 "SELECT tune_id, workload, timeout_s FROM job_batches WHERE id = ?1",

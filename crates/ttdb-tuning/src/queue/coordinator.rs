@@ -10,14 +10,12 @@ use std::time::{Duration, Instant};
 use ttdb_algo::ir::Dag;
 use ttdb_backend::evaluate::{EvalOptions, Evaluation, Reference};
 use ttdb_format::ansor::{steps_to_json, Step};
-use ttdb_store::store::queue::{JobState, TuneEnd, RESULTS_CHANNEL};
+use ttdb_store::store::queue::{JobState, TuneEnd, LIVE_WITHIN, RESULTS_CHANNEL};
 use ttdb_store::store::{Location, OpenMode, Store, StoreError};
 
 /// How often a waiting coordinator looks at its batch even without a notification, and
 /// puts back jobs whose workers' leases expired.
 const POLL: Duration = Duration::from_secs(1);
-/// A worker whose last heartbeat is older than this is not counted as live.
-pub const LIVE_WITHIN: Duration = Duration::from_secs(30);
 /// How long a batch waits without a live worker before the coordinator says so.
 const LONELY: Duration = Duration::from_secs(10);
 
