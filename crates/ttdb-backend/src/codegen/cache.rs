@@ -23,14 +23,15 @@ impl KernelCache {
             format!("{cpu};{features}")
         });
         format!(
-            "{key}|{target}|abort={}|reassoc={}|{}|vec={}|lanes={}|be3={}|unroll={}",
+            "{key}|{target}|abort={}|reassoc={}|{}|vec={}|lanes={}|be3={}|unroll={}|vmath={}",
             opts.abort_checks,
             opts.reassociate,
             opts.pipeline,
             opts.llvm_vectorizers,
             opts.max_vector_lanes,
             opts.aggressive_backend,
-            opts.llvm_unroll
+            opts.llvm_unroll,
+            opts.vector_math
         )
     }
 

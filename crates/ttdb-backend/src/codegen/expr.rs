@@ -268,6 +268,12 @@ impl<'c> Tr<'c, '_> {
 
     /// Math intrinsic on `t` (float) values with `lanes` lanes.
     pub fn emit_call(&self, f: Intrinsic, t: DType, args: &[Value<'c>], lanes: u32) -> Value<'c> {
+        // f32 exp, sigmoid, tanh and erf: vector polynomials (vmath.rs); f64 keeps libm's
+        if t == DType::F32 && self.vector_math {
+            if let Some(v) = self.emit_vmath(f, args[0], lanes) {
+                return v;
+            }
+        }
         let ty = args[0].ty();
         let bd = &self.b;
         let intr = |name: &str| self.m.intrinsic(name, &[ty]).expect("math intrinsic");

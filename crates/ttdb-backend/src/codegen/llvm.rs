@@ -585,11 +585,12 @@ impl<'c> Builder<'c> {
         sdiv => LLVMBuildSDiv, udiv => LLVMBuildUDiv, srem => LLVMBuildSRem, urem => LLVMBuildURem,
         fadd => LLVMBuildFAdd, fsub => LLVMBuildFSub, fmul => LLVMBuildFMul, fdiv => LLVMBuildFDiv,
         and => LLVMBuildAnd, or => LLVMBuildOr, xor => LLVMBuildXor,
+        shl => LLVMBuildShl, ashr => LLVMBuildAShr,
     }
     castop! {
         sext => LLVMBuildSExt, zext => LLVMBuildZExt, trunc => LLVMBuildTrunc,
         sitofp => LLVMBuildSIToFP, uitofp => LLVMBuildUIToFP,
-        fptrunc => LLVMBuildFPTrunc, fpext => LLVMBuildFPExt,
+        fptrunc => LLVMBuildFPTrunc, fpext => LLVMBuildFPExt, bitcast => LLVMBuildBitCast,
     }
     pub fn icmp(&self, p: LLVMIntPredicate, a: Value<'c>, b: Value<'c>) -> Value<'c> {
         // SAFETY: integer operands of one type.

@@ -5,7 +5,8 @@
 //! with the host target machine → object file → ORC LLJIT.
 //!
 //! * [`llvm`]: safe wrapper over llvm-sys; [`jit`]: process-wide LLJIT;
-//! * [`translate`], [`expr`], [`vector`], `mask`: IR translation;
+//! * [`translate`], [`expr`], [`vector`], `mask`: IR translation; `vmath`: f32 exp, sigmoid,
+//!   tanh and erf as vector polynomials;
 //! * [`runtime`]: parallel launcher, watchdog, math symbols; [`cache`]: compiled-kernel cache.
 
 pub mod cache;
@@ -17,6 +18,7 @@ mod pool;
 pub mod runtime;
 pub mod translate;
 pub mod vector;
+mod vmath;
 
 use crate::loopnest::bounds::{check_bounds, UnprovenAccess};
 use crate::loopnest::cost::{check_cost, CostEstimate, CostLimits};
@@ -109,6 +111,14 @@ pub struct CodegenOptions {
     /// A lane-varying `if` in a vector body first tests whether all lanes (or none) take an
     /// arm, and runs full tiles unmasked (`mask.rs`). Off only to measure what it buys.
     pub full_tile_fast_path: bool,
+    /// f32 exp, sigmoid, tanh and erf as vector polynomials (`vmath.rs`) rather than libm
+    /// calls, one per lane. Off only to measure what it buys (`cargo bench --bench vmath`).
+    #[serde(default = "yes")]
+    pub vector_math: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for CodegenOptions {
@@ -124,6 +134,7 @@ impl Default for CodegenOptions {
             aggressive_backend: true,
             llvm_unroll: false,
             full_tile_fast_path: true,
+            vector_math: true,
         }
     }
 }
@@ -464,6 +475,7 @@ fn emit(
         fn_attrs,
         abort_checks: opts.abort_checks,
         full_tile_fast_path: opts.full_tile_fast_path,
+        vector_math: opts.vector_math,
         max_chunk: if opts.max_vector_lanes > 0 {
             opts.max_vector_lanes
         } else {
@@ -554,3 +566,5 @@ fn emit(
 mod tests;
 #[cfg(test)]
 mod vector_tests;
+#[cfg(test)]
+mod vmath_tests;

@@ -63,6 +63,8 @@ pub struct Tr<'c, 'a> {
     pub abort_checks: bool,
     /// `CodegenOptions::full_tile_fast_path`.
     pub full_tile_fast_path: bool,
+    /// `CodegenOptions::vector_math`.
+    pub vector_math: bool,
     /// Maximum lanes of one vector body (see `vector::MAX_CHUNK`).
     pub max_chunk: i64,
     /// Scoped cache of pure (load-free) index computations: a value emitted earlier in the
