@@ -262,9 +262,19 @@ fn a_database_of_an_earlier_ttdb_stops_ranking_its_bad_costs_on_open() {
     std::fs::write(dir.path().join("l.json"), format!("{line}\n{bad}\n")).unwrap();
     import_ok(&db, &[&dir.path().join("l.json")]);
     {
-        // As an earlier ttdb stored it: schema 5, the bad record ranked by its mean.
+        // As an earlier ttdb stored it: schema 5, the bad record ranked by its mean, and
+        // none of what later migrations added (the work queue of schema 7, with its column
+        // of `measurements`: both tables are empty here, so they are made again as schema
+        // 2 had them).
         let store = ttdb::store::Store::open(&db).unwrap();
         let c = store.connection_for_tests();
+        c.execute_batch(
+            "DROP TABLE measurements; DROP TABLE jobs; DROP TABLE job_batches; DROP TABLE tunes;
+             DROP TABLE workers; DROP TABLE hosts;",
+        )
+        .unwrap();
+        c.execute_batch(include_str!("../schema/002_measurements.sql"))
+            .unwrap();
         c.execute_batch(
             "UPDATE records SET mean_cost = 1e-9 WHERE mean_cost IS NULL;
              PRAGMA user_version = 5; PRAGMA application_id = 0;",
