@@ -18,7 +18,11 @@ fn ttdb_cmd(db: &str) -> Command {
 
 /// A database on the test cluster with resnet_18's records.
 fn database() -> (Location, String) {
-    let location = fresh_postgres();
+    with_resnet18_records(fresh_postgres())
+}
+
+/// `location` with resnet_18's records imported, and its `--db` text.
+fn with_resnet18_records(location: Location) -> (Location, String) {
     let db = db_arg(&location);
     let log = corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
     let out = ttdb_cmd(&db).arg("import").arg(&log).output().unwrap();
@@ -356,15 +360,7 @@ mod pg_cluster;
 fn a_server_restart_mid_tune_loses_nothing() {
     let cluster = pg_cluster::Cluster::start();
     let admin = ttdb::store::PgUrl::parse(&cluster.url("postgres")).unwrap();
-    let location = ttdb::store::testing::new_database(&admin, "ttdb");
-    let db = db_arg(&location);
-    let log = corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
-    let out = ttdb_cmd(&db).arg("import").arg(&log).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (location, db) = with_resnet18_records(ttdb::store::testing::new_database(&admin, "ttdb"));
     let w = worker(&db, &["--lease", "10"]);
     let coordinator = tune(&db, None, 32);
     wait_until("some results", Duration::from_secs(120), || {

@@ -211,11 +211,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
     }
     let what = format!(
         "refine {}",
-        args.workload
-            .as_ref()
-            .map(|w| format!("--workload {w}"))
-            .or(args.class.as_ref().map(|c| format!("--class {c}")))
-            .unwrap_or_else(|| "--all".into())
+        super::worker::selection_text(args.workload.as_deref(), args.class.as_deref())
     );
     let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "droplet")?;
     opts.remote = remote.as_ref().map(|r| r.shared());

@@ -189,11 +189,7 @@ pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
         Some(m) => format!("tune {}", m.display()),
         None => format!(
             "tune {}",
-            args.workload
-                .as_ref()
-                .map(|w| format!("--workload {w}"))
-                .or(args.class.as_ref().map(|c| format!("--class {c}")))
-                .unwrap_or_else(|| "--all".into())
+            super::worker::selection_text(args.workload.as_deref(), args.class.as_deref())
         ),
     };
     let what = format!(

@@ -248,6 +248,14 @@ pub fn run_queue(store: &Store, args: &ListArgs) -> CliResult {
     Ok(())
 }
 
+/// How `ttdb queue` names a run over stored workloads: its selection flags.
+pub fn selection_text(workload: Option<&str>, class: Option<&str>) -> String {
+    workload
+        .map(|w| format!("--workload {w}"))
+        .or(class.map(|c| format!("--class {c}")))
+        .unwrap_or_else(|| "--all".into())
+}
+
 /// A run's measuring on the queue (`--workers [HOST-CLASS]`): started before the run, ended
 /// after it (cancelling what is unfinished when Ctrl-C stopped it).
 pub struct Remote(pub RemoteMeasuring);

@@ -79,16 +79,20 @@ impl Cluster {
         )
     }
 
-    fn pg(&self, tool: &str, args: &[&str]) {
+    /// The server's `tool`, run as the postgres user when we are root (initdb refuses root).
+    fn command(&self, tool: &str) -> Command {
         let exe = self.bin.join(tool);
-        let mut cmd = if self.as_root {
+        if self.as_root {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(&exe);
             c
         } else {
             Command::new(&exe)
-        };
-        let out = cmd.args(args).output().unwrap();
+        }
+    }
+
+    fn pg(&self, tool: &str, args: &[&str]) {
+        let out = self.command(tool).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{tool} {args:?}: {}{}",
@@ -129,15 +133,8 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let data = self.data();
-        let exe = self.bin.join("pg_ctl");
-        let mut cmd = if self.as_root {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let _ = cmd
+        let _ = self
+            .command("pg_ctl")
             .args(["-D", &data, "-s", "-m", "immediate", "stop"])
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -8,7 +8,7 @@
 //! database and nowhere else: a coordinator, a worker or the server itself can restart and
 //! nothing is lost. SQLite serves one machine's processes the same way (its writers take
 //! turns, and its readers poll instead of listening).
-use super::db::{params, Dialect};
+use super::db::{params, Db, Dialect};
 use super::measurement::{host_id, store_measurements_in, NewMeasurement};
 use super::{Result, Store, StoreError};
 use serde::Serialize;
@@ -349,14 +349,7 @@ impl Store {
                 "UPDATE workers SET jobs_done = jobs_done + ?2, heartbeat_at = ?3 WHERE id = ?1",
                 params![worker, accepted.len(), now],
             )?;
-            let tunes: Vec<i64> = tx.query_map(
-                "SELECT DISTINCT tune_id FROM jobs WHERE worker_id = ?1 AND finished_at = ?2",
-                params![worker, now],
-                |r| r.get(0),
-            )?;
-            for t in tunes {
-                tx.notify(RESULTS_CHANNEL, &t.to_string())?;
-            }
+            notify_results(tx, worker, now)?;
             Ok(accepted.len())
         })
     }
@@ -378,14 +371,7 @@ impl Store {
                 "UPDATE workers SET jobs_failed = jobs_failed + ?2 WHERE id = ?1",
                 params![worker, n],
             )?;
-            let tunes: Vec<i64> = tx.query_map(
-                "SELECT DISTINCT tune_id FROM jobs WHERE worker_id = ?1 AND finished_at = ?2",
-                params![worker, now],
-                |r| r.get(0),
-            )?;
-            for t in tunes {
-                tx.notify(RESULTS_CHANNEL, &t.to_string())?;
-            }
+            notify_results(tx, worker, now)?;
             Ok(n)
         })
     }
@@ -537,6 +523,20 @@ impl Store {
     pub fn wait_for_queue(&self, timeout: Duration) -> Result<bool> {
         self.db.retrying(|db| db.wait_notification(timeout))
     }
+}
+
+/// Wakes the coordinators whose jobs `worker` has just finished (at `now`, in this
+/// transaction): one notification per tune, sent when the transaction commits.
+fn notify_results(tx: &Db, worker: i64, now: f64) -> Result<()> {
+    let tunes: Vec<i64> = tx.query_map(
+        "SELECT DISTINCT tune_id FROM jobs WHERE worker_id = ?1 AND finished_at = ?2",
+        params![worker, now],
+        |r| r.get(0),
+    )?;
+    for t in tunes {
+        tx.notify(RESULTS_CHANNEL, &t.to_string())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

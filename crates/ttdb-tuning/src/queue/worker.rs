@@ -73,20 +73,18 @@ pub struct WorkerSummary {
 /// back, and building one runs the workload in the interpreter; each holds the workload's
 /// inputs, a few MB for a CNN's layer).
 struct References {
-    kept: VecDeque<(String, u64, Arc<Reference>)>,
+    /// (the batch's workload text, its reference), oldest first.
+    kept: VecDeque<(String, Arc<Reference>)>,
     /// Seconds the last `get` spent building one, if it did.
     built: Option<f64>,
 }
 
 impl References {
-    fn get(&mut self, w: &Workload) -> Result<Arc<Reference>, String> {
-        let key = serde_json::to_string(&w.dag).map_err(|e| e.to_string())?;
+    /// The reference of `w`, whose text as the batch carried it is `text` (it holds the
+    /// DAG and the seed: equal texts, equal references).
+    fn get(&mut self, text: &str, w: &Workload) -> Result<Arc<Reference>, String> {
         self.built = None;
-        if let Some((_, _, r)) = self
-            .kept
-            .iter()
-            .find(|(k, s, _)| *k == key && *s == w.reference_seed)
-        {
+        if let Some((_, r)) = self.kept.iter().find(|(k, _)| k == text) {
             return Ok(r.clone());
         }
         let r = Arc::new(Reference::new(&w.dag, w.reference_seed)?);
@@ -94,7 +92,7 @@ impl References {
         if self.kept.len() >= KEPT_REFERENCES {
             self.kept.pop_front();
         }
-        self.kept.push_back((key, w.reference_seed, r.clone()));
+        self.kept.push_back((text.to_string(), r.clone()));
         Ok(r)
     }
 }
@@ -202,7 +200,7 @@ fn measure_claim(
     let schedules: Vec<Result<Vec<_>, String>> =
         claim.jobs.iter().map(|(_, s)| steps_from_json(s)).collect();
     let runnable: Vec<Vec<_>> = schedules.iter().filter_map(|s| s.clone().ok()).collect();
-    let reference = references.get(&w);
+    let reference = references.get(&claim.workload, &w);
     if let Some(s) = references.built {
         events.reference_built(s);
     }
