@@ -58,6 +58,7 @@ impl MeasureElsewhere for RemoteMeasuring {
             reference,
             eval,
             interrupted,
+            sent: Sent::Unrun(0),
         })
     }
 }
@@ -122,6 +123,14 @@ pub struct QueueMeasurer<'a> {
     reference: &'a Reference,
     eval: EvalOptions,
     interrupted: &'a (dyn Fn() -> bool + Sync),
+    /// The batch `send` handed over.
+    sent: Sent,
+}
+
+/// A batch handed over: queued as batch id with n jobs, or n schedules left unrun.
+enum Sent {
+    Queued(i64, usize),
+    Unrun(usize),
 }
 
 impl QueueMeasurer<'_> {
@@ -206,20 +215,36 @@ fn evaluation_of(job: ttdb_store::store::queue::BatchJob) -> Option<Evaluation> 
 
 impl Measurer for QueueMeasurer<'_> {
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>> {
-        let unrun = || vec![None; schedules.len()];
-        if schedules.is_empty() || (self.interrupted)() {
-            return unrun();
-        }
-        let outcome = self
-            .enqueue(schedules, timeout)
-            .and_then(|batch| self.wait(batch, schedules.len()));
-        match outcome {
-            Ok(Some(evaluations)) => evaluations,
-            Ok(None) => unrun(),
-            Err(e) => {
-                self.remote.fail(e);
-                unrun()
+        self.send(schedules, timeout);
+        self.receive()
+    }
+
+    fn send(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> bool {
+        self.sent = if schedules.is_empty() || (self.interrupted)() {
+            Sent::Unrun(schedules.len())
+        } else {
+            match self.enqueue(schedules, timeout) {
+                Ok(batch) => Sent::Queued(batch, schedules.len()),
+                Err(e) => {
+                    self.remote.fail(e);
+                    Sent::Unrun(schedules.len())
+                }
             }
+        };
+        true
+    }
+
+    fn receive(&mut self) -> Vec<Option<Evaluation>> {
+        match std::mem::replace(&mut self.sent, Sent::Unrun(0)) {
+            Sent::Unrun(n) => vec![None; n],
+            Sent::Queued(batch, n) => match self.wait(batch, n) {
+                Ok(Some(evaluations)) => evaluations,
+                Ok(None) => vec![None; n],
+                Err(e) => {
+                    self.remote.fail(e);
+                    vec![None; n]
+                }
+            },
         }
     }
 }

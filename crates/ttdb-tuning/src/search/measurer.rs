@@ -18,6 +18,20 @@ pub trait Measurer {
     /// Builds every schedule (in parallel), then runs them one at a time: verify, then time
     /// with per-run `timeout`. None for a schedule left unrun (interrupted).
     fn measure(&mut self, schedules: &[Vec<Step>], timeout: Duration) -> Vec<Option<Evaluation>>;
+
+    /// `measure` in two halves, for a measurer whose candidates run elsewhere (the queue's
+    /// workers): `send` hands the batch over and returns at once, so that the caller can
+    /// search another task meanwhile; [`Measurer::receive`] waits for the evaluations.
+    /// Returns false, having done nothing, when this measurer measures here (the caller
+    /// calls `measure`).
+    fn send(&mut self, _schedules: &[Vec<Step>], _timeout: Duration) -> bool {
+        false
+    }
+
+    /// The evaluations of the batch `send` handed over, in order (None: unrun).
+    fn receive(&mut self) -> Vec<Option<Evaluation>> {
+        Vec::new()
+    }
 }
 
 /// Times `schedules` side by side, each on `builds` builds (one batch: every build's

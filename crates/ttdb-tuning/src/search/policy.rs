@@ -430,13 +430,24 @@ impl<'a> TaskSearch<'a> {
         observer: &mut dyn Observer<SearchTrial>,
         model: &mut CostModel,
     ) -> usize {
+        let Some(proposal) = self.propose(want, model) else {
+            return 0;
+        };
+        let evals = measurer.measure(&proposal.schedules, proposal.timeout);
+        self.absorb(proposal, evals, observer, model)
+    }
+
+    /// A round's first half: at most `want` new candidates to measure, with the per-run
+    /// timeout; None when there is nothing new. The caller measures them (perhaps while it
+    /// proposes another task's round) and hands the evaluations to [`TaskSearch::absorb`].
+    pub fn propose(&mut self, want: usize, model: &mut CostModel) -> Option<Proposal> {
         if self.opts.learned_model {
             model.maybe_retrain();
         }
         let chosen = self.candidates(want.max(1), model);
         if chosen.is_empty() {
             self.empty_rounds += 1;
-            return 0;
+            return None;
         }
         self.empty_rounds = 0;
         let max = self.opts.max_timeout;
@@ -445,11 +456,27 @@ impl<'a> TaskSearch<'a> {
                 .map_or(max.as_secs_f64(), |b| (b * 50.0).max(1.0)),
         )
         .min(max);
-        let schedules: Vec<Vec<Step>> = chosen.iter().map(|c| c.steps.clone()).collect();
-        let evals = measurer.measure(&schedules, timeout);
+        let schedules = chosen.iter().map(|c| c.steps.clone()).collect();
+        Some(Proposal {
+            chosen,
+            schedules,
+            timeout,
+        })
+    }
+
+    /// A round's second half: the evaluations of `proposal`'s schedules (in order; None for
+    /// one left unrun) become trials, go to `observer` and train `model`. Returns how many
+    /// were measured.
+    pub fn absorb(
+        &mut self,
+        proposal: Proposal,
+        evals: Vec<Option<Evaluation>>,
+        observer: &mut dyn Observer<SearchTrial>,
+        model: &mut CostModel,
+    ) -> usize {
         let out = &mut self.out;
         let first = out.trials.len();
-        for (c, e) in chosen.into_iter().zip(evals) {
+        for (c, e) in proposal.chosen.into_iter().zip(evals) {
             let Some(evaluation) = e else { continue };
             if let Some(f) = &c.features {
                 model.add(&self.task_key, f, evaluation.median());
@@ -475,6 +502,15 @@ impl<'a> TaskSearch<'a> {
         observer.progress(n, self.best_seconds().unwrap_or(f64::NAN));
         n - first
     }
+}
+
+/// The candidates of one round, proposed and not yet measured ([`TaskSearch::propose`]).
+pub struct Proposal {
+    chosen: Vec<Candidate>,
+    /// What to measure, in order.
+    pub schedules: Vec<Vec<Step>>,
+    /// The per-run timeout: 50 times the best so far, at least 1 s, at most the options'.
+    pub timeout: Duration,
 }
 
 /// Searches `dag` alone, round after round (see the module docs). `seeds` (transferred or

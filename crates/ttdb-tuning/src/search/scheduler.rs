@@ -39,6 +39,23 @@ pub trait Tasks {
     fn interrupted(&self) -> bool {
         false
     }
+    /// How many rounds may be in flight at once. Above 1 (candidates measured elsewhere),
+    /// the scheduler starts a round with [`Tasks::start`] and ends it with
+    /// [`Tasks::finish`], so that the next task is searched while a round is measured.
+    fn depth(&self) -> usize {
+        1
+    }
+    /// Searches task `i`'s next round (at most `want` trials) and hands it over to be
+    /// measured; false when there is nothing new (a round that measured 0).
+    fn start(&mut self, i: usize, want: usize) -> bool {
+        let _ = (i, want);
+        unreachable!("start is only called when depth() > 1")
+    }
+    /// Waits for the round `start` began on task `i`: as `round` returns.
+    fn finish(&mut self, i: usize) -> (usize, Option<f64>) {
+        let _ = i;
+        unreachable!("finish is only called when depth() > 1")
+    }
 }
 
 /// Why the scheduler stopped.
@@ -60,80 +77,124 @@ pub struct Scheduled {
 }
 
 /// Runs rounds until the trial or time budget is spent, every task is dead, or an interrupt.
+/// With [`Tasks::depth`] above 1, up to that many rounds of different tasks are in flight:
+/// their trials count against the budget when they start, and a round in flight is not
+/// picked again until it finishes.
 pub fn schedule(tasks: &mut dyn Tasks, opts: &SchedulerOptions) -> Scheduled {
     let t0 = Instant::now();
     let n = tasks.len();
-    let mut best = vec![f64::INFINITY; n];
-    let mut history: Vec<Vec<f64>> = vec![vec![]; n];
-    let mut rounds = vec![0usize; n];
-    let mut dead = vec![false; n];
-    let mut trials = 0usize;
-    let out = |trials, rounds, stop| Scheduled {
-        trials,
-        rounds,
-        stop,
+    let depth = tasks.depth().max(1);
+    let mut s = State {
+        best: vec![f64::INFINITY; n],
+        history: vec![vec![]; n],
+        rounds: vec![0; n],
+        dead: vec![false; n],
+        busy: vec![false; n],
+        trials: 0,
     };
+    // (task, trials it may measure) of the rounds in flight, oldest first.
+    let mut in_flight: std::collections::VecDeque<(usize, usize)> = Default::default();
     let mut order: Vec<usize> = (0..n).rev().collect();
+    let mut stop = None;
     loop {
-        if trials >= opts.trials {
-            return out(trials, rounds, ScheduleStop::Trials);
+        // Start rounds while there is room, budget and a task to give one to.
+        while stop.is_none() && in_flight.len() < depth {
+            let committed = s.trials + in_flight.iter().map(|r| r.1).sum::<usize>();
+            if committed >= opts.trials {
+                stop = Some(ScheduleStop::Trials);
+            } else if opts.time_budget.is_some_and(|b| t0.elapsed() >= b) {
+                stop = Some(ScheduleStop::Time);
+            } else if tasks.interrupted() {
+                stop = Some(ScheduleStop::Interrupted);
+            }
+            if stop.is_some() {
+                break;
+            }
+            // Warm-up: each task once, in order; then by gradient.
+            let next = match order.pop() {
+                Some(i) => Some(i),
+                None => pick(&s, tasks),
+            };
+            let Some(i) = next else {
+                if in_flight.is_empty() {
+                    stop = Some(ScheduleStop::AllDead);
+                }
+                break;
+            };
+            if s.dead[i] || s.busy[i] {
+                continue;
+            }
+            let want = opts.per_round.min(opts.trials - committed);
+            if depth == 1 {
+                let (measured, b) = tasks.round(i, want);
+                s.record(i, measured, b);
+            } else if tasks.start(i, want) {
+                s.busy[i] = true;
+                in_flight.push_back((i, want));
+            } else {
+                s.record(i, 0, None);
+            }
         }
-        if opts.time_budget.is_some_and(|b| t0.elapsed() >= b) {
-            return out(trials, rounds, ScheduleStop::Time);
-        }
-        if tasks.interrupted() {
-            return out(trials, rounds, ScheduleStop::Interrupted);
-        }
-        // Warm-up: each task once, in order; then by gradient.
-        let next = match order.pop() {
-            Some(i) => Some(i),
-            None => pick(&best, &history, &rounds, &dead, tasks),
+        let Some((i, _)) = in_flight.pop_front() else {
+            let stop = stop.expect("the loop stops only with a reason or a round in flight");
+            return Scheduled {
+                trials: s.trials,
+                rounds: s.rounds,
+                stop,
+            };
         };
-        let Some(i) = next else {
-            return out(trials, rounds, ScheduleStop::AllDead);
-        };
-        if dead[i] {
-            continue;
-        }
-        let want = opts.per_round.min(opts.trials - trials);
-        let (measured, b) = tasks.round(i, want);
-        rounds[i] += 1;
-        trials += measured;
-        if measured == 0 {
-            dead[i] = true;
-        }
-        if let Some(b) = b {
-            best[i] = best[i].min(b);
-        }
-        history[i].push(best[i]);
+        let (measured, b) = tasks.finish(i);
+        s.busy[i] = false;
+        s.record(i, measured, b);
     }
 }
 
-/// The live task with the most negative gradient (ties: the first).
-fn pick(
-    best: &[f64],
-    history: &[Vec<f64>],
-    rounds: &[usize],
-    dead: &[bool],
-    tasks: &dyn Tasks,
-) -> Option<usize> {
+/// What the scheduler knows of each task.
+struct State {
+    best: Vec<f64>,
+    history: Vec<Vec<f64>>,
+    rounds: Vec<usize>,
+    dead: Vec<bool>,
+    /// A round of the task is in flight.
+    busy: Vec<bool>,
+    trials: usize,
+}
+
+impl State {
+    /// A round of task `i` measured `measured` trials (0: it found nothing new, and dies),
+    /// its best then `b`.
+    fn record(&mut self, i: usize, measured: usize, b: Option<f64>) {
+        self.rounds[i] += 1;
+        self.trials += measured;
+        if measured == 0 {
+            self.dead[i] = true;
+        }
+        if let Some(b) = b {
+            self.best[i] = self.best[i].min(b);
+        }
+        self.history[i].push(self.best[i]);
+    }
+}
+
+/// The live task not in flight with the most negative gradient (ties: the first).
+fn pick(s: &State, tasks: &dyn Tasks) -> Option<usize> {
     let mut choice: Option<(usize, f64)> = None;
-    for i in 0..best.len() {
-        if dead[i] {
+    for i in 0..s.best.len() {
+        if s.dead[i] || s.busy[i] {
             continue;
         }
         // A task that never verified anything: the largest possible gain.
-        let g = if !best[i].is_finite() {
+        let g = if !s.best[i].is_finite() {
             f64::NEG_INFINITY
         } else {
-            let t = rounds[i].max(1);
-            let h = &history[i];
+            let t = s.rounds[i].max(1);
+            let h = &s.history[i];
             let backward = if h.len() > BACKWARD_WINDOW {
                 (h[h.len() - 1] - h[h.len() - 1 - BACKWARD_WINDOW]) / BACKWARD_WINDOW as f64
             } else {
                 0.0
             };
-            let forward = -best[i] / t as f64;
+            let forward = -s.best[i] / t as f64;
             tasks.weight(i) * (ALPHA * backward + (1.0 - ALPHA) * forward)
         };
         if choice.is_none_or(|(_, c)| g < c) {
@@ -202,5 +263,87 @@ mod tests {
         let s = schedule(&mut f, &SchedulerOptions::new(10_000, 2, None));
         assert_eq!(s.stop, ScheduleStop::AllDead);
         assert_eq!(s.rounds, vec![4, 4]);
+    }
+
+    /// Tasks measured elsewhere: `start` begins a round, `finish` ends it; checks that a
+    /// task never has two rounds in flight and that at most `depth` are.
+    struct Pipelined {
+        inner: Fake,
+        depth: usize,
+        in_flight: Vec<(usize, usize)>,
+        most_in_flight: usize,
+    }
+    impl Tasks for Pipelined {
+        fn len(&self) -> usize {
+            self.inner.len()
+        }
+        fn weight(&self, i: usize) -> f64 {
+            self.inner.weight(i)
+        }
+        fn round(&mut self, _: usize, _: usize) -> (usize, Option<f64>) {
+            unreachable!("a pipelined schedule starts and finishes rounds")
+        }
+        fn depth(&self) -> usize {
+            self.depth
+        }
+        fn start(&mut self, i: usize, want: usize) -> bool {
+            assert!(
+                self.in_flight.iter().all(|r| r.0 != i),
+                "task {i} started twice"
+            );
+            self.in_flight.push((i, want));
+            self.most_in_flight = self.most_in_flight.max(self.in_flight.len());
+            assert!(self.in_flight.len() <= self.depth);
+            true
+        }
+        fn finish(&mut self, i: usize) -> (usize, Option<f64>) {
+            let at = self.in_flight.iter().position(|r| r.0 == i).unwrap();
+            let (_, want) = self.in_flight.remove(at);
+            self.inner.round(i, want)
+        }
+    }
+
+    #[test]
+    fn rounds_in_flight_overlap_within_the_budget() {
+        let mut p = Pipelined {
+            inner: Fake {
+                start: vec![10.0, 1.0, 1.0],
+                weight: vec![1.0, 1.0, 5.0],
+                rounds: vec![0; 3],
+                dies_after: 1000,
+            },
+            depth: 2,
+            in_flight: vec![],
+            most_in_flight: 0,
+        };
+        let s = schedule(&mut p, &SchedulerOptions::new(300, 3, None));
+        assert_eq!(s.stop, ScheduleStop::Trials);
+        // Started rounds count against the budget: it is met, never passed.
+        assert_eq!(s.trials, 300);
+        assert_eq!(p.most_in_flight, 2);
+        assert!(p.in_flight.is_empty(), "every round started was finished");
+        assert!(
+            s.rounds[0] > s.rounds[1] && s.rounds[2] > s.rounds[1],
+            "{:?}",
+            s.rounds
+        );
+    }
+
+    #[test]
+    fn pipelined_dead_tasks_end_the_schedule() {
+        let mut p = Pipelined {
+            inner: Fake {
+                start: vec![1.0, 2.0, 3.0],
+                weight: vec![1.0, 1.0, 1.0],
+                rounds: vec![0; 3],
+                dies_after: 3,
+            },
+            depth: 2,
+            in_flight: vec![],
+            most_in_flight: 0,
+        };
+        let s = schedule(&mut p, &SchedulerOptions::new(10_000, 3, None));
+        assert_eq!(s.stop, ScheduleStop::AllDead);
+        assert_eq!(s.rounds, vec![4, 4, 4]);
     }
 }

@@ -13,7 +13,8 @@ use super::trials::{Provenance, TrialSink};
 use crate::matcher::ModelMatch;
 use crate::search::cost_model::{CostModel, CostModelSummary};
 use crate::search::interrupt;
-use crate::search::policy::{SearchOptions, TaskSearch};
+use crate::search::measurer::Measurer;
+use crate::search::policy::{Proposal, SearchOptions, TaskSearch};
 use crate::search::scheduler::{schedule, ScheduleStop, SchedulerOptions, Tasks};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -101,6 +102,8 @@ struct ModelTasks<'a, 's> {
     t0: Instant,
     trials: usize,
     curve: Vec<CurvePoint>,
+    /// Rounds started and not finished, by task.
+    in_flight: std::collections::HashMap<usize, InFlight<'a>>,
 }
 
 impl ModelTasks<'_, '_> {
@@ -113,25 +116,22 @@ impl ModelTasks<'_, '_> {
     }
 }
 
-impl Tasks for ModelTasks<'_, '_> {
-    fn len(&self) -> usize {
-        self.searches.len()
-    }
-    fn weight(&self, i: usize) -> f64 {
-        self.weights[i]
-    }
-    fn round(&mut self, i: usize, want: usize) -> (usize, Option<f64>) {
-        let interrupted = || interrupt::requested();
-        let refine = self.refine;
-        let mut measurer = refine.measurer(
-            &self.dags[i],
-            &self.references[i],
+impl<'a> ModelTasks<'a, '_> {
+    /// Task `i`'s measurer: here, or the queue's workers.
+    fn measurer(&self, i: usize) -> Box<dyn Measurer + 'a> {
+        let refine: &'a RefineOptions = self.refine;
+        let dags: &'a [Dag] = self.dags;
+        let references: &'a [Reference] = self.references;
+        refine.measurer(
+            &dags[i],
+            &references[i],
             self.eval.clone(),
-            &interrupted,
-        );
-        self.store
-            .switch_workload(workload_key_of(&self.dags[i]), self.dags[i].flop_ct());
-        let n = self.searches[i].round(want, measurer.as_mut(), &mut self.store, &mut self.cost);
+            &interrupt::requested,
+        )
+    }
+
+    /// Task `i`'s round measured `n` trials: the curve and the progress hear of it.
+    fn after_round(&mut self, i: usize, n: usize) -> (usize, Option<f64>) {
         self.trials += n;
         let best = self.searches[i].best_seconds();
         let model_ms = self.model_ms();
@@ -145,9 +145,81 @@ impl Tasks for ModelTasks<'_, '_> {
         self.progress.trials(self.trials, model_ms / 1e3);
         (n, best)
     }
+}
+
+impl Tasks for ModelTasks<'_, '_> {
+    fn len(&self) -> usize {
+        self.searches.len()
+    }
+    fn weight(&self, i: usize) -> f64 {
+        self.weights[i]
+    }
+    fn round(&mut self, i: usize, want: usize) -> (usize, Option<f64>) {
+        let mut measurer = self.measurer(i);
+        self.store
+            .switch_workload(workload_key_of(&self.dags[i]), self.dags[i].flop_ct());
+        let n = self.searches[i].round(want, measurer.as_mut(), &mut self.store, &mut self.cost);
+        self.after_round(i, n)
+    }
     fn interrupted(&self) -> bool {
         self.store.should_stop()
     }
+    /// Measured on the queue's workers, the next task is searched while a round is
+    /// measured (two rounds in flight), so that the workers do not wait on the search.
+    fn depth(&self) -> usize {
+        if self.refine.remote.is_some() {
+            PIPELINE_DEPTH
+        } else {
+            1
+        }
+    }
+    fn start(&mut self, i: usize, want: usize) -> bool {
+        let Some(proposal) = self.searches[i].propose(want, &mut self.cost) else {
+            return false;
+        };
+        let mut measurer = self.measurer(i);
+        let evaluations = if measurer.send(&proposal.schedules, proposal.timeout) {
+            None
+        } else {
+            Some(measurer.measure(&proposal.schedules, proposal.timeout))
+        };
+        self.in_flight.insert(
+            i,
+            InFlight {
+                measurer,
+                proposal,
+                evaluations,
+            },
+        );
+        true
+    }
+    fn finish(&mut self, i: usize) -> (usize, Option<f64>) {
+        let mut round = self
+            .in_flight
+            .remove(&i)
+            .expect("finish is called on a round that was started");
+        let evaluations = match round.evaluations.take() {
+            Some(e) => e,
+            None => round.measurer.receive(),
+        };
+        self.store
+            .switch_workload(workload_key_of(&self.dags[i]), self.dags[i].flop_ct());
+        let n =
+            self.searches[i].absorb(round.proposal, evaluations, &mut self.store, &mut self.cost);
+        self.after_round(i, n)
+    }
+}
+
+/// Rounds in flight at once when the queue's workers measure: one measured while the next
+/// is searched.
+const PIPELINE_DEPTH: usize = 2;
+
+/// A round handed over to be measured ([`Tasks::start`]).
+struct InFlight<'a> {
+    measurer: Box<dyn Measurer + 'a>,
+    proposal: Proposal,
+    /// Already measured (a measurer that measures here).
+    evaluations: Option<Vec<Option<ttdb_backend::evaluate::Evaluation>>>,
 }
 
 /// Seeds for `dag` from the matched candidates: those whose steps replay on it.
@@ -254,6 +326,7 @@ pub fn tune_model(
         t0,
         trials: 0,
         curve: vec![],
+        in_flight: Default::default(),
     };
     let sched = schedule(
         &mut tasks,
