@@ -520,3 +520,54 @@ fn imports_tunes_and_a_match_at_once_lose_and_duplicate_nothing() {
         0
     );
 }
+
+/// `apply --workers`: the default schedule and the transferred candidates of every kernel are
+/// measured by the worker, which stores them (each once, with its job); the coordinator
+/// stores no measurement of its own, and its report is the workers' figures.
+#[test]
+fn apply_measures_the_defaults_and_candidates_on_the_workers() {
+    let (location, db) = database();
+    let w = worker(&db, &["--jobs", "4"]);
+    let model =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/tiny_resnet.onnx");
+    let apply = Proc(Some(
+        ttdb_cmd(&db)
+            .args([
+                "apply",
+                model.to_str().unwrap(),
+                "--top-k",
+                "2",
+                "--json",
+                "--workers",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let (code, out, err) = finish(apply, "apply --workers");
+    stop(w);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kernels = report["kernels"].as_array().unwrap();
+    let candidates: usize = kernels
+        .iter()
+        .map(|k| k["trials"].as_array().unwrap().len())
+        .sum();
+    assert!(
+        candidates >= 3,
+        "the resnet_18 records give class candidates: {out}"
+    );
+    assert!(kernels.iter().all(|k| k["verified"] == true), "{out}");
+    // One job per kernel's default and per candidate, each done and measured once.
+    let jobs = (kernels.len() + candidates) as i64;
+    every_job_counted_once(&location, jobs);
+    assert_eq!(
+        query_i64(
+            &location,
+            "SELECT COUNT(*) FROM measurements WHERE job_id IS NULL"
+        ),
+        0,
+        "the coordinator stores nothing itself"
+    );
+}

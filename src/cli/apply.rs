@@ -32,6 +32,10 @@ pub struct ApplyArgs {
     #[command(flatten)]
     pub isolation: super::IsolationArgs,
     /// Do not store the measured choices in the database.
+    /// Measure on `ttdb worker` processes of this host class (default: this machine's)
+    /// through the database's queue instead of here; they store every trial.
+    #[arg(long, value_name = "HOST-CLASS", num_args = 0..=1, default_missing_value = "")]
+    pub workers: Option<String>,
     #[arg(long)]
     pub dry_run: bool,
     /// Print the result as JSON on standard output.
@@ -181,6 +185,12 @@ pub fn render_apply(r: &ApplyReport) -> String {
 }
 
 pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
+    if args.workers.is_some() && args.dry_run {
+        return Err(CliError {
+            message: "--workers and --dry-run: workers store every trial they measure".into(),
+            code: 2,
+        });
+    }
     let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
     let mut opts = ApplyOptions {
         top_k: args.top_k,
@@ -216,9 +226,31 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         t.search.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.tune = Some(t);
     }
-    let report = super::progress::track(|progress| {
-        super::with_sink(store, args.dry_run, |sink| apply(&m, &opts, sink, progress))
-    })?;
+    let what = format!("apply {}", args.model.model.display());
+    let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "apply")?;
+    if let Some(r) = &remote {
+        opts.remote = Some(r.shared());
+        if let Some(d) = opts.droplet.as_mut() {
+            d.remote = Some(r.shared());
+        }
+        if let Some(t) = opts.tune.as_mut() {
+            t.refine.remote = Some(r.shared());
+        }
+    }
+    let outcome = super::progress::track(|progress| {
+        super::with_sink_or_remote(store, args.dry_run, remote.as_ref(), |sink| {
+            apply(&m, &opts, sink, progress)
+        })
+    });
+    let report = match &remote {
+        Some(r) => {
+            let ended = r.finish(ttdb_tuning::search::interrupt::requested());
+            let report = outcome?;
+            ended?;
+            report
+        }
+        None => outcome?,
+    };
     super::progress::print_report(&report, report.interrupted, args.json, render_apply)?;
     if report.kernels.iter().any(|k| !k.verified) {
         return Err(CliError {

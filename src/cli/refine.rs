@@ -175,9 +175,9 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
         });
     }
     let mut opts = args.options()?;
-    if args.workers.is_some() && (args.model.is_some() || args.dry_run) {
+    if args.workers.is_some() && args.dry_run {
         return Err(CliError {
-            message: "--workers measures stored workloads (--workload, --class, --all) and stores every trial: not with --model or --dry-run".into(),
+            message: "--workers and --dry-run: workers store every trial they measure".into(),
             code: 2,
         });
     }
@@ -192,6 +192,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
                 droplet: args.trials_per_kernel.max(1),
                 tune: 0,
                 isolation: args.isolation.clone(),
+                workers: args.workers.clone(),
                 dry_run: args.dry_run,
                 json: args.json,
             },

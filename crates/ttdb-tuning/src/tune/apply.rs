@@ -13,6 +13,7 @@ use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
 use crate::search::cost_model::CostModel;
 use crate::search::droplet::Stop;
 use crate::search::interrupt;
+use crate::search::measurer::MeasureElsewhere;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -39,6 +40,9 @@ pub struct ApplyOptions {
     pub droplet: Option<RefineOptions>,
     /// Search the kernels no transferred schedule sped up (None: no; `apply --tune N`).
     pub tune: Option<super::search::TuneOptions>,
+    /// Measure the default and the candidates on the queue's workers instead of here
+    /// (`apply --workers`; Droplet and the search take theirs from their own options).
+    pub remote: Option<std::sync::Arc<dyn MeasureElsewhere>>,
 }
 
 impl Default for ApplyOptions {
@@ -59,6 +63,7 @@ impl Default for ApplyOptions {
             default_eval,
             droplet: None,
             tune: None,
+            remote: None,
         }
     }
 }
@@ -330,7 +335,18 @@ fn apply_kernel(
     };
     let mut references = References::default();
     let default = match references.get(&default_dag) {
-        Ok(reference) => evaluate_default(&default_dag, reference, &opts.default_eval),
+        Ok(reference) => match &opts.remote {
+            // The default schedule is the empty step list.
+            Some(remote) => evaluate_remotely(
+                remote.as_ref(),
+                &default_dag,
+                &[vec![]],
+                reference,
+                &opts.default_eval,
+            )
+            .remove(0),
+            None => evaluate_default(&default_dag, reference, &opts.default_eval),
+        },
         Err(e) => {
             r.note = Some(e);
             return Ok(r);
@@ -365,8 +381,15 @@ fn apply_kernel(
     let mut measured = Vec::new();
     // (median ms, candidate index) of every verified candidate.
     let mut verified: Vec<(f64, usize)> = Vec::new();
-    for c in candidates {
+    let mut remote_evaluations = match &opts.remote {
+        Some(remote) => {
+            evaluate_candidates_remotely(remote.as_ref(), candidates, &mut references, &opts.eval)
+        }
+        None => vec![None; candidates.len()],
+    };
+    for (c, remote_evaluation) in candidates.iter().zip(remote_evaluations.drain(..)) {
         let e = match references.get(&c.dag) {
+            Ok(_) if remote_evaluation.is_some() => remote_evaluation.expect("checked"),
             Ok(reference) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
             Err(msg) => {
                 r.trials.push(Trial {
@@ -452,6 +475,60 @@ fn apply_kernel(
         r.speedup = Some(u / t);
     }
     Ok(r)
+}
+
+/// Evaluations of `schedules` of `dag` on the queue's workers, as one batch; a schedule left
+/// unrun (Ctrl-C) is a failed trial.
+fn evaluate_remotely(
+    remote: &dyn MeasureElsewhere,
+    dag: &Dag,
+    schedules: &[Vec<Step>],
+    reference: &Reference,
+    eval: &EvalOptions,
+) -> Vec<Evaluation> {
+    let mut measurer = remote.measurer(dag, reference, eval.clone(), &interrupt::requested);
+    // The per-run timeout is the worker's (time waiting in the queue never counts).
+    let timeout = eval.measure.timeout.unwrap_or(Duration::from_secs(10));
+    measurer
+        .measure(schedules, timeout)
+        .into_iter()
+        .map(|e| e.unwrap_or_else(|| Evaluation::failure(7, "not measured: interrupted".into())))
+        .collect()
+}
+
+/// The candidates' evaluations on the queue's workers: one batch per distinct DAG (the
+/// candidates of one era and operand order share a reference), in the candidates' order;
+/// None for a candidate whose reference could not be built (the caller reports it).
+fn evaluate_candidates_remotely(
+    remote: &dyn MeasureElsewhere,
+    candidates: &[Candidate],
+    references: &mut References,
+    eval: &EvalOptions,
+) -> Vec<Option<Evaluation>> {
+    let mut out: Vec<Option<Evaluation>> = vec![None; candidates.len()];
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let h = dag_hash(&c.dag);
+        match groups.iter_mut().find(|g| g.0 == h) {
+            Some(g) => g.1.push(i),
+            None => groups.push((h, vec![i])),
+        }
+    }
+    for (_, members) in groups {
+        let dag = &candidates[members[0]].dag;
+        let Ok(reference) = references.get(dag) else {
+            continue;
+        };
+        let schedules: Vec<Vec<Step>> = members
+            .iter()
+            .map(|&i| candidates[i].steps.clone())
+            .collect();
+        let evaluations = evaluate_remotely(remote, dag, &schedules, reference, eval);
+        for (i, e) in members.into_iter().zip(evaluations) {
+            out[i] = Some(e);
+        }
+    }
+    out
 }
 
 /// `apply --tune`: no transferred schedule beat the default, so search the kernel; the
