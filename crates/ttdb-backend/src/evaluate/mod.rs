@@ -20,7 +20,7 @@
 mod reference;
 pub mod worker;
 
-pub use reference::{Reference, SAMPLE_POINTS};
+pub use reference::{ExpectedValues, Reference, SAMPLE_POINTS};
 pub use worker::{Isolation, WorkerSpec};
 
 use crate::codegen::{compile, CodegenError, CodegenOptions, CompiledKernel, RunError, RunOptions};
@@ -438,6 +438,7 @@ fn in_worker(
         dag,
         reference_seed: reference.seed,
         eval: opts,
+        expected: reference.shippable_expected(),
     };
     worker::with_client(spec, |c| c.one(&task, steps, &|| false)).unwrap_or_else(|| {
         Evaluation::failed(7, "interrupted".into(), Duration::ZERO, Duration::ZERO)
@@ -458,6 +459,44 @@ pub fn evaluate_kernel(
 mod tests {
     use super::*;
     use ttdb_algo::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
+
+    /// A reference rebuilt from shipped values is the same reference, and values of the
+    /// wrong shape (they come from another process) are refused, never indexed.
+    #[test]
+    fn a_reference_from_shipped_values_equals_the_evaluated_one() {
+        let spec = WorkloadSpec::new(
+            Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
+            vec![EpilogueOp::Relu],
+        );
+        let dag = spec
+            .build(Era::V010, &[vec![1, 6, 6, 4], vec![3, 3, 4, 8]])
+            .expect("a conv");
+        let evaluated = Reference::new(&dag, 9).expect("reference");
+        let shipped = evaluated
+            .shippable_expected()
+            .expect("finite values")
+            .to_vec();
+        let json = serde_json::to_string(&shipped).unwrap();
+        let rebuilt =
+            Reference::with_expected(&dag, 9, serde_json::from_str(&json).unwrap()).unwrap();
+        assert_eq!(rebuilt.expected, evaluated.expected);
+        assert!(rebuilt.inputs == evaluated.inputs);
+        let bad = |f: &dyn Fn(&mut Vec<ExpectedValues>)| {
+            let mut e = shipped.clone();
+            f(&mut e);
+            Reference::with_expected(&dag, 9, e).err().expect("refused")
+        };
+        let total = dag.stage(dag.outputs[0]).shape().iter().product::<i64>() as usize;
+        assert!(bad(&|e| e[0].0[3] = total).contains("elements"));
+        assert!(bad(&|e| {
+            e[0].1.pop();
+        })
+        .contains("values"));
+        assert!(bad(&|e| e.push(e[0].clone())).contains("output(s)"));
+        let mut nan = Reference::new(&dag, 9).unwrap();
+        nan.expected[0].1[0] = f64::NAN;
+        assert!(nan.shippable_expected().is_none());
+    }
 
     #[test]
     fn samples_run_on_each_copy_of_the_arguments_in_turn() {

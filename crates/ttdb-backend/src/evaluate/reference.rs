@@ -12,6 +12,9 @@ use ttdb_algo::ir::Dag;
 /// demand-driven, so a sample costs its receptive field only.
 pub const SAMPLE_POINTS: usize = 1024;
 
+/// One output's checked points: (flat positions, reference values there).
+pub type ExpectedValues = (Vec<usize>, Vec<f64>);
+
 /// Inputs and reference values of one workload's outputs at the checked points.
 pub struct Reference {
     /// What [`Reference::new`] drew the inputs and checked points from: a measuring worker
@@ -19,7 +22,7 @@ pub struct Reference {
     pub seed: u64,
     pub inputs: Vec<TensorData>,
     /// Per output: (flat positions, reference values there).
-    pub expected: Vec<(Vec<usize>, Vec<f64>)>,
+    pub expected: Vec<ExpectedValues>,
     pub eval_time: Duration,
 }
 
@@ -45,6 +48,52 @@ fn sample_points(total: usize, n: usize, seed: u64) -> Vec<usize> {
 }
 
 impl Reference {
+    /// The reference of `dag` from the inputs `seed` draws and values someone already
+    /// computed with [`Reference::new`] (a measuring worker gets them from its parent, or
+    /// from the queue's coordinator, instead of evaluating the DAG again: ~0.7 s per conv).
+    /// They come from another process, so their shape is checked: one entry per output,
+    /// as many values as points, every point inside its output.
+    pub fn with_expected(
+        dag: &Dag,
+        seed: u64,
+        expected: Vec<ExpectedValues>,
+    ) -> Result<Reference, String> {
+        let t = Instant::now();
+        if expected.len() != dag.outputs.len() {
+            return Err(format!(
+                "reference values for {} output(s), the DAG has {}",
+                expected.len(),
+                dag.outputs.len()
+            ));
+        }
+        for (i, ((points, values), out)) in expected.iter().zip(&dag.outputs).enumerate() {
+            let total = dag.stage(*out).shape().iter().product::<i64>().max(0) as usize;
+            if points.len() != values.len() || points.iter().any(|&p| p >= total) {
+                return Err(format!(
+                    "reference values of output {i}: {} points, {} values, for {total} elements",
+                    points.len(),
+                    values.len()
+                ));
+            }
+        }
+        Ok(Reference {
+            seed,
+            inputs: random_inputs(dag, seed),
+            expected,
+            eval_time: t.elapsed(),
+        })
+    }
+
+    /// The reference values, where JSON can carry them (every value finite), to hand to
+    /// [`Reference::with_expected`] in another process.
+    pub fn shippable_expected(&self) -> Option<&[ExpectedValues]> {
+        let finite = self
+            .expected
+            .iter()
+            .all(|(_, v)| v.iter().all(|x| x.is_finite()));
+        finite.then_some(&self.expected[..])
+    }
+
     pub fn new(dag: &Dag, seed: u64) -> Result<Reference, String> {
         let t = Instant::now();
         let inputs = random_inputs(dag, seed);

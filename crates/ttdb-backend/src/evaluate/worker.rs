@@ -14,6 +14,7 @@
 //!
 //! The protocol is one JSON object per line on the worker's stdin and stdout: the same
 //! worker a team's machines will run for a shared queue.
+use super::reference::ExpectedValues;
 use super::{EvalOptions, Evaluation};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
@@ -54,6 +55,10 @@ pub enum Request {
         dag: Dag,
         reference_seed: u64,
         eval: EvalOptions,
+        /// The reference's values, when the parent has them (else the worker evaluates the
+        /// DAG itself).
+        #[serde(default)]
+        expected: Option<Vec<ExpectedValues>>,
     },
     /// Build, verify and time these step lists as one batch (`KernelMeasurer`'s rounds).
     /// `ids` number them for the fault hook.
@@ -116,6 +121,8 @@ pub struct TaskRef<'a> {
     pub dag: &'a Dag,
     pub reference_seed: u64,
     pub eval: &'a EvalOptions,
+    /// The reference's values ([`super::Reference::shippable_expected`]).
+    pub expected: Option<&'a [ExpectedValues]>,
 }
 
 /// How a worker ended, as a message (`killed by SIGSEGV`).
@@ -302,6 +309,7 @@ impl Client {
             dag: task.dag.clone(),
             reference_seed: task.reference_seed,
             eval,
+            expected: task.expected.map(<[_]>::to_vec),
         };
         let text = serde_json::to_string(&request).map_err(|e| Some(e.to_string()))?;
         let digest = ttdb_format::signature::hex(&<sha2::Sha256 as sha2::Digest>::digest(&text));

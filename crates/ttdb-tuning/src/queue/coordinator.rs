@@ -140,6 +140,7 @@ impl QueueMeasurer<'_> {
             flops: self.dag.flop_ct(),
             dag: self.dag.clone(),
             reference_seed: self.reference.seed,
+            expected: self.reference.shippable_expected().map(<[_]>::to_vec),
             eval: self.eval.clone(),
             kind: self.remote.kind.clone(),
         };

@@ -10,7 +10,7 @@ pub mod worker;
 
 use serde::{Deserialize, Serialize};
 use ttdb_algo::ir::Dag;
-use ttdb_backend::evaluate::EvalOptions;
+use ttdb_backend::evaluate::{EvalOptions, ExpectedValues};
 
 pub use coordinator::{QueueMeasurer, RemoteMeasuring};
 
@@ -21,8 +21,13 @@ pub struct Workload {
     pub key: String,
     pub flops: f64,
     pub dag: Dag,
-    /// The reference's seed: the worker rebuilds the same reference (`Reference::new`).
+    /// The reference's seed: the worker draws the same inputs from it.
     pub reference_seed: u64,
+    /// The reference's values at its checked points, as the coordinator computed them
+    /// (`Reference::with_expected`), so that no worker evaluates the DAG again; absent
+    /// (a value JSON cannot carry), the worker computes them (`Reference::new`).
+    #[serde(default)]
+    pub expected: Option<Vec<ExpectedValues>>,
     /// How to build and time (the worker keeps its own isolation).
     pub eval: EvalOptions,
     /// The kind of run the measurements are filed under (search, droplet).

@@ -87,7 +87,10 @@ impl References {
         if let Some((_, r)) = self.kept.iter().find(|(k, _)| k == text) {
             return Ok(r.clone());
         }
-        let r = Arc::new(Reference::new(&w.dag, w.reference_seed)?);
+        let r = Arc::new(match &w.expected {
+            Some(values) => Reference::with_expected(&w.dag, w.reference_seed, values.clone())?,
+            None => Reference::new(&w.dag, w.reference_seed)?,
+        });
         self.built = Some(r.eval_time.as_secs_f64());
         if self.kept.len() >= KEPT_REFERENCES {
             self.kept.pop_front();

@@ -161,6 +161,7 @@ impl Measurer for KernelMeasurer<'_> {
                 dag: self.dag,
                 reference_seed: self.reference.seed,
                 eval: &self.eval,
+                expected: self.reference.shippable_expected(),
             };
             return with_client(spec, |c| {
                 c.batch(&task, schedules, timeout, self.interrupted)

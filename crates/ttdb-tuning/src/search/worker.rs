@@ -52,7 +52,8 @@ pub fn serve(input: impl BufRead, output: impl Write + Send) -> Result<(), Strin
                 dag,
                 reference_seed,
                 eval,
-            } => match Reference::new(&dag, reference_seed) {
+                expected,
+            } => match reference_of(&dag, reference_seed, expected) {
                 Ok(r) => {
                     task = Some((dag, r, eval));
                     reply(&Reply::Ready)?;
@@ -115,4 +116,16 @@ fn parse_all(schedules: &[String]) -> Result<Vec<Vec<ttdb_format::ansor::Step>>,
         .iter()
         .map(|s| steps_from_json(s).map_err(|e| format!("unreadable steps: {e}")))
         .collect()
+}
+
+/// The task's reference: from the values the parent sent, else evaluated here.
+fn reference_of(
+    dag: &ttdb_algo::ir::Dag,
+    seed: u64,
+    expected: Option<Vec<ttdb_backend::evaluate::ExpectedValues>>,
+) -> Result<Reference, String> {
+    match expected {
+        Some(values) => Reference::with_expected(dag, seed, values),
+        None => Reference::new(dag, seed),
+    }
 }
