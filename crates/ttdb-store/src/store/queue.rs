@@ -246,9 +246,13 @@ impl Store {
     }
 
     /// Claims pending jobs of one batch for `host_class` (the oldest batch with any), leased
-    /// for `lease`; None when there are none. It takes its share: the batch's pending jobs
-    /// divided among the idle live workers of the class (itself included), at most `max`,
-    /// so that two workers split a batch of ten five and five rather than eight and two.
+    /// for `lease`; None when there are none. It takes its share: the batch's jobs divided
+    /// among the live workers of the class (itself included), at most `max`, so
+    /// that two workers split a batch of ten five and five rather than eight and two. Busy
+    /// workers count too: a worker that claims while another measures leaves that one's
+    /// share pending, for whichever is free first (with the coordinator queuing the next
+    /// round while one is measured, an idle worker that took all would leave the other
+    /// waiting for the round to end).
     /// Jobs another worker is claiming at this moment are skipped, not waited for.
     pub fn claim(
         &self,
@@ -271,22 +275,23 @@ impl Store {
         self.db.transaction(|tx| {
             let now = tx.now_epoch()?;
             let oldest: Option<(i64, i64)> = tx.query_opt(
-                "SELECT batch_id, (SELECT COUNT(*) FROM jobs p WHERE p.batch_id = j.batch_id AND p.state = 'pending')
+                "SELECT batch_id, (SELECT COUNT(*) FROM jobs p WHERE p.batch_id = j.batch_id)
                  FROM jobs j WHERE j.state = 'pending' AND j.host_class = ?1 ORDER BY j.id LIMIT 1",
                 params![host_class],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?;
-            let Some((batch_id, pending)) = oldest else {
+            let Some((batch_id, size)) = oldest else {
                 return Ok(None);
             };
-            let idle: i64 = tx.query_one(
+            let live: i64 = tx.query_one(
                 "SELECT COUNT(*) FROM workers w WHERE w.host_class = ?1 AND w.stopped_at IS NULL
-                   AND (w.heartbeat_at >= ?2 OR w.id = ?3)
-                   AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.worker_id = w.id AND j.state = 'leased')",
+                   AND (w.heartbeat_at >= ?2 OR w.id = ?3)",
                 params![host_class, now - LIVE_WITHIN.as_secs_f64(), worker],
                 |r| r.get(0),
             )?;
-            let share = (pending as usize).div_ceil(idle.max(1) as usize).clamp(1, max.max(1));
+            let share = (size as usize)
+                .div_ceil(live.max(1) as usize)
+                .clamp(1, max.max(1));
             let mut jobs: Vec<(i64, i64, i64, String)> = tx.query_map(
                 &claim_sql,
                 params![worker, now + lease.as_secs_f64(), now, batch_id, share],

@@ -195,22 +195,27 @@ crate::on_both_backends! {
 }
 
 crate::on_both_backends! {
-    fn idle_workers_split_a_batch(backend) {
+    fn live_workers_split_a_batch(backend) {
         let s = backend.store();
         let zen = host("znver3");
         let a = s.register_worker("a:1", &zen, 8).unwrap();
         let b = s.register_worker("b:1", &zen, 8).unwrap();
         let tune = s.begin_tune(&zen.class(), "test").unwrap();
         s.enqueue(tune, &zen.class(), "{}", Duration::from_secs(5), &schedules(10)).unwrap();
-        // Two idle workers: five each, not eight and two.
+        // Two live workers: five each, not eight and two.
         assert_eq!(s.claim(a, &zen.class(), 8, LEASE).unwrap().unwrap().jobs.len(), 5);
-        // A now holds jobs; B is the only idle one and takes the rest.
         assert_eq!(s.claim(b, &zen.class(), 8, LEASE).unwrap().unwrap().jobs.len(), 5);
-        // Busy and stopped workers do not count.
+        // The next batch while both are busy: A, free first, takes its share and leaves
+        // B's pending, for whichever of them is free next.
+        s.enqueue(tune, &zen.class(), "{}", Duration::from_secs(5), &schedules(8)).unwrap();
+        assert_eq!(s.claim(a, &zen.class(), 8, LEASE).unwrap().unwrap().jobs.len(), 4);
+        assert_eq!(s.claim(b, &zen.class(), 8, LEASE).unwrap().unwrap().jobs.len(), 4);
+        // Stopped workers do not count.
         let d = s.register_worker("d:1", &zen, 8).unwrap();
         s.worker_stopped(d).unwrap();
         s.enqueue(tune, &zen.class(), "{}", Duration::from_secs(5), &schedules(3)).unwrap();
         let c = s.register_worker("c:1", &zen, 8).unwrap();
-        assert_eq!(s.claim(c, &zen.class(), 8, LEASE).unwrap().unwrap().jobs.len(), 3);
+        // a, b and c are live: a share of three jobs is one.
+        assert_eq!(s.claim(c, &zen.class(), 8, LEASE).unwrap().unwrap().jobs.len(), 1);
     }
 }
