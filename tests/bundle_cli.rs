@@ -3,18 +3,13 @@
 //! The tests of what a database holds run on SQLite and on PostgreSQL; the tampering
 //! tests check a SQLite file's bytes.
 mod common;
-use common::{corpus_dir, ttdb_on};
+use common::{corpus_dir, new_db, ttdb_on};
 use std::path::{Path, PathBuf};
-use ttdb::store::testing::{db_arg, Backend};
+use ttdb::store::testing::Backend;
 use ttdb_store::on_both_backends;
 
 fn log(name: &str) -> PathBuf {
     corpus_dir().join(format!("ansor/tvm_ansor_bench_nchwc/{name}.best.json"))
-}
-
-/// What `--db` takes for a new database of `backend` (a file `name` in `dir` for SQLite).
-fn new_db(backend: Backend, dir: &Path, name: &str) -> PathBuf {
-    PathBuf::from(db_arg(&backend.location(dir, name)))
 }
 
 /// A database in `dir` named `name` with these corpus logs imported.

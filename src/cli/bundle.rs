@@ -400,10 +400,9 @@ fn short_key(signature: &str, key: &str) -> String {
 fn inspect(db: &Option<PathBuf>, file: &Path, limits: &Limits, json: bool) -> CliResult {
     let b = read_bundle_within(file, limits)?;
     // Inspecting needs no database: without one, every workload is new.
-    let store = match super::open_store(db, ttdb_store::store::OpenMode::ReadOnly) {
-        Ok(s) => s,
-        Err(_) if !db_exists(db) => Store::open_in_memory()?,
-        Err(e) => return Err(e),
+    let store = match super::open_store_if_any(db, ttdb_store::store::OpenMode::ReadOnly)? {
+        Some(s) => s,
+        None => Store::open_in_memory()?,
     };
     let signer = signer_view(&b, Some(&store))?;
     let plans = bundle::plan(&store, &b)?;
@@ -510,16 +509,6 @@ pub(super) fn import_checked(
 fn check_signature(path: &Path, s: &SignerView, require_signed: bool) -> CliResult {
     sign::check_policy(s, require_signed)
         .map_err(|why| fail(format!("{}: {why}; nothing was imported", path.display())))
-}
-
-/// Whether the database `db` names (or the default one) exists.
-/// Whether the database is there: a file that exists, or any PostgreSQL database (whose
-/// absence `open_store` reports).
-fn db_exists(db: &Option<PathBuf>) -> bool {
-    match super::db_location(db) {
-        ttdb_store::store::Location::File(path) => path.exists(),
-        ttdb_store::store::Location::Postgres(_) => true,
-    }
 }
 
 pub(super) fn render_bundle_import(v: &ImportView) -> String {

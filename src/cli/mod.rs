@@ -343,7 +343,30 @@ fn open_store(
     mode: ttdb_store::store::OpenMode,
 ) -> Result<ttdb_store::store::Store, CliError> {
     let location = db_location(db);
-    ttdb_store::store::Store::open_at(&location, mode).map_err(|e| CliError {
+    ttdb_store::store::Store::open_at(&location, mode).map_err(|e| open_error(&location, e))
+}
+
+/// [`open_store`] for a command that works without a database too: `None` when there is
+/// no ttdb database (no file, an empty one, or a PostgreSQL database ttdb has not written
+/// to yet, as an administrator's `CREATE DATABASE` leaves it).
+fn open_store_if_any(
+    db: &Option<PathBuf>,
+    mode: ttdb_store::store::OpenMode,
+) -> Result<Option<ttdb_store::store::Store>, CliError> {
+    let location = db_location(db);
+    match ttdb_store::store::Store::open_at(&location, mode) {
+        Ok(store) => Ok(Some(store)),
+        Err(ttdb_store::store::StoreError::Missing { .. }) => Ok(None),
+        Err(e) => Err(open_error(&location, e)),
+    }
+}
+
+/// Why the database at `location` did not open, naming it once (without its password).
+fn open_error(
+    location: &ttdb_store::store::Location,
+    e: ttdb_store::store::StoreError,
+) -> CliError {
+    CliError {
         message: match e {
             // These name the location themselves.
             ttdb_store::store::StoreError::Missing { .. }
@@ -358,7 +381,7 @@ fn open_store(
             }
         },
         code: 1,
-    })
+    }
 }
 
 pub fn run(cli: Cli) -> CliResult {

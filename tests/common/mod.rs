@@ -2,6 +2,8 @@
 //! `../shared/corpus`; tests that need it fail loudly when it is missing.
 #![allow(dead_code)]
 use std::path::{Path, PathBuf};
+use ttdb::store::testing::{db_arg, Backend};
+use ttdb::store::{Location, OpenMode, Store, StoreError};
 
 pub fn corpus_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
@@ -60,7 +62,7 @@ pub fn sample_full_histories<T>(items: Vec<T>, file_of: impl Fn(&T) -> String) -
                 return true;
             }
             n += 1;
-            (n - 1) % FULL_HISTORY_STRIDE == 0
+            (n - 1).is_multiple_of(FULL_HISTORY_STRIDE)
         })
         .collect()
 }
@@ -77,6 +79,38 @@ pub fn rel(p: &Path) -> String {
         .unwrap_or(p)
         .display()
         .to_string()
+}
+
+/// What `--db` takes for a new database of `backend`: a file `name` in `dir` (made by the
+/// first command that stores) for SQLite, a new empty database on the test cluster for
+/// PostgreSQL. Tests pass it to [`ttdb_on`] and the helpers below alike.
+pub fn new_db(backend: Backend, dir: &Path, name: &str) -> PathBuf {
+    PathBuf::from(db_arg(&backend.location(dir, name)))
+}
+
+/// The database `db` names (a file or a postgres:// URL, as `--db` takes it), opened to
+/// read.
+pub fn open_db(db: &Path) -> Store {
+    Store::open_at(&Location::parse(db), OpenMode::ReadOnly)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", db.display()))
+}
+
+/// The integer `sql` returns on the database `db`, of either backend.
+pub fn query_int(db: &Path, sql: &str) -> i64 {
+    open_db(db)
+        .sql_for_tests()
+        .query_one(sql, &[], |r| r.get(0))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Whether ttdb's database exists at `db`: a reading command must never make one (for
+/// SQLite, no file; for PostgreSQL, none of ttdb's tables in the database).
+pub fn holds_ttdb_database(db: &Path) -> bool {
+    match Store::open_at(&Location::parse(db), OpenMode::ReadOnly) {
+        Ok(_) => true,
+        Err(StoreError::Missing { .. }) => false,
+        Err(e) => panic!("{}: {e}", db.display()),
+    }
 }
 
 /// Runs the ttdb binary on the database `db`: (exit code, stdout, stderr).

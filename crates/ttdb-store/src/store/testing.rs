@@ -2,6 +2,7 @@
 //! a database of their own in memory or in a temporary folder; PostgreSQL tests get a new
 //! database on the cluster `$TTDB_TEST_POSTGRES` names (scripts/test starts a throwaway
 //! one), and fail, never skip, when there is none.
+use super::db::Db;
 use super::postgres::{connect, PgUrl};
 use super::{Location, OpenMode, Store};
 use std::path::Path;
@@ -70,6 +71,16 @@ pub fn new_database(admin: &PgUrl, name: &str) -> Location {
         .and_then(|()| db.execute_batch(&format!("CREATE DATABASE {name}")))
         .unwrap_or_else(|e| panic!("creating the test database {name}: {e}"));
     Location::Postgres(admin.with_database(name))
+}
+
+/// A plain session on the PostgreSQL database `location` names, without ttdb's identity
+/// check or migrations: for tests that set up what ttdb must refuse or cope with (another
+/// application's tables, a role that may only read).
+pub fn raw_session(location: &Location) -> Db {
+    let Location::Postgres(url) = location else {
+        panic!("raw_session: {location} is not a PostgreSQL database");
+    };
+    connect(url).unwrap_or_else(|e| panic!("connecting to {url}: {e}"))
 }
 
 /// Defines `mod NAME { fn sqlite(); fn postgres() }`: the body runs once per backend, with
