@@ -31,11 +31,11 @@ pub struct ApplyArgs {
     pub tune: usize,
     #[command(flatten)]
     pub isolation: super::IsolationArgs,
-    /// Do not store the measured choices in the database.
     /// Measure on `ttdb worker` processes of this host class (default: this machine's)
     /// through the database's queue instead of here; they store every trial.
     #[arg(long, value_name = "HOST-CLASS", num_args = 0..=1, default_missing_value = "")]
     pub workers: Option<String>,
+    /// Do not store the measured choices in the database.
     #[arg(long)]
     pub dry_run: bool,
     /// Print the result as JSON on standard output.
