@@ -59,8 +59,8 @@ fn a_password_is_never_printed() {
     run(&["--db", &url, "stats", "--json"], None);
     run(&["stats"], Some(&url));
     run(&["--help"], Some(&url));
-    // Failures: a database that does not exist, a server that is not there, a foreign
-    // database, TLS asked for, a bad option.
+    // Failures: a database that does not exist, a server that is not there, TLS asked of
+    // a server without it, an sslmode that does not exist, a socket that is not there.
     let missing = with_password(&fresh_postgres(), SECRET).replace("/ttdb_test_", "/no_such_");
     run(&["--db", &missing, "stats", "--json"], None);
     let nowhere = format!("postgres://ttdb:{SECRET}@127.0.0.1:1/ttdb");
@@ -87,7 +87,7 @@ fn a_password_is_never_printed() {
         [true, true, true, true, false, false, false, false, false],
         "{outputs:#?}"
     );
-    // The failures name the database, redacted, and the TLS refusal says what to do.
+    // The failures name the database, redacted, and say what was wrong.
     assert!(outputs[4].2.contains("ttdb:***@"), "{}", outputs[4].2);
     assert!(outputs[4].2.contains("does not exist"), "{}", outputs[4].2);
     assert!(
@@ -97,9 +97,16 @@ fn a_password_is_never_printed() {
     );
     assert!(outputs[5].2.contains("127.0.0.1:1"), "{}", outputs[5].2);
     assert!(
-        outputs[6].2.contains("sslmode=require asks for TLS"),
+        outputs[6].2.contains("server does not support TLS"),
         "{}",
         outputs[6].2
+    );
+    assert!(
+        outputs[7]
+            .2
+            .contains("sslmode=\"bogus\" is not one of disable, prefer, require"),
+        "{}",
+        outputs[7].2
     );
     assert!(outputs[2].2.contains("records"), "{}", outputs[2].2);
 }
@@ -223,3 +230,4 @@ fn concurrent_imports_of_different_logs_lose_and_duplicate_nothing() {
 fn report_inserted(report: &serde_json::Value) -> i64 {
     report["inserted"].as_i64().expect("an inserted count")
 }
+
