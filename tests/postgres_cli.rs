@@ -1,11 +1,12 @@
 //! ttdb on a PostgreSQL database through the CLI (scripts/test starts the cluster): a
 //! password never shows, a bundle round trip PostgreSQL → SQLite → PostgreSQL keeps the best
-//! records, and concurrent imports lose and duplicate nothing.
+//! records, concurrent imports lose and duplicate nothing, and TLS (on a cluster of the
+//! test's own) does what `sslmode` asks.
 mod common;
 use common::{corpus_dir, ttdb_on};
 use std::path::{Path, PathBuf};
 use ttdb::store::testing::{db_arg, fresh_postgres};
-use ttdb::store::Location;
+use ttdb::store::{Location, OpenMode, Store};
 
 fn log(name: &str) -> PathBuf {
     corpus_dir().join(format!("ansor/tvm_ansor_bench_nchwc/{name}.best.json"))
@@ -59,8 +60,8 @@ fn a_password_is_never_printed() {
     run(&["--db", &url, "stats", "--json"], None);
     run(&["stats"], Some(&url));
     run(&["--help"], Some(&url));
-    // Failures: a database that does not exist, a server that is not there, a foreign
-    // database, TLS asked for, a bad option.
+    // Failures: a database that does not exist, a server that is not there, TLS asked of
+    // a server without it, an sslmode that does not exist, a socket that is not there.
     let missing = with_password(&fresh_postgres(), SECRET).replace("/ttdb_test_", "/no_such_");
     run(&["--db", &missing, "stats", "--json"], None);
     let nowhere = format!("postgres://ttdb:{SECRET}@127.0.0.1:1/ttdb");
@@ -87,7 +88,7 @@ fn a_password_is_never_printed() {
         [true, true, true, true, false, false, false, false, false],
         "{outputs:#?}"
     );
-    // The failures name the database, redacted, and the TLS refusal says what to do.
+    // The failures name the database, redacted, and say what was wrong.
     assert!(outputs[4].2.contains("ttdb:***@"), "{}", outputs[4].2);
     assert!(outputs[4].2.contains("does not exist"), "{}", outputs[4].2);
     assert!(
@@ -97,9 +98,16 @@ fn a_password_is_never_printed() {
     );
     assert!(outputs[5].2.contains("127.0.0.1:1"), "{}", outputs[5].2);
     assert!(
-        outputs[6].2.contains("sslmode=require asks for TLS"),
+        outputs[6].2.contains("server does not support TLS"),
         "{}",
         outputs[6].2
+    );
+    assert!(
+        outputs[7]
+            .2
+            .contains("sslmode=\"bogus\" is not one of disable, prefer, require"),
+        "{}",
+        outputs[7].2
     );
     assert!(outputs[2].2.contains("records"), "{}", outputs[2].2);
 }
@@ -222,4 +230,101 @@ fn concurrent_imports_of_different_logs_lose_and_duplicate_nothing() {
 /// The records an `import --json` report says were new.
 fn report_inserted(report: &serde_json::Value) -> i64 {
     report["inserted"].as_i64().expect("an inserted count")
+}
+
+#[path = "common/pg_cluster.rs"]
+mod pg_cluster;
+
+#[test]
+fn tls_follows_sslmode_and_sslrootcert() {
+    const SECRET: &str = "tls-Sw0rdf1sh";
+    let cluster = pg_cluster::Cluster::start_with(pg_cluster::Options { tls: true });
+    let ca = cluster.ca().display().to_string();
+    let base = cluster.tcp_url("postgres");
+    let url = |query: &str| format!("{base}?{query}");
+    let fails = |db: &str, args: &[&str]| {
+        let (code, _, err) = ttdb_on(Path::new(db), args);
+        assert_ne!(code, 0, "ttdb {args:?} on {db} succeeded");
+        assert!(!err.contains(SECRET), "the password was printed:\n{err}");
+        err
+    };
+
+    // The cluster takes TCP sessions only over TLS (hostssl), so an import that works was
+    // encrypted; the store's own session says so from the server's side too.
+    let full = url(&format!("sslmode=verify-full&sslrootcert={ca}"));
+    let report: serde_json::Value = serde_json::from_str(&ttdb(
+        &full,
+        &["import", "--json", log("alexnet").to_str().unwrap()],
+    ))
+    .unwrap();
+    let imported = report_inserted(&report);
+    assert!(imported > 0, "{report}");
+    let store = Store::open_at(
+        &Location::Postgres(ttdb::store::PgUrl::parse(&full).unwrap()),
+        OpenMode::ReadOnly,
+    )
+    .unwrap();
+    let ssl: bool = store
+        .sql_for_tests()
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(ssl, "the server sees the session unencrypted");
+
+    // require: encrypted, with no certificate to check against.
+    let records = |db: &str| {
+        let stats: serde_json::Value =
+            serde_json::from_str(&ttdb(db, &["stats", "--json"])).unwrap();
+        stats["records"].as_i64().unwrap()
+    };
+    assert_eq!(records(&url("sslmode=require")), imported);
+
+    // verify-ca checks the chain only; verify-full also the name the client asked for
+    // (the certificate is for 127.0.0.1, not localhost; hostaddr keeps the address).
+    let by_name = base.replace("127.0.0.1", "localhost");
+    let named =
+        |mode: &str| format!("{by_name}?hostaddr=127.0.0.1&sslmode={mode}&sslrootcert={ca}");
+    assert_eq!(records(&named("verify-ca")), imported);
+    let err = fails(&named("verify-full"), &["stats"]);
+    assert!(err.contains("certificate verify failed"), "{err}");
+    assert!(err.contains("hostname mismatch"), "{err}");
+    assert!(
+        err.contains("sslmode=verify-full checks that the server's certificate names this host"),
+        "{err}"
+    );
+
+    // A CA that did not sign the server's certificate: refused before the password goes.
+    let dir = tempfile::tempdir().unwrap();
+    let stranger = pg_cluster::self_signed_ca(dir.path(), "stranger");
+    let with_secret = |query: &str| {
+        url(query).replacen("postgres://ttdb@", &format!("postgres://ttdb:{SECRET}@"), 1)
+    };
+    let err = fails(
+        &with_secret(&format!(
+            "sslmode=verify-full&sslrootcert={}",
+            stranger.display()
+        )),
+        &["stats"],
+    );
+    assert!(err.contains("certificate verify failed"), "{err}");
+    assert!(err.contains(&stranger.display().to_string()), "{err}");
+    assert!(err.contains("ttdb:***@127.0.0.1"), "{err}");
+
+    // A root file that is not there is named.
+    let err = fails(
+        &url("sslmode=verify-ca&sslrootcert=/no/such/ca.pem"),
+        &["stats"],
+    );
+    assert!(
+        err.contains("sslrootcert /no/such/ca.pem: cannot read it"),
+        "{err}"
+    );
+
+    // disable: the server's pg_hba.conf refuses a session in clear, with its message.
+    let err = fails(&with_secret("sslmode=disable"), &["stats"]);
+    assert!(err.contains("no pg_hba.conf entry"), "{err}");
+    assert!(err.contains("no encryption"), "{err}");
 }

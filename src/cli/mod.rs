@@ -33,6 +33,7 @@ pub use stats::render_stats;
 /// The import summary (built in `ttdb_store::bundle::summary`; re-exported beside its
 /// renderer).
 pub use ttdb_store::bundle::summary::ImportSummary;
+pub use worker::{render_queue, render_workers};
 pub use workloads::render_workloads;
 
 #[derive(Parser, Debug)]

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use ttdb_store::store::queue::TuneEnd;
+use ttdb_store::store::queue::{TuneEnd, TuneRow, WorkerRow, LIVE_WITHIN};
 use ttdb_store::store::{OpenMode, Store};
 use ttdb_tuning::queue::worker::{run_worker, WorkerEvents, WorkerOptions};
 use ttdb_tuning::queue::RemoteMeasuring;
@@ -171,8 +171,14 @@ pub fn run_workers(store: &Store, args: &ListArgs) -> CliResult {
     let rows = store.workers()?;
     if args.json {
         println!("{}", serde_json::to_string(&rows)?);
-        return Ok(());
+    } else {
+        print!("{}", render_workers(&rows));
     }
+    Ok(())
+}
+
+/// The table of `ttdb workers`.
+pub fn render_workers(rows: &[WorkerRow]) -> String {
     let mut t = Table::new(&[
         ">id",
         "name",
@@ -184,9 +190,8 @@ pub fn run_workers(store: &Store, args: &ListArgs) -> CliResult {
         ">failed",
         "doing",
     ]);
-    for w in &rows {
-        let live =
-            !w.stopped && w.heartbeat_age_s <= ttdb_store::store::queue::LIVE_WITHIN.as_secs_f64();
+    for w in rows {
+        let live = !w.stopped && w.heartbeat_age_s <= LIVE_WITHIN.as_secs_f64();
         t.row(vec![
             w.id.to_string(),
             w.name.clone(),
@@ -206,17 +211,21 @@ pub fn run_workers(store: &Store, args: &ListArgs) -> CliResult {
             w.current.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    print!("{}", t.render());
-    println!("{} worker(s)", rows.len());
-    Ok(())
+    format!("{}{} worker(s)\n", t.render(), rows.len())
 }
 
 pub fn run_queue(store: &Store, args: &ListArgs) -> CliResult {
     let rows = store.queue()?;
     if args.json {
         println!("{}", serde_json::to_string(&rows)?);
-        return Ok(());
+    } else {
+        print!("{}", render_queue(&rows));
     }
+    Ok(())
+}
+
+/// The table of `ttdb queue`.
+pub fn render_queue(rows: &[TuneRow]) -> String {
     let mut t = Table::new(&[
         ">tune",
         "what",
@@ -229,7 +238,7 @@ pub fn run_queue(store: &Store, args: &ListArgs) -> CliResult {
         ">failed",
         ">cancelled",
     ]);
-    for r in &rows {
+    for r in rows {
         t.row(vec![
             r.id.to_string(),
             r.what.clone(),
@@ -243,9 +252,7 @@ pub fn run_queue(store: &Store, args: &ListArgs) -> CliResult {
             r.cancelled.to_string(),
         ]);
     }
-    print!("{}", t.render());
-    println!("{} tune(s)", rows.len());
-    Ok(())
+    format!("{}{} tune(s)\n", t.render(), rows.len())
 }
 
 /// How `ttdb queue` names a run over stored workloads: its selection flags.

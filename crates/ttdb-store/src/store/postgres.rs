@@ -8,6 +8,9 @@ use super::{OpenMode, Result, StoreError};
 use std::cell::RefCell;
 use std::fmt;
 
+#[path = "postgres_tls.rs"]
+mod tls;
+
 /// A `postgres://` or `postgresql://` connection URL, password included.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PgUrl(String);
@@ -142,9 +145,7 @@ fn percent_decoded(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Connects to the database `url` names. TLS needs a connector this build does not carry,
-/// so `sslmode=require` is refused with what to do instead rather than failing obscurely;
-/// `prefer` (the default) connects without TLS.
+/// Connects to the database `url` names, with TLS as its `sslmode` asks ([`tls`]).
 pub(super) fn connect(url: &PgUrl) -> Result<Db> {
     let client = connect_client(url)?;
     Ok(Db::Postgres(Box::new(RefCell::new(Pg::new(
@@ -155,17 +156,23 @@ pub(super) fn connect(url: &PgUrl) -> Result<Db> {
 
 /// A new client session on `url` (see [`connect`]).
 pub(super) fn connect_client(url: &PgUrl) -> Result<postgres::Client> {
-    use postgres::config::SslMode;
     let scrubbed = |e: String| StoreError::Other(format!("{url}: {}", url.scrub(&e)));
-    let config: postgres::Config = url.0.parse().map_err(|e| scrubbed(describe(&e)))?;
-    if config.get_ssl_mode() == SslMode::Require {
-        return Err(StoreError::Other(format!(
-            "{url}: sslmode=require asks for TLS, which this ttdb cannot do: it is built without a TLS connector for PostgreSQL. Connect through a unix socket (host=/path/to/socket), an SSH tunnel, or a trusted network with sslmode=disable"
-        )));
-    }
-    config
-        .connect(postgres::NoTls)
-        .map_err(|e| scrubbed(describe(&e)))
+    let (driver_url, tls) = tls::split(&url.0).map_err(&scrubbed)?;
+    let mut config: postgres::Config = driver_url.parse().map_err(|e| scrubbed(describe(&e)))?;
+    config.ssl_mode(tls.driver_mode());
+    let connected = match tls.connector().map_err(&scrubbed)? {
+        None => config.connect(postgres::NoTls),
+        Some(connector) => config.connect(connector),
+    };
+    connected.map_err(|e| {
+        let message = describe(&e);
+        // A handshake's failure says what it checked (OpenSSL's text alone does not).
+        if message.starts_with("error performing TLS handshake") {
+            scrubbed(format!("{message} ({})", tls.describe()))
+        } else {
+            scrubbed(message)
+        }
+    })
 }
 
 /// What went wrong, in full: the server's message for a database error, else the driver's
@@ -177,7 +184,11 @@ pub(super) fn describe(e: &postgres::Error) -> String {
     let mut out = e.to_string();
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
-        out.push_str(&format!(": {c}"));
+        // native-tls's error repeats OpenSSL's, its cause, word for word.
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(&format!(": {text}"));
+        }
         cause = c.source();
     }
     out
