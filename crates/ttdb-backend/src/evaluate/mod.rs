@@ -460,17 +460,21 @@ mod tests {
     use super::*;
     use ttdb_algo::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
 
-    /// A reference rebuilt from shipped values is the same reference, and values of the
-    /// wrong shape (they come from another process) are refused, never indexed.
-    #[test]
-    fn a_reference_from_shipped_values_equals_the_evaluated_one() {
+    /// A 3x3 NHWC conv with a ReLU, small enough for the interpreter.
+    fn small_conv() -> ttdb_algo::ir::Dag {
         let spec = WorkloadSpec::new(
             Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
             vec![EpilogueOp::Relu],
         );
-        let dag = spec
-            .build(Era::V010, &[vec![1, 6, 6, 4], vec![3, 3, 4, 8]])
-            .expect("a conv");
+        spec.build(Era::V010, &[vec![1, 6, 6, 4], vec![3, 3, 4, 8]])
+            .expect("a conv")
+    }
+
+    /// A reference rebuilt from shipped values is the same reference, and values of the
+    /// wrong shape (they come from another process) are refused, never indexed.
+    #[test]
+    fn a_reference_from_shipped_values_equals_the_evaluated_one() {
+        let dag = small_conv();
         let evaluated = Reference::new(&dag, 9).expect("reference");
         let shipped = evaluated
             .shippable_expected()
@@ -500,13 +504,7 @@ mod tests {
 
     #[test]
     fn samples_run_on_each_copy_of_the_arguments_in_turn() {
-        let spec = WorkloadSpec::new(
-            Anchor::Conv2dNhwc(Window2d::simple(1, 1)),
-            vec![EpilogueOp::Relu],
-        );
-        let dag = spec
-            .build(Era::V010, &[vec![1, 6, 6, 4], vec![3, 3, 4, 8]])
-            .expect("a conv");
+        let dag = small_conv();
         let reference = Reference::new(&dag, 5).expect("reference");
         let opts = EvalOptions {
             measure: MeasureOptions {

@@ -381,17 +381,17 @@ fn apply_kernel(
     let mut measured = Vec::new();
     // (median ms, candidate index) of every verified candidate.
     let mut verified: Vec<(f64, usize)> = Vec::new();
-    let mut remote_evaluations = match &opts.remote {
+    let remote_evaluations = match &opts.remote {
         Some(remote) => {
             evaluate_candidates_remotely(remote.as_ref(), candidates, &mut references, &opts.eval)
         }
         None => vec![None; candidates.len()],
     };
-    for (c, remote_evaluation) in candidates.iter().zip(remote_evaluations.drain(..)) {
-        let e = match references.get(&c.dag) {
-            Ok(_) if remote_evaluation.is_some() => remote_evaluation.expect("checked"),
-            Ok(reference) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
-            Err(msg) => {
+    for (c, remote_evaluation) in candidates.iter().zip(remote_evaluations) {
+        let e = match (remote_evaluation, references.get(&c.dag)) {
+            (Some(e), _) => e,
+            (None, Ok(reference)) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
+            (None, Err(msg)) => {
                 r.trials.push(Trial {
                     tier: c.tier,
                     source: c.source.label(),
