@@ -1,5 +1,5 @@
 //! The parser and writer on every real log of the corpus.
-mod common;
+use crate::common;
 use ttdb::ansor::{parse_line, LogLine, Record};
 
 #[test]

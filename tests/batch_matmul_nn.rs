@@ -3,7 +3,7 @@
 //! as it is (TensorFlow's, or ONNX's with `use_nt_batch_matmul=False`). Its keys are
 //! recognized by md5, records ttdb writes for it replay, compile and verify, and the ONNX
 //! frontend produces it under `Options::nt_batch_matmul = false` only.
-mod common;
+use crate::common;
 use ttdb::ansor::{Record, WorkloadKey};
 use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
 use ttdb::ir::{print_dag, Dag};

@@ -2,7 +2,7 @@
 //! unchanged, signatures and trust, idempotent imports, concurrent imports with a reader.
 //! The tests of what a database holds run on SQLite and on PostgreSQL; the tampering
 //! tests check a SQLite file's bytes.
-mod common;
+use crate::common;
 use common::{corpus_dir, new_db, ttdb_on};
 use std::path::{Path, PathBuf};
 use ttdb::store::testing::Backend;

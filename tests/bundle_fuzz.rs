@@ -3,9 +3,8 @@
 //! structure-aware mutator (tests/common/fuzz.rs), through the same two targets. Nothing
 //! may panic, and the mutants must reach past the integrity checks: a share of the bundle
 //! mutants is accepted whole, and the refusals cover every kind of damage.
-mod common;
-#[path = "common/fuzz.rs"]
-mod fuzz;
+use crate::common;
+use crate::common::fuzz;
 
 use fuzz::Rng;
 use std::collections::BTreeMap;

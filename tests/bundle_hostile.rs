@@ -9,9 +9,8 @@
 //!   split extents, huge unroll values) imports, its records fail replay cleanly, and
 //!   `match`, `apply`, `tune --workload` and `refine --workload` on that database finish
 //!   (`schedules`; what is stored and ranked on SQLite and on PostgreSQL).
-mod common;
-#[path = "common/mutate.rs"]
-mod mutate;
+use crate::common;
+use crate::common::mutate;
 #[path = "bundle_hostile/schedules.rs"]
 mod schedules;
 

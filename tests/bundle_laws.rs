@@ -1,7 +1,7 @@
 //! Bundle merge laws, provenance and host round trips, and reading what was written, through
 //! the library: merge(A,B) = merge(B,A); merge(A,A) = A; importing merge(A,B) equals
 //! importing A and then B. Each runs on SQLite and on PostgreSQL.
-mod common;
+use crate::common;
 use common::corpus_dir;
 use std::path::{Path, PathBuf};
 use ttdb::ansor::Record;

@@ -2,7 +2,7 @@
 //! database; the best records are identical and `ttdb match` reads the same for the seven
 //! corpus networks (snapshot). On SQLite; on PostgreSQL, whose import is slower, the curated
 //! logs (without the full tuning histories) and two of the networks.
-mod common;
+use crate::common;
 use common::{corpus_dir, new_db};
 use std::path::Path;
 use ttdb::store::testing::Backend;

@@ -1,5 +1,5 @@
 //! Snapshots of the human-readable outputs (review changes with `cargo insta review`).
-mod common;
+use crate::common;
 use std::path::Path;
 use ttdb::cli::{render_import_summary, render_stats, render_workloads, ImportSummary};
 use ttdb::store::import::import_file;

@@ -1,6 +1,6 @@
 //! `ttdb export --model`: the best valid record of each kernel of a model under the
 //! kernel's own TVM workload keys, as a log TVM's `ApplyHistoryBest` reads.
-mod common;
+use crate::common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use ttdb::ansor::{ErrorNo, Record};

@@ -1,10 +1,9 @@
 //! The real records of `corpus/fidelity_examples/` (one per class ttdb once refused, see its
 //! README) end to end: recognized by md5, replayed, lowered, compiled with LLVM, run and
 //! compared with the reference at their real shapes.
-mod common;
+use crate::common;
 #[allow(dead_code)]
-#[path = "common/shrink.rs"]
-mod shrink;
+use crate::common::shrink;
 use ttdb::ansor::{Record, WorkloadKey};
 use ttdb::evaluate::{evaluate_steps, EvalOptions, Reference};
 use ttdb::recognize::{recognize, recognize_uncached, Recognized, RecognizedBy};

@@ -2,7 +2,7 @@
 //! NHWC convs with groups > 1): regnet_x_400mf's grouped convs under `--layout nhwc` are
 //! tuned kernels; their keys are recognized by md5 with the kernel's signature, their
 //! default schedules verify against the reference, and `ttdb tune` searches them.
-mod common;
+use crate::common;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
 use ttdb::onnx::{self, KernelList, LayoutMode, Options};
 use ttdb::ops::Era;

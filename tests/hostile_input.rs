@@ -3,7 +3,7 @@
 //! decompression bomb, and the smaller holes (flags, messages, help texts). Each test here
 //! failed on the code before these fixes. What a database stores or refuses is checked on
 //! SQLite and on PostgreSQL; `--db` itself in `db_location`.
-mod common;
+use crate::common;
 #[path = "hostile_input/db_location.rs"]
 mod db_location;
 use common::{corpus_dir, holds_ttdb_database, new_db, open_db, query_int, ttdb_on};

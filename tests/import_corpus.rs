@@ -1,6 +1,6 @@
 //! Importing the real corpus: counts, idempotence, export round trip (on SQLite, and on
 //! PostgreSQL for the curated logs), classification.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use ttdb::store::import::import_file;

@@ -4,9 +4,8 @@
 //! panic, the database stays consistent, nothing but records and bounded rejected-line
 //! prefixes is stored, and a second import of the same folder adds nothing. On SQLite and,
 //! for a shorter time, on PostgreSQL.
-mod common;
-#[path = "common/fuzz.rs"]
-mod fuzz;
+use crate::common;
+use crate::common::fuzz;
 
 use fuzz::Rng;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Bad input, crashes and concurrency: the database is never left half-written, a bad line
 //! never aborts a file, readers work while a writer imports. On SQLite and on PostgreSQL.
-mod common;
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use ttdb::store::import::import_file;
@@ -184,9 +184,13 @@ on_both_backends! {
                 }
                 reads
             });
-            import_file(&mut writer, &log, &|_| {}).unwrap();
+            // The reader stops also when the import fails (a full disk once made it spin and
+            // the scope wait for it forever).
+            let imported = import_file(&mut writer, &log, &|_| {});
             done.store(true, std::sync::atomic::Ordering::Relaxed);
-            assert!(reader.join().unwrap() > 0);
+            let reads = reader.join().unwrap();
+            imported.unwrap();
+            assert!(reads > 0);
         });
     }
 }

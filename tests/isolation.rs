@@ -2,7 +2,7 @@
 //! worker (the hidden test hook makes the worker raise SIGSEGV on the N-th candidate, as a
 //! faulting kernel would) costs that one trial, recorded with the signal; the worker is
 //! restarted and the run finishes.
-mod common;
+use crate::common;
 use common::{corpus_dir, ttdb_on};
 use ttdb::evaluate::{evaluate_steps, EvalOptions, Isolation, Reference, WorkerSpec};
 

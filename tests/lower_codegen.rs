@@ -1,6 +1,6 @@
 //! Smoke test: real records lowered at their REAL shapes, compiled with LLVM, run, and
 //! compared with the DAG's reference evaluator; lowering and compile times are reported.
-mod common;
+use crate::common;
 
 use std::time::Instant;
 use ttdb::ansor::log::{lines, parse_line, LogLine};

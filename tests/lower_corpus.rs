@@ -8,9 +8,8 @@
 //! blocking kept); the steps are adapted with `ttdb::schedule::retarget_steps` (split lengths
 //! clamped to divisors of the new extents, SP `extent` fields recomputed).
 //! Records are deduplicated by (workload key, steps).
-mod common;
-#[path = "common/shrink.rs"]
-mod shrink;
+use crate::common;
+use crate::common::shrink;
 use shrink::{partial_tiles, same_structure, shrink};
 
 use rayon::prelude::*;

@@ -6,8 +6,7 @@
 //! the same classes and perturbed at every number and list; hand-written schedules that
 //! attach into odd places, split far past extents and use huge shapes; and random step
 //! sequences on several small DAGs.
-#[path = "common/mutate.rs"]
-mod mutate;
+use crate::common::mutate;
 use mutate::step_mutants;
 use serde_json::Value;
 use ttdb::ansor::step::*;

@@ -1,5 +1,5 @@
 //! Matching models to the database and transfer-tuning them (the milestone's acceptance).
-mod common;
+use crate::common;
 use std::path::Path;
 use std::time::Duration;
 use ttdb::matcher::{match_model, MatchOptions, Matcher, ModelMatch, Tier};

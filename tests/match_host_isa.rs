@@ -1,6 +1,6 @@
 //! Host compatibility in matching: records timed on an ISA this host lacks (AVX-512 on an
 //! AVX2 host) stay candidates but rank after those it has, and `match --explain` says why.
-mod common;
+use crate::common;
 use std::path::{Path, PathBuf};
 use ttdb::ansor::Record;
 use ttdb::host::IsaCompat;

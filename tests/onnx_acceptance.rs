@@ -3,7 +3,7 @@
 //! target without -mcpu: 4 SIMD lanes, TopHub configs where listed). Every conv / pool key of
 //! the log is recognized by ttdb (`recognize()`) and compared with the extracted kernels'
 //! signatures.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use ttdb::ansor::WorkloadKey;

@@ -2,7 +2,7 @@
 //! weights (the deterministic fill where the external data was not shipped), in the layout
 //! the kernel reads it: folded BatchNorms, folded scales, transposed dense weights, NCHWc and
 //! NHWC weight packing, the winograd kernel transform, re-laid-out biases.
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use ttdb::onnx::constants::Folder;

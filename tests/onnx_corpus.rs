@@ -1,7 +1,7 @@
 //! Every ONNX graph of the shared corpus: zoo_light and torchvision_graph_only load and their
 //! kernels are listed (NCHWc and NHWC); odd/ graphs either load (with input-shape overrides)
 //! or fail with a clear message naming what is unsupported.
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use ttdb::onnx::{self, InputShape, LayoutMode, OnnxError, Options};

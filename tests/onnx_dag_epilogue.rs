@@ -14,7 +14,7 @@
 //!
 //! Every tuned kernel's DAG compiles under the default schedule and verifies against the
 //! reference evaluator; the PrintDAG text of the SiLU and hardswish tasks is TOPI's.
-mod common;
+use crate::common;
 use std::path::Path;
 use ttdb::evaluate::{evaluate_default, EvalOptions, Reference};
 use ttdb::ir::print_dag;

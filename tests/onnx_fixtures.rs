@@ -1,6 +1,6 @@
 //! ttdb's own ONNX fixtures (`fixtures/models/`, written by `ttdb_testkit::onnx_model`): they are
 //! up to date with the generator, and fast end-to-end checks of the frontend run on them.
-//! Regenerate with `TTDB_UPDATE_FIXTURES=1 cargo test --test onnx_fixtures`.
+//! Regenerate with `TTDB_UPDATE_FIXTURES=1 cargo test --test suite onnx_fixtures::`.
 use std::path::PathBuf;
 use ttdb::onnx::{self, InputShape, KernelList, LayoutMode, OnnxError, Options};
 use ttdb::ops::{Anchor, EpilogueOp};

@@ -1,6 +1,6 @@
 //! Hostile inputs: random bytes, and real models (ttdb's fixtures and corpus graphs) with
 //! mutated bytes, must give `Ok` or `Err` from load + kernel extraction, never a panic.
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use ttdb::onnx::{self, InputShape, LayoutMode, Options};

@@ -3,7 +3,7 @@
 //! before it as one tuned kernel (`x * tanh(log(1 + exp(x)))`, the expansion of
 //! `ttdb_algo::ops::activation::MISH`), the recognition of that kernel's workload key by
 //! md5, and the compiled kernel's values against the formula computed here directly.
-mod common;
+use crate::common;
 use ttdb::codegen::{compile, CodegenOptions, RunOptions};
 use ttdb::ir::eval::TensorData;
 use ttdb::ir::print_dag;

@@ -2,7 +2,7 @@
 //! convs with 64 < CO < 512) against the Ansor tasks of the tvm_ansor_bench NHWC run.
 //! Winograd keys are not md5-reproducible by ttdb (recognized structurally, which does not
 //! pin the fused activation), so they are compared by anchor class and shapes.
-mod common;
+use crate::common;
 
 use ttdb::ansor::WorkloadKey;
 use ttdb::onnx::{self, LayoutMode, Options};

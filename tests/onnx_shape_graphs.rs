@@ -3,7 +3,7 @@
 //! through what `ttdb kernels` runs; the `odd/` models give kernels or a clear error that
 //! names the node (or the graph input) at fault, never a panic. Snapshots of the `ttdb
 //! kernels` table for vit_b_16 and roberta_small_like.
-mod common;
+use crate::common;
 
 use prost::Message;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! password never shows, a bundle round trip PostgreSQL → SQLite → PostgreSQL keeps the best
 //! records, concurrent imports lose and duplicate nothing, and TLS (on a cluster of the
 //! test's own) does what `sslmode` asks.
-mod common;
+use crate::common;
 use common::{corpus_dir, ttdb_on};
 use std::path::{Path, PathBuf};
 use ttdb::store::testing::{db_arg, fresh_postgres};
@@ -232,8 +232,7 @@ fn report_inserted(report: &serde_json::Value) -> i64 {
     report["inserted"].as_i64().expect("an inserted count")
 }
 
-#[path = "common/pg_cluster.rs"]
-mod pg_cluster;
+use crate::common::pg_cluster;
 
 #[test]
 fn tls_follows_sslmode_and_sslrootcert() {

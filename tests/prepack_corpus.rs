@@ -7,9 +7,8 @@
 //!   on the original inputs; with exact tiles and with partial tiles (padded packed layouts);
 //! * the layout derivation at the records' real shapes (every record);
 //! * a few real-shape JIT runs through `evaluate_steps` (packing outside the timed region).
-mod common;
-#[path = "common/shrink.rs"]
-mod shrink;
+use crate::common;
+use crate::common::shrink;
 use shrink::{partial_tiles, same_structure, shrink};
 
 use rayon::prelude::*;

@@ -2,7 +2,7 @@
 //! from its shapes, and the guess stands only while every valid record of the workload
 //! replays on it; otherwise the workload is stored as `unknown` with the reason. Over the
 //! whole corpus, every recognized workload's valid records replay.
-mod common;
+use crate::common;
 use rayon::prelude::*;
 use ttdb::ansor::{Record, WorkloadKey};
 use ttdb::recognize::recognize;

@@ -3,7 +3,7 @@
 //! can reproduce: the deterministic fill of docs/design/deterministic-data.md. This checks that
 //! ttdb's fill gives the very numbers the script used, model by model, so that comparing
 //! ttdb's outputs with those files compares the same computation.
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `ttdb refine` end to end on a real record: every trial is stored as a record of this host
 //! that `export` writes back, the JSON report adds up, refining never gives a slower
 //! schedule, and Ctrl-C stops cleanly with every measured trial stored.
-mod common;
+use crate::common;
 use ttdb::store::Store;
 
 use common::ttdb_on as ttdb;

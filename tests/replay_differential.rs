@@ -6,7 +6,7 @@
 //! Initial stages come from ttdb's own DAGs (`recognize` + `stage_inits_from_dag`, with
 //! the dataflow, so CA/CHR consumer checks are exact); the oracle only supplies the final
 //! states (`--dump`, one process for all files).
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;

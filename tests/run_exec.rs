@@ -1,6 +1,6 @@
 //! `ttdb run`'s executor: one arena for the intermediate tensors, reused run after run, and
 //! `--repeat`'s timing report.
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::collections::HashMap;

@@ -2,9 +2,8 @@
 //! `fixtures/reference/` (tools/onnx_reference.py), on the same deterministic weights and
 //! inputs (docs/design/deterministic-data.md).
 //! The tolerance is `reference::TOLERANCE`.
-mod common;
-#[path = "common/reference.rs"]
-mod reference;
+use crate::common;
+use crate::common::reference;
 
 use reference::{manifest, reference_output, TOLERANCE};
 use serde_json::Value;

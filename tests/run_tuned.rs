@@ -5,9 +5,8 @@
 //! tolerance.
 //!
 //! Each model's run with default schedules, in both layouts, is in tests/run_model.rs.
-mod common;
-#[path = "common/reference.rs"]
-mod reference;
+use crate::common;
+use crate::common::reference;
 
 use reference::{input_shape_flags, TOLERANCE};
 use serde_json::Value;

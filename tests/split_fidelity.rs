@@ -17,11 +17,10 @@
 //! tail guards become constants), run in the checked interpreter and compared with the
 //! reference; over-long ones also with pre-packed weights (fused over-long parts pad the
 //! packed layout).
-mod common;
+use crate::common;
 // partial_tiles is lower_corpus's
 #[allow(dead_code)]
-#[path = "common/shrink.rs"]
-mod shrink;
+use crate::common::shrink;
 use shrink::{fill_levels, replay_with_lengths, same_structure, shrink};
 
 use rayon::prelude::*;

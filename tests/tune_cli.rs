@@ -3,7 +3,7 @@
 //! losslessly; a second run starts from the stored trials (they seed it); a whole model is
 //! tuned under one trial budget; `apply --tune` searches the kernels nothing was transferred
 //! to; Ctrl-C stops cleanly with every trial stored.
-mod common;
+use crate::common;
 use ttdb::store::Store;
 
 use common::ttdb_on as ttdb;

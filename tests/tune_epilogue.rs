@@ -4,7 +4,7 @@
 //! rank-0 parameter, and a fused one), searched and verified
 //! end to end through the CLI; and the corpus models whose `conv2d+add+sigmoid` kernels
 //! were untunable before (and whose SiLU kernels were, until DAG epilogues).
-mod common;
+use crate::common;
 use common::ttdb_on as ttdb;
 use std::path::{Path, PathBuf};
 use ttdb_testkit::onnx_model::{attr_ints, attr_tensor, float_scalar, ModelBuilder};

@@ -4,7 +4,7 @@
 //! constant stages inlined) and every measured trial verifies against the reference,
 //! `ttdb tune --workload` searches it again seeded with the stored records, `ttdb apply`
 //! picks a verified schedule for it.
-mod common;
+use crate::common;
 use common::ttdb_on as ttdb;
 use std::path::{Path, PathBuf};
 use ttdb_testkit::onnx_model::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};

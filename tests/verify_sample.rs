@@ -1,6 +1,6 @@
 //! End-to-end on real records (a representative sample; `ttdb verify --all` is the full
 //! job): recognize → replay → lower → LLVM → run → compare with the reference.
-mod common;
+use crate::common;
 use std::time::Duration;
 use ttdb::ansor::{Record, WorkloadKey};
 use ttdb::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Reference};

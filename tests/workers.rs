@@ -3,7 +3,7 @@
 //! nothing (its jobs are redone after their lease expires, each counted once); a worker of
 //! another host class never takes a job; Ctrl-C to the coordinator cancels what is queued
 //! and keeps what was measured; a role made by the README's SQL can work but not delete.
-mod common;
+use crate::common;
 use common::corpus_dir;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -353,8 +353,7 @@ fn ctrl_c_keeps_every_result_handed_in() {
     );
 }
 
-#[path = "common/pg_cluster.rs"]
-mod pg_cluster;
+use crate::common::pg_cluster;
 
 #[test]
 fn a_server_restart_mid_tune_loses_nothing() {

@@ -1,6 +1,12 @@
 //! Helpers shared by integration tests. The real-world corpus lives beside the checkout in
 //! `../shared/corpus`; tests that need it fail loudly when it is missing.
 #![allow(dead_code)]
+pub mod fuzz;
+pub mod mutate;
+pub mod pg_cluster;
+pub mod reference;
+pub mod shrink;
+
 use std::path::{Path, PathBuf};
 use ttdb::store::testing::{db_arg, Backend};
 use ttdb::store::{Location, OpenMode, Store, StoreError};

@@ -3,7 +3,7 @@
 //! Started as scripts/test starts its own: Debian's server binaries, `initdb` as the
 //! postgres user when run as root, a unix socket in a folder under /tmp, fsync off; with
 //! [`Options::tls`], also TLS on 127.0.0.1. Dropped, it is stopped and removed.
-#![allow(dead_code)] // each test binary uses its own part
+#![allow(dead_code)]
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! onnxruntime's outputs for the corpus models (`fixtures/reference/<model>/`, written by
 //! tools/onnx_reference.py on the deterministic weights and inputs of
 //! docs/design/deterministic-data.md), and the tolerance ttdb's outputs are held to.
-#![allow(dead_code)] // each test binary uses a part
+#![allow(dead_code)]
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

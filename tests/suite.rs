@@ -1,0 +1,66 @@
+//! The integration tests, one module per file: one test binary links the whole stack once
+//! (sixty binaries each linking it were most of a cold CI build). Run one file's tests with
+//! `cargo nextest run -E 'test(/^NAME::/)'`.
+
+mod common;
+
+mod ansor_corpus;
+mod ansor_props;
+mod batch_matmul_nn;
+mod build_model;
+mod bundle_cli;
+mod bundle_fuzz;
+mod bundle_hostile;
+mod bundle_laws;
+mod bundle_roundtrip;
+mod cli_snapshots;
+mod codegen_gemm;
+mod codegen_random;
+mod export_model;
+mod fidelity_examples;
+mod group_conv_nhwc;
+mod hostile_input;
+mod import_corpus;
+mod import_fuzz;
+mod import_robustness;
+mod isolation;
+mod layering;
+mod lower_codegen;
+mod lower_corpus;
+mod lower_hostile;
+mod match_apply;
+mod match_host_isa;
+mod onnx_acceptance;
+mod onnx_cli;
+mod onnx_constants;
+mod onnx_corpus;
+mod onnx_dag_epilogue;
+mod onnx_fixtures;
+mod onnx_folding;
+mod onnx_fusion_transformer;
+mod onnx_fuzz;
+mod onnx_mish;
+mod onnx_nhwc;
+mod onnx_shape_graphs;
+mod ops_epilogue;
+mod ops_prologue;
+mod ops_reference;
+mod postgres_cli;
+mod prepack_corpus;
+mod recognize_corpus;
+mod recognize_guesses;
+mod reference_data;
+mod refine_cli;
+mod replay_differential;
+mod replay_hostile;
+mod run_exec;
+mod run_model;
+mod run_tuned;
+mod search_states;
+mod sim_differential;
+mod split_fidelity;
+mod tune_cli;
+mod tune_epilogue;
+mod tune_prologue;
+mod verify_sample;
+mod workers;
