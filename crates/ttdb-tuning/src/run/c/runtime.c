@@ -215,14 +215,14 @@ API ttdb_model *ttdb_model_open(int threads, const char *host_isa, char *error,
                                 size_t error_len) {
     const struct ttdb_plan *p = &ttdb_model_plan;
     /* before anything runs: a kernel compiled for an extension this host lacks would die of
-     * SIGILL */
+     * SIGILL. The missing extension comes first: the feature lists fill a short buffer. */
     for (int i = 0; i < p->num_features; i++) {
         const char *f = p->features[i];
         int has = host_isa ? listed(host_isa, f) : cpu_has(f);
         if (has == 0) {
             say(error, error_len,
-                "this library was compiled for %s; the host lacks `%s` (host: %s)", p->isa, f,
-                host_isa ? host_isa : "this CPU");
+                "the host lacks `%s`, which this library was compiled for (%s; host: %s)", f,
+                p->isa, host_isa ? host_isa : "this CPU");
             return NULL;
         }
     }
