@@ -22,21 +22,9 @@ model=../shared/corpus/onnx/torchvision_graph_only/resnet18.onnx
 cargo build --release --quiet
 ttdb=$PWD/target/release/ttdb
 
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-pg_dir=$(mktemp -d /tmp/ttdb-bench-pg.XXXXXX)
-as_pg=()
-if [ "$(id -u)" -eq 0 ]; then chown postgres: "$pg_dir"; as_pg=(runuser -u postgres --); fi
-cleanup() {
-    pkill -f "ttdb --db postgres://ttdb@/bench" 2>/dev/null || true
-    "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -m immediate -s stop >/dev/null 2>&1 || true
-    rm -rf "$pg_dir"
-}
-trap cleanup EXIT
-"${as_pg[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -U ttdb --auth=trust -E UTF8 --locale=C >/dev/null
-"${as_pg[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w -s \
-    -o "-c listen_addresses='' -k $pg_dir" start
-admin="postgres://ttdb@/postgres?host=$pg_dir"
-export TTDB_BENCH_POSTGRES=$admin
+source benches/pg_cluster.sh
+stop_workers() { pkill -f "ttdb --db postgres://ttdb@/bench" 2>/dev/null || true; }
+bench_cleanup_hooks+=(stop_workers)
 
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; resnet18 seeded with its log, $trials trials; $(date -u +%F)"
 printf '%-28s %8s %9s %14s\n' setup "wall s" "trials/s" "kernel sum ms"
