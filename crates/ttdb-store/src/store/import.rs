@@ -7,7 +7,7 @@
 //! create at once (a source, target, workload or record) is inserted with `ON CONFLICT DO
 //! NOTHING` against its unique key, so concurrent imports into PostgreSQL neither fail nor
 //! duplicate, and the counts they report add up.
-use super::db::{params, Db, Dialect};
+use super::db::{params, Db, Dialect, ToParam};
 use super::target::NormalizedTarget;
 use super::{Result, Store, StoreError};
 use rayon::prelude::*;
@@ -273,6 +273,72 @@ impl Ids {
     }
 }
 
+/// Records per INSERT statement. One statement per record cost a round trip each on
+/// PostgreSQL (7,100 records/s against SQLite's 90,000 on one machine); 8 parameters a row
+/// stays far below both engines' parameter limits.
+const ROWS_PER_INSERT: usize = 256;
+
+/// Records waiting for their multi-row INSERT (their workload and target ids interned).
+#[derive(Default)]
+struct RecordRows<'a> {
+    rows: Vec<(i64, i64, ParsedRecord<'a>)>,
+}
+
+impl<'a> RecordRows<'a> {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn push(&mut self, workload_id: i64, target_id: i64, r: ParsedRecord<'a>) {
+        self.rows.push((workload_id, target_id, r));
+    }
+
+    /// Inserts the waiting records; a digest already stored (or twice in the batch) is a
+    /// duplicate, which the statement skips.
+    fn insert(&mut self, tx: &Db, source_id: i64, report: &mut FileReport) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let mut sql = String::from(
+            "INSERT INTO records (workload_id, target_id, source_id, line_no, error_no, mean_cost, digest, raw) VALUES ",
+        );
+        let mut values: Vec<&dyn ToParam> = Vec::with_capacity(8 * self.rows.len());
+        for (i, (w, t, r)) in self.rows.iter().enumerate() {
+            let b = 8 * i;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4,
+                b + 5,
+                b + 6,
+                b + 7,
+                b + 8
+            ));
+            values.extend([
+                w as &dyn ToParam,
+                t,
+                &source_id,
+                &r.line,
+                &r.error_no,
+                &r.mean_cost,
+                &r.digest,
+                &r.raw,
+            ]);
+        }
+        sql.push_str(" ON CONFLICT (digest) DO NOTHING");
+        let inserted = tx.execute(&sql, &values)?;
+        report.inserted += inserted;
+        report.duplicates += self.rows.len() - inserted;
+        self.rows.clear();
+        Ok(())
+    }
+}
+
 /// Imports one Ansor log file in a single transaction. `progress(bytes_done)` is called
 /// as batches are inserted.
 pub fn import_file(
@@ -370,11 +436,10 @@ pub fn import_in(
             }
         });
         let base = buf.as_ptr() as u64;
-        let insert = "INSERT INTO records (workload_id, target_id, source_id, line_no, error_no, mean_cost, digest, raw)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (digest) DO NOTHING";
         let reject =
             "INSERT INTO rejected_lines (source_id, line_no, reason, raw) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT DO NOTHING";
+        let mut rows = RecordRows::default();
         for (end, parsed) in recv {
             for p in parsed {
                 match p {
@@ -399,27 +464,14 @@ pub fn import_in(
                             report.workload_ids.push(w);
                             report.new_workloads += created as usize;
                         }
-                        let n = tx.execute(
-                            insert,
-                            params![
-                                w,
-                                t,
-                                source_id,
-                                r.line,
-                                r.error_no,
-                                r.mean_cost,
-                                r.digest,
-                                r.raw
-                            ],
-                        )?;
-                        if n == 1 {
-                            report.inserted += 1;
-                        } else {
-                            report.duplicates += 1;
+                        rows.push(w, t, r);
+                        if rows.len() == ROWS_PER_INSERT {
+                            rows.insert(tx, source_id, &mut report)?;
                         }
                     }
                 }
             }
+            rows.insert(tx, source_id, &mut report)?;
             progress(end.saturating_sub(base));
         }
         Ok(())
