@@ -175,6 +175,15 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
         .map(|k| k["best_ms"].as_f64().unwrap() * k["multiplicity"].as_f64().unwrap())
         .sum();
     assert!((v["kernel_sum_ms"].as_f64().unwrap() - sum).abs() < 1e-9);
+    // At the end the tuned model ran end to end here, every tunable kernel on the schedule
+    // the tune stored.
+    let e2e = &v["end_to_end"]["measured"];
+    assert_eq!(e2e["runs"], 20, "{v}");
+    assert!(e2e["median_ms"].as_f64().unwrap() > 0.0, "{e2e}");
+    assert!(e2e["stored_kernels"].as_u64().unwrap() >= 2, "{e2e}");
+    assert_eq!(e2e["default_kernels"], 0, "{e2e}");
+    let glue = e2e["glue_ms"].as_f64().unwrap();
+    assert!(glue >= 0.0 && e2e["anchored_ms"].as_f64().unwrap() > 0.0, "{e2e}");
     let csv = std::fs::read_to_string(&curve).unwrap();
     let rows: Vec<&str> = csv.lines().collect();
     assert_eq!(
@@ -329,6 +338,20 @@ fn tune_a_model_with_symbolic_dims_takes_input_shapes() {
             .any(|k| k["best_ms"].as_f64().is_some_and(|t| t > 0.0)),
         "{v}"
     );
+    // A dry run stores nothing, so there is no tuned model to run at the end.
+    let (code, out, err) = ttdb(
+        &db,
+        &[
+            "tune", m, "--input-shape", "input_2=1,24,24,3", "--lanes", "16", "--trials", "8",
+            "--batch", "8", "--population", "8", "--dry-run", "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let why = v["end_to_end"]["not_measured"].as_str().unwrap_or_default();
+    assert!(why.contains("--dry-run"), "{v}");
     let (code, _, err) = ttdb(&db, &["tune", "--all", "--lanes", "16"]);
     assert_ne!(code, 0, "--lanes needs a model: {err}");
+    let (code, _, err) = ttdb(&db, &["tune", "--all", "--e2e-runs", "3"]);
+    assert_ne!(code, 0, "--e2e-runs needs a model: {err}");
 }

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use ttdb_backend::loopnest::ir::DType;
 use ttdb_backend::loopnest::BufferData;
 use ttdb_format::npy;
-use ttdb_onnx::onnx::fill;
-use ttdb_tuning::run::{ModelRun, ModelRunOptions, Port, Schedule};
+use ttdb_tuning::run::{
+    deterministic_input, time_runs, KernelTime, ModelRun, ModelRunOptions, Port, Schedule, Timing,
+};
 use ttdb_tuning::tune::progress::{Progress, Work};
 
 #[derive(clap::Args, Debug)]
@@ -87,19 +88,6 @@ fn read_input(port: &Port, file: &str) -> Result<BufferData, CliError> {
     })
 }
 
-/// The deterministic values of docs/design/deterministic-data.md for `port`.
-fn deterministic_input(port: &Port) -> Result<BufferData, CliError> {
-    let n = port.shape.iter().product::<i64>().max(0) as usize;
-    match port.dtype {
-        DType::F32 => Ok(BufferData::F32(fill::input_floats(&port.name, n))),
-        DType::I64 => Ok(BufferData::I64(fill::input_ints(&port.name, n))),
-        d => Err(fail(format!(
-            "input `{}` is {d}: ttdb run reads float32 and int64 inputs",
-            port.name
-        ))),
-    }
-}
-
 fn to_npy(port: &Port, values: &BufferData) -> Result<npy::Array, CliError> {
     let shape: Vec<usize> = port.shape.iter().map(|&d| d as usize).collect();
     match values {
@@ -117,95 +105,11 @@ fn to_npy(port: &Port, values: &BufferData) -> Result<npy::Array, CliError> {
 }
 
 /// The value at quantile `q` of sorted `xs` (nearest rank).
-fn quantile(xs: &[f64], q: f64) -> f64 {
-    let i = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len()) - 1;
-    xs[i]
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// `--repeat`'s figures: end-to-end times and each step's median.
-#[derive(serde::Serialize)]
-struct Timing {
-    runs: usize,
-    threads: usize,
-    median_ms: f64,
-    min_ms: f64,
-    p90_ms: f64,
-    /// Medians of the anchored (tunable) kernels' sum and of the glue's sum.
-    anchored_ms: f64,
-    glue_ms: f64,
-    glue_share: f64,
-    kernels: Vec<KernelTime>,
-}
-
-#[derive(serde::Serialize)]
-struct KernelTime {
-    name: String,
-    class: String,
-    anchored: bool,
-    median_ms: f64,
-}
-
-fn time_runs(
-    model: &ModelRun,
-    inputs: &[&BufferData],
-    runs: usize,
-    threads: Option<usize>,
-) -> Result<Timing, CliError> {
-    let mut ws = model.workspace().map_err(fail)?;
-    let mut totals = Vec::with_capacity(runs);
-    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); model.plan.len()];
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        let steps = model.run_in(&mut ws, inputs, threads).map_err(fail)?;
-        totals.push(ms(t0.elapsed()));
-        for (k, t) in steps.into_iter().enumerate() {
-            per_step[k].push(ms(t));
-        }
-    }
-    let sorted = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v
-    };
-    let totals = sorted(totals);
-    let kernels: Vec<KernelTime> = model
-        .plan
-        .iter()
-        .zip(per_step)
-        .map(|(p, t)| KernelTime {
-            name: p.name.clone(),
-            class: p.class.clone(),
-            anchored: p.anchored,
-            median_ms: quantile(&sorted(t), 0.5),
-        })
-        .collect();
-    let anchored_ms: f64 = kernels
-        .iter()
-        .filter(|k| k.anchored)
-        .map(|k| k.median_ms)
-        .sum();
-    let glue_ms: f64 = kernels
-        .iter()
-        .filter(|k| !k.anchored)
-        .map(|k| k.median_ms)
-        .sum();
-    Ok(Timing {
-        runs,
-        threads: threads.unwrap_or_else(ttdb_format::host::available_cores),
-        median_ms: quantile(&totals, 0.5),
-        min_ms: totals[0],
-        p90_ms: quantile(&totals, 0.9),
-        anchored_ms,
-        glue_ms,
-        glue_share: glue_ms / (anchored_ms + glue_ms).max(1e-12),
-        kernels,
-    })
-}
-
-fn render_timing(t: &Timing) -> String {
+pub(super) fn render_timing(t: &Timing) -> String {
     let mut s = format!(
         "{} runs on {} threads: median {:.3} ms, min {:.3} ms, p90 {:.3} ms\n\
          kernel medians: anchored {:.3} ms, glue {:.3} ms ({:.1}% of the kernel time)\n",
@@ -355,7 +259,7 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
                     p.name, p.dtype, p.shape, p.name
                 )));
             }
-            given.insert(p.name.clone(), deterministic_input(p)?);
+            given.insert(p.name.clone(), deterministic_input(p).map_err(fail)?);
         }
     }
     let inputs: Vec<&BufferData> = model.inputs.iter().map(|p| &given[&p.name]).collect();
@@ -374,7 +278,7 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
         written.push((port, path));
     }
     let timing = match args.repeat {
-        Some(n) => Some(time_runs(&model, &inputs, n, args.threads)?),
+        Some(n) => Some(time_runs(&model, &inputs, n, args.threads).map_err(fail)?),
         None => None,
     };
     let plan: Vec<serde_json::Value> = model

@@ -91,6 +91,10 @@ pub struct TuneArgs {
     /// Do not store the trials (nor the cost model).
     #[arg(long)]
     pub dry_run: bool,
+    /// With MODEL: at the end, time this many runs of the tuned model here, end to end as
+    /// `ttdb run --repeat` does (the glue between kernels included); 0: none.
+    #[arg(long, default_value_t = 20, value_name = "N", requires = "model")]
+    pub e2e_runs: usize,
     /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
@@ -234,6 +238,7 @@ fn tune(
                 curve: args.curve.as_deref(),
                 plot: args.plot.as_deref(),
                 dry_run: args.dry_run,
+                e2e_runs: args.e2e_runs,
                 json: args.json,
             },
         );

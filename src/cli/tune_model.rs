@@ -1,5 +1,6 @@
 //! `ttdb tune MODEL.onnx`: the model mode of `tune` (`ttdb_tuning::tune::model`). Parses, calls
-//! the library, renders the per-kernel table, the kernel sum, the curve file and its plot.
+//! the library, renders the per-kernel table, the kernel sum, the curve file and its plot,
+//! then runs the tuned model end to end here (`ttdb run`'s timing, the glue included).
 use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
@@ -8,6 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneReport};
+use ttdb_tuning::run::{time_on_deterministic_inputs, ModelRun as ModelRunner, Schedule, Timing};
 use ttdb_tuning::tune::search::TuneOptions;
 
 pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
@@ -88,7 +90,115 @@ pub struct ModelRun<'a> {
     /// `--plot`: the curve as an SVG chart (`super::plot`).
     pub plot: Option<&'a Path>,
     pub dry_run: bool,
+    /// `--e2e-runs`: timed runs of the tuned model here at the end (0: none).
+    pub e2e_runs: usize,
     pub json: bool,
+}
+
+/// What `tune MODEL` prints: the tune, then the model run end to end with what it stored.
+#[derive(serde::Serialize)]
+struct TuneAndRun {
+    #[serde(flatten)]
+    tune: ModelTuneReport,
+    end_to_end: EndToEnd,
+}
+
+/// The tuned model timed here by `ttdb run`'s timing, glue included; or why not.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum EndToEnd {
+    Measured {
+        #[serde(flatten)]
+        timing: Timing,
+        /// Tunable kernels that ran a stored schedule, and those that ran the default one.
+        stored_kernels: usize,
+        default_kernels: usize,
+    },
+    NotMeasured(String),
+}
+
+/// Runs the model as `ttdb run` would, on what the tune stored, unless there is nothing to
+/// run for this host (a dry run, workers of another class) or the user asked for none.
+fn end_to_end(
+    store: &Store,
+    args: &ModelRun,
+    layout: &str,
+    report: &ModelTuneReport,
+) -> Result<EndToEnd, CliError> {
+    let not = |why: String| Ok(EndToEnd::NotMeasured(why));
+    if args.e2e_runs == 0 {
+        return not("--e2e-runs 0".into());
+    }
+    if report.interrupted {
+        return not("interrupted".into());
+    }
+    if args.dry_run {
+        return not("--dry-run stored nothing to run".into());
+    }
+    let here = super::machine().target.host.class();
+    if let Some(r) = args.remote {
+        if r.0.host_class != here {
+            return not(format!(
+                "tuned for host class {}, and this host is {here}: run `ttdb run --repeat {}` on one of those workers' machines",
+                r.0.host_class, args.e2e_runs
+            ));
+        }
+    }
+    // The layout the tune chose (`--layout auto` tries both).
+    let model = ModelArgs {
+        layout: layout.to_string(),
+        ..args.model.clone()
+    };
+    let opts = super::run::run_options(&model, false)?;
+    let mut bar = super::run::CompileBar(None);
+    let loaded = ModelRunner::load_with_progress(&args.model.model, &opts, Some(store), &mut bar);
+    if let Some(b) = bar.0.take() {
+        b.finish_and_clear();
+    }
+    let model = match loaded {
+        Ok(m) => m,
+        // The tune stands on its own: a model `ttdb run` cannot load yet is a note.
+        Err(e) => return not(format!("`ttdb run` cannot load it: {e}")),
+    };
+    let timing = time_on_deterministic_inputs(&model, args.e2e_runs, None)
+        .map_err(super::run::fail)?;
+    let tunable = model.plan.iter().filter(|p| p.anchored);
+    let stored_kernels = tunable
+        .clone()
+        .filter(|p| matches!(p.schedule, Schedule::Stored(_)))
+        .count();
+    Ok(EndToEnd::Measured {
+        stored_kernels,
+        default_kernels: tunable.count() - stored_kernels,
+        timing,
+    })
+}
+
+fn render_end_to_end(e: &EndToEnd, kernel_sum_ms: f64) -> String {
+    match e {
+        EndToEnd::NotMeasured(why) => format!("end to end: not measured ({why})\n"),
+        EndToEnd::Measured {
+            timing: t,
+            stored_kernels,
+            default_kernels,
+        } => format!(
+            "end to end here (as `ttdb run`, {} runs on {} threads): median {:.3} ms (min {:.3}, p90 {:.3}) \
+             against the kernel sum {kernel_sum_ms:.3} ms\n  glue between the kernels {:.3} ms ({:.1}% of \
+             the kernel time); {stored_kernels} tunable kernels on a stored schedule{}\n",
+            t.runs,
+            t.threads,
+            t.median_ms,
+            t.min_ms,
+            t.p90_ms,
+            t.glue_ms,
+            100.0 * t.glue_share,
+            if *default_kernels > 0 {
+                format!(", {default_kernels} on the default one")
+            } else {
+                String::new()
+            }
+        ),
+    }
 }
 
 pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
@@ -125,7 +235,14 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         super::plot::write_tune_plot(path, &title, &report.curve)
             .map_err(|message| CliError { message, code: 1 })?;
     }
-    super::progress::print_report(&report, report.interrupted, args.json, |r| {
-        render_model_tune(r, super::progress::peak_gflops())
+    let end_to_end = end_to_end(store, args, &m.list.layout, &report)?;
+    let out = TuneAndRun {
+        tune: report,
+        end_to_end,
+    };
+    super::progress::print_report(&out, out.tune.interrupted, args.json, |r| {
+        let mut s = render_model_tune(&r.tune, super::progress::peak_gflops());
+        s.push_str(&render_end_to_end(&r.end_to_end, r.tune.kernel_sum_ms));
+        s
     })
 }

@@ -12,9 +12,13 @@ mod build;
 mod default_schedule;
 mod exec;
 mod glue;
+mod timing;
 
 pub use build::{build_library, BuildOptions, Built};
 pub use exec::{MemoryPlan, Workspace};
+pub use timing::{
+    deterministic_input, time_on_deterministic_inputs, time_runs, KernelTime, Timing,
+};
 
 use crate::tune::progress::{Progress, Silent, Work};
 use std::collections::HashMap;
