@@ -62,6 +62,7 @@ const MIGRATIONS: &[Migration] = &[
     shared!("005_bundles.sql"),
     per_dialect!("006_cost_validity.sql"),
     per_dialect!("007_work_queue.sql"),
+    shared!("008_unrankable_index.sql"),
 ];
 
 /// `PRAGMA application_id` of a ttdb database: "ttdb" in ASCII, written by migration 6.
