@@ -43,7 +43,7 @@ for r in $(seq "$repeat"); do
         sleep 1
         class=$("$ttdb" --db "$db" workers --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["host_class"])')
         t0=$(date +%s.%N)
-        out=$("$ttdb" --db "$db" tune "$model" --trials "$trials" --workers "$class" --json 2>/dev/null)
+        out=$("$ttdb" --db "$db" tune "$model" --trials "$trials" --workers "$class" --e2e-runs 0 --json 2>/dev/null)
         t1=$(date +%s.%N)
         kill -TERM "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
         [ -z "${KEEP_LOGS:-}" ] || cp "$pg_dir"/worker_"$n"_*.log "$KEEP_LOGS"/
