@@ -2,7 +2,7 @@
 //! host (provenance "search") that `export` writes and a fresh database re-imports
 //! losslessly; a second run starts from the stored trials (they seed it); a whole model is
 //! tuned under one trial budget; `apply --tune` searches the kernels nothing was transferred
-//! to; Ctrl-C stops cleanly with every trial stored.
+//! to; `apply` searches with the rest of its time budget; Ctrl-C stops cleanly with every trial stored.
 use crate::common;
 use ttdb::store::Store;
 
@@ -224,6 +224,47 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
     assert!(err.contains("--plot"), "{err}");
 }
 
+/// `apply` spends its time budget: the transfer (an empty database: every kernel measured
+/// on its default schedule), then a search of the model's kernels with what is left, then
+/// the model timed end to end on what was stored.
+#[test]
+fn apply_searches_with_the_rest_of_its_time_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let m = fixture_model();
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = ttdb(
+        &db,
+        &["apply", m.to_str().unwrap(), "--time-budget", "12", "--json"],
+    );
+    let wall = t0.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let search = &v["search"]["ran"];
+    let trials = search["trials"].as_u64().unwrap_or(0);
+    assert!(trials > 0, "{v}");
+    assert_eq!(search_measurements(&db) as u64, trials);
+    // It stopped on the clock (or when every kernel's search space ran out), not on a
+    // trial count: the search has none.
+    let stop = search["stop"].as_str().unwrap();
+    assert!(stop == "time" || stop == "all_dead", "{stop}");
+    // Within the budget, give or take the round in flight and the end-to-end run.
+    assert!(wall < 12.0 + 25.0, "{wall} s");
+    let e2e = &v["end_to_end"]["measured"];
+    assert!(e2e["median_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(e2e["stored_kernels"].as_u64().unwrap() >= 2, "{e2e}");
+    // --transfer-only: today's apply, no search.
+    let (code, out, err) = ttdb(
+        &db,
+        &["apply", m.to_str().unwrap(), "--transfer-only", "--e2e-runs", "0", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["search"]["not_run"], "--transfer-only", "{v}");
+    assert_eq!(v["end_to_end"]["not_measured"], "--e2e-runs 0", "{v}");
+    assert_eq!(search_measurements(&db) as u64, trials);
+}
+
 #[test]
 fn apply_tune_searches_kernels_without_a_candidate() {
     let dir = tempfile::tempdir().unwrap();
@@ -235,6 +276,7 @@ fn apply_tune_searches_kernels_without_a_candidate() {
             fixture_model().to_str().unwrap(),
             "--tune",
             "24",
+            "--transfer-only",
             "--json",
         ],
     );

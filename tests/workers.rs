@@ -536,6 +536,7 @@ fn apply_measures_the_defaults_and_candidates_on_the_workers() {
                 model.to_str().unwrap(),
                 "--top-k",
                 "2",
+                "--transfer-only",
                 "--json",
                 "--workers",
             ])

@@ -3,9 +3,11 @@ use super::kernels::ModelArgs;
 use super::match_cmd::match_layouts;
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::refine::RefineOptions;
+use ttdb_tuning::matcher::ModelMatch;
+use ttdb_tuning::tune::model::{ModelTuneOptions, ModelTuneReport};
 use ttdb_tuning::tune::{apply, ApplyOptions, ApplyReport};
 
 #[derive(clap::Args, Debug)]
@@ -15,9 +17,18 @@ pub struct ApplyArgs {
     /// Candidates measured per kernel (besides the untuned default).
     #[arg(long, default_value_t = 3)]
     pub top_k: usize,
-    /// Search budget in seconds; kernels past it keep their default schedule.
-    #[arg(long, default_value_t = 600.0)]
-    pub budget_seconds: f64,
+    /// Wall-clock budget in seconds for the whole apply: the transfer measures within it
+    /// (kernels past it keep their default schedule), and a search of the model's kernels,
+    /// seeded with what transferred, spends what is left.
+    #[arg(long, visible_alias = "budget-seconds", default_value_t = 300.0, value_name = "S")]
+    pub time_budget: f64,
+    /// Stop after the transfer: no search with the rest of the time budget.
+    #[arg(long)]
+    pub transfer_only: bool,
+    /// At the end, time this many runs of the model here, end to end as `ttdb run --repeat`
+    /// does (the glue between kernels included); 0: none.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub e2e_runs: usize,
     /// Per-run timeout in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -163,8 +174,8 @@ pub fn render_apply(r: &ApplyReport) -> String {
         .count();
     if none > 0 {
         out.push_str(&format!(
-            "{none} kernel(s) had no candidate in the database and keep the untuned default: \
-             search them with `ttdb apply MODEL --tune N`\n"
+            "{none} kernel(s) had no candidate in the database: the transfer leaves them on the \
+             untuned default (the search after it, or `--tune N` within it, searches them)\n"
         ));
     }
     let searched: Vec<_> = r.kernels.iter().filter_map(|k| k.search.as_ref()).collect();
@@ -184,6 +195,74 @@ pub fn render_apply(r: &ApplyReport) -> String {
     out
 }
 
+/// What `apply` prints: the transfer, the search after it, and the model run end to end.
+#[derive(serde::Serialize)]
+struct Applied {
+    #[serde(flatten)]
+    apply: ApplyReport,
+    search: Search,
+    end_to_end: super::tune_model::EndToEnd,
+}
+
+/// The search after the transfer, or why there was none.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Search {
+    Ran(ModelTuneReport),
+    NotRun(String),
+}
+
+/// Less than this left of the time budget after the transfer: no search (every kernel
+/// would not even get its first round).
+const MIN_SEARCH: Duration = Duration::from_secs(5);
+
+/// The model's kernels searched until the time budget is spent, seeded with the schedules
+/// that transferred (the task scheduler gives the time to the kernels where it pays).
+fn search_the_rest(
+    store: &mut Store,
+    args: &ApplyArgs,
+    m: &ModelMatch,
+    report: &ApplyReport,
+    started: Instant,
+    time_budget: Duration,
+    remote: Option<&super::worker::Remote>,
+) -> Result<Search, CliError> {
+    let not = |why: &str| Ok(Search::NotRun(why.to_string()));
+    if args.transfer_only {
+        return not("--transfer-only");
+    }
+    if report.interrupted {
+        return not("interrupted");
+    }
+    if m.matches.is_empty() {
+        return not("no tunable kernel");
+    }
+    let left = time_budget.saturating_sub(started.elapsed());
+    if left < MIN_SEARCH {
+        return Ok(Search::NotRun(format!(
+            "{:.1} s of the {:.0} s time budget left (raise --time-budget)",
+            left.as_secs_f64(),
+            time_budget.as_secs_f64()
+        )));
+    }
+    let mut t = ttdb_tuning::tune::search::TuneOptions::default();
+    t.refine.isolation = args.isolation.isolation()?;
+    t.refine.target = super::machine().target.clone();
+    t.refine.remote = remote.map(|r| r.shared());
+    t.search.max_timeout = Duration::from_secs_f64(args.timeout);
+    t.search.time_budget = Some(left);
+    let opts = ModelTuneOptions {
+        trials: None,
+        time_budget: Some(left),
+        search: t.search,
+        refine: t.refine,
+        droplet_trials: 0,
+        seeds: 5,
+    };
+    let r = super::tune_model::search_model(store, m, &opts, remote, args.dry_run)?;
+    Ok(Search::Ran(r))
+}
+
 pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     if args.workers.is_some() && args.dry_run {
         return Err(CliError {
@@ -191,10 +270,12 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
             code: 2,
         });
     }
+    let started = Instant::now();
+    let time_budget = Duration::from_secs_f64(args.time_budget.max(0.0));
     let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
     let mut opts = ApplyOptions {
         top_k: args.top_k,
-        budget: Duration::from_secs_f64(args.budget_seconds.max(0.0)),
+        budget: time_budget,
         ..ApplyOptions::default()
     };
     let timeout = Some(Duration::from_secs_f64(args.timeout));
@@ -241,17 +322,59 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         super::with_sink_or_remote(store, args.dry_run, remote.as_ref(), |sink| {
             apply(&m, &opts, sink, progress)
         })
+    })
+    .map_err(CliError::from)
+    .and_then(|report| {
+        let search = search_the_rest(store, args, &m, &report, started, time_budget, remote.as_ref())?;
+        let interrupted = report.interrupted || matches!(&search, Search::Ran(r) if r.interrupted);
+        let end_to_end = super::tune_model::end_to_end(
+            store,
+            &super::tune_model::EndToEndRun {
+                model: &args.model,
+                layout: &m.list.layout,
+                runs: args.e2e_runs,
+                remote: remote.as_ref(),
+                dry_run: args.dry_run,
+                interrupted,
+            },
+        )?;
+        Ok(Applied {
+            apply: report,
+            search,
+            end_to_end,
+        })
     });
-    let report = match &remote {
+    let out = match &remote {
         Some(r) => {
             let ended = r.finish(ttdb_tuning::search::interrupt::requested());
-            let report = outcome?;
+            let out = outcome?;
             ended?;
-            report
+            out
         }
         None => outcome?,
     };
-    super::progress::print_report(&report, report.interrupted, args.json, render_apply)?;
+    let interrupted =
+        out.apply.interrupted || matches!(&out.search, Search::Ran(r) if r.interrupted);
+    super::progress::print_report(&out, interrupted, args.json, |a| {
+        let mut s = render_apply(&a.apply);
+        match &a.search {
+            Search::Ran(r) => {
+                s.push_str("\nthen searched with the rest of the time budget:\n");
+                s.push_str(&super::tune_model::render_model_tune(
+                    r,
+                    super::progress::peak_gflops(),
+                ));
+            }
+            Search::NotRun(why) => s.push_str(&format!("no search after the transfer: {why}\n")),
+        }
+        let kernel_sum = match &a.search {
+            Search::Ran(r) => r.kernel_sum_ms,
+            Search::NotRun(_) => a.apply.tuned_total_ms,
+        };
+        s.push_str(&super::tune_model::render_end_to_end(&a.end_to_end, kernel_sum));
+        s
+    })?;
+    let report = &out.apply;
     if report.kernels.iter().any(|k| !k.verified) {
         return Err(CliError {
             message: "some kernels could not be verified (see the table)".into(),

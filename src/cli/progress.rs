@@ -61,6 +61,8 @@ struct TuningBar {
     label: String,
     phase: Option<Phase>,
     kernels_done: u64,
+    /// When a [`Work::SharedTime`] run started.
+    started: Option<std::time::Instant>,
 }
 
 impl TuningBar {
@@ -93,6 +95,13 @@ impl Progress for TuningBar {
                 trials_per_kernel,
             } => trials_bar((trials_per_kernel * kernels) as u64),
             Work::SharedTrials(trials) => trials_bar(trials as u64),
+            Work::SharedTime(budget) => {
+                self.started = Some(std::time::Instant::now());
+                super::progress_bar(
+                    budget.as_secs().max(1),
+                    "{spinner} [{bar:25}] {pos}/{len} s of the time budget {msg}",
+                )
+            }
         };
     }
     fn kernel(&mut self, index: usize, total: usize, label: &str) {
@@ -150,6 +159,15 @@ impl Progress for TuningBar {
                     format!("kernel sum {best_ms:.3} ms")
                 } else {
                     "warming up every kernel".into()
+                });
+            }
+            Some(Work::SharedTime(_)) => {
+                let elapsed = self.started.map_or(0, |t| t.elapsed().as_secs());
+                self.set_position(elapsed);
+                self.set_message(if best_ms.is_finite() {
+                    format!("{trials} trials, kernel sum {best_ms:.3} ms")
+                } else {
+                    format!("{trials} trials, warming up every kernel")
                 });
             }
             None => {}

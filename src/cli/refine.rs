@@ -187,7 +187,10 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
             &super::apply::ApplyArgs {
                 model: ModelArgs::for_model(model.clone(), "auto"),
                 top_k: args.top_k,
-                budget_seconds: 1e9,
+                time_budget: 1e9,
+                // refine --model is transfer + Droplet, run as it always was
+                transfer_only: true,
+                e2e_runs: 0,
                 timeout: args.timeout,
                 droplet: args.trials_per_kernel.max(1),
                 tune: 0,

@@ -10,6 +10,7 @@ use std::path::Path;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneReport};
 use ttdb_tuning::run::{time_on_deterministic_inputs, ModelRun as ModelRunner, Schedule, Timing};
+use ttdb_tuning::matcher::ModelMatch;
 use ttdb_tuning::tune::search::TuneOptions;
 
 pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
@@ -106,7 +107,7 @@ struct TuneAndRun {
 /// The tuned model timed here by `ttdb run`'s timing, glue included; or why not.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-enum EndToEnd {
+pub(super) enum EndToEnd {
     Measured {
         #[serde(flatten)]
         timing: Timing,
@@ -117,41 +118,47 @@ enum EndToEnd {
     NotMeasured(String),
 }
 
+/// How the end-to-end run after a tune is asked for.
+pub(super) struct EndToEndRun<'a> {
+    /// The model, and the layout the tune chose (`--layout auto` tries both).
+    pub model: &'a ModelArgs,
+    pub layout: &'a str,
+    /// `--e2e-runs` (0: none).
+    pub runs: usize,
+    pub remote: Option<&'a super::worker::Remote>,
+    pub dry_run: bool,
+    pub interrupted: bool,
+}
+
 /// Runs the model as `ttdb run` would, on what the tune stored, unless there is nothing to
 /// run for this host (a dry run, workers of another class) or the user asked for none.
-fn end_to_end(
-    store: &Store,
-    args: &ModelRun,
-    layout: &str,
-    report: &ModelTuneReport,
-) -> Result<EndToEnd, CliError> {
+pub(super) fn end_to_end(store: &Store, e: &EndToEndRun) -> Result<EndToEnd, CliError> {
     let not = |why: String| Ok(EndToEnd::NotMeasured(why));
-    if args.e2e_runs == 0 {
+    if e.runs == 0 {
         return not("--e2e-runs 0".into());
     }
-    if report.interrupted {
+    if e.interrupted {
         return not("interrupted".into());
     }
-    if args.dry_run {
+    if e.dry_run {
         return not("--dry-run stored nothing to run".into());
     }
     let here = super::machine().target.host.class();
-    if let Some(r) = args.remote {
+    if let Some(r) = e.remote {
         if r.0.host_class != here {
             return not(format!(
                 "tuned for host class {}, and this host is {here}: run `ttdb run --repeat {}` on one of those workers' machines",
-                r.0.host_class, args.e2e_runs
+                r.0.host_class, e.runs
             ));
         }
     }
-    // The layout the tune chose (`--layout auto` tries both).
     let model = ModelArgs {
-        layout: layout.to_string(),
-        ..args.model.clone()
+        layout: e.layout.to_string(),
+        ..e.model.clone()
     };
     let opts = super::run::run_options(&model, false)?;
     let mut bar = super::run::CompileBar(None);
-    let loaded = ModelRunner::load_with_progress(&args.model.model, &opts, Some(store), &mut bar);
+    let loaded = ModelRunner::load_with_progress(&model.model, &opts, Some(store), &mut bar);
     if let Some(b) = bar.0.take() {
         b.finish_and_clear();
     }
@@ -160,7 +167,7 @@ fn end_to_end(
         // The tune stands on its own: a model `ttdb run` cannot load yet is a note.
         Err(e) => return not(format!("`ttdb run` cannot load it: {e}")),
     };
-    let timing = time_on_deterministic_inputs(&model, args.e2e_runs, None)
+    let timing = time_on_deterministic_inputs(&model, e.runs, None)
         .map_err(super::run::fail)?;
     let tunable = model.plan.iter().filter(|p| p.anchored);
     let stored_kernels = tunable
@@ -174,7 +181,7 @@ fn end_to_end(
     })
 }
 
-fn render_end_to_end(e: &EndToEnd, kernel_sum_ms: f64) -> String {
+pub(super) fn render_end_to_end(e: &EndToEnd, kernel_sum_ms: f64) -> String {
     match e {
         EndToEnd::NotMeasured(why) => format!("end to end: not measured ({why})\n"),
         EndToEnd::Measured {
@@ -201,6 +208,22 @@ fn render_end_to_end(e: &EndToEnd, kernel_sum_ms: f64) -> String {
     }
 }
 
+/// The model's kernels searched within `opts`, with the progress bar and Ctrl-C, storing
+/// every trial (or queueing them with `remote`) unless `dry_run`.
+pub(super) fn search_model(
+    store: &mut Store,
+    m: &ModelMatch,
+    opts: &ModelTuneOptions,
+    remote: Option<&super::worker::Remote>,
+    dry_run: bool,
+) -> Result<ModelTuneReport, CliError> {
+    Ok(super::progress::track(|progress| {
+        super::with_sink_or_remote(store, dry_run, remote, |sink| {
+            tune_model(m, opts, sink, progress)
+        })
+    })?)
+}
+
 pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
     let model = args.model.model.as_path();
     let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
@@ -212,18 +235,14 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
     }
     let base = args.base.clone();
     let opts = ModelTuneOptions {
-        trials: args.trials.unwrap_or(64 * m.matches.len()),
+        trials: Some(args.trials.unwrap_or(64 * m.matches.len())),
         time_budget: base.search.time_budget,
         search: base.search,
         refine: base.refine,
         droplet_trials: args.droplet,
         seeds: args.seeds.max(1),
     };
-    let report = super::progress::track(|progress| {
-        super::with_sink_or_remote(store, args.dry_run, args.remote, |sink| {
-            tune_model(&m, &opts, sink, progress)
-        })
-    })?;
+    let report = search_model(store, &m, &opts, args.remote, args.dry_run)?;
     if let Some(path) = args.curve {
         write_curve(path, &report).map_err(|e| CliError {
             message: format!("{}: {e}", path.display()),
@@ -235,7 +254,17 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         super::plot::write_tune_plot(path, &title, &report.curve)
             .map_err(|message| CliError { message, code: 1 })?;
     }
-    let end_to_end = end_to_end(store, args, &m.list.layout, &report)?;
+    let end_to_end = end_to_end(
+        store,
+        &EndToEndRun {
+            model: &args.model,
+            layout: &m.list.layout,
+            runs: args.e2e_runs,
+            remote: args.remote,
+            dry_run: args.dry_run,
+            interrupted: report.interrupted,
+        },
+    )?;
     let out = TuneAndRun {
         tune: report,
         end_to_end,

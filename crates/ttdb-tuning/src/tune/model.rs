@@ -27,8 +27,9 @@ use ttdb_store::store::StoreError;
 
 #[derive(Clone, Debug)]
 pub struct ModelTuneOptions {
-    /// Measured trials over the whole model.
-    pub trials: usize,
+    /// Measured trials over the whole model; None: as many as `time_budget` allows (which
+    /// must then be given).
+    pub trials: Option<usize>,
     pub time_budget: Option<Duration>,
     /// Per-task search options (`trials` and `batch` are the scheduler's business).
     pub search: SearchOptions,
@@ -321,7 +322,16 @@ pub fn tune_model(
         .collect();
     let model_use = CostModelUse::of_search(&opts.search);
     let cost = model_use.start(sink);
-    progress.start(Work::SharedTrials(opts.trials));
+    let (trials, work) = match (opts.trials, opts.time_budget) {
+        (Some(n), _) => (n, Work::SharedTrials(n)),
+        (None, Some(t)) => (usize::MAX, Work::SharedTime(t)),
+        (None, None) => {
+            return Err(StoreError::Other(
+                "tune_model: neither a trial count nor a time budget bounds the search".into(),
+            ))
+        }
+    };
+    progress.start(work);
     let mut tasks = ModelTasks {
         searches,
         dags: &dags,
@@ -339,7 +349,16 @@ pub fn tune_model(
     };
     let sched = schedule(
         &mut tasks,
-        &SchedulerOptions::new(opts.trials, dags.len(), opts.time_budget),
+        &match opts.trials {
+            Some(_) => SchedulerOptions::new(trials, dags.len(), opts.time_budget),
+            // Time only: rounds of 16 trials, so that every kernel has its first round early
+            // in the budget (a trial count spreads its rounds by itself).
+            None => SchedulerOptions {
+                trials,
+                per_round: 16,
+                time_budget: opts.time_budget,
+            },
+        },
     );
     let ModelTasks {
         searches,
@@ -368,7 +387,11 @@ pub fn tune_model(
             row.best_ms = b.evaluation.median().map(|x| x * 1e3);
             row.gflops = b.evaluation.gflops(dags[t].flop_ct());
         } else if row.note.is_none() {
-            row.note = Some("no candidate verified".into());
+            row.note = Some(if row.rounds == 0 {
+                "no round within the budget".into()
+            } else {
+                "no candidate verified".into()
+            });
         }
     }
     if opts.droplet_trials > 0 {

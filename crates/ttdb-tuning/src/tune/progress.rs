@@ -14,6 +14,9 @@ pub enum Work {
     },
     /// A trial budget that the kernels of a model share (`tune MODEL`).
     SharedTrials(usize),
+    /// A wall-clock budget that the kernels of a model share, with no trial cap (the
+    /// search of `apply` after its transfer); `trials` reports as for `SharedTrials`.
+    SharedTime(std::time::Duration),
 }
 
 /// What the current kernel is doing.
@@ -37,7 +40,7 @@ pub trait Progress {
     /// The current kernel moves on to `phase`.
     fn phase(&mut self, _phase: Phase) {}
     /// Trials measured so far and the best seconds so far: of the current kernel, or with
-    /// [`Work::SharedTrials`], of the whole run and the model's kernel sum (NaN until every
+    /// [`Work::SharedTrials`] or [`Work::SharedTime`], of the whole run and the model's kernel sum (NaN until every
     /// kernel has a time).
     fn trials(&mut self, _trials: usize, _best_s: f64) {}
     /// The current kernel is done.
