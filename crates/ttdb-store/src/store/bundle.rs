@@ -248,6 +248,10 @@ pub fn import_bundle(
             new_hosts,
         })
     })
+    .and_then(|b| {
+        super::import::refresh_statistics(store, b.file.inserted)?;
+        Ok(b)
+    })
 }
 
 fn insert_hosts(tx: &Db, hosts: &[HostRow]) -> Result<usize> {

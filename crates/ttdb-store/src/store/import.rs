@@ -392,7 +392,25 @@ pub fn import_bytes(
     kind: &str,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<FileReport> {
-    in_import_transaction(store, |tx| import_in(tx, path, buf, kind, progress))
+    let report = in_import_transaction(store, |tx| import_in(tx, path, buf, kind, progress))?;
+    refresh_statistics(store, report.inserted)?;
+    Ok(report)
+}
+
+/// Records inserted at once past which PostgreSQL's planner statistics are refreshed. Until
+/// autovacuum gets to a table (a minute or more after a bulk load), its plans follow the
+/// statistics of the table before the load: `match` right after importing 1M records took
+/// 0.98 s against 0.5 s once analyzed. SQLite plans from its indexes alone.
+const ANALYZE_AFTER: usize = 10_000;
+
+/// `ANALYZE` of the tables an import grows, on PostgreSQL after a bulk import.
+pub(super) fn refresh_statistics(store: &Store, inserted: usize) -> Result<()> {
+    if store.db.dialect() == Dialect::Postgres && inserted >= ANALYZE_AFTER {
+        store
+            .db
+            .execute_batch("ANALYZE records; ANALYZE workloads; ANALYZE targets")?;
+    }
+    Ok(())
 }
 
 /// Runs `f` in one write transaction (see [`Db::transaction`]), committed if `f` succeeds.
