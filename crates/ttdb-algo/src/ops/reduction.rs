@@ -198,6 +198,9 @@ pub fn variance_candidates(a: &[i64], b: &[i64], out: &[i64]) -> Vec<Anchor> {
     v
 }
 
+/// The highest rank whose dropped reduction axes are recognized (real models stay under 7).
+const MAX_REDUCED_RANK: usize = 12;
+
 /// Axes reduced from `x` to `out`: keepdims (same rank, 1s where reduced) or dropped dims.
 fn reduced_axes(x: &[i64], out: &[i64]) -> Option<(Vec<usize>, bool)> {
     if x.len() == out.len() {
@@ -207,8 +210,10 @@ fn reduced_axes(x: &[i64], out: &[i64]) -> Option<(Vec<usize>, bool)> {
             && (0..x.len()).all(|i| axes.contains(&i) || x[i] == out[i]);
         return ok.then_some((axes, true));
     }
-    if out.len() < x.len() && !out.is_empty() {
-        // dropped dims: the subset of axes whose removal leaves `out`, trailing axes first
+    // Dropped dims: the subset of axes whose removal leaves `out`, trailing axes first. The
+    // subsets are enumerated, so the rank is bounded: a hostile key of rank 32 or more
+    // overflowed the mask (a fuzzed bundle found it), and one of rank 30 would take minutes.
+    if out.len() < x.len() && !out.is_empty() && x.len() <= MAX_REDUCED_RANK {
         let n = x.len();
         let drop = n - out.len();
         let mut masks: Vec<u32> = (0u32..(1 << n))
@@ -237,5 +242,16 @@ mod tests {
         );
         assert_eq!(reduced_axes(&[2, 3, 4], &[2, 3]), Some((vec![2], false)));
         assert_eq!(reduced_axes(&[2, 3], &[2, 3]), None);
+    }
+
+    /// A hostile key's rank: no overflow, no exponential search, just no match.
+    #[test]
+    fn reduced_axes_of_a_huge_rank_is_none() {
+        assert_eq!(reduced_axes(&[2; 40], &[2; 20]), None);
+        assert_eq!(reduced_axes(&[1; 31], &[1; 30]), None);
+        let mut x = vec![1; MAX_REDUCED_RANK];
+        x[0] = 5;
+        // the largest rank recognized: only dropping axis 0 leaves the 1s
+        assert_eq!(reduced_axes(&x, &x[1..]), Some((vec![0], false)));
     }
 }
