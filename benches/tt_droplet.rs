@@ -65,6 +65,7 @@ fn main() {
     let base = ApplyOptions {
         top_k: 2,
         budget: Duration::from_secs(3600),
+        lanes: host.f32_lanes() as i64,
         ..ApplyOptions::default()
     };
     let mut refine = RefineOptions::default();

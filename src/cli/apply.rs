@@ -276,6 +276,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     let mut opts = ApplyOptions {
         top_k: args.top_k,
         budget: time_budget,
+        lanes: super::machine().target.lanes() as i64,
         ..ApplyOptions::default()
     };
     let timeout = Some(Duration::from_secs_f64(args.timeout));

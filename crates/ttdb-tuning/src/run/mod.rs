@@ -9,7 +9,6 @@
 //! schedule, and the plan says which and why. Intermediate tensors share one arena, placed
 //! by liveness (`exec.rs`).
 mod build;
-mod default_schedule;
 mod exec;
 mod glue;
 mod timing;
@@ -58,7 +57,7 @@ pub struct ModelRunOptions {
 pub enum Schedule {
     /// A stored record (its source, e.g. `resnet_18.best.json:3`).
     Stored(String),
-    /// ttdb's default schedule (`default_schedule.rs`), and why no stored one ran (None: a
+    /// ttdb's default schedule (`search/default_schedule.rs`), and why no stored one ran (None: a
     /// glue kernel, never tuned).
     Default(Option<String>),
     /// The naive loop nest: asked for, or the default schedule did not lower (why).
@@ -382,7 +381,7 @@ impl ModelPlan {
                     ..LowerOptions::default()
                 };
                 let mut last_error = String::new();
-                for steps in default_schedule::default_schedules(&dag, opts.target.lanes() as i64) {
+                for steps in crate::search::default_schedule::default_schedules(&dag, opts.target.lanes() as i64) {
                     match lower_steps(&dag, &steps, &named) {
                         Ok(l) => return Ok((l, Schedule::Default(why))),
                         Err(e) => last_error = e.to_string(),

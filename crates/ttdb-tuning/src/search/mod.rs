@@ -9,6 +9,7 @@
 //!   ([`model_ranker`]).
 //! * Both report their trials to one [`observer`].
 pub mod cost_model;
+pub mod default_schedule;
 pub mod draft;
 pub mod droplet;
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! Every measurement goes to the sink as it is taken; Ctrl-C stops after the current run.
 use super::progress::{Phase, Progress, Work};
 use super::record::{CostModelUse, Sink};
+use crate::search::default_schedule::lowering_default;
 use super::refine::{refine_schedules, RefineOptions};
 use super::trials::{Provenance, TrialSink};
 use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
@@ -40,6 +41,8 @@ pub struct ApplyOptions {
     pub droplet: Option<RefineOptions>,
     /// Search the kernels no transferred schedule sped up (None: no; `apply --tune N`).
     pub tune: Option<super::search::TuneOptions>,
+    /// Vector lanes of the target: the default schedule's (`search::default_schedule`).
+    pub lanes: i64,
     /// Measure the default and the candidates on the queue's workers instead of here
     /// (`apply --workers`; Droplet and the search take theirs from their own options).
     pub remote: Option<std::sync::Arc<dyn MeasureElsewhere>>,
@@ -63,6 +66,8 @@ impl Default for ApplyOptions {
             default_eval,
             droplet: None,
             tune: None,
+            // TVM's `llvm` target without -mcpu; callers give their target's.
+            lanes: 4,
             remote: None,
         }
     }
@@ -334,18 +339,26 @@ fn apply_kernel(
         }
     };
     let mut references = References::default();
+    // The baseline is what `ttdb run` runs without a stored schedule: the first default
+    // schedule that lowers, timed like a candidate. Only when none lowers, the naive loop
+    // nest (its record, empty steps, would then be what run replays).
+    let default_steps = lowering_default(&default_dag, opts.lanes);
+    let default_eval = match default_steps {
+        Some(_) => &opts.eval,
+        None => &opts.default_eval,
+    };
     let default = match references.get(&default_dag) {
-        Ok(reference) => match &opts.remote {
-            // The default schedule is the empty step list.
-            Some(remote) => evaluate_remotely(
+        Ok(reference) => match (&opts.remote, &default_steps) {
+            (Some(remote), steps) => evaluate_remotely(
                 remote.as_ref(),
                 &default_dag,
-                &[vec![]],
+                &[steps.clone().unwrap_or_default()],
                 reference,
-                &opts.default_eval,
+                default_eval,
             )
             .remove(0),
-            None => evaluate_default(&default_dag, reference, &opts.default_eval),
+            (None, Some(steps)) => evaluate_steps(&default_dag, steps, reference, default_eval),
+            (None, None) => evaluate_default(&default_dag, reference, default_eval),
         },
         Err(e) => {
             r.note = Some(e);
@@ -357,9 +370,12 @@ fn apply_kernel(
     let naive = measurement(
         &default,
         &default_dag,
-        vec![],
+        default_steps.clone().unwrap_or_default(),
         None,
-        "naive default schedule".into(),
+        match default_steps {
+            Some(_) => "default schedule".into(),
+            None => "naive default schedule".into(),
+        },
     );
     sink.keep("default", &[naive])?;
     // (median ms, candidate index, GFLOP/s) of the fastest verified candidate.
@@ -458,7 +474,7 @@ fn apply_kernel(
             r.gflops = default.gflops(default_dag.flop_ct());
             if opts.droplet.is_some() && opts.tune.is_none() {
                 r.droplet = Some(DropletSummary::skipped(
-                    "no transferred schedule beat the default (the naive default has no knobs)",
+                    "no transferred schedule beat the default (Droplet starts from a transferred one)",
                 ));
             }
             if let (Some(topts), Some(cost), false) =

@@ -1,5 +1,6 @@
-//! The schedule a kernel runs when no stored one applies, as Ansor steps so that it replays
-//! and lowers like any record. Nothing is measured.
+//! The schedule a kernel runs when no stored one applies (`ttdb run`), and the baseline
+//! `apply` measures candidates against, as Ansor steps so that it replays and lowers like
+//! any record. Nothing is measured here.
 //!
 //! - **Register-tiled** (a kernel with one reduction and an element-wise epilogue: convs,
 //!   pools, matmuls): the output's innermost axis is split by the vector width and the one
@@ -32,6 +33,15 @@ pub fn default_schedules(dag: &Dag, lanes: i64) -> Vec<Vec<Step>> {
         .chain(register_tiled_steps(dag, lanes))
         .chain([default_steps(dag, lanes)])
         .collect()
+}
+
+/// The first of [`default_schedules`] that lowers; None when none does (only the naive loop
+/// nest is left).
+pub fn lowering_default(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
+    let opts = ttdb_backend::lower::LowerOptions::default();
+    default_schedules(dag, lanes)
+        .into_iter()
+        .find(|steps| ttdb_backend::lower::lower_steps(dag, steps, &opts).is_ok())
 }
 
 /// Accumulator vectors a register tile may hold (16 vector registers on AVX2 and AVX-512
