@@ -343,9 +343,11 @@ fn apply_kernel(
     // schedule that lowers, timed like a candidate. Only when none lowers, the naive loop
     // nest (its record, empty steps, would then be what run replays).
     let default_steps = lowering_default(&default_dag, opts.lanes);
+    // Timed like a candidate when candidates follow; past the budget (`stop`: the default is
+    // kept, its time only reported) or as the naive loop nest, with fewer repeats.
     let default_eval = match default_steps {
-        Some(_) => &opts.eval,
-        None => &opts.default_eval,
+        Some(_) if !stop => &opts.eval,
+        _ => &opts.default_eval,
     };
     let default = match references.get(&default_dag) {
         Ok(reference) => match (&opts.remote, &default_steps) {
