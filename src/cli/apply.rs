@@ -204,12 +204,31 @@ struct Applied {
     end_to_end: super::tune_model::EndToEnd,
 }
 
+/// Ctrl-C stopped the transfer or the search.
+fn interrupted(apply: &ApplyReport, search: &Search) -> bool {
+    apply.interrupted || matches!(search, Search::Ran(r) if r.interrupted)
+}
+
 /// The search after the transfer, or why there was none.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 enum Search {
     Ran(ModelTuneReport),
     NotRun(String),
+}
+
+/// The search options of `--tune N` and of the search after the transfer: this machine's
+/// target, the isolation and timeout asked for, and the queue with `--workers`.
+fn search_options(
+    args: &ApplyArgs,
+    remote: Option<&super::worker::Remote>,
+) -> Result<ttdb_tuning::tune::search::TuneOptions, CliError> {
+    let mut t = ttdb_tuning::tune::search::TuneOptions::default();
+    t.refine.isolation = args.isolation.isolation()?;
+    t.refine.target = super::machine().target.clone();
+    t.refine.remote = remote.map(|r| r.shared());
+    t.search.max_timeout = Duration::from_secs_f64(args.timeout);
+    Ok(t)
 }
 
 /// Less than this left of the time budget after the transfer: no search (every kernel
@@ -245,11 +264,7 @@ fn search_the_rest(
             time_budget.as_secs_f64()
         )));
     }
-    let mut t = ttdb_tuning::tune::search::TuneOptions::default();
-    t.refine.isolation = args.isolation.isolation()?;
-    t.refine.target = super::machine().target.clone();
-    t.refine.remote = remote.map(|r| r.shared());
-    t.search.max_timeout = Duration::from_secs_f64(args.timeout);
+    let mut t = search_options(args, remote)?;
     t.search.time_budget = Some(left);
     let opts = ModelTuneOptions {
         trials: None,
@@ -300,23 +315,17 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         r.droplet.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.droplet = Some(r);
     }
-    if args.tune > 0 {
-        let mut t = ttdb_tuning::tune::search::TuneOptions::default();
-        t.refine.isolation = isolation.clone();
-        t.refine.target = target.clone();
-        t.search.trials = args.tune;
-        t.search.max_timeout = Duration::from_secs_f64(args.timeout);
-        opts.tune = Some(t);
-    }
     let what = format!("apply {}", args.model.model.display());
     let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "apply")?;
+    if args.tune > 0 {
+        let mut t = search_options(args, remote.as_ref())?;
+        t.search.trials = args.tune;
+        opts.tune = Some(t);
+    }
     if let Some(r) = &remote {
         opts.remote = Some(r.shared());
         if let Some(d) = opts.droplet.as_mut() {
             d.remote = Some(r.shared());
-        }
-        if let Some(t) = opts.tune.as_mut() {
-            t.refine.remote = Some(r.shared());
         }
     }
     let outcome = super::progress::track(|progress| {
@@ -327,7 +336,6 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     .map_err(CliError::from)
     .and_then(|report| {
         let search = search_the_rest(store, args, &m, &report, started, time_budget, remote.as_ref())?;
-        let interrupted = report.interrupted || matches!(&search, Search::Ran(r) if r.interrupted);
         let end_to_end = super::tune_model::end_to_end(
             store,
             &super::tune_model::EndToEndRun {
@@ -336,7 +344,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
                 runs: args.e2e_runs,
                 remote: remote.as_ref(),
                 dry_run: args.dry_run,
-                interrupted,
+                interrupted: interrupted(&report, &search),
             },
         )?;
         Ok(Applied {
@@ -354,9 +362,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         }
         None => outcome?,
     };
-    let interrupted =
-        out.apply.interrupted || matches!(&out.search, Search::Ran(r) if r.interrupted);
-    super::progress::print_report(&out, interrupted, args.json, |a| {
+    super::progress::print_report(&out, interrupted(&out.apply, &out.search), args.json, |a| {
         let mut s = render_apply(&a.apply);
         match &a.search {
             Search::Ran(r) => {

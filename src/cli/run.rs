@@ -104,12 +104,11 @@ fn to_npy(port: &Port, values: &BufferData) -> Result<npy::Array, CliError> {
     })
 }
 
-/// The value at quantile `q` of sorted `xs` (nearest rank).
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-pub(super) fn render_timing(t: &Timing) -> String {
+fn render_timing(t: &Timing) -> String {
     let mut s = format!(
         "{} runs on {} threads: median {:.3} ms, min {:.3} ms, p90 {:.3} ms\n\
          kernel medians: anchored {:.3} ms, glue {:.3} ms ({:.1}% of the kernel time)\n",

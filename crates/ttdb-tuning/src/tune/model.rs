@@ -322,9 +322,21 @@ pub fn tune_model(
         .collect();
     let model_use = CostModelUse::of_search(&opts.search);
     let cost = model_use.start(sink);
-    let (trials, work) = match (opts.trials, opts.time_budget) {
-        (Some(n), _) => (n, Work::SharedTrials(n)),
-        (None, Some(t)) => (usize::MAX, Work::SharedTime(t)),
+    let (scheduler, work) = match (opts.trials, opts.time_budget) {
+        (Some(n), _) => (
+            SchedulerOptions::new(n, dags.len(), opts.time_budget),
+            Work::SharedTrials(n),
+        ),
+        // Time only: rounds of 16 trials, so that every kernel has its first round early in
+        // the budget (a trial count spreads its rounds by itself).
+        (None, Some(t)) => (
+            SchedulerOptions {
+                trials: usize::MAX,
+                per_round: 16,
+                time_budget: Some(t),
+            },
+            Work::SharedTime(t),
+        ),
         (None, None) => {
             return Err(StoreError::Other(
                 "tune_model: neither a trial count nor a time budget bounds the search".into(),
@@ -349,16 +361,7 @@ pub fn tune_model(
     };
     let sched = schedule(
         &mut tasks,
-        &match opts.trials {
-            Some(_) => SchedulerOptions::new(trials, dags.len(), opts.time_budget),
-            // Time only: rounds of 16 trials, so that every kernel has its first round early
-            // in the budget (a trial count spreads its rounds by itself).
-            None => SchedulerOptions {
-                trials,
-                per_round: 16,
-                time_budget: opts.time_budget,
-            },
-        },
+        &scheduler,
     );
     let ModelTasks {
         searches,
