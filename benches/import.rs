@@ -156,11 +156,9 @@ impl Backend {
             }
             _ => store
                 .sql_for_tests()
-                .query_one(
-                    "SELECT pg_database_size(current_database())",
-                    &[],
-                    |r| r.get::<i64>(0),
-                )
+                .query_one("SELECT pg_database_size(current_database())", &[], |r| {
+                    r.get::<i64>(0)
+                })
                 .unwrap() as u64,
         }
     }

@@ -28,7 +28,10 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("synthetic.json");
     let mut log_keys = None;
-    let mut databases = vec![("sqlite", Location::File(root.join(format!("target/bench-matching-{n}.db"))))];
+    let mut databases = vec![(
+        "sqlite",
+        Location::File(root.join(format!("target/bench-matching-{n}.db"))),
+    )];
     match std::env::var("TTDB_BENCH_POSTGRES") {
         Ok(url) => {
             let admin = PgUrl::parse(&url).expect("$TTDB_BENCH_POSTGRES: a postgres:// URL");

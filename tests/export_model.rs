@@ -198,7 +198,14 @@ fn export_after_apply_covers_every_kernel_of_the_model() {
     let (code, _, err) = ttdb(
         &db,
         None,
-        &["apply", model.to_str().unwrap(), "--top-k", "1", "--transfer-only", "--json"],
+        &[
+            "apply",
+            model.to_str().unwrap(),
+            "--top-k",
+            "1",
+            "--transfer-only",
+            "--json",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let out = dir.path().join("model.json");

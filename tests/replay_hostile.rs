@@ -1,8 +1,8 @@
 //! Hostile records: every malformed step must end replay with a clean `ReplayError` naming
 //! the step and the reason, never a panic, and must leave the state as it was.
-use proptest::prelude::*;
 use crate::common::mutate;
 use mutate::step_mutants;
+use proptest::prelude::*;
 use serde_json::Value;
 use ttdb::ansor::step::*;
 use ttdb::ansor::{Annotation, Step};

@@ -183,7 +183,10 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
     assert!(e2e["stored_kernels"].as_u64().unwrap() >= 2, "{e2e}");
     assert_eq!(e2e["default_kernels"], 0, "{e2e}");
     let glue = e2e["glue_ms"].as_f64().unwrap();
-    assert!(glue >= 0.0 && e2e["anchored_ms"].as_f64().unwrap() > 0.0, "{e2e}");
+    assert!(
+        glue >= 0.0 && e2e["anchored_ms"].as_f64().unwrap() > 0.0,
+        "{e2e}"
+    );
     let csv = std::fs::read_to_string(&curve).unwrap();
     let rows: Vec<&str> = csv.lines().collect();
     assert_eq!(
@@ -235,7 +238,13 @@ fn apply_searches_with_the_rest_of_its_time_budget() {
     let t0 = std::time::Instant::now();
     let (code, out, err) = ttdb(
         &db,
-        &["apply", m.to_str().unwrap(), "--time-budget", "12", "--json"],
+        &[
+            "apply",
+            m.to_str().unwrap(),
+            "--time-budget",
+            "12",
+            "--json",
+        ],
     );
     let wall = t0.elapsed().as_secs_f64();
     assert_eq!(code, 0, "{err}");
@@ -256,7 +265,14 @@ fn apply_searches_with_the_rest_of_its_time_budget() {
     // --transfer-only: today's apply, no search.
     let (code, out, err) = ttdb(
         &db,
-        &["apply", m.to_str().unwrap(), "--transfer-only", "--e2e-runs", "0", "--json"],
+        &[
+            "apply",
+            m.to_str().unwrap(),
+            "--transfer-only",
+            "--e2e-runs",
+            "0",
+            "--json",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -384,8 +400,20 @@ fn tune_a_model_with_symbolic_dims_takes_input_shapes() {
     let (code, out, err) = ttdb(
         &db,
         &[
-            "tune", m, "--input-shape", "input_2=1,24,24,3", "--lanes", "16", "--trials", "8",
-            "--batch", "8", "--population", "8", "--dry-run", "--json",
+            "tune",
+            m,
+            "--input-shape",
+            "input_2=1,24,24,3",
+            "--lanes",
+            "16",
+            "--trials",
+            "8",
+            "--batch",
+            "8",
+            "--population",
+            "8",
+            "--dry-run",
+            "--json",
         ],
     );
     assert_eq!(code, 0, "{err}");

@@ -126,7 +126,10 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
     assert_eq!(k["failed_trials"], 0, "{s}");
 
     // apply: transfer from the stored records, measured and verified
-    let v = json(&["apply", m, "--top-k", "2", "--transfer-only", "--json"], &db);
+    let v = json(
+        &["apply", m, "--top-k", "2", "--transfer-only", "--json"],
+        &db,
+    );
     let s = v.to_string();
     assert!(s.contains("power_scalar+mean"), "{s}");
     // the tuned records of this very signature are exact candidates, measured and verified
@@ -136,7 +139,14 @@ fn layer_norm_variance_tunes_verifies_and_applies() {
     // to the new extents), measured and verified
     let other = layer_norm_model(dir.path(), 8, 48);
     let v = json(
-        &["apply", other.to_str().unwrap(), "--top-k", "2", "--transfer-only", "--json"],
+        &[
+            "apply",
+            other.to_str().unwrap(),
+            "--top-k",
+            "2",
+            "--transfer-only",
+            "--json",
+        ],
         &db,
     );
     assert_applied_with_verified(&v, "class");

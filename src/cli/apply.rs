@@ -5,9 +5,9 @@ use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use std::time::{Duration, Instant};
 use ttdb_store::store::Store;
-use ttdb_tuning::tune::refine::RefineOptions;
 use ttdb_tuning::matcher::ModelMatch;
 use ttdb_tuning::tune::model::{ModelTuneOptions, ModelTuneReport};
+use ttdb_tuning::tune::refine::RefineOptions;
 use ttdb_tuning::tune::{apply, ApplyOptions, ApplyReport};
 
 #[derive(clap::Args, Debug)]
@@ -20,7 +20,12 @@ pub struct ApplyArgs {
     /// Wall-clock budget in seconds for the whole apply: the transfer measures within it
     /// (kernels past it keep their default schedule), and a search of the model's kernels,
     /// seeded with what transferred, spends what is left.
-    #[arg(long, visible_alias = "budget-seconds", default_value_t = 300.0, value_name = "S")]
+    #[arg(
+        long,
+        visible_alias = "budget-seconds",
+        default_value_t = 300.0,
+        value_name = "S"
+    )]
     pub time_budget: f64,
     /// Stop after the transfer: no search with the rest of the time budget.
     #[arg(long)]
@@ -335,7 +340,15 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     })
     .map_err(CliError::from)
     .and_then(|report| {
-        let search = search_the_rest(store, args, &m, &report, started, time_budget, remote.as_ref())?;
+        let search = search_the_rest(
+            store,
+            args,
+            &m,
+            &report,
+            started,
+            time_budget,
+            remote.as_ref(),
+        )?;
         let end_to_end = super::tune_model::end_to_end(
             store,
             &super::tune_model::EndToEndRun {
@@ -378,7 +391,10 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
             Search::Ran(r) => r.kernel_sum_ms,
             Search::NotRun(_) => a.apply.tuned_total_ms,
         };
-        s.push_str(&super::tune_model::render_end_to_end(&a.end_to_end, kernel_sum));
+        s.push_str(&super::tune_model::render_end_to_end(
+            &a.end_to_end,
+            kernel_sum,
+        ));
         s
     })?;
     let report = &out.apply;

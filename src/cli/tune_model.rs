@@ -8,9 +8,9 @@ use super::{CliError, CliResult};
 use std::io::Write;
 use std::path::Path;
 use ttdb_store::store::Store;
-use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneReport};
-use ttdb_tuning::run::{time_on_deterministic_inputs, ModelRun as ModelRunner, Schedule, Timing};
 use ttdb_tuning::matcher::ModelMatch;
+use ttdb_tuning::run::{time_on_deterministic_inputs, ModelRun as ModelRunner, Schedule, Timing};
+use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneReport};
 use ttdb_tuning::tune::search::TuneOptions;
 
 pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
@@ -167,8 +167,7 @@ pub(super) fn end_to_end(store: &Store, e: &EndToEndRun) -> Result<EndToEnd, Cli
         // The tune stands on its own: a model `ttdb run` cannot load yet is a note.
         Err(e) => return not(format!("`ttdb run` cannot load it: {e}")),
     };
-    let timing = time_on_deterministic_inputs(&model, e.runs, None)
-        .map_err(super::run::fail)?;
+    let timing = time_on_deterministic_inputs(&model, e.runs, None).map_err(super::run::fail)?;
     let tunable = model.plan.iter().filter(|p| p.anchored);
     let stored_kernels = tunable
         .clone()

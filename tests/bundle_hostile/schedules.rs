@@ -278,7 +278,14 @@ on_both_backends! {
 fn hostile_schedules_compile_run_and_seed_searches(db: &std::path::Path) {
     let ttdb = |args: &[&str]| ttdb_within(db, args, 120);
     let model = TINY_RESNET;
-    let apply = json(&ttdb(&["apply", model, "--top-k", "3", "--transfer-only", "--json"]));
+    let apply = json(&ttdb(&[
+        "apply",
+        model,
+        "--top-k",
+        "3",
+        "--transfer-only",
+        "--json",
+    ]));
     for k in apply["kernels"].as_array().unwrap() {
         assert_eq!(k["verified"], true, "{k}");
     }

@@ -381,7 +381,10 @@ impl ModelPlan {
                     ..LowerOptions::default()
                 };
                 let mut last_error = String::new();
-                for steps in crate::search::default_schedule::default_schedules(&dag, opts.target.lanes() as i64) {
+                for steps in crate::search::default_schedule::default_schedules(
+                    &dag,
+                    opts.target.lanes() as i64,
+                ) {
                     match lower_steps(&dag, &steps, &named) {
                         Ok(l) => return Ok((l, Schedule::Default(why))),
                         Err(e) => last_error = e.to_string(),

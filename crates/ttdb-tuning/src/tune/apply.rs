@@ -7,11 +7,11 @@
 //! Every measurement goes to the sink as it is taken; Ctrl-C stops after the current run.
 use super::progress::{Phase, Progress, Work};
 use super::record::{CostModelUse, Sink};
-use crate::search::default_schedule::lowering_default;
 use super::refine::{refine_schedules, RefineOptions};
 use super::trials::{Provenance, TrialSink};
 use crate::matcher::{kernel_flops, Candidate, ModelMatch, Tier};
 use crate::search::cost_model::CostModel;
+use crate::search::default_schedule::lowering_default;
 use crate::search::droplet::Stop;
 use crate::search::interrupt;
 use crate::search::measurer::MeasureElsewhere;

@@ -359,10 +359,7 @@ pub fn tune_model(
         curve: vec![],
         in_flight: Default::default(),
     };
-    let sched = schedule(
-        &mut tasks,
-        &scheduler,
-    );
+    let sched = schedule(&mut tasks, &scheduler);
     let ModelTasks {
         searches,
         mut store,
