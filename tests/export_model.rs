@@ -187,7 +187,8 @@ fn export_model_writes_the_best_valid_record_of_each_kernel_key() {
 }
 
 /// After `ttdb apply`, every tunable kernel has what apply measured under its key: the
-/// export covers the whole model and picks the fastest of it.
+/// export covers the whole model and picks the fastest of it, and keeps it when the same
+/// schedules arrive with far lower costs logged on another machine.
 #[test]
 fn export_after_apply_covers_every_kernel_of_the_model() {
     let dir = tempfile::tempdir().unwrap();
@@ -228,4 +229,62 @@ fn export_after_apply_covers_every_kernel_of_the_model() {
     let written = std::fs::read_to_string(&out).unwrap();
     let n = check_written(&written, &db, &keys, |_| 0);
     assert!(n >= tuned, "{n} records for {tuned} kernels");
+    let measured_here = |v: &serde_json::Value| {
+        v["per_kernel"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|k| k["written"].as_array().unwrap().iter())
+            .all(|w| w["measured_here"] == true)
+    };
+    assert!(measured_here(&v), "{v}");
+
+    // The same schedules logged on another machine, 1000x cheaper: a cost measured there
+    // says nothing about this host, so ttdb's own timings still choose, in export and run.
+    let foreign: Vec<String> = written
+        .lines()
+        .map(|l| {
+            let r = Record::parse(l).unwrap();
+            variant(l, "llvm -keys=cpu", r.result.mean_cost() / 1000.0, 0)
+        })
+        .collect();
+    let extra = dir.path().join("elsewhere.json");
+    std::fs::write(&extra, foreign.join("\n") + "\n").unwrap();
+    let (code, _, err) = ttdb(&db, None, &["import", extra.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, json, err) = ttdb(&db, None, &args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), written);
+    assert!(
+        measured_here(&serde_json::from_str(&json).unwrap()),
+        "{json}"
+    );
+    let run_dir = dir.path().join("run");
+    let (code, json, err) = ttdb(
+        &db,
+        None,
+        &[
+            "run",
+            model.to_str().unwrap(),
+            "--deterministic-inputs",
+            "-o",
+            run_dir.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let stored: Vec<&str> = v["kernels_planned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["schedule"].as_str()?.strip_prefix("stored: "))
+        .collect();
+    assert!(!stored.is_empty(), "{v}");
+    assert!(
+        stored
+            .iter()
+            .all(|s| s.starts_with("ttdb:apply@") || s.starts_with("ttdb:default@")),
+        "a foreign record was chosen: {stored:?}"
+    );
 }

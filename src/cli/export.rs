@@ -112,13 +112,17 @@ fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliRe
         ..ModelArgs::for_model(model.to_path_buf(), &args.layout)
     };
     let (graph, extract) = margs.load()?;
-    let host_isa = super::match_cmd::host_match_options().host_isa;
+    // The ISA may be pretended (`--pretend-isa`); the class is the machine's.
+    let host = ttdb_tuning::tune::export::ForHost {
+        isa: super::match_cmd::host_match_options().host_isa,
+        class: super::machine().target.host.class(),
+    };
     let e = ttdb_tuning::tune::export::export_model(
         store,
         &graph,
         &extract,
         &margs.layouts(true)?,
-        &host_isa,
+        &host,
         &model.display().to_string(),
     )?;
     let mut out = Output::open(&args.output)?;

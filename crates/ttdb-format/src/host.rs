@@ -54,6 +54,27 @@ pub fn available_cores() -> usize {
     })
 }
 
+/// Widest fp32 SIMD width in lanes of a host with ISA flags `flags`.
+pub fn f32_lanes_of<'a>(flags: impl IntoIterator<Item = &'a str>) -> u32 {
+    let flags: Vec<&str> = flags.into_iter().collect();
+    if flags.contains(&"avx512f") {
+        16
+    } else if flags.contains(&"avx") {
+        8
+    } else {
+        4
+    }
+}
+
+/// [`HostFingerprint::class`] of a host known by its stored fields (`hosts` rows).
+pub fn class_of<'a>(
+    llvm_cpu: &str,
+    isa_flags: impl IntoIterator<Item = &'a str>,
+    cores: usize,
+) -> String {
+    format!("{llvm_cpu}/{}lanes/{cores}cores", f32_lanes_of(isa_flags))
+}
+
 impl HostFingerprint {
     /// The fingerprint from the text of `/proc/cpuinfo` and LLVM's view of the host.
     pub fn from_cpuinfo(
@@ -96,13 +117,7 @@ impl HostFingerprint {
 
     /// Widest fp32 SIMD width in lanes this host supports.
     pub fn f32_lanes(&self) -> u32 {
-        if self.has("avx512f") {
-            16
-        } else if self.has("avx") {
-            8
-        } else {
-            4
-        }
+        f32_lanes_of(self.isa_flags.iter().map(String::as_str))
     }
 
     /// The Ansor target string ttdb writes for records measured here, and its
@@ -118,11 +133,10 @@ impl HostFingerprint {
     /// The class of machines whose timings the search's cost model can share: the LLVM CPU,
     /// the f32 vector lanes and the cores.
     pub fn class(&self) -> String {
-        format!(
-            "{}/{}lanes/{}cores",
-            self.llvm_cpu,
-            self.f32_lanes(),
-            self.cores
+        class_of(
+            &self.llvm_cpu,
+            self.isa_flags.iter().map(String::as_str),
+            self.cores,
         )
     }
 

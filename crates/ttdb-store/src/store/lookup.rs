@@ -185,6 +185,50 @@ pub fn best_record_per_target(
         .query_map(&sql, params![workload_id, compat], source_of)
 }
 
+/// The valid record `id`, if there is one.
+pub fn valid_record(store: &Store, id: i64) -> Result<Option<SourceRecord>> {
+    let sql = format!("{SELECT_RECORDS} WHERE r.id = ?1 AND r.mean_cost IS NOT NULL");
+    Ok(store
+        .db
+        .query_map(&sql, params![id], source_of)?
+        .into_iter()
+        .next())
+}
+
+/// A valid record of a workload that ttdb measured and verified, and a machine it was
+/// measured on.
+#[derive(Clone, Debug)]
+pub struct VerifiedOn {
+    pub record_id: i64,
+    /// Its cost (seconds): the mean of its samples, taken on that machine.
+    pub mean_cost: f64,
+    pub llvm_cpu: String,
+    /// Space-separated, as `hosts.isa_features`.
+    pub isa_features: String,
+    pub cores: usize,
+}
+
+/// The valid records of one workload that ttdb verified, once per measuring machine,
+/// cheapest first.
+pub fn verified_records(store: &Store, workload_id: i64) -> Result<Vec<VerifiedOn>> {
+    store.db.query_map(
+        "SELECT DISTINCT r.id, r.mean_cost, h.llvm_cpu, h.isa_features, h.num_cores
+         FROM records r JOIN measurements m ON m.record_id = r.id JOIN hosts h ON h.id = m.host_id
+         WHERE r.workload_id = ?1 AND r.mean_cost IS NOT NULL AND m.verified = 1
+         ORDER BY r.mean_cost, r.id",
+        params![workload_id],
+        |r| {
+            Ok(VerifiedOn {
+                record_id: r.get(0)?,
+                mean_cost: r.get(1)?,
+                llvm_cpu: r.get(2)?,
+                isa_features: r.get(3)?,
+                cores: r.get::<i64>(4)? as usize,
+            })
+        },
+    )
+}
+
 /// How many records one workload has on targets of compat class `compat`, failed ones
 /// included.
 pub fn record_count(store: &Store, workload_id: i64, compat: &str) -> Result<i64> {

@@ -127,7 +127,8 @@ fn stored_schedule(
     compat: &str,
     target: &Target,
 ) -> Result<(Era, Record, String), String> {
-    let w = crate::tune::export::chosen_record(store, k, compat, &target.host.isa_flags)
+    let host = crate::tune::export::ForHost::of(&target.host);
+    let w = crate::tune::export::chosen_record(store, k, compat, &host)
         .map_err(|e| format!("the database: {e}"))?
         .ok_or("no valid record under its workload keys")?;
     let era = Era::ALL

@@ -5,8 +5,10 @@
 //! shapes. A kernel's own keys are those of its DAG built in each TVM era ttdb knows (the
 //! names, and so the md5, differ between TVM versions; `apply` and `tune` store the
 //! kernel's measurements under them). For every stored key that is one of them, the best
-//! valid record is written verbatim: records needing an ISA this host lacks last, then by
-//! cost. Nothing is re-keyed: a schedule measured for
+//! valid record for this host is written verbatim: the cheapest that ttdb measured and
+//! verified on a machine of this host's class (CPU, lanes, cores); else, records needing
+//! an ISA this host lacks last, then by cost. A cost logged on another machine never
+//! outranks a timing taken on this one: it says how fast the schedule was there. Nothing is re-keyed: a schedule measured for
 //! another workload is never written under this kernel's key, and no cost is made up. A
 //! kernel with no valid record under its keys is listed with the reason.
 use super::apply::workload_key_of;
@@ -15,9 +17,10 @@ use serde::Serialize;
 use ttdb_algo::ir::dag_hash;
 use ttdb_algo::ops::Era;
 use ttdb_format::ansor::{KeyForm, WorkloadKey};
-use ttdb_format::host::IsaCompat;
+use ttdb_format::host::{class_of, HostFingerprint, IsaCompat};
 use ttdb_onnx::onnx::{Kernel, KernelList};
-use ttdb_store::store::{lookup, Store};
+use ttdb_store::store::lookup::{self, SourceRecord};
+use ttdb_store::store::Store;
 
 /// A record written for a kernel.
 #[derive(Clone, Debug, Serialize)]
@@ -33,6 +36,9 @@ pub struct WrittenRecord {
     pub source: String,
     /// Whether this host has the vector ISA the record's timing needs.
     pub isa: IsaCompat,
+    /// Whether ttdb measured and verified it on a machine of this host's class (what
+    /// ranks it first).
+    pub measured_here: bool,
     #[serde(skip)]
     pub raw: String,
 }
@@ -70,6 +76,41 @@ impl ModelExport {
         self.per_kernel
             .iter()
             .flat_map(|k| k.written.iter().map(|w| w.raw.as_str()))
+    }
+}
+
+/// The machine records are chosen for.
+#[derive(Clone, Debug)]
+pub struct ForHost {
+    /// Its ISA flags (records whose timing needs others rank last).
+    pub isa: Vec<String>,
+    /// Its class ([`HostFingerprint::class`]): ttdb's timings on machines of this class
+    /// rank first.
+    pub class: String,
+}
+
+impl ForHost {
+    pub fn of(host: &HostFingerprint) -> ForHost {
+        ForHost {
+            isa: host.isa_flags.clone(),
+            class: host.class(),
+        }
+    }
+}
+
+/// The cheapest record of workload `id` that ttdb verified on a machine of class `class`.
+fn best_measured_on_class(
+    store: &Store,
+    id: i64,
+    class: &str,
+) -> ttdb_store::store::Result<Option<SourceRecord>> {
+    let verified = lookup::verified_records(store, id)?;
+    let here = verified
+        .iter()
+        .find(|v| class_of(&v.llvm_cpu, v.isa_features.split_whitespace(), v.cores) == class);
+    match here {
+        Some(v) => lookup::valid_record(store, v.record_id),
+        None => Ok(None),
     }
 }
 
@@ -127,7 +168,7 @@ fn export_kernel(
     store: &Store,
     k: &Kernel,
     compat: &str,
-    host_isa: &[String],
+    host: &ForHost,
     model: &str,
 ) -> ttdb_store::store::Result<ExportedKernel> {
     let mut out = ExportedKernel {
@@ -156,12 +197,15 @@ fn export_kernel(
                 continue;
             }
             records += lookup::record_count(store, id, compat)?;
-            let best = lookup::best_record_per_target(store, id, compat)?
-                .into_iter()
-                .map(|r| (r.isa_requirement().check(host_isa), r))
-                // Stable: among equal verdicts the cost order of the query stays.
-                .min_by_key(|(isa, _)| isa.rank());
-            if let Some((isa, r)) = best {
+            let best = match best_measured_on_class(store, id, &host.class)? {
+                Some(r) => Some((r.isa_requirement().check(&host.isa), r, true)),
+                None => lookup::best_record_per_target(store, id, compat)?
+                    .into_iter()
+                    .map(|r| (r.isa_requirement().check(&host.isa), r, false))
+                    // Stable: among equal verdicts the cost order of the query stays.
+                    .min_by_key(|(isa, _, _)| isa.rank()),
+            };
+            if let Some((isa, r, measured_here)) = best {
                 out.written.push(WrittenRecord {
                     workload_key: stored,
                     tvm_eras: eras.iter().map(|e| e.to_string()).collect(),
@@ -170,6 +214,7 @@ fn export_kernel(
                     target: r.target.clone(),
                     source: r.label(),
                     isa,
+                    measured_here,
                     raw: r.raw,
                 });
             }
@@ -190,18 +235,20 @@ fn export_kernel(
 }
 
 /// The record `export --model` would write first for kernel `k`: over its keys, the best
-/// valid record for a host with `host_isa` (records needing an ISA it lacks last, then by
-/// cost). None when the kernel has no valid record (or no key).
+/// valid record for `host` (the cheapest ttdb measured on its class; else records needing
+/// an ISA it lacks last, then by cost). None when the kernel has no valid record (or no
+/// key).
 pub fn chosen_record(
     store: &Store,
     k: &Kernel,
     compat: &str,
-    host_isa: &[String],
+    host: &ForHost,
 ) -> ttdb_store::store::Result<Option<WrittenRecord>> {
-    let e = export_kernel(store, k, compat, host_isa, "")?;
+    let e = export_kernel(store, k, compat, host, "")?;
     Ok(e.written.into_iter().min_by(|a, b| {
-        (a.isa.rank(), a.mean_cost)
-            .partial_cmp(&(b.isa.rank(), b.mean_cost))
+        let rank = |w: &WrittenRecord| (!w.measured_here, w.isa.rank(), w.mean_cost);
+        rank(a)
+            .partial_cmp(&rank(b))
             .unwrap_or(std::cmp::Ordering::Equal)
     }))
 }
@@ -228,18 +275,18 @@ pub fn stored_kernel_keys(
     Ok(out)
 }
 
-/// The export of the tunable kernels of `list` (of the model file `model`), judged for a
-/// host with ISA flags `host_isa` on targets of compat class `compat` (`llvm/cpu`).
+/// The export of the tunable kernels of `list` (of the model file `model`), chosen for
+/// `host` among targets of compat class `compat` (`llvm/cpu`).
 pub fn export_kernels(
     store: &Store,
     list: &KernelList,
     compat: &str,
-    host_isa: &[String],
+    host: &ForHost,
     model: &str,
 ) -> ttdb_store::store::Result<ModelExport> {
     let per_kernel = list
         .tuned()
-        .map(|k| export_kernel(store, k, compat, host_isa, model))
+        .map(|k| export_kernel(store, k, compat, host, model))
         .collect::<ttdb_store::store::Result<Vec<_>>>()?;
     Ok(ModelExport {
         model: model.to_string(),
@@ -259,7 +306,7 @@ pub fn export_model(
     graph: &ttdb_onnx::onnx::Graph,
     extract: &ttdb_onnx::onnx::Options,
     layouts: &[ttdb_onnx::onnx::LayoutMode],
-    host_isa: &[String],
+    host: &ForHost,
     model: &str,
 ) -> Result<ModelExport, ModelMatchError> {
     let compat = crate::matcher::MatchOptions::default().compat;
@@ -270,8 +317,8 @@ pub fn export_model(
             ..extract.clone()
         };
         let list = ttdb_onnx::onnx::extract(graph, &options).map_err(ModelMatchError::Onnx)?;
-        let e = export_kernels(store, &list, &compat, host_isa, model)
-            .map_err(ModelMatchError::Store)?;
+        let e =
+            export_kernels(store, &list, &compat, host, model).map_err(ModelMatchError::Store)?;
         let covered = |e: &ModelExport| e.kernels - e.missing;
         if best.as_ref().is_none_or(|b| covered(&e) > covered(b)) {
             best = Some(e);
