@@ -36,22 +36,34 @@ fn model_path(model: &str) -> String {
 }
 
 /// Fills a new database with `ttdb FILL...`, then runs `model` in `layout` on it: at least
-/// `min_stored` kernels run a stored schedule, and the outputs match onnxruntime's.
-fn stored_schedules_then_run(model: &str, layout: &str, fill: &[String], min_stored: usize) {
+/// `min_stored` kernels run a stored schedule, at least `min_packed` weights were packed
+/// into a stored schedule's layout (as the tuner measured it), and the outputs match
+/// onnxruntime's.
+fn stored_schedules_then_run(
+    model: &str,
+    layout: &str,
+    fill: &[String],
+    min_stored: usize,
+    min_packed: usize,
+) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
     ttdb(&db, fill);
-    let (stored, total, worst) = run_on(&db, model, layout);
+    let (stored, total, worst, packed) = run_on(&db, model, layout);
     assert!(
         stored >= min_stored,
         "{model}: only {stored} of {total} kernels ran a stored schedule"
+    );
+    assert!(
+        packed >= min_packed,
+        "{model}: {packed} weights packed for the stored schedules, expected {min_packed}+"
     );
     assert!(worst < TOLERANCE, "{model}: {worst:.3e}");
 }
 
 /// Runs `model` in `layout` on the schedules in `db`; returns how many kernels ran a stored
-/// schedule, of how many, and the worst error against onnxruntime.
-fn run_on(db: &Path, model: &str, layout: &str) -> (usize, usize, f64) {
+/// schedule, of how many, the worst error against onnxruntime, and the weights packed.
+fn run_on(db: &Path, model: &str, layout: &str) -> (usize, usize, f64, usize) {
     let path = model_path(model);
     let out = db.with_file_name(format!("out-{model}"));
     let mut args: Vec<String> = [
@@ -86,7 +98,12 @@ fn run_on(db: &Path, model: &str, layout: &str) -> (usize, usize, f64) {
         "{model} ({layout}): {stored} of {} kernels on a stored schedule; worst error {worst:.2e} of the output scale",
         plan.len()
     );
-    (stored, plan.len(), worst)
+    (
+        stored,
+        plan.len(),
+        worst,
+        report["packed_weights"].as_u64().unwrap() as usize,
+    )
 }
 
 /// `model` in `layout` after importing `logs` (paths under the corpus's `ansor/`): at least
@@ -97,7 +114,10 @@ macro_rules! stored_schedules_match {
         fn $test() {
             let mut args = vec!["import".to_string()];
             $(args.push(common::corpus_dir().join("ansor").join($log).to_str().unwrap().into());)+
-            stored_schedules_then_run($model, $layout, &args, $min_stored);
+            // NHWC convs' weights are layout-free: their schedules pack them. NCHWc convs
+            // read weights AlterOpLayout packed already.
+            let min_packed = if $layout == "nhwc" { 1 } else { 0 };
+            stored_schedules_then_run($model, $layout, &args, $min_stored, min_packed);
         }
     )*};
 }
@@ -124,19 +144,20 @@ stored_schedules_match! {
 /// `model` after `ttdb tune MODEL --trials N` from an empty database (no log of it or of a
 /// network like it exists): the kernels the search found schedules for run them.
 macro_rules! tuned_schedules_match {
-    ($($test:ident: $model:literal, $layout:literal, $trials:literal;)*) => {$(
+    ($($test:ident: $model:literal, $layout:literal, $trials:literal, $min_packed:literal;)*) => {$(
         #[test]
         fn $test() {
             let mut args: Vec<String> = ["tune", &model_path($model), "--layout", $layout, "--trials", $trials]
                 .map(String::from)
                 .to_vec();
             args.extend(input_shape_flags($model));
-            stored_schedules_then_run($model, $layout, &args, 1);
+            stored_schedules_then_run($model, $layout, &args, 1, $min_packed);
         }
     )*};
 }
 
 tuned_schedules_match! {
-    mobilenet_v3_small_after_a_short_tune: "mobilenet_v3_small", "nchwc", "16";
-    gpt2_like_after_a_short_tune: "gpt2_like", "nchwc", "4";
+    mobilenet_v3_small_after_a_short_tune: "mobilenet_v3_small", "nchwc", "16", 0;
+    // dense and batch_matmul weights are layout-free
+    gpt2_like_after_a_short_tune: "gpt2_like", "nchwc", "4", 1;
 }

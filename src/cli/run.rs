@@ -325,6 +325,7 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
                 "kernels_planned": plan,
                 "filled_initializers": model.filled_initializers,
                 "memory": model.memory,
+                "packed_weights": model.packed_weights,
                 "load_ms": ms(load_time),
                 "run_ms": ms(run_time),
                 "kernels": steps.len(),
@@ -361,11 +362,12 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     }
     let mb = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
-        "memory: arena {:.1} MiB for {} intermediate tensors of {:.1} MiB; weights {:.1} MiB",
+        "memory: arena {:.1} MiB for {} intermediate tensors of {:.1} MiB; weights {:.1} MiB ({} packed at load for their kernels' schedules)",
         mb(model.memory.arena_bytes),
         model.memory.intermediates,
         mb(model.memory.intermediates_bytes),
-        mb(model.memory.weights_bytes)
+        mb(model.memory.weights_bytes),
+        model.packed_weights
     );
     println!(
         "loaded and compiled in {:.1} s; first run {:.1} ms (anchored kernels {:.1} ms, glue {:.1} ms)",

@@ -145,6 +145,17 @@ pub fn pack_weight(layout: &PackedWeight, original: &TensorData) -> TensorData {
         original.shape, layout.orig_shape,
         "packing a tensor of another shape"
     );
+    TensorData::new(&layout.shape(), pack_values(layout, &original.data))
+}
+
+/// [`pack_weight`] on the values alone (row-major in the DAG's layout), of any element
+/// type: a model's f32 weights are packed at load without a copy in f64.
+pub fn pack_values<T: Copy + Default>(layout: &PackedWeight, original: &[T]) -> Vec<T> {
+    assert_eq!(
+        original.len() as i64,
+        layout.orig_shape.iter().product::<i64>(),
+        "packing a tensor of another size"
+    );
     let shape = layout.shape();
     let total = shape.iter().product::<i64>() as usize;
     let strides: Vec<usize> = {
@@ -154,12 +165,12 @@ pub fn pack_weight(layout: &PackedWeight, original: &TensorData) -> TensorData {
         }
         s
     };
-    let mut data = vec![0.0; total];
+    let mut data = vec![T::default(); total];
     let mut coords = vec![0i64; shape.len()];
     let mut src = vec![0i64; layout.orig_shape.len()];
     for v in data.iter_mut() {
         if layout.source(&coords, &mut src) {
-            *v = original.data[src
+            *v = original[src
                 .iter()
                 .zip(&strides)
                 .map(|(&x, &s)| x as usize * s)
@@ -173,7 +184,7 @@ pub fn pack_weight(layout: &PackedWeight, original: &TensorData) -> TensorData {
             coords[k] = 0;
         }
     }
-    TensorData::new(&shape, data)
+    data
 }
 
 /// Layout of the layout-free weights (spec §4.8) in the kernel's parameters.

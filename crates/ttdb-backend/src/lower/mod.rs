@@ -55,7 +55,9 @@ mod names;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use layout::{pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode};
+pub use layout::{
+    pack_values, pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode,
+};
 
 use crate::loopnest::cost::{check_cost, CostLimits};
 use crate::loopnest::{check_bounds, simplify_kernel, validate, Kernel};

@@ -5,12 +5,14 @@
 //! It runs anchored groups (convs, pools, dense, ...) and the glue ttdb can build so far
 //! (`glue.rs`); any other group is refused at load with the op and node named. A tuned
 //! kernel runs the schedule `export --model` would choose from the database, when one is
-//! given and has one that ttdb can lower; every other kernel runs the naive default
-//! schedule, and the plan says which and why. Intermediate tensors share one arena, placed
-//! by liveness (`exec.rs`).
+//! given and has one that ttdb can lower; every other kernel runs ttdb's default schedule,
+//! and the plan says which and why. Every schedule runs as the tuner measured it, on
+//! weights packed at load into the layout it derives (`prepack.rs`). Intermediate tensors
+//! share one arena, placed by liveness (`exec.rs`).
 mod build;
 mod exec;
 mod glue;
+mod prepack;
 mod timing;
 
 pub use build::{build_library, BuildOptions, Built};
@@ -30,7 +32,7 @@ use ttdb_backend::codegen::{compile, CodegenOptions, CompiledKernel};
 use ttdb_backend::loopnest::ir::DType;
 use ttdb_backend::loopnest::ir::Kernel;
 use ttdb_backend::loopnest::{kernel_to_string, BufferData};
-use ttdb_backend::lower::{lower_default, lower_steps, LowerOptions};
+use ttdb_backend::lower::{lower_default, LowerOptions};
 use ttdb_backend::target::Target;
 use ttdb_format::ansor::Record;
 use ttdb_onnx::onnx::constants::Folder;
@@ -101,6 +103,8 @@ pub struct ModelRun {
     /// Outputs no kernel writes (an input, a weight, a repeated output): copied after a run.
     output_copies: Vec<(usize, exec::Slot)>,
     pub memory: MemoryPlan,
+    /// Weights packed at load into a layout a kernel's schedule derives (`prepack.rs`).
+    pub packed_weights: usize,
     /// Initializers filled deterministically (their external data was missing).
     pub filled_initializers: usize,
 }
@@ -265,6 +269,7 @@ impl ModelRun {
             outputs: m.outputs,
             output_copies: m.output_copies,
             memory: m.memory,
+            packed_weights: m.packed_weights,
             filled_initializers: m.filled_initializers,
         })
     }
@@ -279,6 +284,8 @@ pub struct ModelPlan {
     args: Vec<Vec<exec::Slot>>,
     pub plan: Vec<PlannedKernel>,
     constants: Vec<BufferData>,
+    /// Weights packed into a layout a kernel's schedule derives (`prepack`).
+    pub packed_weights: usize,
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
     output_copies: Vec<(usize, exec::Slot)>,
@@ -308,8 +315,7 @@ impl ModelPlan {
         order.sort_by_key(|&i| ex.groups[i].iter().max().copied().unwrap_or(0));
         let mut lowered_all: Vec<(Kernel, Vec<ValId>, ValId)> = Vec::new();
         let mut plan = Vec::new();
-        let mut constant_of: HashMap<ValId, usize> = HashMap::new();
-        let mut constants: Vec<BufferData> = Vec::new();
+        let mut constants = prepack::Constants::new(g.values.len());
         let compat = crate::matcher::MatchOptions::default().compat;
         for gi in order {
             let k = &ex.group_kernels[gi];
@@ -341,7 +347,7 @@ impl ModelPlan {
                 }
             };
             for &v in &params {
-                if g.values[v].constant && !constant_of.contains_key(&v) {
+                if g.values[v].constant && !constants.of.contains_key(&v) {
                     let c = folder.value(v).map_err(|e| e.to_string())?;
                     let data = match c.values {
                         Values::F32(x) => BufferData::F32(x),
@@ -350,8 +356,7 @@ impl ModelPlan {
                         }
                         Values::I64(x) => BufferData::I64(x),
                     };
-                    constant_of.insert(v, constants.len());
-                    constants.push(data);
+                    constants.add(v, data);
                 }
             }
             // parameters are the DAG's placeholders (p<i> = input i) in schedule order
@@ -368,8 +373,12 @@ impl ModelPlan {
                         .ok_or_else(|| err(format!("kernel `{}`: placeholder `{name}`", k.name)))?,
                 );
             }
-            // the stored schedule if it lowers here, else the default one, saying why
-            let fallback = |why: Option<String>| -> Result<(Kernel, Schedule), String> {
+            // the stored schedule if it lowers here, else the default one, saying why; both
+            // as the tuner measured them, their weights packed (`prepack`)
+            let fallback = |why: Option<String>,
+                            inputs: &mut Vec<ValId>,
+                            constants: &mut prepack::Constants|
+             -> Result<(Kernel, Schedule), String> {
                 let naive = || {
                     lower_default(&dag)
                         .map_err(|e| format!("kernel `{}` ({}): {e}", k.name, k.class))
@@ -386,7 +395,7 @@ impl ModelPlan {
                     &dag,
                     opts.target.lanes() as i64,
                 ) {
-                    match lower_steps(&dag, &steps, &named) {
+                    match prepack::lower(&dag, &steps, &named, inputs, constants) {
                         Ok(l) => return Ok((l, Schedule::Default(why))),
                         Err(e) => last_error = e.to_string(),
                     }
@@ -401,16 +410,26 @@ impl ModelPlan {
             };
             let (lowered, schedule) = match stored {
                 Some(Ok((_, record, source))) => {
-                    match lower_steps(&dag, &record.steps, &LowerOptions::default()) {
+                    let default = LowerOptions::default();
+                    match prepack::lower(&dag, &record.steps, &default, &mut inputs, &mut constants)
+                    {
                         Ok(l) => (l, Schedule::Stored(source)),
-                        Err(e) => fallback(Some(format!(
-                            "its stored schedule ({source}) does not lower: {e}"
-                        )))?,
+                        Err(e) => fallback(
+                            Some(format!(
+                                "its stored schedule ({source}) does not lower: {e}"
+                            )),
+                            &mut inputs,
+                            &mut constants,
+                        )?,
                     }
                 }
-                Some(Err(why)) => fallback(Some(why))?,
-                None if k.is_tuned() => fallback(Some("no database given".into()))?,
-                None => fallback(None)?,
+                Some(Err(why)) => fallback(Some(why), &mut inputs, &mut constants)?,
+                None if k.is_tuned() => fallback(
+                    Some("no database given".into()),
+                    &mut inputs,
+                    &mut constants,
+                )?,
+                None => fallback(None, &mut inputs, &mut constants)?,
             };
             plan.push(PlannedKernel {
                 name: k.name.clone(),
@@ -429,6 +448,13 @@ impl ModelPlan {
                 ));
             }
         }
+        // A weight every reader of which got a packed copy is not kept twice.
+        let read: std::collections::HashSet<ValId> = lowered_all
+            .iter()
+            .flat_map(|(_, reads, _)| reads.iter().copied())
+            .chain(g.outputs.iter().copied())
+            .collect();
+        constants.release_unread(&read);
         let io: Vec<exec::StepIo> = lowered_all
             .iter()
             .zip(&plan)
@@ -444,7 +470,13 @@ impl ModelPlan {
             .iter()
             .map(|&v| (v, g.values[v].phys.iter().product()))
             .collect();
-        let placed = exec::place(&io, &graph_inputs, &g.outputs, &constant_of, &constants)?;
+        let placed = exec::place(
+            &io,
+            &graph_inputs,
+            &g.outputs,
+            &constants.of,
+            &constants.data,
+        )?;
         let port = |v: ValId, dtype: DType| Port {
             name: g.values[v].name.clone(),
             shape: g.values[v].phys.clone(),
@@ -454,7 +486,8 @@ impl ModelPlan {
             kernels: lowered_all.into_iter().map(|(k, _, _)| k).collect(),
             args: placed.args,
             plan,
-            constants,
+            packed_weights: constants.packed_copies(),
+            constants: constants.data,
             inputs: g
                 .inputs
                 .iter()
