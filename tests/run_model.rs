@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use ttdb::loopnest::ir::DType;
 use ttdb::loopnest::BufferData;
-use ttdb::onnx::{fill, InputShape, LayoutMode, Options};
+use ttdb::onnx::{fill, HostEstimates, InputShape, LayoutMode, Options};
 use ttdb::run::{ModelPlan, ModelRun, ModelRunOptions};
 use ttdb::target::Target;
 
@@ -39,9 +39,15 @@ fn run_options(m: &Value, layout: LayoutMode) -> ModelRunOptions {
 
 /// Runs `model` in `layout` and returns the worst error relative to each output's scale.
 fn worst_error(model: &str, layout: LayoutMode) -> f64 {
+    worst_error_planned(model, layout, None)
+}
+
+/// [`worst_error`], with the NCHWc blocking planned for the whole graph for `plan`.
+fn worst_error_planned(model: &str, layout: LayoutMode, plan: Option<HostEstimates>) -> f64 {
     let m = manifest(model);
     let path = common::corpus_dir().join(m["model"].as_str().unwrap());
-    let opts = run_options(&m, layout);
+    let mut opts = run_options(&m, layout);
+    opts.extract.layout_plan = plan;
     let run =
         ModelRun::load(&path, &opts, None).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
     let inputs: HashMap<String, BufferData> = run
@@ -131,6 +137,28 @@ matches_onnxruntime_in_both_layouts! {
     light_zfnet512: "light_zfnet512",
     // odd/: weights in Constant nodes, a symbolic input shape
     ch_ppocr_mobile_v2_0_cls_infer: "ch_ppocr_mobile_v2.0_cls_infer",
+}
+
+/// Models whose convs the layout plan blocks otherwise than TopHub (16 lanes: wider
+/// blocks, transforms removed) still match onnxruntime: residual adds, SE gates, grouped
+/// convs, channel shuffles and concatenations across the new blockings.
+macro_rules! matches_onnxruntime_with_planned_blocking {
+    ($($test:ident: $model:literal),* $(,)?) => {$(
+        #[test]
+        fn $test() {
+            let plan = Some(HostEstimates::typical(16, 2));
+            let e = worst_error_planned($model, LayoutMode::Nchwc, plan);
+            assert!(e < TOLERANCE, "{} NCHWc, planned: {e:.3e}", $model);
+        }
+    )*};
+}
+
+matches_onnxruntime_with_planned_blocking! {
+    resnet50_planned: "resnet50",
+    mobilenet_v3_small_planned: "mobilenet_v3_small",
+    regnet_y_400mf_planned: "regnet_y_400mf",
+    shufflenet_v2_x1_0_planned: "shufflenet_v2_x1_0",
+    densenet121_planned: "densenet121",
 }
 
 /// transformers/: int64 inputs (token ids, attention masks), attention masks built by

@@ -25,6 +25,7 @@ mod import_fuzz;
 mod import_robustness;
 mod isolation;
 mod layering;
+mod layout_plan;
 mod lower_codegen;
 mod lower_corpus;
 mod lower_hostile;

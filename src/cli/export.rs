@@ -32,6 +32,15 @@ pub struct ExportArgs {
     /// With --model: SIMD 32-bit lanes (overrides --mcpu).
     #[arg(long, requires = "model")]
     pub lanes: Option<i64>,
+    /// With a model: NCHWc blocking by conv (`tophub`, TVM's way) or planned for the whole
+    /// graph (`planned`); as for `ttdb kernels`.
+    #[arg(
+        long,
+        default_value = "tophub",
+        value_name = "tophub|planned",
+        requires = "model"
+    )]
+    pub layout_plan: String,
     /// With --model and -o: print the summary (kernels, written, missing with reasons) as
     /// JSON on standard output.
     #[arg(long, requires = "model", requires = "output")]
@@ -109,6 +118,7 @@ fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliRe
         input_shape: args.input_shape.clone(),
         mcpu: args.mcpu.clone(),
         lanes: args.lanes,
+        layout_plan: args.layout_plan.clone(),
         ..ModelArgs::for_model(model.to_path_buf(), &args.layout)
     };
     let (graph, extract) = margs.load()?;

@@ -38,6 +38,13 @@ pub struct ModelArgs {
     /// (default: of the transposed operand, [B, N, K]).
     #[arg(long)]
     pub no_nt_batch_matmul: bool,
+    /// NCHWc blocking: `tophub` chooses each conv's alone, as TVM does (TopHub's config,
+    /// else the fallback rule; what TVM and imported logs use); `planned` chooses them for
+    /// the whole graph, weighing the convs against the layout transforms they force
+    /// (docs/design/layout-plan.md). Every command that reads the database must be given
+    /// the same choice: it decides the kernels' workload keys.
+    #[arg(long, default_value = "tophub", value_name = "tophub|planned")]
+    pub layout_plan: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -124,12 +131,30 @@ pub fn render_kernels(list: &KernelList, tuned_only: bool) -> String {
         list.lanes,
         list.tophub.as_deref().map(|p| format!(", TopHub {p}")).unwrap_or_default()
     ));
+    out.push_str(&render_layout_plan(list));
     if !reasons.is_empty() {
         out.push_str("untunable:\n");
         out.push_str(&reasons.join("\n"));
         out.push('\n');
     }
     out
+}
+
+/// One line on the graph-level blocking plan, if the list was extracted with one.
+pub fn render_layout_plan(list: &KernelList) -> String {
+    let Some(p) = &list.layout_plan else {
+        return String::new();
+    };
+    format!(
+        "layout plan: {} of {} NCHWc convs blocked otherwise than TopHub would (start: {}); layout transforms between ops {} (TopHub: {}); estimated convs + transforms {:.2} ms (TopHub: {:.2} ms)\n",
+        p.changed,
+        p.convs,
+        p.start,
+        p.transforms,
+        p.transforms_tophub,
+        p.estimated_ms,
+        p.estimated_ms_tophub
+    )
 }
 
 impl ModelArgs {
@@ -144,6 +169,7 @@ impl ModelArgs {
             tophub: None,
             no_tophub: false,
             no_nt_batch_matmul: false,
+            layout_plan: "tophub".into(),
         }
     }
 
@@ -188,6 +214,24 @@ impl ModelArgs {
                 None => TopHub::builtin(),
             }))
         };
+        let layout_plan = match self.layout_plan.as_str() {
+            "tophub" => None,
+            // For the machine the kernels are for: --lanes/--mcpu when given, else this one.
+            "planned" => {
+                let host = &super::machine().target.host;
+                let lanes = match (self.lanes, &self.mcpu) {
+                    (None, None) => host.f32_lanes() as i64,
+                    _ => lanes,
+                };
+                Some(onnx::HostEstimates::typical(lanes, host.cores))
+            }
+            other => {
+                return Err(CliError {
+                    message: format!("unknown --layout-plan `{other}` (tophub, planned)"),
+                    code: 2,
+                })
+            }
+        };
         let graph = onnx::load(&self.model, &overrides)?;
         Ok((
             graph,
@@ -195,6 +239,7 @@ impl ModelArgs {
                 lanes,
                 tophub,
                 nt_batch_matmul: !self.no_nt_batch_matmul,
+                layout_plan,
                 ..Options::default()
             },
         ))

@@ -128,6 +128,7 @@ pub fn render_match(m: &ModelMatch) -> String {
         occ(Tier::Class),
         occ(Tier::None)
     ));
+    out.push_str(&super::kernels::render_layout_plan(&m.list));
     if !convs.is_empty() {
         out.push_str(&format!(
             "conv kernels: {} of {} exact ({:.0}%), {} class, {} none\n",

@@ -28,6 +28,15 @@ pub struct TuneArgs {
     /// With MODEL: SIMD 32-bit lanes of the NCHWc blocking (overrides --mcpu).
     #[arg(long, requires = "model")]
     pub lanes: Option<i64>,
+    /// With a model: NCHWc blocking by conv (`tophub`, TVM's way) or planned for the whole
+    /// graph (`planned`); as for `ttdb kernels`.
+    #[arg(
+        long,
+        default_value = "tophub",
+        value_name = "tophub|planned",
+        requires = "model"
+    )]
+    pub layout_plan: String,
     /// With MODEL: write the tuning curve (trial, wall time, kernel, its best ms, model ms).
     #[arg(long, value_name = "out.csv")]
     pub curve: Option<PathBuf>,
@@ -228,6 +237,7 @@ fn tune(
                     input_shape: args.input_shape.clone(),
                     mcpu: args.mcpu.clone(),
                     lanes: args.lanes,
+                    layout_plan: args.layout_plan.clone(),
                     ..super::kernels::ModelArgs::for_model(m.clone(), &args.layout)
                 },
                 base,

@@ -9,8 +9,9 @@
 //! 2. [`fold`]: Identity/Dropout removal, `Conv -> BatchNormalization` folding;
 //! 3. [`relay`]: lowering to Relay-like ops with fusion pattern kinds; [`scale_fold`]:
 //!    scalar scales after a conv or dense go into its weights (FoldScaleAxis);
-//! 4. [`layout`]: NCHWc (x86 AlterOpLayout, blocks from [`tophub`] or the fallback rule),
-//!    NHWC (ConvertLayout, winograd) or plain NCHW, with layout_transform insertion;
+//! 4. [`layout`]: NCHWc (x86 AlterOpLayout, blocks from [`tophub`] or the fallback rule, or
+//!    planned for the whole graph by [`layout_plan`]), NHWC (ConvertLayout, winograd) or
+//!    plain NCHW, with layout_transform insertion;
 //! 5. [`fuse`]: Relay FuseOps (post-dominator based, three phases);
 //! 6. [`kernel`]: one [`Kernel`] per group, identical kernels counted once.
 //!
@@ -26,6 +27,7 @@ pub mod fuse;
 pub mod graph;
 pub mod kernel;
 pub mod layout;
+pub mod layout_plan;
 pub mod load;
 pub mod ops;
 pub mod prologue;
@@ -42,6 +44,7 @@ pub use error::OnnxError;
 pub use graph::{Graph, Node, TensorInfo};
 pub use kernel::{Kernel, KernelKind};
 pub use layout::{Blocking, BlockingSource, LayoutMode};
+pub use layout_plan::{HostEstimates, LayoutPlan};
 pub use load::{load, load_bytes, InputShape};
 pub use tophub::TopHub;
 
@@ -64,6 +67,9 @@ pub struct Options {
     /// `batch_matmul` of the transposed right operand (`[B, N, K]`); off, of the operand as
     /// it is (`[B, K, N]`, transpose_b=False, as TVM's TensorFlow frontend emits too).
     pub nt_batch_matmul: bool,
+    /// NCHWc only: plan every conv's blocking for the whole graph ([`layout_plan`]) with
+    /// these host estimates, instead of TopHub's per-conv choice (None, TVM's way).
+    pub layout_plan: Option<HostEstimates>,
 }
 
 impl Default for Options {
@@ -75,6 +81,7 @@ impl Default for Options {
             tophub: None,
             blocking: HashMap::new(),
             nt_batch_matmul: true,
+            layout_plan: None,
         }
     }
 }
@@ -97,6 +104,8 @@ pub struct KernelList {
     /// ONNX nodes in the file.
     pub onnx_nodes: usize,
     pub kernels: Vec<Kernel>,
+    /// The graph-level blocking plan, when one was asked for.
+    pub layout_plan: Option<LayoutPlan>,
 }
 
 impl KernelList {
@@ -154,11 +163,21 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
     fold::simplify_batchnorms(&mut g);
     let mut og = relay::lower(&g, opts.nt_batch_matmul)?;
     scale_fold::fold_scalar_scales(&mut og);
-    let lo = layout::LayoutOptions {
+    let tophub = layout::LayoutOptions {
         mode: opts.layout,
         lanes: opts.lanes,
         tophub: opts.tophub.as_deref(),
         blocking: &opts.blocking,
+    };
+    let plan = match opts.layout_plan {
+        Some(host) if opts.layout == LayoutMode::Nchwc => {
+            Some(layout_plan::plan(&og, &tophub, &host)?)
+        }
+        _ => None,
+    };
+    let lo = layout::LayoutOptions {
+        blocking: plan.as_ref().map_or(&opts.blocking, |p| &p.blocking),
+        ..tophub
     };
     let laid = layout::assign(&og, &lo)?;
     let groups = fuse::fuse(&laid.graph);
@@ -173,6 +192,7 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
         tophub: opts.tophub.as_ref().map(|h| h.source.clone()),
         onnx_nodes: graph.nodes.len(),
         kernels: kernel::dedup(group_kernels.clone()),
+        layout_plan: plan,
     };
     Ok(Extracted {
         list,

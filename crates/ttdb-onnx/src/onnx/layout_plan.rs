@@ -1,0 +1,288 @@
+//! Graph-level NCHWc blocking: each conv's (ic_bn, oc_bn) chosen for the whole graph, as
+//! NeoCPU (Liu et al., USENIX ATC'19) does, instead of one conv at a time as TopHub does.
+//!
+//! The cost of a choice is the convs' estimated time plus that of the layout transforms it
+//! forces (a conv whose input block differs from its producer's output block needs one).
+//! TopHub picks each conv's blocking alone, so ResNet-50 goes NCHW32c -> NCHW16c ->
+//! NCHW64c in its first three kernels, and models whose convs TopHub lacks get the 4-lane
+//! fallback rule on a 16-lane host.
+//!
+//! The search: start from the cheapest of TopHub's blocking and the uniform blockings (every
+//! conv blocked by the largest divisor of its channels up to `b`, for `b` from 4 to twice
+//! the host's lanes), then sweep the convs, trying each power-of-two block for a conv's
+//! output together with the same block for the input of every conv that reads it (through
+//! element-wise ops, pools and transforms), keeping a move when the estimate drops. Each
+//! candidate is laid out by [`super::layout::assign`] itself, so the transforms counted are
+//! the ones extraction will insert. NeoCPU's dynamic programming over a chain is exact for
+//! chains; the sweep handles the residual and SE branches of real graphs, which break chains.
+//!
+//! The estimate (documented, not measured): a conv takes the longer of its FLOPs at the
+//! host's peak times the share of vector lanes its output block fills, and its bytes at the
+//! memory bandwidth; a depthwise conv whose input and output blocks differ gathers its
+//! input (half speed); a transform moves its tensor in and out at the bandwidth.
+use super::error::Result;
+use super::layout::{assign, Laid, LayoutOptions};
+use super::relay::{LayoutRule, OpGraph, OpId, OpKind};
+use std::collections::{BTreeMap, HashMap};
+
+/// What the estimate knows of the host.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostEstimates {
+    /// fp32 SIMD lanes.
+    pub lanes: i64,
+    /// Peak fp32 GFLOP/s over the threads a run uses.
+    pub gflops: f64,
+    /// Memory bandwidth, GB/s.
+    pub gbytes_per_s: f64,
+}
+
+impl HostEstimates {
+    /// `threads` cores with `lanes`-wide FMA units (two per core at ~2.5 GHz: what x86 cores
+    /// of the last decade issue) and ~10 GB/s of bandwidth per core.
+    pub fn typical(lanes: i64, threads: usize) -> HostEstimates {
+        let t = threads.max(1) as f64;
+        HostEstimates {
+            lanes: lanes.max(1),
+            gflops: lanes.max(1) as f64 * 2.0 * 2.0 * 2.5 * t,
+            gbytes_per_s: 10.0 * t,
+        }
+    }
+}
+
+/// A planned blocking and what it leaves.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LayoutPlan {
+    /// Per NCHWc conv, by its ONNX node name: (ic_bn, oc_bn).
+    #[serde(skip)]
+    pub blocking: HashMap<String, (i64, i64)>,
+    /// Where the sweep started: `tophub` or `uniform <b>`.
+    pub start: String,
+    /// Layout transforms between ops (not at the graph's inputs or outputs), planned and
+    /// with TopHub's blocking.
+    pub transforms: usize,
+    pub transforms_tophub: usize,
+    /// The estimate (milliseconds, convs plus transforms), planned and with TopHub's.
+    pub estimated_ms: f64,
+    pub estimated_ms_tophub: f64,
+    /// NCHWc convs, and those whose blocking differs from TopHub's.
+    pub convs: usize,
+    pub changed: usize,
+}
+
+/// Fraction of `lanes` vector lanes a block of `b` channels keeps busy.
+fn lane_fill(b: i64, lanes: i64) -> f64 {
+    let vectors = (b + lanes - 1) / lanes;
+    b as f64 / (vectors * lanes) as f64
+}
+
+/// Estimated seconds of the convs and layout transforms of `laid`, and the number of
+/// transforms between ops.
+fn estimate(laid: &Laid, host: &HostEstimates) -> (f64, usize) {
+    let g = &laid.graph;
+    let elems = |v: usize| g.values[v].shape.iter().product::<i64>().max(0) as f64;
+    let bandwidth = host.gbytes_per_s * 1e9;
+    let mut seconds = 0.0;
+    let mut transforms = 0;
+    for (i, op) in g.ops.iter().enumerate() {
+        match &op.kind {
+            OpKind::Conv { .. } => {
+                let (x, w) = (op.inputs[0], op.inputs[1]);
+                let ws = &g.values[w].shape;
+                let out = elems(op.output);
+                let flops = 2.0 * out * (ws[1] * ws[2] * ws[3]) as f64;
+                let bytes = 4.0 * (elems(x) + out + elems(w));
+                let mut rate = host.gflops * 1e9;
+                if let Some(choice) = laid.convs.get(&i) {
+                    if let Some(b) = choice.blocking {
+                        rate *= lane_fill(b.oc_bn, host.lanes);
+                        if choice.depthwise && b.ic_bn != b.oc_bn {
+                            rate *= 0.5;
+                        }
+                    }
+                }
+                seconds += (flops / rate).max(bytes / bandwidth);
+            }
+            OpKind::LayoutTransform { .. } => {
+                let src = op.inputs[0];
+                let between_ops = g.values[src].producer.is_some()
+                    && !g.outputs.contains(&op.output)
+                    && !g.values[src].constant;
+                if between_ops {
+                    transforms += 1;
+                }
+                seconds += 8.0 * elems(src) / bandwidth;
+            }
+            _ => {}
+        }
+    }
+    (seconds, transforms)
+}
+
+/// The blocking each NCHWc conv got in `laid`, by node name.
+fn blocking_of(laid: &Laid) -> BTreeMap<String, (OpId, i64, i64)> {
+    let mut out = BTreeMap::new();
+    for (&op, choice) in &laid.convs {
+        if let (Some(b), Some(node)) = (choice.blocking, laid.graph.ops[op].nodes.first()) {
+            out.insert(node.clone(), (op, b.ic_bn, b.oc_bn));
+        }
+    }
+    out
+}
+
+/// The convs (ops of `laid`) whose data input is `conv`'s output, reached through ops that
+/// keep their input's layout and through layout transforms.
+fn reading_convs(laid: &Laid, conv: OpId) -> Vec<OpId> {
+    let g = &laid.graph;
+    let consumers = g.consumers();
+    let mut seen = vec![false; g.values.len()];
+    let mut stack = vec![g.ops[conv].output];
+    let mut out = Vec::new();
+    while let Some(v) = stack.pop() {
+        if std::mem::replace(&mut seen[v], true) {
+            continue;
+        }
+        for &(c, slot) in &consumers[v] {
+            let op = &g.ops[c];
+            match op.kind.layout_rule() {
+                LayoutRule::Conv if slot == 0 => out.push(c),
+                LayoutRule::FollowsData | LayoutRule::Broadcast => stack.push(op.output),
+                _ if matches!(op.kind, OpKind::LayoutTransform { .. }) => stack.push(op.output),
+                _ => {}
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Channels of conv op `op` of `laid`: (in, out).
+fn channels(laid: &Laid, op: OpId) -> (i64, i64) {
+    let g = &laid.graph;
+    let ws = &g.values[g.ops[op].inputs[1]].shape;
+    let xs = &g.values[g.ops[op].inputs[0]].shape;
+    (xs[1], ws[0])
+}
+
+/// Plans the NCHWc blocking of `src` (an op graph before layout selection) for `host`.
+/// `base` is TopHub's configuration (its `blocking` overrides are kept as they are).
+pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result<LayoutPlan> {
+    let lay = |blocking: &HashMap<String, (i64, i64)>, tophub: bool, lanes: i64| {
+        let opts = LayoutOptions {
+            mode: base.mode,
+            lanes,
+            tophub: if tophub { base.tophub } else { None },
+            blocking,
+        };
+        assign(src, &opts)
+    };
+    let tophub = lay(base.blocking, true, base.lanes)?;
+    let (tophub_s, tophub_transforms) = estimate(&tophub, host);
+    let tophub_blocking = blocking_of(&tophub);
+
+    let as_map = |laid: &Laid| -> HashMap<String, (i64, i64)> {
+        let mut m: HashMap<String, (i64, i64)> = blocking_of(laid)
+            .into_iter()
+            .map(|(n, (_, ic, oc))| (n, (ic, oc)))
+            .collect();
+        m.extend(base.blocking.iter().map(|(k, v)| (k.clone(), *v)));
+        m
+    };
+    let mut best = (as_map(&tophub), tophub_s, "tophub".to_string());
+    let mut b = 4;
+    while b <= 2 * host.lanes.max(4) {
+        let laid = lay(base.blocking, false, b)?;
+        let (s, _) = estimate(&laid, host);
+        if s < best.1 * 0.999 {
+            best = (as_map(&laid), s, format!("uniform {b}"));
+        }
+        b *= 2;
+    }
+    let (mut blocking, mut cost, start) = best;
+
+    // Sweeps: a conv's output block and the input block of the convs reading it, together.
+    let fixed = |node: &str| base.blocking.contains_key(node);
+    for _sweep in 0..3 {
+        let mut improved = false;
+        let laid = lay(&blocking, false, base.lanes)?;
+        let convs = blocking_of(&laid);
+        for (node, &(op, _, oc_now)) in &convs {
+            if fixed(node) {
+                continue;
+            }
+            let (_, cout) = channels(&laid, op);
+            let readers: Vec<(String, i64)> = reading_convs(&laid, op)
+                .into_iter()
+                .filter_map(|r| {
+                    let n = laid.graph.ops[r].nodes.first()?.clone();
+                    convs.contains_key(&n).then(|| (n, channels(&laid, r).0))
+                })
+                .filter(|(n, _)| !fixed(n))
+                .collect();
+            let mut cand = 4;
+            while cand <= 64 {
+                if cand != oc_now && cout % cand == 0 {
+                    let mut trial = blocking.clone();
+                    if let Some(e) = trial.get_mut(node) {
+                        e.1 = cand;
+                        if laid.convs[&op].depthwise {
+                            e.0 = cand;
+                        }
+                    }
+                    for (r, cin) in &readers {
+                        if cin % cand == 0 {
+                            if let Some(e) = trial.get_mut(r) {
+                                e.0 = cand;
+                            }
+                        }
+                    }
+                    let (s, _) = estimate(&lay(&trial, false, base.lanes)?, host);
+                    if s < cost * 0.999 {
+                        blocking = trial;
+                        cost = s;
+                        improved = true;
+                    }
+                }
+                cand *= 2;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    let planned = lay(&blocking, false, base.lanes)?;
+    let (planned_s, transforms) = estimate(&planned, host);
+    let planned_blocking = blocking_of(&planned);
+    let changed = planned_blocking
+        .iter()
+        .filter(|(n, (_, ic, oc))| {
+            tophub_blocking
+                .get(*n)
+                .is_none_or(|(_, tic, toc)| (tic, toc) != (ic, oc))
+        })
+        .count();
+    Ok(LayoutPlan {
+        blocking,
+        start,
+        transforms,
+        transforms_tophub: tophub_transforms,
+        estimated_ms: planned_s * 1e3,
+        estimated_ms_tophub: tophub_s * 1e3,
+        convs: planned_blocking.len(),
+        changed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_fill_counts_the_vectors_a_block_needs() {
+        assert_eq!(lane_fill(16, 16), 1.0);
+        assert_eq!(lane_fill(32, 16), 1.0);
+        assert_eq!(lane_fill(4, 16), 0.25);
+        assert_eq!(lane_fill(24, 16), 0.75);
+        assert_eq!(lane_fill(8, 8), 1.0);
+    }
+}
