@@ -102,8 +102,11 @@ pub struct KernelResult {
     pub verified: bool,
     pub gflops: Option<f64>,
     pub trials: Vec<Trial>,
-    /// Why no candidate was measured, if so.
+    /// Why no candidate was measured, or not all of them, if so.
     pub note: Option<String>,
+    /// The budget ran out before all its top-k candidates were measured.
+    #[serde(skip)]
+    pub candidates_cut: bool,
     /// The chosen schedule's median before Droplet refined it (with `droplet`).
     pub transferred_ms: Option<f64>,
     pub droplet: Option<DropletSummary>,
@@ -225,6 +228,8 @@ pub fn apply(
         (None, None) => None,
     };
     let mut cost = model_use.map(|u| u.start(sink));
+    // None: a budget past what an Instant can hold, never reached.
+    let deadline = start.checked_add(opts.budget);
     progress.start(Work::Kernels(order.len()));
     for (n, &i) in order.iter().enumerate() {
         let km = &m.matches[i];
@@ -233,8 +238,11 @@ pub fn apply(
         let over = start.elapsed() >= opts.budget;
         exhausted |= over;
         let stop = over || interrupt::requested();
-        match apply_kernel(k, km, opts, stop, cost.as_mut(), sink, progress) {
-            Ok(r) => results[i] = Some(r),
+        match apply_kernel(k, km, opts, stop, deadline, cost.as_mut(), sink, progress) {
+            Ok(r) => {
+                exhausted |= r.candidates_cut;
+                results[i] = Some(r);
+            }
             Err(e) => {
                 failed = Some(e);
                 break;
@@ -303,6 +311,7 @@ fn apply_kernel(
     km: &crate::matcher::KernelMatch,
     opts: &ApplyOptions,
     stop: bool,
+    deadline: Option<Instant>,
     cost: Option<&mut CostModel>,
     sink: &mut dyn Sink,
     progress: &mut dyn Progress,
@@ -323,6 +332,7 @@ fn apply_kernel(
         gflops: None,
         trials: vec![],
         note: None,
+        candidates_cut: false,
         transferred_ms: None,
         droplet: None,
         search: None,
@@ -406,6 +416,17 @@ fn apply_kernel(
         None => vec![None; candidates.len()],
     };
     for (c, remote_evaluation) in candidates.iter().zip(remote_evaluations) {
+        // The budget is checked between candidates too: a kernel's top-k candidates take
+        // seconds each, and a budget is what the user gave.
+        if remote_evaluation.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+            r.note = Some(format!(
+                "search budget exhausted after {} of {} candidates",
+                r.trials.len(),
+                candidates.len()
+            ));
+            r.candidates_cut = true;
+            break;
+        }
         let e = match (remote_evaluation, references.get(&c.dag)) {
             (Some(e), _) => e,
             (None, Ok(reference)) => evaluate_steps(&c.dag, &c.steps, reference, &opts.eval),
