@@ -5,17 +5,23 @@
 # database, then onnxruntime (benches/ort_model.py). Prints the host, then per model: ttdb's
 # end-to-end median and p90, its kernel sum split into tuned kernels and glue, the glue's
 # share, the arena against the sum of intermediates, onnxruntime's median and the ratio
-# onnxruntime / ttdb (above 1: ttdb is faster). Needs `pip install onnx onnxruntime`;
+# onnxruntime / ttdb (above 1: ttdb is faster), and the tune's wall time. Needs `pip install onnx onnxruntime`;
 # outside CI.
-#   benches/e2e.sh [--trials N] [--repeat R] [--threads T] [MODEL.onnx ...]
+# --layout-plan planned: NCHWc blockings planned for the whole graph (tune and run alike;
+# docs/design/layout-plan.md) instead of TopHub's; the header says which.
+# --db-dir D: each model's database is D/<model>.db and is kept; a model whose database
+# exists is not tuned again (its "tune s" says "kept"): re-time a new ttdb on old tunes.
+#   benches/e2e.sh [--trials N] [--repeat R] [--threads T] [--layout-plan P] [--db-dir D] [MODEL.onnx ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-trials=2000 repeat=50 threads=$(nproc)
+trials=2000 repeat=50 threads=$(nproc) plan=tophub db_dir=
 while [[ "${1:-}" == --* ]]; do
     case $1 in
         --trials) trials=$2 ;;
         --repeat) repeat=$2 ;;
         --threads) threads=$2 ;;
+        --layout-plan) plan=$2 ;;
+        --db-dir) db_dir=$2; mkdir -p "$db_dir" ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
@@ -32,31 +38,43 @@ if [[ ${#models[@]} -eq 0 ]]; then
 fi
 cargo build --release --quiet
 ttdb=target/release/ttdb
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat; $(date -u +%F)"
-printf '%-22s %9s %9s %10s %9s %6s %14s %10s %8s\n' model "e2e ms" "p90 ms" "tuned ms" "glue ms" glue% "arena/sum MiB" "onnxrt ms" "ort/ttdb"
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat, layout plan $plan; $(date -u +%F)"
+printf '%-22s %9s %9s %10s %9s %6s %14s %10s %8s %7s\n' model "e2e ms" "p90 ms" "tuned ms" "glue ms" glue% "arena/sum MiB" "onnxrt ms" "ort/ttdb" "tune s"
 for m in "${models[@]}"; do
     name=$(basename "$m" .onnx)
-    db=$(mktemp -d)/e2e.db
-    if [[ $trials -gt 0 ]]; then
-        $ttdb --db "$db" tune "$m" --trials "$trials" --e2e-runs 0 --json >/dev/null
+    work=$(mktemp -d)
+    db=$work/e2e.db
+    [[ -n $db_dir ]] && db=$db_dir/$name.db
+    start=$(date +%s)
+    if [[ -n $db_dir && -f $db ]]; then
+        tune_s=kept
+    elif [[ $trials -gt 0 ]]; then
+        if ! $ttdb --db "$db" tune "$m" --trials "$trials" --layout-plan "$plan" --e2e-runs 0 --json >/dev/null \
+                2>"$work/tune.err"; then
+            printf '%-22s %s\n' "$name" "ttdb tune failed: $(tail -1 "$work/tune.err" | cut -c1-120)"
+            continue
+        fi
+        tune_s=$(( $(date +%s) - start ))
+    else
+        tune_s=0
     fi
     dbargs=()
     [[ -f $db ]] && dbargs=(--db "$db")
-    err=$(dirname "$db")/stderr
-    if ! out=$($ttdb "${dbargs[@]}" run "$m" --deterministic-inputs --repeat "$repeat" \
-                 --threads "$threads" --json -o "$(dirname "$db")" 2>"$err"); then
+    err=$work/stderr
+    if ! out=$($ttdb "${dbargs[@]}" run "$m" --layout-plan "$plan" --deterministic-inputs --repeat "$repeat" \
+                 --threads "$threads" --json -o "$work" 2>"$err"); then
         printf '%-22s %s\n' "$name" "ttdb run refused: $(tail -1 "$err" | cut -c1-120)"
         continue
     fi
     ort=$(python3 benches/ort_model.py "$m" "$threads" | cut -d' ' -f1)
     printf '%s' "$out" | python3 -c '
 import json, sys
-name, ort = sys.argv[1], float(sys.argv[2])
+name, ort, tune_s = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 r = json.load(sys.stdin)
 t, m = r["repeat"], r["memory"]
 mib = lambda b: b / 2**20
 med, p90, tuned, glue, share = t["median_ms"], t["p90_ms"], t["anchored_ms"], t["glue_ms"], t["glue_share"]
 arena, inter = mib(m["arena_bytes"]), mib(m["intermediates_bytes"])
 print(f"{name:<22} {med:>9.2f} {p90:>9.2f} {tuned:>10.2f} {glue:>9.2f} {100*share:>5.1f}% "
-      f"{arena:>6.1f}/{inter:<7.1f} {ort:>10.2f} {ort/med:>7.2f}x")' "$name" "$ort"
+      f"{arena:>6.1f}/{inter:<7.1f} {ort:>10.2f} {ort/med:>7.2f}x {tune_s:>7}")' "$name" "$ort" "$tune_s"
 done
