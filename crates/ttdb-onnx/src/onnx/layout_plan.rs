@@ -19,7 +19,8 @@
 //! The estimate (documented, not measured): a conv takes the longer of its FLOPs at the
 //! host's peak times the share of vector lanes its output block fills, and its bytes at the
 //! memory bandwidth; a depthwise conv whose input and output blocks differ gathers its
-//! input (half speed); a transform moves its tensor in and out at the bandwidth.
+//! input (half speed); a transform moves its tensor in and out at the bandwidth, after a
+//! kernel launch.
 use super::error::Result;
 use super::layout::{assign, Laid, LayoutOptions};
 use super::relay::{LayoutRule, OpGraph, OpId, OpKind};
@@ -34,17 +35,21 @@ pub struct HostEstimates {
     pub gflops: f64,
     /// Memory bandwidth, GB/s.
     pub gbytes_per_s: f64,
+    /// What launching one more kernel costs, seconds: a transform is a kernel of its own.
+    pub launch_s: f64,
 }
 
 impl HostEstimates {
     /// `threads` cores with `lanes`-wide FMA units (two per core at ~2.5 GHz: what x86 cores
-    /// of the last decade issue) and ~10 GB/s of bandwidth per core.
+    /// of the last decade issue), ~10 GB/s of bandwidth per core, and 10 us per kernel (a
+    /// small glue kernel's time in `ttdb run --repeat` on mobilenet_v3_small).
     pub fn typical(lanes: i64, threads: usize) -> HostEstimates {
         let t = threads.max(1) as f64;
         HostEstimates {
             lanes: lanes.max(1),
             gflops: lanes.max(1) as f64 * 2.0 * 2.0 * 2.5 * t,
             gbytes_per_s: 10.0 * t,
+            launch_s: 10e-6,
         }
     }
 }
@@ -110,7 +115,7 @@ fn estimate(laid: &Laid, host: &HostEstimates) -> (f64, usize) {
                 if between_ops {
                     transforms += 1;
                 }
-                seconds += 8.0 * elems(src) / bandwidth;
+                seconds += 8.0 * elems(src) / bandwidth + host.launch_s;
             }
             _ => {}
         }

@@ -3,11 +3,10 @@
 //! the logical layout get plain inputs; a blocked one here means a graph ttdb does not
 //! expect, refused rather than guessed.
 use super::GlueOp;
-use ttdb_algo::ir::{DagBuilder, Tensor};
+use ttdb_algo::ir::{DagBuilder, Expr, IterVar, Tensor};
 use ttdb_algo::ops::broadcast::broadcast_to as broadcast_to_shape;
 use ttdb_algo::ops::concat::concatenate;
 use ttdb_algo::ops::layout_transform::{self as lt, DataLayout};
-use ttdb_algo::ops::reshape::reshape as reshape_to;
 use ttdb_algo::ops::slice::strided_slice as slice_of;
 use ttdb_algo::ops::take::{gather_elements as gather_elements_of, take as take_from};
 use ttdb_algo::ops::transpose::transpose as transpose_by;
@@ -69,7 +68,93 @@ pub(super) fn layout_transform(
 /// order under the output's shape.
 pub(super) fn reshape(b: &mut DagBuilder, cx: &GlueOp) -> Result<Tensor, String> {
     require_plain(cx)?;
-    reshape_to(b, cx.input(0)?, &cx.out().phys).map_err(|e| cx.build_error(e))
+    reshape_view(b, cx.input(0)?, &cx.out().phys).map_err(|e| cx.refused(e))
+}
+
+/// The input coordinates of output element `v` of the row-major reshape `from` -> `to`,
+/// factored where the shapes agree. Wherever the elements after an axis number the same in
+/// both shapes, the coordinates on either side are independent, so each segment between
+/// such boundaries decomposes only its own flat index; a segment that is one axis on both
+/// sides copies its coordinate. (TOPI's reshape divides the whole flat index for every
+/// coordinate: correct, but its innermost coordinate becomes a remainder the vector loads
+/// of a fused glue kernel cannot see through. Glue has no workload key to keep, so it
+/// takes this form.)
+fn reshape_index(from: &[i64], to: &[i64], v: &[Expr]) -> Vec<Expr> {
+    let suffix = |s: &[i64]| -> Vec<i64> {
+        let mut p = vec![1; s.len() + 1];
+        for i in (0..s.len()).rev() {
+            p[i] = p[i + 1] * s[i];
+        }
+        p
+    };
+    let (sp_in, sp_out) = (suffix(from), suffix(to));
+    let mut index = vec![Expr::int(0); from.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < from.len() || j < to.len() {
+        // the next boundary: the largest suffix product below both sides' current one that
+        // both shapes have (1 at the end always is)
+        let here = sp_in[i].min(sp_out[j]);
+        let boundary = sp_in[i + 1..]
+            .iter()
+            .copied()
+            .filter(|p| *p < here && sp_out[j + 1..].contains(p))
+            .max()
+            .unwrap_or(1);
+        let i_end = (i + 1..=from.len())
+            .find(|&k| sp_in[k] == boundary)
+            .unwrap_or(from.len());
+        let j_end = (j + 1..=to.len())
+            .find(|&k| sp_out[k] == boundary)
+            .unwrap_or(to.len());
+        let outs: Vec<usize> = (j..j_end).filter(|&k| to[k] != 1).collect();
+        let ins: Vec<usize> = (i..i_end).filter(|&k| from[k] != 1).collect();
+        if let (&[o], &[d]) = (outs.as_slice(), ins.as_slice()) {
+            index[d] = v[o].clone();
+        } else {
+            let mut flat = Expr::int(0);
+            for &k in &outs {
+                flat = flat * to[k] + v[k].clone();
+            }
+            for (n, &d) in ins.iter().enumerate() {
+                let stride: i64 = ins[n + 1..].iter().map(|&k| from[k]).product();
+                let q = if stride == 1 {
+                    flat.clone()
+                } else {
+                    Expr::floordiv(flat.clone(), stride)
+                };
+                index[d] = if n == 0 {
+                    q
+                } else {
+                    Expr::floormod(q, from[d])
+                };
+            }
+        }
+        i = i_end;
+        j = j_end;
+    }
+    index
+}
+
+/// `x` in row-major order under `shape` ([`reshape_index`]).
+fn reshape_view(b: &mut DagBuilder, x: &Tensor, shape: &[i64]) -> Result<Tensor, String> {
+    let n_in: i64 = x.shape.iter().product();
+    let n_out: i64 = shape.iter().product();
+    if n_in != n_out || shape.iter().chain(&x.shape).any(|&d| d <= 0) {
+        return Err(format!(
+            "cannot reshape {:?} ({n_in} elements) to {shape:?}",
+            x.shape
+        ));
+    }
+    let axes: Vec<IterVar> = shape
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| IterVar::new(format!("ax{k}"), d))
+        .collect();
+    let from = x.shape.clone();
+    let to = shape.to_vec();
+    Ok(b.elementwise("T_reshape", "injective", axes, |v| {
+        x.at(reshape_index(&from, &to, v))
+    }))
 }
 
 /// Along the physical axis of the logical one, its inputs sharing the output's layout.
@@ -118,7 +203,7 @@ pub(super) fn transpose(b: &mut DagBuilder, cx: &GlueOp, perm: &[usize]) -> Resu
     let x = if view == x.shape {
         x.clone()
     } else {
-        reshape_to(b, x, &view).map_err(|e| cx.build_error(e))?
+        reshape_view(b, x, &view).map_err(|e| cx.refused(e))?
     };
     transpose_by(b, &x, perm).map_err(|e| cx.build_error(e))
 }
@@ -176,6 +261,8 @@ pub(super) fn broadcast_to(b: &mut DagBuilder, cx: &GlueOp) -> Result<Tensor, St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ttdb_algo::ir::eval::{evaluate, TensorData};
+    use ttdb_algo::ir::DType;
 
     #[test]
     fn views_merge_leading_axes_or_add_ones() {
@@ -193,5 +280,36 @@ mod tests {
         assert_eq!(physical_axis(Layout::Nchwc(8), &[s, odd], 1), None);
         assert_eq!(physical_axis(Layout::Nchwc(8), &[s, odd], 2), Some(2));
         assert_eq!(physical_axis(Layout::Plain, &[s], 4), None);
+    }
+
+    /// Every element keeps its row-major position, across splits, merges, unit axes and
+    /// shapes that share no boundary but the ends.
+    #[test]
+    fn factored_reshapes_keep_row_major_order() {
+        let cases: &[(&[i64], &[i64])] = &[
+            (&[2, 3, 4], &[24]),
+            (&[24], &[2, 3, 4]),
+            (&[1, 197, 3072], &[197, 3072]),
+            (&[197, 768], &[1, 197, 12, 64]),
+            (&[1, 12, 197, 64], &[12, 197, 64]),
+            (&[2, 3, 4], &[4, 3, 2]),
+            (&[6, 4], &[2, 12]),
+            (&[2, 1, 3, 1], &[1, 6, 1]),
+            (&[4, 6, 5], &[4, 3, 10]),
+        ];
+        for &(from, to) in cases {
+            let n: i64 = from.iter().product();
+            let x = TensorData::new(from, (0..n).map(|i| i as f64).collect());
+            let mut b = DagBuilder::new();
+            let p = b.placeholder("p0", from, DType::Float(32));
+            let out = reshape_view(&mut b, &p, to).unwrap();
+            let dag = b.finish(&[&out]);
+            let y = evaluate(&dag, std::slice::from_ref(&x)).unwrap().remove(0);
+            assert_eq!(y.shape, to);
+            assert_eq!(y.data, x.data, "{from:?} -> {to:?}");
+        }
+        let mut b = DagBuilder::new();
+        let p = b.placeholder("p0", &[2, 3], DType::Float(32));
+        assert!(reshape_view(&mut b, &p, &[5]).is_err());
     }
 }
