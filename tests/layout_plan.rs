@@ -73,13 +73,11 @@ fn mobilenet_v3_small_planned_fills_the_hosts_vectors() {
     );
     // Deterministic: the same plan twice.
     let again = kernels("torchvision_more/mobilenet_v3_small.onnx", true);
-    let keys = |l: &KernelList| {
-        l.kernels
-            .iter()
-            .map(|k| k.signature_hash.clone())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(keys(&planned), keys(&again));
+    assert_eq!(signatures(&planned), signatures(&again));
+}
+
+fn signatures(l: &KernelList) -> Vec<Option<String>> {
+    l.kernels.iter().map(|k| k.signature_hash.clone()).collect()
 }
 
 /// Models without an NCHWc conv have nothing to plan: the same kernels either way.
@@ -89,13 +87,7 @@ fn a_model_without_convs_is_unchanged_by_planning() {
     let tophub = kernels("transformers/distilbert_like.onnx", false);
     let p = planned.layout_plan.as_ref().unwrap();
     assert_eq!((p.convs, p.changed, p.transforms), (0, 0, 0), "{p:?}");
-    let sigs = |l: &KernelList| {
-        l.kernels
-            .iter()
-            .map(|k| k.signature_hash.clone())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(sigs(&planned), sigs(&tophub));
+    assert_eq!(signatures(&planned), signatures(&tophub));
 }
 
 fn ttdb(args: &[&str]) -> std::process::Output {
