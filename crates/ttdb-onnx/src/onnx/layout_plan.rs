@@ -135,10 +135,9 @@ fn blocking_of(laid: &Laid) -> BTreeMap<String, (OpId, i64, i64)> {
 }
 
 /// The convs (ops of `laid`) whose data input is `conv`'s output, reached through ops that
-/// keep their input's layout and through layout transforms.
-fn reading_convs(laid: &Laid, conv: OpId) -> Vec<OpId> {
+/// keep their input's layout and through layout transforms (`consumers`: the graph's).
+fn reading_convs(laid: &Laid, consumers: &[Vec<(OpId, usize)>], conv: OpId) -> Vec<OpId> {
     let g = &laid.graph;
-    let consumers = g.consumers();
     let mut seen = vec![false; g.values.len()];
     let mut stack = vec![g.ops[conv].output];
     let mut out = Vec::new();
@@ -210,13 +209,14 @@ pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result
     for _sweep in 0..3 {
         let mut improved = false;
         let laid = lay(&blocking, false, base.lanes)?;
+        let consumers = laid.graph.consumers();
         let convs = blocking_of(&laid);
         for (node, &(op, _, oc_now)) in &convs {
             if fixed(node) {
                 continue;
             }
             let (_, cout) = channels(&laid, op);
-            let readers: Vec<(String, i64)> = reading_convs(&laid, op)
+            let readers: Vec<(String, i64)> = reading_convs(&laid, &consumers, op)
                 .into_iter()
                 .filter_map(|r| {
                     let n = laid.graph.ops[r].nodes.first()?.clone();

@@ -323,13 +323,7 @@ pub fn default_steps(dag: &Dag, lanes: i64) -> Vec<Step> {
         // iterators: spatial 0..k, then the reduction's
         let outer = match factor {
             Some(f) => {
-                steps.push(Step::Split(SplitStep {
-                    stage_id: id,
-                    iter_id: k - 1,
-                    extent: inner,
-                    lengths: vec![f],
-                    inner_to_outer: true,
-                }));
+                steps.push(split(id, k - 1, inner, f));
                 // now: spatial 0..k-1, outer k-1, inner k, reductions k+1..; move the
                 // vector lane inside the reductions
                 if reduce > 0 {
@@ -353,18 +347,10 @@ pub fn default_steps(dag: &Dag, lanes: i64) -> Vec<Step> {
             }));
         }
         if parallel {
-            steps.push(Step::Annotation(AnnotationStep {
-                stage_id: id,
-                iter_id: 0,
-                annotation: Annotation::Parallel,
-            }));
+            steps.push(annotate(id, 0, Annotation::Parallel));
         }
         if factor.is_some() {
-            steps.push(Step::Annotation(AnnotationStep {
-                stage_id: id,
-                iter_id: 1 + reduce,
-                annotation: Annotation::Vectorize,
-            }));
+            steps.push(annotate(id, 1 + reduce, Annotation::Vectorize));
         }
     }
     steps
