@@ -20,6 +20,7 @@ pub mod queue;
 mod sqlite;
 pub mod structural;
 pub mod target;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
 
