@@ -7,7 +7,8 @@
 //!
 //! The scratch contract, shared with the interpreter (`loopnest::interp`): a temporary is zero
 //! each time its `Allocate` is entered. Both paths zero there, every time (a memset at the
-//! `Allocate`, which LLVM drops where the body overwrites the buffer first), so a kernel reads
+//! `Allocate`, which LLVM drops where the body overwrites the buffer first, and which is not
+//! emitted where `loopnest::coverage` proves that for a parallel stage), so a kernel reads
 //! the same values compiled or interpreted, whether its temporary sits in a loop, in reused
 //! scratch, or in a worker's block. No load yields undef.
 
@@ -289,7 +290,8 @@ impl<'c, 'a> Tr<'c, 'a> {
                 self.branch(c, then_, else_.as_deref(), "", Self::stmt)
             }
             Stmt::Allocate { buffer, body } => {
-                let ptr = self.allocate(buffer);
+                let zeroed = !crate::loopnest::coverage::overwritten_first(buffer, body);
+                let ptr = self.allocate(buffer, zeroed);
                 self.bufs.push(BufSlot {
                     name: buffer.name.clone(),
                     ptr,
@@ -304,9 +306,10 @@ impl<'c, 'a> Tr<'c, 'a> {
     }
 
     /// The memory of `buffer`, zeroed here (at its `Allocate`, each time it is entered: the
-    /// scratch contract above); the alloca or scratch slot itself is made once, in the entry
-    /// block.
-    fn allocate(&mut self, buffer: &Buffer) -> Value<'c> {
+    /// scratch contract above) unless `zeroed` is false because its first loop nest provably
+    /// overwrites every element (`loopnest::coverage`); the alloca or scratch slot itself is
+    /// made once, in the entry block.
+    fn allocate(&mut self, buffer: &Buffer, zeroed: bool) -> Value<'c> {
         let bytes = buffer.size_bytes().max(1);
         let p = if bytes <= ALLOCA_LIMIT {
             self.in_entry(|t| t.b.alloca(t.cx.i8(), t.cx.i64().const_int(bytes), 64))
@@ -316,6 +319,9 @@ impl<'c, 'a> Tr<'c, 'a> {
             let scratch = self.fx.scratch;
             self.in_entry(|t| t.b.gep(t.cx.i8(), scratch, t.cx.i64().const_int(off)))
         };
+        if !zeroed {
+            return p;
+        }
         let memset = self
             .m
             .intrinsic("llvm.memset", &[self.cx.ptr(), self.cx.i64()])

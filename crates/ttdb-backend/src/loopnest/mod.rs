@@ -6,7 +6,7 @@
 //! * [`simplify`], [`affine`]: constant folding and linear forms;
 //! * [`bounds`]: static proof that every access is in bounds;
 //! * [`interp`]: checked reference interpreter;
-//! * [`unroll`]: TIR `UnrollLoop` semantics;
+//! * [`unroll`]: TIR `UnrollLoop` semantics; [`coverage`]: is a temporary overwritten before it is read;
 //! * [`cost`]: static trip-count / memory guard; [`textbook`]: the plain GEMM loop nest;
 //! * [`data`]: host buffers; [`verify`]: the one output check (and tolerance) of ttdb.
 //!
@@ -30,6 +30,7 @@
 pub mod affine;
 pub mod bounds;
 pub mod cost;
+pub mod coverage;
 pub mod data;
 pub mod interp;
 pub mod ir;
