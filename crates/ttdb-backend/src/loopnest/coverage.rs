@@ -8,20 +8,28 @@
 //! third of that kernel's time. When [`overwritten_first`] proves the zeroes unobservable,
 //! codegen skips the memset; the interpreter still zeroes, and reads the same values.
 //!
-//! The proof is syntactic and sound, not complete: the statement that opens the `Allocate`'s
-//! body is a perfect nest of constant-bound loops around one store to the buffer, whose value
-//! does not read the buffer, and whose flat index maps the iterations one-to-one onto
-//! `[0, elements)`: after `floordiv(x, c)·c·k + floormod(x, c)·k` pairs fold back into `x·k`
-//! (loops fused before a split), the index is `Σ kᵢ·vᵢ` over the loop variables with the
-//! strides of a mixed-radix number (the smallest stride 1, each next one the previous stride
-//! times its loop's extent, the last times its extent the element count). Anything else keeps
-//! the memset.
+//! The proof is syntactic and sound, not complete. In the statement that opens the
+//! `Allocate`'s body, the buffer is stored once and never read, and the path from that
+//! statement down to the store passes only through constant-bound loops, pragmas, other
+//! temporaries and sequences (no guard), so the store runs once for every value of the
+//! loops on its path. Its flat index is `Σ kᵢ·termᵢ`, each term a function of one of those
+//! loops (the loop variable itself, or `floordiv`/`floormod` of it by constants: loops fused
+//! before a split). Evaluated over its loop's range, each term must take the values
+//! `c, c + s, c + 2s, ...`, every combination of a loop's terms' values must occur exactly
+//! once (so they are independent digits), the constants must add up to 0, and the strides
+//! `s` of all digits must be those of a mixed-radix number: the smallest 1, each next one the previous times its loop's extent,
+//! the last times its extent the element count. Then every element is stored exactly once.
+//! Anything else keeps the memset.
 
-use super::affine::{linearize, Linear};
+use super::affine::linearize;
+use super::interp::eval_bin_int;
 use super::ir::*;
 
-/// True if the first statement of `body` stores every element of `buffer` exactly once before
-/// any statement reads it.
+/// Loops longer than this are not evaluated term by term (the proof gives up).
+const MAX_EVALUATED_EXTENT: i64 = 1 << 16;
+
+/// True if the first statement of `body` stores every element of `buffer` exactly once and
+/// reads none.
 pub fn overwritten_first(buffer: &Buffer, body: &Stmt) -> bool {
     let elements = buffer.shape.iter().try_fold(1i128, |n, &d| {
         (d > 0).then(|| n.checked_mul(d as i128)).flatten()
@@ -29,17 +37,19 @@ pub fn overwritten_first(buffer: &Buffer, body: &Stmt) -> bool {
     let Some(elements) = elements else {
         return false;
     };
-    let mut loops = Vec::new();
-    let Some((index, value)) = first_store(first_statement(body), &buffer.name, &mut loops) else {
-        return false;
-    };
-    if reads(value, &buffer.name) || index.iter().any(Expr::has_load) {
+    let first = first_statement(body);
+    let name = buffer.name.as_str();
+    if stores_to(first, name) != 1 || reads_in(first, name) {
         return false;
     }
-    let Some(flat) = flat_index(&buffer.shape, index) else {
+    let mut loops = Vec::new();
+    let Some(index) = store_path(first, name, &mut loops) else {
         return false;
     };
-    covers_once(fold_fused(flat), &loops, elements)
+    if index.iter().any(Expr::has_load) {
+        return false;
+    }
+    covers_once(&buffer.shape, index, &loops, elements).unwrap_or(false)
 }
 
 fn first_statement(s: &Stmt) -> &Stmt {
@@ -49,15 +59,20 @@ fn first_statement(s: &Stmt) -> &Stmt {
     }
 }
 
-/// The store at the bottom of a perfect nest of constant-bound loops (pragmas allowed), and
-/// the loops (variable, min, extent) on the way.
-fn first_store<'s>(
+/// The index of the store to `name`, if every loop on the way to it has constant bounds and
+/// nothing on the way makes it conditional; `loops` gets the loops (variable, min, extent).
+fn store_path<'s>(
     s: &'s Stmt,
     name: &str,
     loops: &mut Vec<(&'s str, i64, i64)>,
-) -> Option<(&'s [Expr], &'s Expr)> {
+) -> Option<&'s [Expr]> {
     match s {
-        Stmt::Attr { body, .. } => first_store(body, name, loops),
+        Stmt::Attr { body, .. } => store_path(body, name, loops),
+        Stmt::Allocate { buffer, body } if buffer.name != name => store_path(body, name, loops),
+        Stmt::Seq(items) => {
+            let item = items.iter().find(|i| stores_to(i, name) > 0)?;
+            store_path(item, name, loops)
+        }
         Stmt::For {
             var,
             min,
@@ -70,10 +85,45 @@ fn first_store<'s>(
                 return None;
             }
             loops.push((var, min, extent));
-            first_store(body, name, loops)
+            store_path(body, name, loops)
         }
-        Stmt::Store { buf, index, value } if buf == name => Some((index, value)),
+        Stmt::Store { buf, index, .. } if buf == name => Some(index),
         _ => None,
+    }
+}
+
+/// How many store statements to `name` the tree holds.
+fn stores_to(s: &Stmt, name: &str) -> usize {
+    match s {
+        Stmt::Store { buf, .. } => usize::from(buf == name),
+        Stmt::For { body, .. } | Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => {
+            stores_to(body, name)
+        }
+        Stmt::Seq(items) => items.iter().map(|i| stores_to(i, name)).sum(),
+        Stmt::IfThenElse { then_, else_, .. } => {
+            stores_to(then_, name) + else_.as_ref().map_or(0, |e| stores_to(e, name))
+        }
+        Stmt::Evaluate(_) => 0,
+    }
+}
+
+/// True if any expression of the tree loads from `name`.
+fn reads_in(s: &Stmt, name: &str) -> bool {
+    match s {
+        Stmt::Store { index, value, .. } => {
+            index.iter().any(|e| reads(e, name)) || reads(value, name)
+        }
+        Stmt::For {
+            min, extent, body, ..
+        } => reads(min, name) || reads(extent, name) || reads_in(body, name),
+        Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => reads_in(body, name),
+        Stmt::Seq(items) => items.iter().any(|i| reads_in(i, name)),
+        Stmt::IfThenElse { cond, then_, else_ } => {
+            reads(cond, name)
+                || reads_in(then_, name)
+                || else_.as_ref().is_some_and(|e| reads_in(e, name))
+        }
+        Stmt::Evaluate(e) => reads(e, name),
     }
 }
 
@@ -88,91 +138,115 @@ fn reads(e: &Expr, name: &str) -> bool {
     }
 }
 
-/// Row-major flat index of a multi-dimensional one.
-fn flat_index(shape: &[i64], index: &[Expr]) -> Option<Linear> {
+/// True if the row-major flat index of `index` over the loops' iteration space is a
+/// bijection onto `[0, elements)`; None when an intermediate value overflows.
+fn covers_once(
+    shape: &[i64],
+    index: &[Expr],
+    loops: &[(&str, i64, i64)],
+    elements: i128,
+) -> Option<bool> {
     if shape.len() != index.len() {
-        return None;
+        return Some(false);
     }
-    let mut flat = Linear::constant(0);
+    let mut terms: Vec<(Expr, i128)> = Vec::new();
+    let mut constant: i128 = 0;
     let mut stride: i128 = 1;
     for (d, e) in shape.iter().zip(index).rev() {
-        flat = flat.add(&linearize(e), stride);
+        let l = linearize(e);
+        constant = constant.checked_add(l.constant.checked_mul(stride)?)?;
+        for (atom, k) in l.terms {
+            terms.push((atom, k.checked_mul(stride)?));
+        }
         stride = stride.checked_mul(*d as i128)?;
     }
-    Some(flat)
-}
-
-/// Folds `floordiv(x, c)·(b·c) + floormod(x, c)·b` into `x·b`, until no pair is left.
-fn fold_fused(mut l: Linear) -> Linear {
-    'again: loop {
-        for (i, (div, a)) in l.terms.iter().enumerate() {
-            let Expr::Bin(BinOp::FloorDiv, x, c) = div else {
-                continue;
-            };
-            let Some(c) = c.as_int().filter(|&c| c > 0) else {
-                continue;
-            };
-            let pair = l.terms.iter().position(|(m, b)| {
-                matches!(m, Expr::Bin(BinOp::FloorMod, mx, mc)
-                    if mx == x && mc.as_int() == Some(c) && b.checked_mul(c as i128) == Some(*a))
-            });
-            if let Some(j) = pair {
-                let b = l.terms[j].1;
-                let x = (**x).clone();
-                let (hi, lo) = (i.max(j), i.min(j));
-                l.terms.remove(hi);
-                l.terms.remove(lo);
-                l = l.add(&linearize(&x), b);
-                continue 'again;
-            }
-        }
-        return l;
-    }
-}
-
-/// True if `flat` over the loops' iteration space is a bijection onto `[0, elements)`.
-fn covers_once(flat: Linear, loops: &[(&str, i64, i64)], elements: i128) -> bool {
-    let mut constant = flat.constant;
-    let mut strides: Vec<(i128, i64)> = Vec::new();
-    for (atom, k) in &flat.terms {
-        let Expr::Var(v) = atom else {
-            return false;
-        };
-        let Some(&(_, min, extent)) = loops.iter().find(|(name, ..)| name == v) else {
-            return false;
-        };
-        let Some(c) = k
-            .checked_mul(min as i128)
-            .and_then(|s| constant.checked_add(s))
-        else {
-            return false;
-        };
-        constant = c;
-        if extent > 1 {
-            strides.push((*k, extent));
-        }
-    }
-    // A loop the index ignores writes its elements again: no one-to-one map, unless trivial.
-    let used = |v: &str| {
-        flat.terms
-            .iter()
-            .any(|(a, _)| matches!(a, Expr::Var(n) if n == v))
+    // every term a function of exactly one loop of the path
+    let of_loop = |atom: &Expr| {
+        let mut using = loops.iter().filter(|(v, ..)| atom.uses_var(v));
+        let first = using.next();
+        first.filter(|_| using.next().is_none())
     };
-    if constant != 0 || loops.iter().any(|&(v, _, e)| e > 1 && !used(v)) {
-        return false;
+    if terms.iter().any(|(atom, _)| of_loop(atom).is_none()) {
+        return Some(false);
     }
-    strides.sort();
-    let mut next: i128 = 1;
-    for (k, extent) in strides {
-        if k != next {
-            return false;
+    let mut digits: Vec<(i128, i64)> = Vec::new();
+    for &(var, min, extent) in loops {
+        let mine: Vec<&(Expr, i128)> = terms
+            .iter()
+            .filter(|(atom, _)| of_loop(atom).is_some_and(|l| l.0 == var))
+            .collect();
+        if mine.is_empty() {
+            // a loop the index ignores stores its elements again
+            if extent > 1 {
+                return Some(false);
+            }
+            continue;
         }
-        let Some(n) = next.checked_mul(extent as i128) else {
-            return false;
-        };
-        next = n;
+        if extent > MAX_EVALUATED_EXTENT {
+            return Some(false);
+        }
+        // each term's values over the loop, and the tuple of them at each iteration
+        let mut tuples: Vec<Vec<i128>> = Vec::with_capacity(extent as usize);
+        for x in min..min.checked_add(extent)? {
+            let tuple: Option<Vec<i128>> = mine
+                .iter()
+                .map(|(atom, k)| k.checked_mul(eval_at(atom, var, x)? as i128))
+                .collect();
+            tuples.push(tuple?);
+        }
+        let mut product: i128 = 1;
+        for t in 0..mine.len() {
+            let mut values: Vec<i128> = tuples.iter().map(|tuple| tuple[t]).collect();
+            values.sort_unstable();
+            values.dedup();
+            let lo = values[0];
+            constant = constant.checked_add(lo)?;
+            let step = values.get(1).map_or(1, |s| s - lo);
+            if values
+                .iter()
+                .enumerate()
+                .any(|(j, &s)| s - lo != step * j as i128)
+            {
+                return Some(false);
+            }
+            if values.len() > 1 {
+                digits.push((step, values.len() as i64));
+            }
+            product = product.checked_mul(values.len() as i128)?;
+        }
+        // the terms are independent digits only if every combination of their values occurs
+        // exactly once (`floordiv(b, 3)` and `floormod(b, 3)` of a fused `b` in [0, 9))
+        tuples.sort_unstable();
+        tuples.dedup();
+        if product != extent as i128 || tuples.len() != extent as usize {
+            return Some(false);
+        }
     }
-    next == elements
+    if constant != 0 {
+        return Some(false);
+    }
+    digits.sort_unstable();
+    let mut next: i128 = 1;
+    for (step, extent) in digits {
+        if step != next {
+            return Some(false);
+        }
+        next = next.checked_mul(extent as i128)?;
+    }
+    Some(next == elements)
+}
+
+/// An integer index term at `var = x` (None for anything but integer arithmetic of `var`).
+fn eval_at(e: &Expr, var: &str, x: i64) -> Option<i64> {
+    match e {
+        Expr::Var(v) if v == var => Some(x),
+        Expr::Int(c, _) => Some(*c),
+        Expr::Cast(DType::I64, a) => eval_at(a, var, x),
+        Expr::Bin(op, a, b) => {
+            eval_bin_int(*op, eval_at(a, var, x)?, eval_at(b, var, x)?, DType::I64)
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +296,42 @@ mod tests {
             &b,
             &Stmt::seq(vec![padded(58, 58), reader])
         ));
+    }
+
+    /// A conv's output written from inside a tiled nest: the parallel loop `b` fuses the
+    /// outer h and w tiles (3 x 3), each tile computes into a local buffer and copies it out.
+    fn tiled(h_tile: i64) -> Stmt {
+        let (b, oc) = (v("b"), v("oc"));
+        let h = Expr::add(
+            Expr::add(v("hi"), Expr::mul(v("ho"), Expr::int(h_tile))),
+            Expr::mul(Expr::floordiv(b.clone(), Expr::int(3)), Expr::int(20)),
+        );
+        let w = Expr::add(
+            v("wi"),
+            Expr::mul(Expr::floormod(b, Expr::int(3)), Expr::int(20)),
+        );
+        let copy_out = nest(
+            &[("hi", 0, h_tile), ("wi", 0, 20), ("c", 0, 16)],
+            Stmt::store(
+                "T",
+                vec![Expr::int(0), oc, h, w, v("c")],
+                Expr::load("L", vec![v("c")]),
+            ),
+        );
+        let local = Buffer::new("L", DType::F32, &[16], BufferRole::Temporary);
+        let compute = Stmt::store("L", vec![v("c")], Expr::f32(1.0));
+        let tile = Stmt::allocate(local, Stmt::seq(vec![compute, copy_out]));
+        let inner = nest(&[("oc", 0, 9), ("ho", 0, 20 / h_tile)], tile);
+        nest(&[("b", 0, 9)], Stmt::seq(vec![Stmt::seq(vec![]), inner]))
+    }
+
+    #[test]
+    fn a_store_deep_in_a_tiled_nest_is_proven_when_its_tiles_cover_the_buffer() {
+        let b = buf(&[1, 9, 60, 60, 16]);
+        assert!(overwritten_first(&b, &tiled(10)));
+        assert!(overwritten_first(&b, &tiled(5)));
+        // 3 tiles of 3 rows per 20-row block: rows 9..20 of each block are never written.
+        assert!(!overwritten_first(&b, &tiled(3)));
     }
 
     #[test]
