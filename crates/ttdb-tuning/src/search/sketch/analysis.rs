@@ -266,34 +266,43 @@ impl Analysis {
         out
     }
 
-    /// `ElementWiseMatch`: from `s` to `target` every op has exactly one reader, the same
-    /// output shape, and is read element-wise (simple, complete, in order).
+    /// `ElementWiseMatch`, widened: every op between `s` and `target` (read, directly or
+    /// through others, from `s`) has the output shape of `s`, reads its producers there
+    /// element-wise (simple, complete, in order), and is read only by such ops or by `target`.
+    ///
+    /// TVM asks for a chain, each op with exactly one reader, so an epilogue that reads a
+    /// value twice (SiLU `x * sigmoid(x)`, hardswish, GELU) does not match, and the conv's
+    /// whole output goes through memory before the epilogue reads it back: twice the
+    /// traffic of a memory-bound depthwise kernel. A DAG of element-wise ops that all end in
+    /// `target` inlines into it just as a chain does, and the steps stay Ansor steps that
+    /// TVM replays.
     fn elementwise_match(&self, s: usize, target: usize) -> bool {
-        let mut cur = s;
-        while cur != target {
+        let shape = |f: &StageFacts| f.axes.iter().map(|a| a.1).collect::<Vec<_>>();
+        let mut todo = vec![s];
+        let mut seen = BTreeSet::new();
+        while let Some(cur) = todo.pop() {
+            if cur == target || !seen.insert(cur) {
+                continue;
+            }
             let readers = self.readers(cur);
-            if readers.len() != 1 {
-                return false;
+            if readers.is_empty() {
+                return false; // another output
             }
-            let next = *readers.iter().next().unwrap();
-            let (fc, fnx) = (&self.facts[cur], &self.facts[next]);
-            if fc.placeholder || fnx.placeholder {
-                return false;
+            for next in readers {
+                let (fc, fnx) = (&self.facts[cur], &self.facts[next]);
+                if fc.placeholder || fnx.placeholder || shape(fc) != shape(fnx) {
+                    return false;
+                }
+                let elementwise = fnx.reads[&cur].as_ref().is_some_and(|list| {
+                    list.iter().all(|idx| {
+                        matches!(simple_access(&fnx.axes, idx), Some((false, false, true)))
+                    })
+                });
+                if !elementwise {
+                    return false;
+                }
+                todo.push(next);
             }
-            let shape = |f: &StageFacts| f.axes.iter().map(|a| a.1).collect::<Vec<_>>();
-            if shape(fc) != shape(fnx) {
-                return false;
-            }
-            let ok = match &fnx.reads[&cur] {
-                None => false,
-                Some(list) => list
-                    .iter()
-                    .all(|idx| matches!(simple_access(&fnx.axes, idx), Some((false, false, true)))),
-            };
-            if !ok {
-                return false;
-            }
-            cur = next;
         }
         true
     }
