@@ -41,6 +41,8 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
     let k = &v["kernels"][0];
     assert!(k["note"].is_null(), "{k}");
     assert_eq!(k["sketches"], 3, "{k}");
+    // The imported record, and the default schedule `ttdb run` would run untuned.
+    assert_eq!(k["seeds"], 2, "{k}");
     let trials = k["trials"].as_u64().unwrap();
     assert_eq!(trials, 24, "{k}");
     assert_eq!(k["failed_trials"], 0, "{k}");

@@ -251,12 +251,13 @@ fn tune_job(
     };
     row.inputs = r.signature.inputs.clone();
     row.output = r.signature.output.clone();
-    let seeds: Vec<Vec<Step>> = job
+    let mut seeds: Vec<Vec<Step>> = job
         .start_schedules(&r.dag, opts.refine.starts)
         .schedules
         .into_iter()
         .map(|(_, steps)| steps)
         .collect();
+    super::model::with_default_seed(&r.dag, opts.refine.target.lanes() as i64, &mut seeds);
     row.seeds = seeds.len();
     let flops = r.dag.flop_ct();
     let eval = opts.refine.eval();
