@@ -147,7 +147,11 @@ macro_rules! tuned_schedules_match {
     ($($test:ident: $model:literal, $layout:literal, $trials:literal, $min_packed:literal;)*) => {$(
         #[test]
         fn $test() {
-            let mut args: Vec<String> = ["tune", &model_path($model), "--layout", $layout, "--trials", $trials]
+            // No seeds: with the default schedules among them, a tune this short stores
+            // mostly defaults, and the packing of searched schedules would go untested.
+            // (gpt2_like needs 16 trials for a searched dense schedule that packs: with 4,
+            // the one dense kernel measured got a random state that keeps its weights.)
+            let mut args: Vec<String> = ["tune", &model_path($model), "--layout", $layout, "--trials", $trials, "--seeds", "0"]
                 .map(String::from)
                 .to_vec();
             args.extend(input_shape_flags($model));
@@ -159,5 +163,5 @@ macro_rules! tuned_schedules_match {
 tuned_schedules_match! {
     mobilenet_v3_small_after_a_short_tune: "mobilenet_v3_small", "nchwc", "16", 0;
     // dense and batch_matmul weights are layout-free
-    gpt2_like_after_a_short_tune: "gpt2_like", "nchwc", "4", 1;
+    gpt2_like_after_a_short_tune: "gpt2_like", "nchwc", "16", 1;
 }

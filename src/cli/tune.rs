@@ -72,7 +72,8 @@ pub struct TuneArgs {
     /// Droplet trials after the search (0: none).
     #[arg(long, default_value_t = 0)]
     pub droplet: usize,
-    /// Stored records per source that seed the search.
+    /// Stored records per source that seed the search, which also starts from the default
+    /// schedule `ttdb run` would use; with MODEL, 0 starts from random states only.
     #[arg(long, default_value_t = 5)]
     pub seeds: usize,
     /// Per-run timeout in seconds (at most).

@@ -286,7 +286,9 @@ pub fn tune_model(
                 .map_err(|e| format!("no search: {e}"))?
                 .len();
             let mut seeds = seeds_for(&dag, &km.candidates, opts.seeds);
-            with_default_seed(&dag, opts.refine.target.lanes() as i64, &mut seeds);
+            if opts.seeds > 0 {
+                with_default_seed(&dag, opts.refine.target.lanes() as i64, &mut seeds);
+            }
             Ok((dag, reference, sketches, seeds))
         })
         .collect();
