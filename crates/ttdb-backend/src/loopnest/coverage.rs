@@ -17,9 +17,9 @@
 //! before a split). Evaluated over its loop's range, each term must take the values
 //! `c, c + s, c + 2s, ...`, every combination of a loop's terms' values must occur exactly
 //! once (so they are independent digits), the constants must add up to 0, and the strides
-//! `s` of all digits must be those of a mixed-radix number: the smallest 1, each next one the previous times its loop's extent,
-//! the last times its extent the element count. Then every element is stored exactly once.
-//! Anything else keeps the memset.
+//! `s` of all digits must be those of a mixed-radix number: the smallest 1, each next one
+//! the previous times its digit's count, the last times its count the element count. Then
+//! every element is stored exactly once. Anything else keeps the memset.
 
 use super::affine::linearize;
 use super::interp::eval_bin_int;

@@ -298,16 +298,16 @@ const MIN_PARALLEL_ELEMENTS: i64 = 16 * 1024;
 const MIN_PARALLEL_EXTENT: i64 = 128;
 
 /// An injective stage (the glue: layout transforms, transposes, element-wise ops). The
-/// vector is the innermost axis split by the widest vector width that divides it (its loads
-/// stay contiguous in a NCHW24c -> NCHW32c transform, which a longer vector would not); else the shortest suffix of
-/// axes whose product a multiple of the innermost extent and of a vector width divides, fused
-/// and split by that multiple (a NCHW input to NCHW3c: `w·c` by 48, so that each vector's
-/// lanes read at offsets known at compile time). Only as many leading axes are fused into the
-/// parallel loop as it takes to give it [`MIN_PARALLEL_EXTENT`] iterations: the index of a
-/// fused loop is a chain of divisions, paid once per iteration of it, and the loops under it
-/// keep plain strides. Before, every axis but the vector's was fused, and an innermost
-/// extent no width divides (NCHW3c) left the stage scalar: mobilenet_v2's input transform
-/// took 0.24 ms for 600 KB.
+/// vector is the innermost axis split by the widest vector width that divides it (a NCHW32c
+/// -> NCHW24c transform's loads stay contiguous that way, a longer vector's would not);
+/// else the shortest suffix of axes whose product a multiple of the innermost extent and of
+/// a vector width divides, fused and split by that multiple (a NCHW input to NCHW3c: `w·c`
+/// by 48, so that each vector's lanes read at offsets known at compile time). Only as many
+/// leading axes are fused into the parallel loop as it takes to give it
+/// [`MIN_PARALLEL_EXTENT`] iterations: the index of a fused loop is a chain of divisions,
+/// paid once per iteration of it, and the loops under it keep plain strides. Before, every
+/// axis but the vector's was fused, and an innermost extent no width divides (NCHW3c) left
+/// the stage scalar: mobilenet_v2's input transform took 0.24 ms for 600 KB.
 fn injective_steps(id: u32, extents: &[i64], lanes: i64, steps: &mut Vec<Step>) {
     let k = extents.len();
     if extents.iter().any(|&e| e <= 0) {
