@@ -32,7 +32,7 @@
 
 use super::llvm::*;
 use super::translate::{Tr, VecCtx};
-use crate::loopnest::affine::linearize;
+use crate::loopnest::affine::{eval_index_at as eval_at, linearize};
 use crate::loopnest::ir::*;
 
 /// Widest vector body emitted at once; longer vectorized loops run as a loop over chunks of
@@ -625,22 +625,6 @@ fn period_of(e: &Expr, var: &str) -> Option<i64> {
             let c = b.as_int().filter(|&c| c > 0)?;
             period_of(a, var)?.checked_mul(c)
         }
-        _ => None,
-    }
-}
-
-/// A term of [`period_of`]'s form at `var = x`.
-fn eval_at(e: &Expr, var: &str, x: i64) -> Option<i64> {
-    match e {
-        Expr::Var(v) if v == var => Some(x),
-        Expr::Int(c, _) => Some(*c),
-        Expr::Cast(DType::I64, a) => eval_at(a, var, x),
-        Expr::Bin(op, a, b) => crate::loopnest::interp::eval_bin_int(
-            *op,
-            eval_at(a, var, x)?,
-            eval_at(b, var, x)?,
-            DType::I64,
-        ),
         _ => None,
     }
 }

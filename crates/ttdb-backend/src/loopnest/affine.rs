@@ -145,3 +145,20 @@ pub fn linearize(e: &Expr) -> Linear {
         _ => Linear::atom(e.clone()),
     }
 }
+
+/// An integer index expression of one variable at `var = x`, with the machine's wrapping
+/// i64 arithmetic (None for anything else: another variable, a load, a float).
+pub fn eval_index_at(e: &Expr, var: &str, x: i64) -> Option<i64> {
+    match e {
+        Expr::Var(v) if v == var => Some(x),
+        Expr::Int(c, _) => Some(*c),
+        Expr::Cast(DType::I64, a) => eval_index_at(a, var, x),
+        Expr::Bin(op, a, b) => super::interp::eval_bin_int(
+            *op,
+            eval_index_at(a, var, x)?,
+            eval_index_at(b, var, x)?,
+            DType::I64,
+        ),
+        _ => None,
+    }
+}

@@ -21,8 +21,7 @@
 //! the previous times its digit's count, the last times its count the element count. Then
 //! every element is stored exactly once. Anything else keeps the memset.
 
-use super::affine::linearize;
-use super::interp::eval_bin_int;
+use super::affine::{eval_index_at as eval_at, linearize};
 use super::ir::*;
 
 /// Loops longer than this are not evaluated term by term (the proof gives up).
@@ -234,19 +233,6 @@ fn covers_once(
         next = next.checked_mul(extent as i128)?;
     }
     Some(next == elements)
-}
-
-/// An integer index term at `var = x` (None for anything but integer arithmetic of `var`).
-fn eval_at(e: &Expr, var: &str, x: i64) -> Option<i64> {
-    match e {
-        Expr::Var(v) if v == var => Some(x),
-        Expr::Int(c, _) => Some(*c),
-        Expr::Cast(DType::I64, a) => eval_at(a, var, x),
-        Expr::Bin(op, a, b) => {
-            eval_bin_int(*op, eval_at(a, var, x)?, eval_at(b, var, x)?, DType::I64)
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]
