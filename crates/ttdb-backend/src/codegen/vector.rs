@@ -69,13 +69,13 @@ impl<'c> Tr<'c, '_> {
         // All accesses to a written buffer must be lane-private or provably disjoint.
         let mut accesses = stores.clone();
         let mut collect = |e: &Expr| {
-            visit_loads(e, &mut |buf, idx| {
+            e.for_each_load(&mut |buf, idx| {
                 if stores.iter().any(|(b, _)| b == buf) {
                     accesses.push((buf.to_string(), self.flat_index(buf, idx)));
                 }
             })
         };
-        for_each_expr(body, &mut collect);
+        body.for_each_expr(&mut collect);
         for (b1, f1) in &stores {
             for (b2, f2) in &accesses {
                 if b1 == b2 && !lanes_disjoint(f1, f2, var, l) {
@@ -141,7 +141,7 @@ impl<'c> Tr<'c, '_> {
             Stmt::Attr { body, .. } => self.conds_ok(body, written),
             Stmt::IfThenElse { cond, then_, else_ } => {
                 let mut reads_written = false;
-                visit_loads(cond, &mut |b, _| reads_written |= written.contains(&b));
+                cond.for_each_load(&mut |b, _| reads_written |= written.contains(&b));
                 !reads_written
                     && self.conds_ok(then_, written)
                     && else_.as_ref().is_none_or(|e| self.conds_ok(e, written))
@@ -634,33 +634,5 @@ fn gcd(a: i64, b: i64) -> i64 {
         a.abs()
     } else {
         gcd(b, a % b)
-    }
-}
-
-fn visit_loads(e: &Expr, f: &mut dyn FnMut(&str, &[Expr])) {
-    if let Expr::Load { buf, index } = e {
-        f(buf, index);
-    }
-    e.for_each_child(|c| visit_loads(c, f));
-}
-
-fn for_each_expr(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
-    match s {
-        Stmt::Seq(v) => v.iter().for_each(|s| for_each_expr(s, f)),
-        Stmt::Attr { body, .. } | Stmt::For { body, .. } | Stmt::Allocate { body, .. } => {
-            for_each_expr(body, f)
-        }
-        Stmt::IfThenElse { cond, then_, else_ } => {
-            f(cond);
-            for_each_expr(then_, f);
-            if let Some(e) = else_ {
-                for_each_expr(e, f);
-            }
-        }
-        Stmt::Store { index, value, .. } => {
-            index.iter().for_each(&mut *f);
-            f(value);
-        }
-        Stmt::Evaluate(e) => f(e),
     }
 }

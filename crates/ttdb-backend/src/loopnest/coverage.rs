@@ -108,33 +108,9 @@ fn stores_to(s: &Stmt, name: &str) -> usize {
 
 /// True if any expression of the tree loads from `name`.
 fn reads_in(s: &Stmt, name: &str) -> bool {
-    match s {
-        Stmt::Store { index, value, .. } => {
-            index.iter().any(|e| reads(e, name)) || reads(value, name)
-        }
-        Stmt::For {
-            min, extent, body, ..
-        } => reads(min, name) || reads(extent, name) || reads_in(body, name),
-        Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => reads_in(body, name),
-        Stmt::Seq(items) => items.iter().any(|i| reads_in(i, name)),
-        Stmt::IfThenElse { cond, then_, else_ } => {
-            reads(cond, name)
-                || reads_in(then_, name)
-                || else_.as_ref().is_some_and(|e| reads_in(e, name))
-        }
-        Stmt::Evaluate(e) => reads(e, name),
-    }
-}
-
-fn reads(e: &Expr, name: &str) -> bool {
-    match e {
-        Expr::Load { buf, .. } if buf == name => true,
-        _ => {
-            let mut found = false;
-            e.for_each_child(|c| found = found || reads(c, name));
-            found
-        }
-    }
+    let mut found = false;
+    s.for_each_expr(&mut |e| e.for_each_load(&mut |buf, _| found |= buf == name));
+    found
 }
 
 /// True if the row-major flat index of `index` over the loops' iteration space is a

@@ -366,6 +366,13 @@ impl Expr {
             }
         }
     }
+    /// Calls `f` on every load in the expression (its buffer and indices), outermost first.
+    pub fn for_each_load(&self, f: &mut dyn FnMut(&str, &[Expr])) {
+        if let Expr::Load { buf, index } = self {
+            f(buf, index);
+        }
+        self.for_each_child(|c| c.for_each_load(f));
+    }
     /// True if the expression contains a `Load`.
     pub fn has_load(&self) -> bool {
         match self {
@@ -410,6 +417,33 @@ impl Expr {
 }
 
 impl Stmt {
+    /// Calls `f` on every top-level expression of the tree: loop bounds, guards, store
+    /// indices and values, evaluated expressions (not on their sub-expressions).
+    pub fn for_each_expr(&self, f: &mut dyn FnMut(&Expr)) {
+        match self {
+            Stmt::Seq(v) => v.iter().for_each(|s| s.for_each_expr(f)),
+            Stmt::For {
+                min, extent, body, ..
+            } => {
+                f(min);
+                f(extent);
+                body.for_each_expr(f)
+            }
+            Stmt::Attr { body, .. } | Stmt::Allocate { body, .. } => body.for_each_expr(f),
+            Stmt::IfThenElse { cond, then_, else_ } => {
+                f(cond);
+                then_.for_each_expr(f);
+                if let Some(e) = else_ {
+                    e.for_each_expr(f);
+                }
+            }
+            Stmt::Store { index, value, .. } => {
+                index.iter().for_each(&mut *f);
+                f(value);
+            }
+            Stmt::Evaluate(e) => f(e),
+        }
+    }
     pub fn for_(var: &str, min: Expr, extent: Expr, kind: ForKind, body: Stmt) -> Stmt {
         Stmt::For {
             var: var.to_string(),

@@ -285,12 +285,13 @@ impl Analysis {
                 continue;
             }
             let readers = self.readers(cur);
-            if readers.is_empty() {
-                return false; // another output
+            let fc = &self.facts[cur];
+            if readers.is_empty() || fc.placeholder {
+                return false; // another output, or an input
             }
             for next in readers {
-                let (fc, fnx) = (&self.facts[cur], &self.facts[next]);
-                if fc.placeholder || fnx.placeholder || shape(fc) != shape(fnx) {
+                let fnx = &self.facts[next];
+                if fnx.placeholder || shape(fc) != shape(fnx) {
                     return false;
                 }
                 let elementwise = fnx.reads[&cur].as_ref().is_some_and(|list| {
