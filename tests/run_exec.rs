@@ -133,3 +133,76 @@ fn repeat_reports_the_latency_and_where_it_goes() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--repeat 0"));
 }
+
+/// A schedule that reads its right operand packed (Ansor's layout rewrite), on a
+/// batch_matmul whose right operand is an activation: the run packs it every time, in a
+/// step of its own before the kernel (it cannot be packed at load like a weight), and the
+/// outputs equal the naive loop nest's. The j split does not divide 10, so the packed layout
+/// has holes.
+#[test]
+fn an_activation_the_schedule_reads_packed_is_packed_by_a_step_of_its_own() {
+    use ttdb::ops::{Anchor, Era, WorkloadSpec};
+    use ttdb::run::Schedule;
+    use ttdb::tune::apply::workload_key_of;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("attention_scores.onnx");
+    let mut b = ttdb_testkit::onnx_model::ModelBuilder::new("attention_scores", 13);
+    b.input("q", &[1, 3, 10, 8])
+        .input("kt", &[1, 3, 8, 10])
+        .node("MatMul", "scores", &["q", "kt"], &["y"], vec![])
+        .output("y");
+    std::fs::write(&model, b.encode()).unwrap();
+
+    // the shape of a real vit_b_16 record, scaled down: b 3, i 10, j 10 (split 2 x 3 x 2,
+    // padded to 12), k 8
+    let dag = WorkloadSpec::new(Anchor::BatchMatmul { transpose_b: true }, vec![])
+        .build(Era::V010, &[vec![3, 10, 8], vec![3, 10, 8]])
+        .unwrap();
+    let steps = r#"[["CHW", 2, "local"], ["SP", 2, 0, 3, [1, 1, 1], 1], ["SP", 2, 4, 10, [1, 2, 1], 1], ["SP", 2, 8, 10, [1, 3, 2], 1], ["SP", 2, 12, 8, [4], 1], ["RE", 2, [0, 4, 8, 1, 5, 9, 12, 2, 6, 10, 13, 3, 7, 11]], ["FSP", 3, 0, 1, 2], ["FSP", 3, 3, 2, 2], ["FSP", 3, 6, 3, 2], ["RE", 3, [0, 3, 6, 1, 4, 7, 2, 5, 8]], ["CA", 2, 3, 5], ["FU", 3, [0, 1]], ["AN", 3, 0, 3], ["PR", 2, 0, "auto_unroll_max_step$16"], ["AN", 2, 13, 2]]"#;
+    let record = serde_json::json!({
+        "i": [[workload_key_of(&dag), "llvm -keys=cpu", [2, 64, 64, 0, 0, 0, 0, 0], "", 2, []],
+              [[], serde_json::from_str::<Value>(steps).unwrap()]],
+        "r": [[1e-5], 0, 0.1, 1],
+        "v": "v0.6"
+    });
+    let log = dir.path().join("scores.json");
+    std::fs::write(&log, format!("{record}\n")).unwrap();
+    let db = dir.path().join("t.db");
+    let (code, _, err) = common::ttdb_on(&db, &["import", log.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+
+    let mut opts = ModelRunOptions {
+        layout: LayoutMode::Nchwc,
+        input_shapes: vec![],
+        extract: Options::default(),
+        target: Target::detect(),
+        weight_limits: Default::default(),
+        naive: false,
+    };
+    let store = common::open_db(&db);
+    let run = ModelRun::load(&model, &opts, Some(&store)).unwrap();
+    let at = |class: &str| run.plan.iter().position(|k| k.class == class);
+    let (pack, kernel) = (at("layout_rewrite").unwrap(), at("batch_matmul").unwrap());
+    assert_eq!(pack + 1, kernel, "{:?}", run.plan);
+    assert!(matches!(run.plan[kernel].schedule, Schedule::Stored(_)));
+    assert_eq!(run.packed_weights, 0, "nothing is a constant");
+    let given = inputs_of(&run);
+    let (tuned, _) = run.run(&given, None).unwrap();
+
+    opts.naive = true;
+    let naive = ModelRun::load(&model, &opts, None).unwrap();
+    assert!(
+        at("layout_rewrite").is_some() && naive.plan.iter().all(|k| k.class != "layout_rewrite")
+    );
+    let (want, _) = naive.run(&given, None).unwrap();
+    let (BufferData::F32(got), BufferData::F32(want)) = (&tuned[0], &want[0]) else {
+        panic!("f32 outputs")
+    };
+    assert_eq!(got.len(), 300);
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-5, "worst difference {worst}");
+}

@@ -56,7 +56,7 @@ mod names;
 pub(crate) mod tests;
 
 pub use layout::{
-    pack_values, pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode,
+    pack_dag, pack_values, pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode,
 };
 
 use crate::loopnest::cost::{check_cost, CostLimits};

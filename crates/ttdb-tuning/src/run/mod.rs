@@ -431,6 +431,18 @@ impl ModelPlan {
                 )?,
                 None => fallback(None, &mut inputs, &mut constants)?,
             };
+            // operands computed at run time that the schedule reads packed: packed just before
+            for pack in constants.take_run_packs() {
+                let kernel = prepack::pack_kernel(&pack, opts.target.lanes() as i64)
+                    .map_err(|e| format!("kernel `{}`: packing an operand: {e}", k.name))?;
+                plan.push(PlannedKernel {
+                    name: k.name.clone(),
+                    class: "layout_rewrite".into(),
+                    anchored: false,
+                    schedule: Schedule::Default(None),
+                });
+                lowered_all.push((kernel, vec![pack.from], pack.to));
+            }
             plan.push(PlannedKernel {
                 name: k.name.clone(),
                 class: k.class.clone(),
