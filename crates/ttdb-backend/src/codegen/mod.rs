@@ -27,6 +27,7 @@ use crate::loopnest::interp::check_arguments;
 use crate::loopnest::ir::Kernel;
 use crate::loopnest::simplify::simplify_kernel;
 use crate::loopnest::unroll::{unroll_loops_with, UnrollConfig};
+use crate::loopnest::unswitch::unswitch_split_guards;
 use crate::loopnest::validate::validate;
 use llvm::{Context, TargetMachine};
 use runtime::{RunCtx, Scratch, STATUS_ABORTED, STATUS_NO_MEMORY, STATUS_OK, STATUS_PANICKED};
@@ -298,9 +299,25 @@ fn prefer_vector_width(features: &str) -> &'static str {
     }
 }
 
-/// Prepare a kernel for codegen: validate, unroll, simplify, prove bounds, check cost.
+/// Prepare a kernel for codegen: validate, give full tiles a copy without split guards,
+/// unroll, simplify, prove bounds, check cost. When the copy makes the kernel fail a later
+/// step (the unroll budget, a bound the checker cannot prove), the kernel as it was is
+/// prepared instead.
 pub fn prepare(k: &Kernel, opts: &CodegenOptions) -> Result<(Kernel, CostEstimate), CodegenError> {
     validate(k).map_err(|e| CodegenError::Invalid(e.0))?;
+    let unswitched = unswitch_split_guards(k);
+    if unswitched != *k {
+        if let Ok(prepared) = prepare_valid(&unswitched, opts) {
+            return Ok(prepared);
+        }
+    }
+    prepare_valid(k, opts)
+}
+
+fn prepare_valid(
+    k: &Kernel,
+    opts: &CodegenOptions,
+) -> Result<(Kernel, CostEstimate), CodegenError> {
     let cfg = UnrollConfig {
         max_nodes: opts.limits.max_stmt_nodes,
         ..UnrollConfig::default()

@@ -6,7 +6,7 @@
 //! * [`simplify`], [`affine`]: constant folding and linear forms;
 //! * [`bounds`]: static proof that every access is in bounds;
 //! * [`interp`]: checked reference interpreter;
-//! * [`unroll`]: TIR `UnrollLoop` semantics; [`coverage`]: is a temporary overwritten before it is read;
+//! * [`unroll`]: TIR `UnrollLoop` semantics; [`unswitch`]: full tiles without split guards; [`coverage`]: is a temporary overwritten before it is read;
 //! * [`cost`]: static trip-count / memory guard; [`textbook`]: the plain GEMM loop nest;
 //! * [`data`]: host buffers; [`verify`]: the one output check (and tolerance) of ttdb.
 //!
@@ -38,6 +38,7 @@ pub mod printer;
 pub mod simplify;
 pub mod textbook;
 pub mod unroll;
+pub mod unswitch;
 pub mod validate;
 pub mod verify;
 
