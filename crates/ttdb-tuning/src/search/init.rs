@@ -24,7 +24,9 @@ pub const MAX_INNERMOST_SPLIT: i64 = 64;
 pub const UNROLL_CHOICES: [i64; 4] = [0, 16, 64, 512];
 
 /// Every ordered tuple of `n` lengths whose product divides `extent`, the innermost at
-/// most `max_innermost` (`GetFactorizationSchemes`), memoized.
+/// most `max_innermost` (`GetFactorizationSchemes`), memoized. For an awkward extent
+/// ([`padded_extents`]), also those of the extents it rounds up to: the split then does not
+/// divide its loop, and the lowering guards the partial tile.
 #[derive(Default)]
 pub struct FactorCache {
     schemes: HashMap<(i64, usize), Vec<Vec<i64>>>,
@@ -41,27 +43,53 @@ fn divisors(n: i64) -> Vec<i64> {
     d
 }
 
+/// The extents an awkward one rounds up to for tiling (multiples of 8 and of 16), none for
+/// others. Ansor splits by divisors only, so a loop of prime extent (vit_b_16's 197 tokens)
+/// can only be tiled by 1 or by all of it: its dense layers ran on 1-row or 197-row tiles at
+/// 48% of peak, where 8-row tiles of 200 rows (the last one partial) reach 58%. Awkward:
+/// at least 32 and no divisor from 4 to 16.
+pub fn padded_extents(extent: i64) -> Vec<i64> {
+    if extent < 32 || (4..=16).any(|d| extent % d == 0) {
+        return Vec::new();
+    }
+    let mut out: Vec<i64> = [8, 16].iter().map(|m| (extent + m - 1) / m * m).collect();
+    out.dedup();
+    out
+}
+
 impl FactorCache {
     pub fn schemes(&mut self, extent: i64, n: usize) -> &[Vec<i64>] {
         self.schemes.entry((extent, n)).or_insert_with(|| {
             let mut out = Vec::new();
-            let mut cur = Vec::with_capacity(n);
-            fn rec(rest: i64, n: usize, cur: &mut Vec<i64>, out: &mut Vec<Vec<i64>>) {
-                if cur.len() == n {
-                    if cur.last().is_none_or(|&l| l <= MAX_INNERMOST_SPLIT) {
-                        out.push(cur.clone());
+            for e in std::iter::once(extent.max(1)).chain(padded_extents(extent)) {
+                for scheme in Self::divisor_schemes(e, n) {
+                    if !out.contains(&scheme) {
+                        out.push(scheme);
                     }
-                    return;
-                }
-                for d in divisors(rest) {
-                    cur.push(d);
-                    rec(rest / d, n, cur, out);
-                    cur.pop();
                 }
             }
-            rec(extent.max(1), n, &mut cur, &mut out);
             out
         })
+    }
+
+    fn divisor_schemes(extent: i64, n: usize) -> Vec<Vec<i64>> {
+        let mut out = Vec::new();
+        let mut cur = Vec::with_capacity(n);
+        fn rec(rest: i64, n: usize, cur: &mut Vec<i64>, out: &mut Vec<Vec<i64>>) {
+            if cur.len() == n {
+                if cur.last().is_none_or(|&l| l <= MAX_INNERMOST_SPLIT) {
+                    out.push(cur.clone());
+                }
+                return;
+            }
+            for d in divisors(rest) {
+                cur.push(d);
+                rec(rest / d, n, cur, out);
+                cur.pop();
+            }
+        }
+        rec(extent, n, &mut cur, &mut out);
+        out
     }
 }
 
@@ -394,5 +422,38 @@ mod tests {
             assert_eq!(512 % t.iter().product::<i64>(), 0);
         }
         assert!(c.schemes(128, 1).iter().all(|t| t[0] <= 64));
+    }
+
+    /// A prime extent also gets the tiles of 200 and 208 (its partial tile guarded); an
+    /// extent with a small divisor, or a short one, only its own divisors.
+    #[test]
+    fn awkward_extents_are_also_tiled_padded() {
+        assert_eq!(padded_extents(197), [200, 208]);
+        assert_eq!(padded_extents(151), [152, 160]);
+        assert!(padded_extents(49 * 3).is_empty(), "7 divides it");
+        for plain in [196, 7, 31, 49, 768, 3136] {
+            assert!(padded_extents(plain).is_empty(), "{plain}");
+        }
+        let mut c = FactorCache::default();
+        let s = c.schemes(197, 3).to_vec();
+        assert!(
+            s.contains(&vec![1, 1, 8]) && s.contains(&vec![25, 1, 8]),
+            "{s:?}"
+        );
+        assert!(
+            s.contains(&vec![1, 13, 16]) && s.contains(&vec![197, 1, 1]),
+            "{s:?}"
+        );
+        for t in &s {
+            let p = t.iter().product::<i64>();
+            assert!([197, 200, 208].iter().any(|e| e % p == 0), "{t:?}");
+        }
+        assert_eq!(
+            c.schemes(196, 2).len(),
+            c.schemes(196, 2)
+                .iter()
+                .filter(|t| 196 % t.iter().product::<i64>() == 0)
+                .count()
+        );
     }
 }

@@ -48,8 +48,9 @@ fn divisors_above_one(n: i64) -> Vec<i64> {
     (2..=n).filter(|d| n % d == 0).take(64).collect()
 }
 
-/// MutateTileSize: in a random SP whose lengths divide its extent, move a random factor
-/// (> 1) of one level to another; the innermost level stays <= 64.
+/// MutateTileSize: in a random SP whose lengths divide its extent, or tile an awkward one
+/// padded (`init::padded_extents`), move a random factor (> 1) of one level to another;
+/// the innermost level stays <= 64. A padded split keeps its padded extent.
 pub fn mutate_tile_size(steps: &[Step], rng: &mut Rng) -> Option<Vec<Step>> {
     let mut splits: Vec<usize> = steps
         .iter()
@@ -58,7 +59,7 @@ pub fn mutate_tile_size(steps: &[Step], rng: &mut Rng) -> Option<Vec<Step>> {
             Step::Split(sp)
                 if sp.extent > 1
                     && !sp.lengths.is_empty()
-                    && sp.extent % sp.lengths.iter().product::<i64>().max(1) == 0 =>
+                    && tiled_extent(sp.extent, &sp.lengths).is_some() =>
             {
                 Some(i)
             }
@@ -69,8 +70,11 @@ pub fn mutate_tile_size(steps: &[Step], rng: &mut Rng) -> Option<Vec<Step>> {
     for i in splits {
         let Step::Split(sp) = &steps[i] else { continue };
         let inner: i64 = sp.lengths.iter().product();
+        let Some(tiled) = tiled_extent(sp.extent, &sp.lengths) else {
+            continue;
+        };
         // [outer, l1, ..., ln]: the outer part is what the lengths leave of the extent.
-        let mut levels = vec![sp.extent / inner];
+        let mut levels = vec![tiled / inner];
         levels.extend(&sp.lengths);
         let n = levels.len();
         let mut order: Vec<usize> = (0..n).collect();
@@ -96,6 +100,19 @@ pub fn mutate_tile_size(steps: &[Step], rng: &mut Rng) -> Option<Vec<Step>> {
         }
     }
     None
+}
+
+/// The extent a split's lengths tile: its own when they divide it, else the padded extent
+/// (`init::padded_extents`) they divide; None for other lengths (as an imported record may
+/// have), which mutation leaves alone.
+fn tiled_extent(extent: i64, lengths: &[i64]) -> Option<i64> {
+    let inner = lengths.iter().product::<i64>();
+    if inner <= 0 {
+        return None;
+    }
+    std::iter::once(extent)
+        .chain(super::init::padded_extents(extent))
+        .find(|e| e % inner == 0)
 }
 
 /// Moves a random knob of the kinds `which` accepts to a random other value.
@@ -217,4 +234,38 @@ fn mutate_compute_location(
         return Some(out);
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ttdb_format::ansor::step::SplitStep;
+
+    fn split(extent: i64, lengths: &[i64]) -> Vec<Step> {
+        vec![Step::Split(SplitStep {
+            stage_id: 2,
+            iter_id: 0,
+            extent,
+            lengths: lengths.to_vec(),
+            inner_to_outer: true,
+        })]
+    }
+
+    /// A padded split of 197 rows stays a tiling of 200 (8-row tiles move between levels);
+    /// lengths that tile no extent ttdb would choose are left alone.
+    #[test]
+    fn a_padded_split_mutates_within_its_padded_extent() {
+        let mut rng = Rng::new(7);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let out = mutate_tile_size(&split(197, &[25, 1, 8]), &mut rng).unwrap();
+            let Step::Split(sp) = &out[0] else { panic!() };
+            let p: i64 = sp.lengths.iter().product();
+            assert_eq!(200 % p, 0, "{:?}", sp.lengths);
+            assert!(sp.lengths[2] <= MAX_INNERMOST_SPLIT);
+            seen.insert(sp.lengths.clone());
+        }
+        assert!(seen.len() > 5, "{seen:?}");
+        assert!(mutate_tile_size(&split(197, &[3, 1, 7]), &mut rng).is_none());
+    }
 }
