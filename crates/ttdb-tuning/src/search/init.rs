@@ -57,6 +57,28 @@ pub fn padded_extents(extent: i64) -> Vec<i64> {
     out
 }
 
+/// The vector a loop of `extent` fills best on a host of `lanes` fp32 lanes: the widest
+/// power of two up to `lanes` that divides the extent or one of its padded extents; 1 when
+/// that is below 4 (no vector worth steering to).
+pub fn vector_width(extent: i64, lanes: i64) -> i64 {
+    let widest = std::iter::once(extent)
+        .chain(padded_extents(extent))
+        .map(|e| {
+            let mut w = 1;
+            while w * 2 <= lanes && e % (w * 2) == 0 {
+                w *= 2;
+            }
+            w
+        })
+        .max()
+        .unwrap_or(1);
+    if widest >= 4 {
+        widest
+    } else {
+        1
+    }
+}
+
 impl FactorCache {
     pub fn schemes(&mut self, extent: i64, n: usize) -> &[Vec<i64>] {
         self.schemes.entry((extent, n)).or_insert_with(|| {
@@ -131,14 +153,29 @@ impl<'a> Sampler<'a> {
         Ok(state)
     }
 
-    /// InitFillTileSize: every open SP gets a random factorization of its extent.
+    /// InitFillTileSize: every open SP gets a random factorization of its extent. For the
+    /// split of a stage's innermost spatial loop, half the samples draw only from the
+    /// factorizations whose innermost length fills whole vectors ([`vector_width`]): TVM
+    /// draws uniformly, and on a 16-lane host most draws leave the vector a quarter full
+    /// (mobilenet_v2's 24-channel depthwise conv kept an innermost 4 after its 62 trials,
+    /// 0.36 ms, where 8 lanes ran it in 0.22).
     pub fn fill_tile_sizes(&mut self, sketch: &Sketch, rng: &mut Rng) -> Vec<Step> {
         let mut steps = sketch.steps.clone();
+        let lanes = self.hw.vector_lanes as i64;
         for &i in &sketch.open_splits {
             if let Step::Split(sp) = &mut steps[i] {
                 let n = sp.lengths.len();
-                let schemes = self.factors.schemes(sp.extent.max(1), n);
-                if !schemes.is_empty() {
+                let extent = sp.extent.max(1);
+                let schemes = self.factors.schemes(extent, n);
+                let width = vector_width(extent, lanes);
+                let full: Vec<&Vec<i64>> = schemes
+                    .iter()
+                    .filter(|s| s.last().is_some_and(|&l| l % width == 0))
+                    .collect();
+                let wants_vector = sketch.vector_splits.contains(&i) && width > 1;
+                if wants_vector && !full.is_empty() && rng.below(2) == 0 {
+                    sp.lengths = full[rng.below(full.len())].clone();
+                } else if !schemes.is_empty() {
                     sp.lengths = schemes[rng.below(schemes.len())].clone();
                 }
             }
@@ -422,6 +459,16 @@ mod tests {
             assert_eq!(512 % t.iter().product::<i64>(), 0);
         }
         assert!(c.schemes(128, 1).iter().all(|t| t[0] <= 64));
+    }
+
+    #[test]
+    fn vector_widths_fill_the_host_vector_where_the_extent_allows() {
+        assert_eq!(vector_width(24, 16), 8);
+        assert_eq!(vector_width(32, 16), 16);
+        assert_eq!(vector_width(32, 8), 8);
+        assert_eq!(vector_width(197, 16), 16, "through its padded extent 208");
+        assert_eq!(vector_width(14, 16), 1);
+        assert_eq!(vector_width(7, 16), 1);
     }
 
     /// A prime extent also gets the tiles of 200 and 208 (its partial tile guarded); an

@@ -52,6 +52,9 @@ pub struct Sketch {
     pub steps: Vec<Step>,
     /// Indices into `steps` of the SP steps whose lengths the initial population fills.
     pub open_splits: Vec<usize>,
+    /// Those of them that split their stage's innermost spatial loop (the one a vector
+    /// will run along).
+    pub vector_splits: Vec<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +80,7 @@ enum Condition {
 pub struct Partial {
     pub state: State,
     pub open_splits: Vec<usize>,
+    pub vector_splits: Vec<usize>,
 }
 
 /// Every CPU sketch of `dag`, in TVM's order.
@@ -88,6 +92,7 @@ pub fn generate_sketches(dag: &Dag, hw: &HardwareParams) -> Result<Vec<Sketch>, 
         Partial {
             state: init,
             open_splits: vec![],
+            vector_splits: vec![],
         },
         start,
     )];
@@ -104,6 +109,7 @@ pub fn generate_sketches(dag: &Dag, hw: &HardwareParams) -> Result<Vec<Sketch>, 
                 out.push(Sketch {
                     steps: p.state.transform_steps().to_vec(),
                     open_splits: p.open_splits,
+                    vector_splits: p.vector_splits,
                 });
                 continue;
             }

@@ -98,6 +98,11 @@ impl Editor {
             .extent
             .unwrap_or(0);
         let index = self.step_count();
+        let iters = &self.p.state.stages()[stage].iters;
+        let innermost_spatial = iters[i as usize].kind == IterKind::Spatial
+            && iters[i as usize + 1..]
+                .iter()
+                .all(|it| it.kind != IterKind::Spatial);
         self.push(Step::Split(SplitStep {
             stage_id: stage as u32,
             iter_id: i,
@@ -106,6 +111,9 @@ impl Editor {
             inner_to_outer: true,
         }))?;
         self.p.open_splits.push(index);
+        if innermost_spatial {
+            self.p.vector_splits.push(index);
+        }
         let iters = &self.p.state.stages()[stage].iters;
         Some((
             iters[i as usize..i as usize + parts]

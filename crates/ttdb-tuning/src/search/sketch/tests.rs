@@ -101,6 +101,10 @@ fn matmul_512_has_three_sketches() {
         .collect();
     assert_eq!(splits, [3, 3, 1]);
     assert_eq!(sk[0].open_splits.len(), 3);
+    // the j split (the second) is the one a vector runs along
+    for s in &sk {
+        assert_eq!(s.vector_splits, [s.open_splits[1]], "{:?}", s.steps);
+    }
 }
 
 #[test]
