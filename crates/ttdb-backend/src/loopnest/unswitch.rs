@@ -222,19 +222,25 @@ mod tests {
     #[test]
     fn full_tiles_run_a_copy_without_the_guard() {
         let k = tiled();
-        let u = unswitch_split_guards(&k);
-        let text = kernel_to_string(&u);
         // one lifted condition (ii at 3), one guard left in the partial tile's copy
-        assert!(text.contains("likely(((3 + (io * 4)) < 13))"), "{text}");
+        lifts_once(&k, "likely(((3 + (io * 4)) < 13))", 13);
+    }
+
+    /// `k` unswitched lifts exactly `lifted` (one guard stays in the slow copy), its accesses
+    /// are proven in bounds, and it computes what `k` does on `len` elements.
+    fn lifts_once(k: &Kernel, lifted: &str, len: usize) {
+        let u = unswitch_split_guards(k);
+        let text = kernel_to_string(&u);
+        assert!(text.contains(lifted), "{text}");
         assert_eq!(text.matches("likely(").count(), 2, "{text}");
         assert!(check_bounds(&u).unwrap().is_empty(), "{text}");
-        let input = BufferData::F32((0..13).map(|x| x as f32).collect());
+        let input = BufferData::F32((0..len).map(|x| x as f32).collect());
         let run = |k: &Kernel| {
-            let mut bufs = vec![input.clone(), BufferData::F32(vec![-1.0; 13])];
+            let mut bufs = vec![input.clone(), BufferData::F32(vec![-1.0; len])];
             interp::run(k, &mut bufs, Default::default()).unwrap();
             bufs.pop().unwrap()
         };
-        assert_eq!(run(&u), run(&k));
+        assert_eq!(run(&u), run(k));
     }
 
     /// A guard on a reduction-like split inside the parallel loop: every row has a partial
@@ -270,18 +276,7 @@ mod tests {
                 ),
             ),
         );
-        let u = unswitch_split_guards(&kernel);
-        let text = kernel_to_string(&u);
-        assert!(text.contains("likely(((3 + (ko * 4)) < 13))"), "{text}");
-        assert_eq!(text.matches("likely(").count(), 2, "{text}");
-        assert!(check_bounds(&u).unwrap().is_empty(), "{text}");
-        let input = BufferData::F32((0..26).map(|x| x as f32).collect());
-        let run = |k: &Kernel| {
-            let mut bufs = vec![input.clone(), BufferData::F32(vec![-1.0; 26])];
-            interp::run(k, &mut bufs, Default::default()).unwrap();
-            bufs.pop().unwrap()
-        };
-        assert_eq!(run(&u), run(&kernel));
+        lifts_once(&kernel, "likely(((3 + (ko * 4)) < 13))", 26);
     }
 
     #[test]
