@@ -444,6 +444,27 @@ impl Stmt {
             Stmt::Evaluate(e) => f(e),
         }
     }
+    /// This node rebuilt with `f` applied to each of its child statements (loop, attribute
+    /// and allocation bodies, sequence items, both arms of an `if`); leaves are cloned.
+    pub fn map_children(&self, f: &mut dyn FnMut(&Stmt) -> Stmt) -> Stmt {
+        match self {
+            Stmt::For {
+                var,
+                min,
+                extent,
+                kind,
+                body,
+            } => Stmt::for_(var, min.clone(), extent.clone(), *kind, f(body)),
+            Stmt::Attr { attr, body } => Stmt::attr(attr.clone(), f(body)),
+            Stmt::Seq(items) => Stmt::Seq(items.iter().map(&mut *f).collect()),
+            Stmt::IfThenElse { cond, then_, else_ } => {
+                let then_ = f(then_);
+                Stmt::if_(cond.clone(), then_, else_.as_ref().map(|e| f(e)))
+            }
+            Stmt::Allocate { buffer, body } => Stmt::allocate(buffer.clone(), f(body)),
+            Stmt::Store { .. } | Stmt::Evaluate(_) => self.clone(),
+        }
+    }
     pub fn for_(var: &str, min: Expr, extent: Expr, kind: ForKind, body: Stmt) -> Stmt {
         Stmt::For {
             var: var.to_string(),

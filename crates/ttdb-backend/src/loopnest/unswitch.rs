@@ -34,39 +34,24 @@ pub fn unswitch_split_guards(k: &Kernel) -> Kernel {
 }
 
 fn unswitch(s: &Stmt) -> Stmt {
-    match s {
-        Stmt::For {
-            var,
-            min,
-            extent,
-            kind,
-            body,
-        } => {
-            let body = if *kind == ForKind::Vectorized {
-                (**body).clone()
-            } else {
-                let mut conds = Vec::new();
-                let fast = strip(body, &mut Vec::new(), &mut conds);
-                match Expr::all_of(conds) {
-                    Some(Expr::Int(1, _)) => unswitch(&fast),
-                    Some(full) => {
-                        Stmt::if_(Expr::likely(full), unswitch(&fast), Some((**body).clone()))
-                    }
-                    None => unswitch(body),
-                }
-            };
-            Stmt::for_(var, min.clone(), extent.clone(), *kind, body)
-        }
-        Stmt::Attr { attr, body } => Stmt::attr(attr.clone(), unswitch(body)),
-        Stmt::Seq(items) => Stmt::Seq(items.iter().map(unswitch).collect()),
-        Stmt::IfThenElse { cond, then_, else_ } => Stmt::if_(
-            cond.clone(),
-            unswitch(then_),
-            else_.as_ref().map(|e| unswitch(e)),
-        ),
-        Stmt::Allocate { buffer, body } => Stmt::allocate(buffer.clone(), unswitch(body)),
-        Stmt::Store { .. } | Stmt::Evaluate(_) => s.clone(),
+    let Stmt::For { kind, body, .. } = s else {
+        return s.map_children(&mut unswitch);
+    };
+    if *kind == ForKind::Vectorized {
+        return s.clone();
     }
+    let mut conds = Vec::new();
+    let fast = strip(body, &mut Vec::new(), &mut conds);
+    let lifted = Expr::all_of(conds);
+    s.map_children(&mut |body| match &lifted {
+        Some(Expr::Int(1, _)) => unswitch(&fast),
+        Some(full) => Stmt::if_(
+            Expr::likely(full.clone()),
+            unswitch(&fast),
+            Some(body.clone()),
+        ),
+        None => unswitch(body),
+    })
 }
 
 /// A loop bound inside the body being split: its constant range, or None.
@@ -77,11 +62,7 @@ type Inner = (String, Option<(i64, i64)>);
 fn strip(s: &Stmt, inner: &mut Vec<Inner>, conds: &mut Vec<Expr>) -> Stmt {
     match s {
         Stmt::For {
-            var,
-            min,
-            extent,
-            kind,
-            body,
+            var, min, extent, ..
         } => {
             let range = min
                 .as_int()
@@ -89,9 +70,9 @@ fn strip(s: &Stmt, inner: &mut Vec<Inner>, conds: &mut Vec<Expr>) -> Stmt {
                 .filter(|&(_, e)| e > 0)
                 .map(|(m, e)| (m, m + e - 1));
             inner.push((var.clone(), range));
-            let body = strip(body, inner, conds);
+            let stripped = s.map_children(&mut |body| strip(body, inner, conds));
             inner.pop();
-            Stmt::for_(var, min.clone(), extent.clone(), *kind, body)
+            stripped
         }
         Stmt::IfThenElse {
             cond: Expr::Call(Intrinsic::Likely, args),
@@ -104,23 +85,9 @@ fn strip(s: &Stmt, inner: &mut Vec<Inner>, conds: &mut Vec<Expr>) -> Stmt {
                 }
                 strip(then_, inner, conds)
             }
-            None => Stmt::if_(
-                Expr::likely(args[0].clone()),
-                strip(then_, inner, conds),
-                None,
-            ),
+            None => s.map_children(&mut |then_| strip(then_, inner, conds)),
         },
-        Stmt::IfThenElse { cond, then_, else_ } => Stmt::if_(
-            cond.clone(),
-            strip(then_, inner, conds),
-            else_.as_ref().map(|e| strip(e, inner, conds)),
-        ),
-        Stmt::Attr { attr, body } => Stmt::attr(attr.clone(), strip(body, inner, conds)),
-        Stmt::Seq(items) => Stmt::Seq(items.iter().map(|i| strip(i, inner, conds)).collect()),
-        Stmt::Allocate { buffer, body } => {
-            Stmt::allocate(buffer.clone(), strip(body, inner, conds))
-        }
-        Stmt::Store { .. } | Stmt::Evaluate(_) => s.clone(),
+        _ => s.map_children(&mut |child| strip(child, inner, conds)),
     }
 }
 
