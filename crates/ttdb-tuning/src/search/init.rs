@@ -167,15 +167,21 @@ impl<'a> Sampler<'a> {
                 let n = sp.lengths.len();
                 let extent = sp.extent.max(1);
                 let schemes = self.factors.schemes(extent, n);
-                let width = vector_width(extent, lanes);
-                let full: Vec<&Vec<i64>> = schemes
-                    .iter()
-                    .filter(|s| s.last().is_some_and(|&l| l % width == 0))
-                    .collect();
-                let wants_vector = sketch.vector_splits.contains(&i) && width > 1;
-                if wants_vector && !full.is_empty() && rng.below(2) == 0 {
-                    sp.lengths = full[rng.below(full.len())].clone();
-                } else if !schemes.is_empty() {
+                let width = match sketch.vector_splits.contains(&i) {
+                    true => vector_width(extent, lanes),
+                    false => 1,
+                };
+                if width > 1 {
+                    let full: Vec<&Vec<i64>> = schemes
+                        .iter()
+                        .filter(|s| s.last().is_some_and(|&l| l % width == 0))
+                        .collect();
+                    if !full.is_empty() && rng.below(2) == 0 {
+                        sp.lengths = full[rng.below(full.len())].clone();
+                        continue;
+                    }
+                }
+                if !schemes.is_empty() {
                     sp.lengths = schemes[rng.below(schemes.len())].clone();
                 }
             }

@@ -52,27 +52,21 @@ fn divisors_above_one(n: i64) -> Vec<i64> {
 /// padded (`init::padded_extents`), move a random factor (> 1) of one level to another;
 /// the innermost level stays <= 64. A padded split keeps its padded extent.
 pub fn mutate_tile_size(steps: &[Step], rng: &mut Rng) -> Option<Vec<Step>> {
-    let mut splits: Vec<usize> = steps
+    // (step, the extent its lengths tile)
+    let mut splits: Vec<(usize, i64)> = steps
         .iter()
         .enumerate()
         .filter_map(|(i, s)| match s {
-            Step::Split(sp)
-                if sp.extent > 1
-                    && !sp.lengths.is_empty()
-                    && tiled_extent(sp.extent, &sp.lengths).is_some() =>
-            {
-                Some(i)
+            Step::Split(sp) if sp.extent > 1 && !sp.lengths.is_empty() => {
+                Some((i, tiled_extent(sp.extent, &sp.lengths)?))
             }
             _ => None,
         })
         .collect();
     rng.shuffle(&mut splits);
-    for i in splits {
+    for (i, tiled) in splits {
         let Step::Split(sp) = &steps[i] else { continue };
         let inner: i64 = sp.lengths.iter().product();
-        let Some(tiled) = tiled_extent(sp.extent, &sp.lengths) else {
-            continue;
-        };
         // [outer, l1, ..., ln]: the outer part is what the lengths leave of the extent.
         let mut levels = vec![tiled / inner];
         levels.extend(&sp.lengths);
