@@ -167,10 +167,8 @@ pub(super) fn pack_kernel(pack: &RunPack, lanes: i64) -> Result<Kernel, LowerErr
         name: "layout_rewrite".into(),
         ..LowerOptions::default()
     };
-    for steps in crate::search::default_schedule::default_schedules(&dag, lanes) {
-        if let Ok(l) = lower_steps_detailed(&dag, &steps, &opts) {
-            return Ok(l.kernel);
-        }
+    match crate::search::default_schedule::lowering_default(&dag, lanes) {
+        Some(steps) => lower_steps_detailed(&dag, &steps, &opts).map(|l| l.kernel),
+        None => ttdb_backend::lower::lower_default(&dag),
     }
-    ttdb_backend::lower::lower_default(&dag)
 }
