@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use ttdb::loopnest::ir::DType;
 use ttdb::loopnest::BufferData;
 use ttdb::onnx::{fill, HostEstimates, InputShape, LayoutMode, Options};
-use ttdb::run::{ModelPlan, ModelRun, ModelRunOptions};
+use ttdb::run::{ModelPlan, ModelRun, ModelRunOptions, Schedule};
 use ttdb::target::Target;
 
 /// The options `ttdb run` would take for the reference's model: `layout` and the input
@@ -50,6 +50,14 @@ fn worst_error_planned(model: &str, layout: LayoutMode, plan: Option<HostEstimat
     opts.extract.layout_plan = plan;
     let run =
         ModelRun::load(&path, &opts, None).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
+    // a default schedule that does not lower leaves the kernel on the naive loop nest, with
+    // its intermediates in memory: slow, and a sign of a bounds proof gone missing
+    let naive: Vec<_> = run
+        .plan
+        .iter()
+        .filter(|k| matches!(k.schedule, Schedule::Naive(_)))
+        .collect();
+    assert!(naive.is_empty(), "{model} ({layout:?}): {naive:?}");
     let inputs: HashMap<String, BufferData> = run
         .inputs
         .iter()

@@ -85,6 +85,16 @@ impl Interval {
             }
         }
     }
+    fn intersect(self, o: Interval) -> Interval {
+        let pick = |a: Option<i128>, b: Option<i128>, f: fn(i128, i128) -> i128| match (a, b) {
+            (Some(x), Some(y)) => Some(f(x, y)),
+            (x, y) => x.or(y),
+        };
+        Interval {
+            lo: pick(self.lo, o.lo, i128::max),
+            hi: pick(self.hi, o.hi, i128::min),
+        }
+    }
     fn within(self, lo: i128, hi: i128) -> bool {
         matches!((self.lo, self.hi), (Some(a), Some(b)) if a >= lo && b <= hi)
     }
@@ -146,6 +156,9 @@ struct Checker {
     vars: HashMap<String, Interval>,
     /// Linear facts `lin ≤ 0`.
     guards: Vec<Linear>,
+    /// Intervals the guards imply for non-variable atoms (`floormod(c, 2) ≥ 1` under a
+    /// concat's `select`), which their structure alone cannot give.
+    atoms: Vec<(Expr, Interval)>,
     out: Vec<UnprovenAccess>,
     wrapped: bool,
 }
@@ -153,6 +166,18 @@ struct Checker {
 impl Checker {
     /// Interval and type of an expression; marks `wrapped` when an integer node may overflow.
     fn eval(&mut self, e: &Expr) -> (Interval, DType) {
+        let (r, t) = self.eval_structure(e);
+        if self.atoms.is_empty() || !t.is_int() {
+            return (r, t);
+        }
+        match self.atoms.iter().find(|(a, _)| a == e) {
+            Some((_, known)) => (r.intersect(*known), t),
+            None => (r, t),
+        }
+    }
+
+    /// [`Self::eval`] from the expression's structure alone.
+    fn eval_structure(&mut self, e: &Expr) -> (Interval, DType) {
         match e {
             Expr::Int(v, t) => (Interval::point(*v as i128), *t),
             Expr::Float(_, t) => (Interval::ALL, *t),
@@ -365,6 +390,7 @@ impl Checker {
     fn with_cond(&mut self, cond: &Expr, truth: bool, f: impl FnOnce(&mut Self)) {
         let ng = self.guards.len();
         let saved_vars = self.vars.clone();
+        let saved_atoms = self.atoms.len();
         let mut facts = Vec::new();
         self.facts(cond, truth, &mut facts);
         for g in facts {
@@ -374,6 +400,7 @@ impl Checker {
         f(self);
         self.guards.truncate(ng);
         self.vars = saved_vars;
+        self.atoms.truncate(saved_atoms);
     }
 
     /// Linear facts (`≤ 0`) implied by `cond == truth`.
@@ -425,10 +452,10 @@ impl Checker {
         }
     }
 
-    /// Tighten variable intervals from a fact `Σ cᵢ·atomᵢ + k ≤ 0`.
+    /// Tighten the intervals of a fact's atoms (variables, or expressions such as
+    /// `floormod(i, 2)`) from the fact `Σ cᵢ·atomᵢ + k ≤ 0`.
     fn tighten(&mut self, g: &Linear) {
         for (idx, (a, c)) in g.terms.iter().enumerate() {
-            let Expr::Var(v) = a else { continue };
             let mut rest = Linear::constant(g.constant);
             for (j, (b, d)) in g.terms.iter().enumerate() {
                 if j != idx {
@@ -439,8 +466,8 @@ impl Checker {
             let Some(rest_lo) = self.upper(&rest.scale(-1)).map(|u| -u) else {
                 continue;
             };
-            let cur = self.vars.get(v).copied().unwrap_or(Interval::ALL);
             let bound = -rest_lo;
+            let cur = self.eval(a).0;
             let new = if *c > 0 {
                 let hi = floor_div(bound, *c);
                 Interval {
@@ -454,7 +481,12 @@ impl Checker {
                     hi: cur.hi,
                 }
             };
-            self.vars.insert(v.clone(), new);
+            match a {
+                Expr::Var(v) => {
+                    self.vars.insert(v.clone(), new);
+                }
+                _ => self.atoms.push((a.clone(), new)),
+            }
         }
     }
 
@@ -589,6 +621,7 @@ pub fn check_bounds(k: &Kernel) -> Result<Vec<UnprovenAccess>, ValidationError> 
             .collect(),
         vars: HashMap::new(),
         guards: Vec::new(),
+        atoms: Vec::new(),
         out: Vec::new(),
         wrapped: false,
     };
@@ -606,6 +639,7 @@ pub fn expr_interval(e: &Expr, vars: &HashMap<String, Interval>, buffers: &[Buff
             .collect(),
         vars: vars.clone(),
         guards: Vec::new(),
+        atoms: Vec::new(),
         out: Vec::new(),
         wrapped: false,
     };

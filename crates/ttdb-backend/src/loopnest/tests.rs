@@ -366,6 +366,70 @@ fn bounds_non_constant_loop_range() {
     run(&k, &mut bufs, InterpOptions::default()).unwrap();
 }
 
+/// A channel shuffle's concat, after simplification: output channel `c` (of 8) reads the
+/// second half `B` (2 blocks of 2) at block `c / 4 + (c % 2) * 2 - 2` when
+/// `(c % 2) * 4 + c / 2 >= 4`. Only the condition's bound on the atom `c % 2` (≥ 1: `c / 2`
+/// is at most 3) proves the block index non-negative.
+#[test]
+fn bounds_select_conditions_bound_non_variable_atoms() {
+    let c = || v("c");
+    let odd = || Expr::floormod(c(), i(2));
+    let concat_c = Expr::add(Expr::mul(odd(), i(4)), Expr::floordiv(c(), i(2)));
+    let block = |shift: i64| {
+        Expr::sub(
+            Expr::add(Expr::floordiv(c(), i(4)), Expr::mul(odd(), i(2))),
+            i(shift),
+        )
+    };
+    let shuffle = |shift: i64| {
+        Kernel::new(
+            "k",
+            vec![
+                f32buf("A", &[4], BufferRole::Input),
+                f32buf("B", &[2, 2], BufferRole::Input),
+                f32buf("C", &[8], BufferRole::Output),
+            ],
+            Stmt::loop_(
+                "c",
+                8,
+                ForKind::Serial,
+                Stmt::store(
+                    "C",
+                    vec![c()],
+                    Expr::select(
+                        Expr::lt(concat_c.clone(), i(4)),
+                        Expr::load("A", vec![concat_c.clone()]),
+                        Expr::load(
+                            "B",
+                            vec![
+                                block(shift),
+                                Expr::floormod(Expr::floordiv(c(), i(2)), i(2)),
+                            ],
+                        ),
+                    ),
+                ),
+            ),
+        )
+    };
+    let proven = check_bounds(&shuffle(2)).unwrap();
+    assert!(proven.is_empty(), "{proven:?}");
+    // one block further down is out of bounds for c = 1 and must stay unproven
+    let r = check_bounds(&shuffle(3)).unwrap();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].buffer, "B");
+    let mut bufs = vec![
+        BufferData::F32(vec![0.0, 1.0, 2.0, 3.0]),
+        BufferData::F32(vec![4.0, 5.0, 6.0, 7.0]),
+        BufferData::zeros(DType::F32, 8),
+    ];
+    run(&shuffle(2), &mut bufs, InterpOptions::default()).unwrap();
+    // channels 0..8 of concat(A, B) = 0..8, shuffled in 2 groups of 4
+    assert_eq!(
+        bufs[2],
+        BufferData::F32(vec![0.0, 4.0, 1.0, 5.0, 2.0, 6.0, 3.0, 7.0])
+    );
+}
+
 #[test]
 fn printer_is_stable() {
     let k = matmul(4);
