@@ -197,6 +197,19 @@ layout_free_matches_onnxruntime! {
     roberta_small_like_in_either_layout: "roberta_small_like",
 }
 
+/// A reshape of an intermediate is no step: its readers read the value it views (the
+/// model's outputs still match onnxruntime's, above). distilbert_like reshaped its
+/// activations 30 times per run, a copy each.
+#[test]
+fn reshapes_of_intermediates_are_read_in_place() {
+    let m = manifest("distilbert_like");
+    let path = common::corpus_dir().join(m["model"].as_str().unwrap());
+    let plan = ModelPlan::new(&path, &run_options(&m, LayoutMode::Nchwc), None).unwrap();
+    assert!(plan.reshape_views >= 30, "{}", plan.reshape_views);
+    let copies: Vec<_> = plan.plan.iter().filter(|k| k.class == "reshape").collect();
+    assert!(copies.is_empty(), "{copies:?}");
+}
+
 /// A constant too large for shape inference to keep its values (more than 4096 elements)
 /// made by `ConstantOfShape` is computed at load: its shape filled with its `value`.
 #[test]

@@ -326,6 +326,7 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
                 "filled_initializers": model.filled_initializers,
                 "memory": model.memory,
                 "packed_weights": model.packed_weights,
+                "reshape_views": model.reshape_views,
                 "load_ms": ms(load_time),
                 "run_ms": ms(run_time),
                 "kernels": steps.len(),
@@ -362,10 +363,11 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     }
     let mb = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
-        "memory: arena {:.1} MiB for {} intermediate tensors of {:.1} MiB; weights {:.1} MiB ({} packed at load for their kernels' schedules)",
+        "memory: arena {:.1} MiB for {} intermediate tensors of {:.1} MiB ({} reshapes read in place); weights {:.1} MiB ({} packed at load for their kernels' schedules)",
         mb(model.memory.arena_bytes),
         model.memory.intermediates,
         mb(model.memory.intermediates_bytes),
+        model.reshape_views,
         mb(model.memory.weights_bytes),
         model.packed_weights
     );

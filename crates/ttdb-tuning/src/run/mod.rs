@@ -105,6 +105,8 @@ pub struct ModelRun {
     pub memory: MemoryPlan,
     /// Weights packed at load into a layout a kernel's schedule derives (`prepack.rs`).
     pub packed_weights: usize,
+    /// Reshapes that are no step: their readers read the value they view (`glue::view_source`).
+    pub reshape_views: usize,
     /// Initializers filled deterministically (their external data was missing).
     pub filled_initializers: usize,
 }
@@ -270,6 +272,7 @@ impl ModelRun {
             output_copies: m.output_copies,
             memory: m.memory,
             packed_weights: m.packed_weights,
+            reshape_views: m.reshape_views,
             filled_initializers: m.filled_initializers,
         })
     }
@@ -286,6 +289,7 @@ pub struct ModelPlan {
     constants: Vec<BufferData>,
     /// Weights packed into a layout a kernel's schedule derives (`prepack`).
     pub packed_weights: usize,
+    pub reshape_views: usize,
     pub inputs: Vec<Port>,
     pub outputs: Vec<Port>,
     output_copies: Vec<(usize, exec::Slot)>,
@@ -317,8 +321,18 @@ impl ModelPlan {
         let mut plan = Vec::new();
         let mut constants = prepack::Constants::new(g.values.len());
         let compat = crate::matcher::MatchOptions::default().compat;
+        // a reshape's output -> the value it views (`glue::view_source`): no step, its
+        // readers read that value
+        let mut views: HashMap<ValId, ValId> = HashMap::new();
+        let seen = |views: &HashMap<ValId, ValId>, v: ValId| *views.get(&v).unwrap_or(&v);
         for gi in order {
             let k = &ex.group_kernels[gi];
+            if matches!(k.kind, KernelKind::Simple) && !g.outputs.contains(&k.values.output) {
+                if let Some(src) = glue::view_source(g, &ex.groups[gi], &k.values.inputs) {
+                    views.insert(k.values.output, seen(&views, src));
+                    continue;
+                }
+            }
             let mut stored = None;
             // the values the DAG's placeholders p0, p1, ... stand for
             let mut params = k.values.inputs.clone();
@@ -346,6 +360,9 @@ impl ModelPlan {
                     dag
                 }
             };
+            for v in params.iter_mut() {
+                *v = seen(&views, *v);
+            }
             for &v in &params {
                 if g.values[v].constant && !constants.of.contains_key(&v) {
                     let c = folder.value(v).map_err(|e| e.to_string())?;
@@ -499,6 +516,7 @@ impl ModelPlan {
             args: placed.args,
             plan,
             packed_weights: constants.packed_copies(),
+            reshape_views: views.len(),
             constants: constants.data,
             inputs: g
                 .inputs

@@ -83,29 +83,35 @@ fn is_reshape(kind: &OpKind) -> bool {
     ))
 }
 
-/// A group that is one reshape of a run-time value moves no element: it is a copy between
-/// flat views of `N` elements, one loop with no index arithmetic, which the default
-/// schedule vectorizes and splits over the cores whatever the last axis's extent. (Built on
-/// the two shapes with TOPI's indexing it took 1.8 ms per reshape of 2.4 MB in vit_b_16;
-/// the glue's own segment-wise indexing, `movement::reshape_view`, since keeps fused
-/// reshapes contiguous too.) A kernel's buffers are placed by element count, so flat
-/// parameters read and write the same bytes.
-fn flat_copy(g: &OpGraph, group: &[OpId], inputs: &[ValId]) -> Option<(Dag, Vec<ValId>)> {
+/// The run-time value group `group` only views under another shape: one reshape (or
+/// flatten, squeeze, expand_dims) of a run-time value whose elements keep their row-major
+/// order, in the same run type. Its output is the same bytes as that value (`ttdb run`
+/// reads the value in its place; a kernel's buffers are placed by element count).
+pub fn view_source(g: &OpGraph, group: &[OpId], inputs: &[ValId]) -> Option<ValId> {
     let &[op] = group else { return None };
     let o = &g.ops[op];
     let (&[x], Some(&data)) = (inputs, o.inputs.first()) else {
         return None;
     };
     let (src, out) = (&g.values[x], &g.values[o.output]);
-    let n: i64 = src.phys.iter().product();
     let same = x == data
         && is_reshape(&o.kind)
         && o.inputs[1..].iter().all(|&v| g.values[v].constant)
-        && n == out.phys.iter().product::<i64>()
+        && src.phys.iter().product::<i64>() == out.phys.iter().product::<i64>()
         && run_dtype(src) == run_dtype(out);
-    if !same {
-        return None;
-    }
+    same.then_some(x)
+}
+
+/// A reshape that must still be a kernel (its output is a graph output, see
+/// [`view_source`]) moves no element: it is a copy between flat views of `N` elements, one
+/// loop with no index arithmetic, which the default schedule vectorizes and splits over the
+/// cores whatever the last axis's extent. (Built on the two shapes with TOPI's indexing it
+/// took 1.8 ms per reshape of 2.4 MB in vit_b_16; the glue's own segment-wise indexing,
+/// `movement::reshape_view`, since keeps fused reshapes contiguous too.)
+fn flat_copy(g: &OpGraph, group: &[OpId], inputs: &[ValId]) -> Option<(Dag, Vec<ValId>)> {
+    let x = view_source(g, group, inputs)?;
+    let src = &g.values[x];
+    let n: i64 = src.phys.iter().product();
     let mut b = DagBuilder::new();
     let p0 = b.placeholder("p0".to_string(), &[n], run_dtype(src));
     let t = b.elementwise(
