@@ -278,6 +278,7 @@ fn search_the_rest(
         refine: t.refine,
         droplet_trials: 0,
         seeds: 5,
+        share_bests: true,
     };
     let r = super::tune_model::search_model(store, m, &opts, remote, args.dry_run)?;
     Ok(Search::Ran(r))

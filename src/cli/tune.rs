@@ -76,6 +76,11 @@ pub struct TuneArgs {
     /// schedule `ttdb run` would use; with MODEL, 0 starts from random states only.
     #[arg(long, default_value_t = 5)]
     pub seeds: usize,
+    /// With MODEL: kernels keep their bests to themselves (by default each new best is
+    /// offered to the model's other kernels of its class, adapted to their shapes, and
+    /// measured in their next round).
+    #[arg(long, requires = "model")]
+    pub no_sharing: bool,
     /// Per-run timeout in seconds (at most).
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -246,6 +251,7 @@ fn tune(
                 trials: args.trials,
                 droplet: args.droplet,
                 seeds: args.seeds,
+                no_sharing: args.no_sharing,
                 curve: args.curve.as_deref(),
                 plot: args.plot.as_deref(),
                 dry_run: args.dry_run,

@@ -87,6 +87,8 @@ pub struct ModelRun<'a> {
     pub trials: Option<usize>,
     pub droplet: usize,
     pub seeds: usize,
+    /// `--no-sharing`: kernels do not offer their bests to the others of their class.
+    pub no_sharing: bool,
     pub curve: Option<&'a Path>,
     /// `--plot`: the curve as an SVG chart (`super::plot`).
     pub plot: Option<&'a Path>,
@@ -240,6 +242,7 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         refine: base.refine,
         droplet_trials: args.droplet,
         seeds: args.seeds.max(1),
+        share_bests: !args.no_sharing,
     };
     let report = search_model(store, &m, &opts, args.remote, args.dry_run)?;
     if let Some(path) = args.curve {

@@ -86,7 +86,8 @@ impl Default for SearchOptions {
 pub struct SearchTrial {
     /// 0-based round.
     pub round: usize,
-    /// Where it came from: "sample", "seed" or the mutation that bred it.
+    /// Where it came from: "sample", "seed", "transfer" (a sibling task's best) or the
+    /// mutation that bred it.
     pub origin: String,
     pub steps: Vec<Step>,
     pub evaluation: Evaluation,
@@ -200,6 +201,10 @@ pub struct TaskSearch<'a> {
     lanes: i64,
     seen: HashSet<[u8; 32]>,
     seeds: Vec<Vec<Step>>,
+    /// Sibling tasks' bests, adapted to this DAG, for the next round ([`Self::offer`]).
+    transferred: Vec<Vec<Step>>,
+    /// Every schedule offered so far, as offered (each is taken once).
+    offered: HashSet<String>,
     opts: SearchOptions,
     empty_rounds: usize,
     t0: Instant,
@@ -237,10 +242,31 @@ impl<'a> TaskSearch<'a> {
             lanes: hw.vector_lanes as i64,
             seen: HashSet::new(),
             seeds: seeds.to_vec(),
+            transferred: Vec::new(),
+            offered: HashSet::new(),
             opts: opts.clone(),
             empty_rounds: 0,
             t0: Instant::now(),
         })
+    }
+
+    /// Offers the best schedule of a sibling task (another kernel of the model, of the same
+    /// class): its split lengths adapted to this DAG (transfer-tuning's move,
+    /// [`ttdb_algo::schedule::retarget_steps`]), it is measured in the next round like a
+    /// seed and bred from when it is fast. False when it does not apply here or was offered
+    /// before.
+    pub fn offer(&mut self, steps: &[Step]) -> bool {
+        let key = format!("{steps:?}");
+        if !self.offered.insert(key) {
+            return false;
+        }
+        match ttdb_algo::schedule::retarget_steps(&self.inits, steps) {
+            Ok(r) => {
+                self.transferred.push(r.steps);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// The best median seconds so far.
@@ -266,6 +292,15 @@ impl<'a> TaskSearch<'a> {
                     .map(|s| Candidate::new(s.clone(), "seed".into())),
             );
         }
+        // the newest offers (a sibling's later best supersedes its earlier), a quarter of
+        // the round at most; the rest wait for the next round
+        let take = self.transferred.len().min((want / 4).max(1));
+        let newest = self.transferred.split_off(self.transferred.len() - take);
+        pool.extend(
+            newest
+                .into_iter()
+                .map(|s| Candidate::new(s, "transfer".into())),
+        );
         let parents = measured_parents(&self.out.trials);
         let n_rand = if parents.is_empty() {
             0
@@ -335,7 +370,7 @@ impl<'a> TaskSearch<'a> {
                 continue;
             }
             c.features = Some(features);
-            if c.origin == "seed" {
+            if c.origin == "seed" || c.origin == "transfer" {
                 seeds.push((c, k));
             } else if c.origin == "sample" && !parents.is_empty() {
                 random.push((c, k));

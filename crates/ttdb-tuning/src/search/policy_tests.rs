@@ -89,3 +89,63 @@ fn faults_are_failed_trials_and_the_search_goes_on() {
         "no progress after round 0"
     );
 }
+
+/// A sibling task's best (a 128³ matmul's, tiles of 32) offered to a 48³ matmul: adapted to
+/// its extents (every split divides 48), measured in the next round as a "transfer" trial,
+/// taken once; a schedule of another DAG structure does not apply.
+#[test]
+fn offered_sibling_bests_are_adapted_and_measured_once() {
+    let hw = HardwareParams {
+        num_cores: 2,
+        vector_lanes: 8,
+    };
+    let opts = SearchOptions {
+        trials: 64,
+        batch: 8,
+        population: 16,
+        ..SearchOptions::default()
+    };
+    let sibling = matmul(128, 128, 128);
+    let mut model = CostModel::new();
+    let mut big = TaskSearch::new(&sibling, hw, &[], &opts).unwrap();
+    big.round(8, &mut Faulty { n: 0 }, &mut Quiet, &mut model);
+    let best = big.out.best_trial().expect("a verified best").steps.clone();
+
+    let dag = matmul(48, 48, 48);
+    let mut task = TaskSearch::new(&dag, hw, &[], &opts).unwrap();
+    task.round(8, &mut Faulty { n: 0 }, &mut Quiet, &mut model);
+    assert!(task.offer(&best));
+    assert!(!task.offer(&best), "offered twice");
+    // a row sum has one spatial loop, not two: the matmul's steps do not replay on it
+    let rows = {
+        use ttdb_algo::ir::{Combiner, ComputeAttrs, DType, DagBuilder, IterVar};
+        let mut b = DagBuilder::new();
+        let a = b.placeholder("A", &[48, 48], DType::F32);
+        let out = b.reduce(
+            "C",
+            "",
+            vec![IterVar::new("i", 48)],
+            vec![IterVar::new("k", 48)],
+            Combiner::Sum,
+            ComputeAttrs::default(),
+            |v, r| a.at(vec![v[0].clone(), r[0].clone()]),
+        );
+        b.finish(&[&out])
+    };
+    assert!(!TaskSearch::new(&rows, hw, &[], &opts).unwrap().offer(&best));
+    task.round(8, &mut Faulty { n: 0 }, &mut Quiet, &mut model);
+    let transferred: Vec<_> = task
+        .out
+        .trials
+        .iter()
+        .filter(|t| t.origin == "transfer")
+        .collect();
+    assert_eq!(transferred.len(), 1);
+    assert!(
+        split_lengths(&transferred[0].steps)
+            .iter()
+            .all(|&l| 48 % l == 0),
+        "{:?}",
+        transferred[0].steps
+    );
+}

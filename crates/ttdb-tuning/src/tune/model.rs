@@ -39,6 +39,9 @@ pub struct ModelTuneOptions {
     pub droplet_trials: usize,
     /// Transferred candidates per kernel that seed the search.
     pub seeds: usize,
+    /// Each kernel's new best is offered to the model's other kernels of its class, adapted
+    /// to their shapes (`TaskSearch::offer`): transfer-tuning inside the tune.
+    pub share_bests: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -106,6 +109,10 @@ struct ModelTasks<'a, 's> {
     curve: Vec<CurvePoint>,
     /// Rounds started and not finished, by task.
     in_flight: std::collections::HashMap<usize, InFlight<'a>>,
+    /// Each task's class, and its best already offered to the others of that class (None:
+    /// no sharing).
+    classes: Vec<String>,
+    shared: Option<Vec<Option<f64>>>,
 }
 
 impl ModelTasks<'_, '_> {
@@ -136,6 +143,7 @@ impl<'a> ModelTasks<'a, '_> {
     fn after_round(&mut self, i: usize, n: usize) -> (usize, Option<f64>) {
         self.trials += n;
         let best = self.searches[i].best_seconds();
+        self.share_best(i, best);
         let model_ms = self.model_ms();
         self.curve.push(CurvePoint {
             trial: self.trials,
@@ -146,6 +154,32 @@ impl<'a> ModelTasks<'a, '_> {
         });
         self.progress.trials(self.trials, model_ms / 1e3);
         (n, best)
+    }
+}
+
+impl ModelTasks<'_, '_> {
+    /// Offers task `i`'s best to the tasks of its class when it improved since last offered.
+    fn share_best(&mut self, i: usize, best: Option<f64>) {
+        let Some(shared) = self.shared.as_mut() else {
+            return;
+        };
+        let improved = match (best, shared[i]) {
+            (Some(b), Some(s)) => b < s,
+            (b, None) => b.is_some(),
+            (None, _) => false,
+        };
+        if !improved {
+            return;
+        }
+        shared[i] = best;
+        let Some(steps) = self.searches[i].out.best_trial().map(|t| t.steps.clone()) else {
+            return;
+        };
+        for j in 0..self.searches.len() {
+            if j != i && self.classes[j] == self.classes[i] {
+                self.searches[j].offer(&steps);
+            }
+        }
     }
 }
 
@@ -265,6 +299,7 @@ pub fn tune_model(
     let mut references = Vec::new();
     let mut seeds = Vec::new();
     let mut weights = Vec::new();
+    let mut classes = Vec::new();
     // (row index) of each task.
     let mut task_rows = Vec::new();
     // Each kernel's DAG, reference (its interpreter run is most of a tune's start: ~0.7 s
@@ -315,6 +350,7 @@ pub fn tune_model(
                 row.sketches = n_sketches;
                 row.seeds = s.len();
                 seeds.push(s);
+                classes.push(k.class.clone());
                 dags.push(dag);
                 references.push(reference);
                 weights.push(k.multiplicity() as f64);
@@ -373,6 +409,8 @@ pub fn tune_model(
         trials: 0,
         curve: vec![],
         in_flight: Default::default(),
+        shared: opts.share_bests.then(|| vec![None; classes.len()]),
+        classes,
     };
     let sched = schedule(&mut tasks, &scheduler);
     let ModelTasks {
