@@ -76,6 +76,25 @@ fn mobilenet_v3_small_planned_fills_the_hosts_vectors() {
     assert_eq!(signatures(&planned), signatures(&again));
 }
 
+/// mobilenet_v2's depthwise convs are blocked in whole 16-lane vectors (not 24-channel
+/// blocks of a 16- and an 8-lane load), and the project convs that read them agree on the
+/// block: no transform between ops but the flatten's.
+#[test]
+fn mobilenet_v2_planned_blocks_depthwise_convs_in_whole_vectors() {
+    let planned = kernels("torchvision_graph_only/mobilenet_v2.onnx", true);
+    let p = planned.layout_plan.as_ref().unwrap();
+    println!("{p:?}");
+    assert!(p.transforms <= 1, "{p:?}");
+    let depthwise: Vec<i64> = planned
+        .kernels
+        .iter()
+        .filter(|k| k.class.starts_with("depthwise"))
+        .filter_map(|k| Some(k.blocking?.oc_bn))
+        .collect();
+    assert!(depthwise.len() >= 10, "{depthwise:?}");
+    assert!(depthwise.iter().all(|b| b % 16 == 0), "{depthwise:?}");
+}
+
 fn signatures(l: &KernelList) -> Vec<Option<String>> {
     l.kernels.iter().map(|k| k.signature_hash.clone()).collect()
 }
