@@ -163,12 +163,7 @@ impl ModelTasks<'_, '_> {
         let Some(shared) = self.shared.as_mut() else {
             return;
         };
-        let improved = match (best, shared[i]) {
-            (Some(b), Some(s)) => b < s,
-            (b, None) => b.is_some(),
-            (None, _) => false,
-        };
-        if !improved {
+        if !best.is_some_and(|b| shared[i].is_none_or(|s| b < s)) {
             return;
         }
         shared[i] = best;
