@@ -112,6 +112,75 @@ fn a_foreign_sqlite_file_is_refused_untouched() {
     assert_eq!(std::fs::read_to_string(&text).unwrap(), "hello\n");
 }
 
+/// Copies `db` and its rollback journal while `writer` holds an uncommitted transaction
+/// that spilled pages into the file: the copy is what a kill mid-write leaves behind.
+fn interrupted_copy(db: &Path, to: &Path, write: &str) {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.execute_batch("PRAGMA journal_mode = DELETE; PRAGMA cache_size = 2; BEGIN;")
+        .unwrap();
+    c.execute_batch(write).unwrap();
+    let journal = |p: &Path| PathBuf::from(format!("{}-journal", p.display()));
+    assert!(journal(db).exists(), "no rollback journal to copy");
+    std::fs::copy(db, to).unwrap();
+    std::fs::copy(journal(db), journal(to)).unwrap();
+    c.execute_batch("ROLLBACK").unwrap();
+}
+
+/// A kill in the middle of a database's first write (before it is in WAL mode) leaves a
+/// hot rollback journal. The next command rolls it back and goes on; a foreign file with
+/// one is restored by the rollback and still refused.
+#[test]
+fn an_interrupted_write_is_rolled_back_on_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = dir.path().join("ours.db");
+    drop(Store::open_with(&ours, OpenMode::Create).unwrap());
+    let spill = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) \
+                 INSERT INTO notes SELECT printf('%0200d', i) FROM n;";
+    {
+        let c = rusqlite::Connection::open(&ours).unwrap();
+        c.execute_batch("CREATE TABLE notes (t TEXT);").unwrap();
+    }
+    let copy = dir.path().join("killed.db");
+    interrupted_copy(&ours, &copy, spill);
+    for args in [
+        vec!["stats"],
+        vec!["import", log("resnet_18").to_str().unwrap()],
+    ] {
+        let (code, _, err) = ttdb_on(&copy, &args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let c = rusqlite::Connection::open(&copy).unwrap();
+    let notes: i64 = c
+        .query_row("SELECT COUNT(*) FROM notes", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(notes, 0, "the interrupted write survived");
+    let records: i64 = c
+        .query_row("SELECT COUNT(*) FROM records", [], |r| r.get(0))
+        .unwrap();
+    assert!(records > 0);
+
+    let foreign = dir.path().join("app.db");
+    {
+        let c = rusqlite::Connection::open(&foreign).unwrap();
+        c.execute_batch("CREATE TABLE notes (t TEXT); INSERT INTO notes VALUES ('mine');")
+            .unwrap();
+    }
+    let foreign_copy = dir.path().join("app-killed.db");
+    interrupted_copy(&foreign, &foreign_copy, spill);
+    let (code, _, err) = ttdb_on(&foreign_copy, &["stats"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("is not a ttdb database"), "{err}");
+    let c = rusqlite::Connection::open(&foreign_copy).unwrap();
+    let kept: Vec<String> = c
+        .prepare("SELECT t FROM notes")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(kept, vec!["mine".to_string()]);
+}
+
 fn is_root() -> bool {
     extern "C" {
         fn geteuid() -> u32;

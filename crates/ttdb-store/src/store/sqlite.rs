@@ -36,6 +36,25 @@ pub(super) fn open_file(path: &Path, mode: OpenMode) -> Result<(Db, bool)> {
         // opened for writing, so nothing (not even a journal mode) can change it.
         let mut probe = Connection::open_with_flags(path, read_only)?;
         let mut kind = identify(&probe);
+        if is_hot_journal_error(&kind) {
+            // A write was interrupted (a kill, a power cut) before it committed: its
+            // rollback journal is still beside the file, and a read-only connection may
+            // not roll it back. Any writing SQLite connection would; this one does only
+            // that (it reads, which restores the last committed state) and writes nothing
+            // of ours, so a foreign file is still refused below, restored but unchanged.
+            drop(probe);
+            let restorer = Connection::open_with_flags(path, writable).map_err(|e| {
+                StoreError::Other(format!(
+                    "{}: a write to it was interrupted and its journal ({}-journal) must be rolled back, which needs write access ({e})",
+                    path.display(),
+                    path.display()
+                ))
+            })?;
+            identify(&restorer)?;
+            drop(restorer);
+            probe = Connection::open_with_flags(path, read_only)?;
+            kind = identify(&probe);
+        }
         if mode == OpenMode::ReadOnly && is_read_only_wal_error(&kind) {
             // A WAL database in a folder this user cannot write: SQLite cannot create
             // the shared-memory file a reader needs. With no write-ahead log beside it
@@ -123,6 +142,17 @@ fn is_read_only_wal_error(r: &Result<FileKind>) -> bool {
         r,
         Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)))
             if matches!(f.code, rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
+/// Whether identifying the file failed because a hot rollback journal lies beside it
+/// (`SQLITE_READONLY_ROLLBACK`: a read-only connection cannot roll it back).
+fn is_hot_journal_error(r: &Result<FileKind>) -> bool {
+    const SQLITE_READONLY_ROLLBACK: std::ffi::c_int = 8 | (3 << 8);
+    matches!(
+        r,
+        Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)))
+            if f.extended_code == SQLITE_READONLY_ROLLBACK
     )
 }
 
