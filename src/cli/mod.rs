@@ -171,6 +171,10 @@ pub struct TargetArgs {
     /// `1`: let LLVM unroll loops on its own; for experiments.
     #[arg(long, global = true, env = "TTDB_LLVM_UNROLL", hide = true)]
     pub llvm_unroll: Option<String>,
+    /// `0`: exp, sigmoid, tanh and erf as a libm call per lane instead of vector
+    /// polynomials; for ablations.
+    #[arg(long, global = true, env = "TTDB_VECTOR_MATH", hide = true)]
+    pub vector_math: Option<String>,
 }
 
 /// This run's machine: the `Target` options carry down, and the ISA flags candidates are
@@ -191,6 +195,7 @@ impl TargetArgs {
         s.llvm_vectorizers = self.llvm_vectorizers.as_deref() != Some("0");
         s.aggressive_backend = self.backend_o2.is_none();
         s.llvm_unroll = self.llvm_unroll.as_deref() == Some("1");
+        s.vector_math = self.vector_math.as_deref() != Some("0");
         target.profile = self.profile.as_deref().map_or(Profile::Off, Profile::parse);
         let ranking_isa = match &self.pretend_isa {
             Some(v) => {

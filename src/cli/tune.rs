@@ -84,6 +84,11 @@ pub struct TuneArgs {
     /// Per-run timeout in seconds (at most).
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// Time candidates with every argument but the first evicted from the caches before
+    /// each run, as a kernel runs inside a model (its weights cold; TVM's
+    /// `enable_cpu_cache_flush`).
+    #[arg(long)]
+    pub flush_cache: bool,
     /// Seed of the search's random choices.
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
@@ -133,6 +138,7 @@ impl TuneArgs {
             .map(|s| Duration::from_secs_f64(s.max(0.0)));
         o.droplet_trials = self.droplet;
         o.refine.starts = self.seeds.max(1);
+        o.refine.flush_cache = self.flush_cache;
         o.refine.droplet.max_timeout = o.search.max_timeout;
         Ok(o)
     }

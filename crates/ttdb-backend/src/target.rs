@@ -41,6 +41,8 @@ pub struct CodegenSettings {
     pub aggressive_backend: bool,
     /// LLVM's own loop unrolling.
     pub llvm_unroll: bool,
+    /// exp, sigmoid, tanh and erf as vector polynomials (else a libm call per lane).
+    pub vector_math: bool,
 }
 
 impl Default for CodegenSettings {
@@ -50,6 +52,7 @@ impl Default for CodegenSettings {
             llvm_vectorizers: true,
             aggressive_backend: true,
             llvm_unroll: false,
+            vector_math: true,
         }
     }
 }
@@ -108,6 +111,7 @@ impl Target {
             llvm_vectorizers: s.llvm_vectorizers,
             aggressive_backend: s.aggressive_backend,
             llvm_unroll: s.llvm_unroll,
+            vector_math: s.vector_math,
             ..CodegenOptions::default()
         }
     }

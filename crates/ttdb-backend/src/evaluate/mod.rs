@@ -538,4 +538,33 @@ mod tests {
             assert_eq!(c.last(), Some(&out));
         }
     }
+
+    #[test]
+    fn flushed_samples_time_runs_one_by_one_and_keep_the_arguments() {
+        let dag = small_conv();
+        let reference = Reference::new(&dag, 5).expect("reference");
+        let opts = EvalOptions {
+            measure: MeasureOptions {
+                warmup: 0,
+                repeat: 4,
+                min_repeat_ms: 1,
+                flush_cache: true,
+                ..MeasureOptions::default()
+            },
+            ..EvalOptions::default()
+        };
+        let build = build_steps(&dag, &[], &opts);
+        let Ok(mut p) = build.prepare(&reference, &opts) else {
+            panic!("the naive schedule verifies");
+        };
+        let inputs: Vec<BufferData> = p.args[..p.args.len() - 1].to_vec();
+        let out = p.args.last().expect("an output").clone();
+        let m = p.time(&opts.measure).expect("timed");
+        assert_eq!(m.samples.len(), 4);
+        assert_eq!(m.number, 1, "a flushed run is timed alone");
+        assert!(m.samples.iter().all(|s| *s > 0.0 && s.is_finite()));
+        // Evicting lines from the caches changes no byte of any argument.
+        assert_eq!(&p.args[..p.args.len() - 1], &inputs[..]);
+        assert_eq!(p.args.last(), Some(&out));
+    }
 }

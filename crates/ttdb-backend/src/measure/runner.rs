@@ -1,7 +1,9 @@
 //! Timing runner modelled on TVM's `time_evaluator` as used by Ansor: warm-up, then `repeat`
 //! measurements, each averaging `number` back-to-back runs where `number` is grown until one
 //! measurement lasts at least `min_repeat_ms`. Optional cache flush before every run (then each
-//! run is timed individually and the flush is excluded).
+//! run is timed individually and the flush is excluded): as TVM's `enable_cpu_cache_flush`,
+//! every argument but the first leaves the caches, so a kernel is timed as it runs inside a
+//! model, its input just written by the kernel before it and its weights cold.
 
 use crate::codegen::{CompiledKernel, RunError, RunOptions};
 use crate::loopnest::data::BufferData;
@@ -12,6 +14,7 @@ pub struct MeasureOptions {
     pub warmup: usize,
     pub repeat: usize,
     pub min_repeat_ms: u64,
+    /// Evict every argument but the first from the caches before each run.
     pub flush_cache: bool,
     pub threads: Option<usize>,
     /// Per-run timeout.
@@ -73,7 +76,33 @@ impl Measurement {
     }
 }
 
-fn flush_caches() {
+/// Evicts `bufs[1..]` from every cache level (TVM's `cache_flush_cpu_non_first_arg`): the
+/// first argument is the data input, which the kernel before this one has just written.
+fn flush_non_first_args(bufs: &[BufferData]) {
+    for b in bufs.iter().skip(1) {
+        evict(b.as_ptr(), b.len() * b.dtype().bytes());
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn evict(p: *const u8, bytes: usize) {
+    use std::arch::x86_64::{_mm_clflush, _mm_mfence};
+    const LINE: usize = 64;
+    // SAFETY: every address flushed lies within the `bytes` bytes of a live buffer
+    // (clflush of a line only needs the address to be mapped); SSE2 is baseline on x86_64.
+    unsafe {
+        let mut off = 0;
+        while off < bytes {
+            _mm_clflush(p.add(off));
+            off += LINE;
+        }
+        _mm_mfence();
+    }
+}
+
+/// Elsewhere: sweep a buffer larger than any last-level cache, which evicts everything.
+#[cfg(not(target_arch = "x86_64"))]
+fn evict(_p: *const u8, _bytes: usize) {
     use std::sync::OnceLock;
     static BUF: OnceLock<std::sync::Mutex<Vec<u8>>> = OnceLock::new();
     let m = BUF.get_or_init(|| std::sync::Mutex::new(vec![1u8; 64 << 20]));
@@ -106,7 +135,7 @@ pub fn measure(
             let mut total = Duration::ZERO;
             let mut runs = 0;
             while runs == 0 || total < min_dur {
-                flush_caches();
+                flush_non_first_args(bufs);
                 let t = Instant::now();
                 k.run(bufs, &ro)?;
                 total += t.elapsed();

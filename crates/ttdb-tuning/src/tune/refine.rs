@@ -33,6 +33,9 @@ pub struct RefineOptions {
     /// Timings per candidate (each at least `min_repeat_ms`): the samples of the t-test.
     pub samples: usize,
     pub min_repeat_ms: u64,
+    /// Evict every argument but the first from the caches before each timed run
+    /// (`ttdb_backend::measure::runner::MeasureOptions::flush_cache`).
+    pub flush_cache: bool,
     /// Records re-measured per source (imported, ttdb's own) to find the starts.
     pub starts: usize,
     /// How descents from several starts share the budget (`crate::search::restarts`).
@@ -58,6 +61,7 @@ impl Default for RefineOptions {
             droplet: DropletOptions::default(),
             samples: 5,
             min_repeat_ms: 25,
+            flush_cache: false,
             starts: 5,
             restarts: RestartOptions::default(),
             prepack: true,
@@ -91,6 +95,7 @@ impl RefineOptions {
                 warmup: 1,
                 repeat: self.samples.max(3),
                 min_repeat_ms: self.min_repeat_ms,
+                flush_cache: self.flush_cache,
                 timeout: Some(self.droplet.max_timeout),
                 ..MeasureOptions::default()
             },
