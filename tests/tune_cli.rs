@@ -283,6 +283,47 @@ fn apply_searches_with_the_rest_of_its_time_budget() {
     assert_eq!(search_measurements(&db) as u64, trials);
 }
 
+/// When a search follows, `apply` times the transferred candidates as the search times its
+/// own (3 samples; the search times them again as its seeds), so that a short budget is not
+/// spent on the transfer; `--transfer-only` keeps the precise timing (5 samples).
+#[test]
+fn apply_times_the_transfer_quickly_when_a_search_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let repeats = |db: &std::path::Path| -> Vec<i64> {
+        let store = Store::open(db).unwrap();
+        let c = store.connection_for_tests();
+        let mut q = c
+            .prepare("SELECT DISTINCT repeats FROM measurements WHERE kind = 'apply' ORDER BY 1")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let m = fixture_model();
+    for (name, extra, want) in [
+        ("quick.db", vec!["--time-budget", "10"], 3),
+        ("precise.db", vec!["--transfer-only"], 5),
+    ] {
+        let db = dir.path().join(name);
+        let (code, _, err) = ttdb(&db, &["import", log.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        let mut args = vec![
+            "apply",
+            m.to_str().unwrap(),
+            "--top-k",
+            "1",
+            "--e2e-runs",
+            "0",
+        ];
+        args.extend(extra);
+        let (code, _, err) = ttdb(&db, &args);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(repeats(&db), vec![want], "{name}");
+    }
+}
+
 #[test]
 fn apply_tune_searches_kernels_without_a_candidate() {
     let dir = tempfile::tempdir().unwrap();

@@ -311,6 +311,16 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         e.codegen = target.codegen_options();
         e.profile = target.profile;
     }
+    if !args.transfer_only {
+        // The search that follows times the transferred choices again (they seed it): time
+        // the candidates as the search times its own, so that a short budget is not all
+        // spent on precise timings (mnasnet1_0's transfer took 62 of 60 s, 0.5 s a candidate).
+        let quick = ttdb_tuning::tune::search::TuneOptions::default().refine;
+        for e in [&mut opts.eval, &mut opts.default_eval] {
+            e.measure.repeat = quick.samples;
+            e.measure.min_repeat_ms = quick.min_repeat_ms;
+        }
+    }
     if args.droplet > 0 {
         let mut r = RefineOptions {
             isolation: isolation.clone(),
