@@ -175,6 +175,10 @@ pub struct TargetArgs {
     /// polynomials; for ablations.
     #[arg(long, global = true, env = "TTDB_VECTOR_MATH", hide = true)]
     pub vector_math: Option<String>,
+    /// `0`: idle kernel threads park at once instead of spinning for the next launch (each
+    /// launch wakes them through the kernel); for ablations.
+    #[arg(long, global = true, env = "TTDB_POOL_SPIN", hide = true)]
+    pub pool_spin: Option<String>,
 }
 
 /// This run's machine: the `Target` options carry down, and the ISA flags candidates are
@@ -393,6 +397,9 @@ fn open_error(
 pub fn run(cli: Cli) -> CliResult {
     use ttdb_store::store::OpenMode::{Create, ReadOnly, Write};
     let _ = TARGET_ARGS.set(cli.target.clone());
+    if cli.target.pool_spin.as_deref() == Some("0") {
+        ttdb_backend::codegen::set_idle_spin(false);
+    }
     let db = &cli.db;
     match cli.command {
         Command::Import {

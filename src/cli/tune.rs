@@ -98,6 +98,10 @@ pub struct TuneArgs {
     /// Rank candidates without the learned cost model (for comparisons).
     #[arg(long)]
     pub no_cost_model: bool,
+    /// Draw every initial tile size uniformly, as TVM does, instead of half of a vector
+    /// split's from those that fill whole vectors (for ablations).
+    #[arg(long, hide = true)]
+    pub uniform_draws: bool,
     /// Start the cost model cold, ignoring (and not replacing) the one stored for this
     /// host class.
     #[arg(long)]
@@ -131,6 +135,7 @@ impl TuneArgs {
         o.search.seed = self.seed;
         o.search.draft_filter = !self.no_draft_filter;
         o.search.learned_model = !self.no_cost_model;
+        o.search.vector_filling_draws = !self.uniform_draws;
         o.search.warm_start = !self.cold_model;
         o.search.max_timeout = Duration::from_secs_f64(self.timeout.max(0.1));
         o.search.time_budget = self

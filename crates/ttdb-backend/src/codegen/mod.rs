@@ -15,6 +15,7 @@ pub mod jit;
 pub mod llvm;
 mod mask;
 mod pool;
+pub use pool::set_idle_spin;
 pub mod runtime;
 pub mod translate;
 pub mod vector;

@@ -20,7 +20,9 @@
 //! rayon's `scope`: whatever unwinds out of a launch, the job outlives every worker using it.
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// One launch: chunks `0..chunks` of work, run by `run(chunk)`.
@@ -85,6 +87,16 @@ struct Shared {
 /// 0.3-1.5 ms: long enough to span the gap between two runs of a kernel, short enough not to
 /// hold a core for long once the kernels stop.
 const SPIN: u32 = 1 << 15;
+
+/// The spin of idle workers ([`SPIN`], or 0 when [`set_idle_spin`] turned it off).
+static IDLE_SPIN: AtomicU32 = AtomicU32::new(SPIN);
+
+/// Whether idle workers spin ([`SPIN`]) before they park, process-wide. Off, every launch
+/// wakes its workers through the kernel, as a general-purpose pool does: for ablations of
+/// the launch cost (`ttdb --pool-spin 0`).
+pub fn set_idle_spin(on: bool) {
+    IDLE_SPIN.store(if on { SPIN } else { 0 }, Ordering::Relaxed);
+}
 
 /// Spin iterations of a caller waiting for its workers to leave a launch (40-200 us) before
 /// it parks until the last one leaves: a worker pre-empted inside its last chunk would
@@ -232,6 +244,7 @@ fn worker(s: &Shared) {
     let mut seen = 0u64;
     loop {
         // Wait for a generation after `seen`: spin, then park.
+        let spin_limit = IDLE_SPIN.load(Ordering::Relaxed);
         let mut spins = 0;
         let state = loop {
             let st = s.state.load(Ordering::Acquire);
@@ -241,7 +254,7 @@ fn worker(s: &Shared) {
             if s.shutdown.load(Ordering::Relaxed) {
                 return;
             }
-            if spins < SPIN {
+            if spins < spin_limit {
                 spins += 1;
                 std::hint::spin_loop();
                 continue;
@@ -346,6 +359,29 @@ mod tests {
             c.join().unwrap();
         }
         assert_eq!(total.load(Ordering::Relaxed), 4 * 200 * 4 * 3);
+    }
+
+    /// The ablation's pool (`set_idle_spin(false)`): workers park after every launch and
+    /// every launch wakes them; each still runs every chunk once. (nextest runs each test
+    /// in a process of its own, so the switch reaches no other test.)
+    #[test]
+    fn without_idle_spin_workers_park_between_launches_and_every_chunk_runs() {
+        set_idle_spin(false);
+        let pool = Pool::new(3);
+        for chunks in [2, 7, 64] {
+            let c = counts_after(&pool, chunks, 300);
+            assert!(c.iter().all(|&n| n == 300), "{c:?}");
+        }
+        // Parked within a moment of the last launch (spinning ones would take ~1 ms).
+        let t0 = std::time::Instant::now();
+        while pool.shared.sleepers.load(Ordering::SeqCst) < pool.workers {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(5),
+                "never parked"
+            );
+            std::thread::yield_now();
+        }
+        set_idle_spin(true);
     }
 
     #[test]

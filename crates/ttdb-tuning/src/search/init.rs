@@ -121,6 +121,9 @@ pub struct Sampler<'a> {
     inits: Vec<StageInit>,
     hw: HardwareParams,
     pub factors: FactorCache,
+    /// Half the draws of a vector split fill whole vectors ([`Sampler::fill_tile_sizes`]);
+    /// off, every draw is uniform as in TVM (for ablations).
+    pub vector_filling_draws: bool,
 }
 
 /// Why a sample was dropped (TVM: the state is invalid and resampled).
@@ -134,6 +137,15 @@ impl<'a> Sampler<'a> {
             inits: ttdb_algo::schedule::stage_inits_from_dag(dag),
             hw,
             factors: FactorCache::default(),
+            vector_filling_draws: true,
+        }
+    }
+
+    /// This sampler with the vector-filling draws on or off.
+    pub fn with_vector_filling_draws(self, on: bool) -> Sampler<'a> {
+        Sampler {
+            vector_filling_draws: on,
+            ..self
         }
     }
 
@@ -167,7 +179,7 @@ impl<'a> Sampler<'a> {
                 let n = sp.lengths.len();
                 let extent = sp.extent.max(1);
                 let schemes = self.factors.schemes(extent, n);
-                let width = match sketch.vector_splits.contains(&i) {
+                let width = match self.vector_filling_draws && sketch.vector_splits.contains(&i) {
                     true => vector_width(extent, lanes),
                     false => 1,
                 };
@@ -508,5 +520,36 @@ mod tests {
                 .filter(|t| 196 % t.iter().product::<i64>() == 0)
                 .count()
         );
+    }
+
+    /// Half the draws of a vector split fill whole vectors; drawn uniformly (the ablation,
+    /// TVM's way), far fewer of a 48-wide split's innermost lengths fill a 16-lane vector.
+    #[test]
+    fn vector_filling_draws_fill_vector_splits_and_can_be_turned_off() {
+        use crate::search::sketch::{generate_sketches, tests::matmul};
+        let hw = HardwareParams {
+            num_cores: 2,
+            vector_lanes: 16,
+        };
+        let dag = matmul(64, 48, 64);
+        let sketch = generate_sketches(&dag, &hw).unwrap().remove(0);
+        let i = sketch.vector_splits[0];
+        let share = |on: bool| {
+            let mut s = Sampler::new(&dag, hw).with_vector_filling_draws(on);
+            let mut rng = Rng::new(7);
+            let full = (0..400)
+                .filter(|_| {
+                    let steps = s.fill_tile_sizes(&sketch, &mut rng);
+                    let Step::Split(sp) = &steps[i] else {
+                        panic!("not a split: {:?}", steps[i])
+                    };
+                    sp.lengths.last().is_some_and(|l| l % 16 == 0)
+                })
+                .count();
+            full as f64 / 400.0
+        };
+        let (on, off) = (share(true), share(false));
+        assert!(on > 0.5, "{on}");
+        assert!(off < on - 0.2, "uniform {off}, vector-filling {on}");
     }
 }

@@ -60,6 +60,9 @@ pub struct SearchOptions {
     pub learned_model: bool,
     /// Start from the cost model stored for this host class (the caller loads it).
     pub warm_start: bool,
+    /// Half the initial draws of a vector split fill whole vectors (`Sampler`); off only
+    /// for ablations.
+    pub vector_filling_draws: bool,
 }
 
 impl Default for SearchOptions {
@@ -77,6 +80,7 @@ impl Default for SearchOptions {
             draft_filter: true,
             learned_model: true,
             warm_start: true,
+            vector_filling_draws: true,
         }
     }
 }
@@ -237,7 +241,7 @@ impl<'a> TaskSearch<'a> {
             },
             sketches,
             inits: stage_inits_from_dag(dag),
-            sampler: Sampler::new(dag, hw),
+            sampler: Sampler::new(dag, hw).with_vector_filling_draws(opts.vector_filling_draws),
             rng: Rng::new(opts.seed),
             lanes: hw.vector_lanes as i64,
             seen: HashSet::new(),
