@@ -79,13 +79,19 @@ impl Measurement {
 /// Evicts `bufs[1..]` from every cache level (TVM's `cache_flush_cpu_non_first_arg`): the
 /// first argument is the data input, which the kernel before this one has just written.
 fn flush_non_first_args(bufs: &[BufferData]) {
+    #[cfg(target_arch = "x86_64")]
     for b in bufs.iter().skip(1) {
-        evict(b.as_ptr(), b.len() * b.dtype().bytes());
+        evict_lines(b.as_ptr(), b.len() * b.dtype().bytes());
+    }
+    // Without clflush one sweep evicts every argument at once (the first too).
+    #[cfg(not(target_arch = "x86_64"))]
+    if bufs.len() > 1 {
+        sweep_caches();
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-fn evict(p: *const u8, bytes: usize) {
+fn evict_lines(p: *const u8, bytes: usize) {
     use std::arch::x86_64::{_mm_clflush, _mm_mfence};
     const LINE: usize = 64;
     // SAFETY: every address flushed lies within the `bytes` bytes of a live buffer
@@ -100,9 +106,9 @@ fn evict(p: *const u8, bytes: usize) {
     }
 }
 
-/// Elsewhere: sweep a buffer larger than any last-level cache, which evicts everything.
+/// Sweeps a buffer larger than any last-level cache, which evicts everything.
 #[cfg(not(target_arch = "x86_64"))]
-fn evict(_p: *const u8, _bytes: usize) {
+fn sweep_caches() {
     use std::sync::OnceLock;
     static BUF: OnceLock<std::sync::Mutex<Vec<u8>>> = OnceLock::new();
     let m = BUF.get_or_init(|| std::sync::Mutex::new(vec![1u8; 64 << 20]));
