@@ -122,8 +122,8 @@ pub struct Sampler<'a> {
     hw: HardwareParams,
     pub factors: FactorCache,
     /// Half the draws of a vector split fill whole vectors ([`Sampler::fill_tile_sizes`]);
-    /// off, every draw is uniform as in TVM (for ablations).
-    pub vector_filling_draws: bool,
+    /// off, every draw is uniform as in TVM (for ablations; [`Sampler::with_vector_filling_draws`]).
+    vector_filling_draws: bool,
 }
 
 /// Why a sample was dropped (TVM: the state is invalid and resampled).
