@@ -1,6 +1,7 @@
 //! `ttdb build`: ResNet-18 with stored schedules compiled into DIR/libmodel.so, run by the C
 //! example in a clean environment, must give exactly `ttdb run`'s bytes; the library
-//! refuses to open on a host without the ISA it was compiled for.
+//! refuses to open on a host without the ISA it was compiled for; its thread pool gives the
+//! same bytes however its workers are found (spinning, parked, on two handles at once).
 use crate::common;
 
 use serde_json::Value;
@@ -234,4 +235,123 @@ fn a_library_refuses_to_open_on_a_host_without_its_isa() {
         .output()
         .unwrap();
     assert!(ok(&o).starts_with("opened: "));
+}
+
+/// Runs a built model on two handles at once, from two threads, with naps between some runs
+/// (the workers park) and none between others (they are still spinning), and checks every
+/// output against a one-thread run; then opens and closes handles, idle and right after a
+/// run (workers spinning or parked when told to stop).
+const POOL_STRESS: &str = r#"
+#include "ttdb_model.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define RUNS 60
+struct ctx { ttdb_model *m; void **in; void **out; unsigned char *want; size_t bytes; int bad; };
+static void nap(long us) { struct timespec t = {0, us * 1000}; nanosleep(&t, NULL); }
+static void *runs(void *p) {
+    struct ctx *c = p;
+    char error[256];
+    for (int r = 0; r < RUNS && !c->bad; r++) {
+        if (r % 5 == 4) nap(4000); /* longer than the workers spin */
+        memset(c->out[0], 0xff, c->bytes);
+        if (ttdb_model_run(c->m, (const void *const *)c->in, c->out, error, sizeof error)) {
+            fprintf(stderr, "run %d: %s\n", r, error);
+            c->bad = 1;
+        } else if (memcmp(c->out[0], c->want, c->bytes)) {
+            fprintf(stderr, "run %d: output differs from the one-thread run\n", r);
+            c->bad = 2;
+        }
+    }
+    return NULL;
+}
+static ttdb_model *open_or_die(int threads) {
+    char error[256];
+    ttdb_model *m = ttdb_model_open(threads, NULL, error, sizeof error);
+    if (!m) { fprintf(stderr, "open: %s\n", error); exit(3); }
+    return m;
+}
+static void **buffers(ttdb_model *m, int n, size_t (*bytes)(const ttdb_model *, int), int fill) {
+    void **b = calloc((size_t)n, sizeof(void *));
+    for (int i = 0; i < n; i++) {
+        size_t len = bytes(m, i);
+        b[i] = malloc(len ? len : 1);
+        for (size_t k = 0; k < len; k++) ((unsigned char *)b[i])[k] = fill ? (unsigned char)(k % 61) : 0;
+    }
+    return b;
+}
+int main(void) {
+    char error[256];
+    ttdb_model *one = open_or_die(1);
+    int ni = ttdb_model_num_inputs(one), no = ttdb_model_num_outputs(one);
+    if (ttdb_model_input_dtype(one, 0) != TTDB_FLOAT32) { fprintf(stderr, "float input expected\n"); return 4; }
+    void **in = buffers(one, ni, ttdb_model_input_bytes, 0);
+    float *x = in[0];
+    for (size_t k = 0; k < ttdb_model_input_bytes(one, 0) / 4; k++) x[k] = (float)(k % 13) * 0.125f - 0.75f;
+    void **want = buffers(one, no, ttdb_model_output_bytes, 0);
+    if (ttdb_model_run(one, (const void *const *)in, want, error, sizeof error)) { fprintf(stderr, "%s\n", error); return 5; }
+    ttdb_model_close(one);
+    struct ctx c[2];
+    pthread_t t[2];
+    for (int h = 0; h < 2; h++) {
+        c[h] = (struct ctx){open_or_die(3), in, buffers(one, no, ttdb_model_output_bytes, 0), want[0],
+                            ttdb_model_output_bytes(one, 0), 0};
+        pthread_create(&t[h], NULL, runs, &c[h]);
+    }
+    for (int h = 0; h < 2; h++) {
+        pthread_join(t[h], NULL);
+        ttdb_model_close(c[h].m);
+        if (c[h].bad) return 10 + c[h].bad;
+    }
+    for (int k = 0; k < 20; k++) {
+        ttdb_model *m = open_or_die(2 + k % 3);
+        if (k % 2 && ttdb_model_run(m, (const void *const *)in, c[0].out, error, sizeof error)) {
+            fprintf(stderr, "%s\n", error);
+            return 6;
+        }
+        if (k % 4 == 1) nap(4000);
+        ttdb_model_close(m);
+    }
+    printf("ok %d runs\n", 2 * RUNS);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_built_model_gives_the_same_bytes_on_two_handles_with_workers_spinning_and_parked() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/tiny_mobilenet.onnx");
+    let out = dir.path().join("lib");
+    // no database (the default place, empty): default schedules, with parallel loops
+    let built = Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .env_remove("TTDB_DB")
+        .env("XDG_DATA_HOME", dir.path())
+        .args([
+            "build",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_str(&ok(&built)).unwrap();
+    assert!(report["built"]["kernels"].as_u64().unwrap() > 1, "{report}");
+    let src = dir.path().join("pool_stress.c");
+    std::fs::write(&src, POOL_STRESS).unwrap();
+    let exe = dir.path().join("pool_stress");
+    ok(&Command::new("cc")
+        .arg(&src)
+        .arg("-I")
+        .arg(&out)
+        .arg("-L")
+        .arg(&out)
+        .args(["-lmodel", "-lpthread", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap());
+    let o = clean(&exe, &out, dir.path()).output().unwrap();
+    assert_eq!(ok(&o).trim(), "ok 120 runs");
 }

@@ -33,15 +33,44 @@ struct job {
     int32_t status; /* the worst chunk status (atomic) */
 };
 
+/* The pool's protocol is that of ttdb's in-process pool (codegen/pool.rs): a launch
+ * publishes its job and a new generation in `state` (generation << 16 | CLOSED | joined);
+ * workers join the generation, claim chunks, and leave; when its own chunks are done the
+ * caller closes the generation (no later joins) and waits for the joined workers to leave.
+ * Idle workers spin for a while before they park, as OpenMP's and TVM's do: a model's
+ * kernels launch back to back, many times a millisecond, and waking a parked worker through
+ * the kernel costs as much as a small kernel (a pool that always parks made a built
+ * distilbert 17% slower than `ttdb run`). */
+#define CLOSED ((uint64_t)1 << 15)
+#define JOINED (CLOSED - 1)
+/* Pause hints an idle worker spins before it parks (0.3-1.5 ms), and a caller before it
+ * parks waiting for its workers (a worker pre-empted in its last chunk needs the core). */
+#define IDLE_SPIN (1u << 15)
+#define WAIT_SPIN (1u << 12)
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 struct ttdb_model {
     int threads;
     pthread_t *workers;
     int num_workers;
-    pthread_mutex_t mu;
-    pthread_cond_t wake, done;
-    uint64_t generation;
-    int stop, busy, in_launch;
-    struct job *job;
+    uint64_t state;     /* atomic: generation << 16 | CLOSED | joined workers */
+    struct job *job;    /* atomic: the current launch's job */
+    uint64_t left;      /* atomic: joined workers that have left the current launch */
+    int sleepers;       /* atomic: parked workers */
+    int stop;           /* atomic */
+    int waiting;        /* atomic: the caller is parked until the last worker leaves */
+    pthread_mutex_t mu; /* parking of idle workers, with `wake` */
+    pthread_cond_t wake;
+    pthread_mutex_t wait_mu; /* parking of the caller, with `done` */
+    pthread_cond_t done;
+    int in_launch;
     uint8_t *arena;
     uint8_t *scratch;
     void **args;
@@ -98,24 +127,62 @@ static void run_chunks(struct job *j) {
     }
 }
 
+/* Waits for a generation after `seen` (spinning, then parked); returns its state, or 0 when
+ * the model closes. */
+static uint64_t next_generation(struct ttdb_model *m, uint64_t seen) {
+    unsigned spins = 0;
+    for (;;) {
+        uint64_t st = __atomic_load_n(&m->state, __ATOMIC_ACQUIRE);
+        if ((st >> 16) != seen)
+            return st;
+        if (__atomic_load_n(&m->stop, __ATOMIC_RELAXED))
+            return 0;
+        if (spins < IDLE_SPIN) {
+            spins++;
+            cpu_relax();
+            continue;
+        }
+        /* The caller publishes the generation, then looks for sleepers; a worker counts
+         * itself a sleeper, then looks at the generation (both sequentially consistent):
+         * one of the two sees the other, and the wake-up is sent under `mu`. */
+        pthread_mutex_lock(&m->mu);
+        __atomic_add_fetch(&m->sleepers, 1, __ATOMIC_SEQ_CST);
+        while ((__atomic_load_n(&m->state, __ATOMIC_SEQ_CST) >> 16) == seen &&
+               !__atomic_load_n(&m->stop, __ATOMIC_SEQ_CST))
+            pthread_cond_wait(&m->wake, &m->mu);
+        __atomic_sub_fetch(&m->sleepers, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&m->mu);
+        spins = 0;
+    }
+}
+
 static void *worker(void *arg) {
     struct ttdb_model *m = arg;
     uint64_t seen = 0;
-    pthread_mutex_lock(&m->mu);
     for (;;) {
-        while (!m->stop && m->generation == seen)
-            pthread_cond_wait(&m->wake, &m->mu);
-        if (m->stop)
+        uint64_t st = next_generation(m, seen);
+        if (st == 0 && __atomic_load_n(&m->stop, __ATOMIC_SEQ_CST))
             break;
-        seen = m->generation;
-        struct job *j = m->job;
-        pthread_mutex_unlock(&m->mu);
-        run_chunks(j);
-        pthread_mutex_lock(&m->mu);
-        if (--m->busy == 0)
+        seen = st >> 16;
+        if (st & CLOSED)
+            continue;
+        /* join, unless the caller closed the generation in between */
+        if (!__atomic_compare_exchange_n(&m->state, &st, st + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            /* another worker joined first: retry this generation, unless it closed */
+            if ((st >> 16) == seen && !(st & CLOSED))
+                seen--;
+            continue;
+        }
+        /* the caller keeps the job alive until every worker that joined has left */
+        run_chunks(__atomic_load_n(&m->job, __ATOMIC_ACQUIRE));
+        __atomic_add_fetch(&m->left, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&m->waiting, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&m->wait_mu);
             pthread_cond_signal(&m->done);
+            pthread_mutex_unlock(&m->wait_mu);
+        }
     }
-    pthread_mutex_unlock(&m->mu);
     free(chunk_block);
     return NULL;
 }
@@ -131,22 +198,36 @@ API int32_t ttdb_parallel_for(void *rtctx, body_fn body, void *const *ptrs, cons
     if (chunks > extent)
         chunks = extent;
     struct job j = {body, ptrs, vars, extent, chunks, scratch_bytes, abort, 0, STATUS_OK};
-    if (m->num_workers == 0 || __atomic_load_n(&m->in_launch, __ATOMIC_RELAXED)) {
-        run_chunks(&j); /* one thread, or a launch nested in a chunk: inline */
+    if (m->num_workers == 0 || chunks <= 1 || __atomic_load_n(&m->in_launch, __ATOMIC_RELAXED)) {
+        run_chunks(&j); /* one thread, one chunk, or a launch nested in a chunk: inline */
         return j.status;
     }
     __atomic_store_n(&m->in_launch, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&m->mu);
-    m->job = &j;
-    m->busy = m->num_workers;
-    m->generation++;
-    pthread_cond_broadcast(&m->wake);
-    pthread_mutex_unlock(&m->mu);
+    __atomic_store_n(&m->left, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->job, &j, __ATOMIC_RELAXED);
+    uint64_t generation = (__atomic_load_n(&m->state, __ATOMIC_RELAXED) >> 16) + 1;
+    __atomic_store_n(&m->state, generation << 16, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&m->sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&m->mu);
+        pthread_cond_broadcast(&m->wake);
+        pthread_mutex_unlock(&m->mu);
+    }
     run_chunks(&j);
-    pthread_mutex_lock(&m->mu);
-    while (m->busy > 0)
-        pthread_cond_wait(&m->done, &m->mu);
-    pthread_mutex_unlock(&m->mu);
+    uint64_t joined = __atomic_fetch_or(&m->state, CLOSED, __ATOMIC_SEQ_CST) & JOINED;
+    for (unsigned spins = 0; __atomic_load_n(&m->left, __ATOMIC_ACQUIRE) < joined; spins++) {
+        if (spins < WAIT_SPIN) {
+            cpu_relax();
+            continue;
+        }
+        /* as with the sleepers: the caller says it waits, then looks at `left`; the last
+         * worker adds itself to `left`, then looks whether the caller waits */
+        pthread_mutex_lock(&m->wait_mu);
+        __atomic_store_n(&m->waiting, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&m->left, __ATOMIC_SEQ_CST) < joined)
+            pthread_cond_wait(&m->done, &m->wait_mu);
+        __atomic_store_n(&m->waiting, 0, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&m->wait_mu);
+    }
     __atomic_store_n(&m->in_launch, 0, __ATOMIC_RELAXED);
     return j.status;
 }
@@ -196,13 +277,14 @@ API void ttdb_model_close(ttdb_model *m) {
     if (!m)
         return;
     pthread_mutex_lock(&m->mu);
-    m->stop = 1;
+    __atomic_store_n(&m->stop, 1, __ATOMIC_SEQ_CST);
     pthread_cond_broadcast(&m->wake);
     pthread_mutex_unlock(&m->mu);
     for (int i = 0; i < m->num_workers; i++)
         pthread_join(m->workers[i], NULL);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->wake);
+    pthread_mutex_destroy(&m->wait_mu);
     pthread_cond_destroy(&m->done);
     free(m->workers);
     free(m->arena);
@@ -238,6 +320,7 @@ API ttdb_model *ttdb_model_open(int threads, const char *host_isa, char *error,
     m->threads = threads;
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->wake, NULL);
+    pthread_mutex_init(&m->wait_mu, NULL);
     pthread_cond_init(&m->done, NULL);
     uint64_t scratch = 0;
     int32_t max_args = 1;
