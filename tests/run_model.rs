@@ -672,3 +672,62 @@ fn odd_models_ttdb_cannot_run_are_refused_naming_the_node_and_op() {
         assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
     }
 }
+
+/// `ttdb run` keeps a model's weights in transparent huge pages where the kernel allows them
+/// (the binary's jemalloc is told to, src/main.rs): while ResNet-18 (45 MB of weights) runs,
+/// the process must hold at least 32 MiB in anonymous huge pages. Nothing to check on a
+/// kernel with THP off.
+#[test]
+fn a_running_model_keeps_its_weights_in_huge_pages() {
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.is_empty() || thp.contains("[never]") {
+        eprintln!("transparent huge pages are off on this kernel ({thp:?}): nothing to check");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::corpus_dir().join("onnx/torchvision_graph_only/resnet18.onnx");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
+        .env("XDG_DATA_HOME", dir.path())
+        .env_remove("TTDB_DB")
+        .env_remove("MALLOC_CONF")
+        .args(["run", model.to_str().unwrap(), "--deterministic-inputs"])
+        .args(["--repeat", "100000", "-o"])
+        .arg(dir.path().join("out"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rollup = format!("/proc/{}/smaps_rollup", child.id());
+    let huge_kib = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    // the first timed runs start within seconds (default schedules compile quickly); the
+    // weights are loaded by then
+    let start = std::time::Instant::now();
+    let mut seen = 0;
+    while start.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("ttdb run ended early ({status}): {err}");
+        }
+        if start.elapsed() < std::time::Duration::from_secs(3) {
+            continue;
+        }
+        seen = huge_kib(&std::fs::read_to_string(&rollup).unwrap_or_default());
+        if seen >= 32 * 1024 {
+            break;
+        }
+    }
+    child.kill().ok();
+    child.wait().ok();
+    assert!(
+        seen >= 32 * 1024,
+        "ttdb run held {seen} KiB in anonymous huge pages (THP {thp:?}); at least 32 MiB expected"
+    );
+}
