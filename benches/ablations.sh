@@ -12,7 +12,8 @@
 #   vmath:     exp, sigmoid, tanh and erf as a libm call per lane (`--vector-math 0`), same
 #              database, on efficientnet_b1 and distilbert_like;
 #   launch:    idle kernel threads park after every launch (`--pool-spin 0`), so each launch
-#              wakes them through the kernel, same database, on mobilenet_v3_small.
+#              wakes them through the kernel; and default schedules parallel however small
+#              their stage (`--serial-small-work 0`); same database, on mobilenet_v3_small.
 # Outside CI (about 30 minutes when nothing is tuned yet).
 #   [MODELS_LAYOUT="..."] [MODELS_DRAWS="..."] benches/ablations.sh --db-dir D [--trials N] [--repeat R]
 set -euo pipefail
@@ -102,7 +103,7 @@ echo
 echo "vmath and launch: one switch off against the default, same database, alternating"
 printf '%-20s %-16s %12s %12s %9s\n' model switch "off ms" "on ms" "speedup"
 for row in "efficientnet_b1 --vector-math" "distilbert_like --vector-math" \
-           "mobilenet_v3_small --pool-spin"; do
+           "mobilenet_v3_small --pool-spin" "mobilenet_v3_small --serial-small-work"; do
     read -r name flag <<<"$row"
     db=$(tuned "$name" planned planned)
     offs=() ons=()

@@ -179,6 +179,10 @@ pub struct TargetArgs {
     /// launch wakes them through the kernel); for ablations.
     #[arg(long, global = true, env = "TTDB_POOL_SPIN", hide = true)]
     pub pool_spin: Option<String>,
+    /// `0`: default schedules run every stage in parallel, however small (no one-thread
+    /// threshold); for ablations.
+    #[arg(long, global = true, env = "TTDB_SERIAL_SMALL_WORK", hide = true)]
+    pub serial_small_work: Option<String>,
 }
 
 /// This run's machine: the `Target` options carry down, and the ISA flags candidates are
@@ -399,6 +403,9 @@ pub fn run(cli: Cli) -> CliResult {
     let _ = TARGET_ARGS.set(cli.target.clone());
     if cli.target.pool_spin.as_deref() == Some("0") {
         ttdb_backend::codegen::set_idle_spin(false);
+    }
+    if cli.target.serial_small_work.as_deref() == Some("0") {
+        ttdb_tuning::search::default_schedule::set_serial_small_work(false);
     }
     let db = &cli.db;
     match cli.command {

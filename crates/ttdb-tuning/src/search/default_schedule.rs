@@ -19,6 +19,7 @@
 //!   loop and vectorizes its innermost spatial axis, split by the widest factor of at most
 //!   the vector width that divides it and moved inside the reduction loops. For injective
 //!   kernels (the glue) that is TVM's `schedule_injective`.
+use std::sync::atomic::{AtomicBool, Ordering};
 use ttdb_algo::ir::{Body, Dag, Expr, Operation};
 use ttdb_format::ansor::step::{
     Annotation, AnnotationStep, CacheWriteStep, ComputeAtStep, ComputeInlineStep, FuseStep,
@@ -293,6 +294,26 @@ fn register_tiled_steps(dag: &Dag, lanes: i64) -> Option<Vec<Step>> {
 /// Fewer output elements than this run on one thread: a fork-join costs more than the work.
 const MIN_PARALLEL_ELEMENTS: i64 = 16 * 1024;
 
+/// Whether small stages stay on one thread ([`MIN_PARALLEL_ELEMENTS`]); off, every stage
+/// with an outer loop is parallel, as before the threshold (an ablation switch, read by
+/// [`default_steps`] only).
+static SERIAL_SMALL_WORK: AtomicBool = AtomicBool::new(true);
+
+/// Whether default schedules keep stages below [`MIN_PARALLEL_ELEMENTS`] output elements on
+/// one thread, process-wide: for ablations of the launch cost (`ttdb --serial-small-work 0`).
+pub fn set_serial_small_work(on: bool) {
+    SERIAL_SMALL_WORK.store(on, Ordering::Relaxed);
+}
+
+/// The smallest stage (in output elements) that default schedules run in parallel.
+fn min_parallel_elements() -> i64 {
+    if SERIAL_SMALL_WORK.load(Ordering::Relaxed) {
+        MIN_PARALLEL_ELEMENTS
+    } else {
+        1
+    }
+}
+
 /// A parallel loop of at least this many iterations is long enough: the runtime cuts it into
 /// 4 chunks per thread.
 const MIN_PARALLEL_EXTENT: i64 = 128;
@@ -309,7 +330,7 @@ const MIN_PARALLEL_EXTENT: i64 = 128;
 /// paid once per iteration of it, and the loops under it keep plain strides. Before, every
 /// axis but the vector's was fused, and an innermost extent no width divides (NCHW3c) left
 /// the stage scalar: mobilenet_v2's input transform took 0.24 ms for 600 KB.
-fn injective_steps(id: u32, extents: &[i64], lanes: i64, steps: &mut Vec<Step>) {
+fn injective_steps(id: u32, extents: &[i64], lanes: i64, min_parallel: i64, steps: &mut Vec<Step>) {
     let k = extents.len();
     if extents.iter().any(|&e| e <= 0) {
         return;
@@ -343,7 +364,7 @@ fn injective_steps(id: u32, extents: &[i64], lanes: i64, steps: &mut Vec<Step>) 
     let total: i64 = extents.iter().product();
     let serial = usize::from(vector.is_some());
     let outer = axes.len() - serial;
-    if total >= MIN_PARALLEL_ELEMENTS && outer > 0 {
+    if total >= min_parallel && outer > 0 {
         let mut m = 1;
         while m < outer && axes[..m].iter().product::<i64>() < MIN_PARALLEL_EXTENT {
             m += 1;
@@ -392,6 +413,11 @@ fn lcm(a: i64, b: i64) -> i64 {
 /// The default steps for `dag` on a vector of `lanes` 32-bit elements; the output is the
 /// last stage. Stages whose extents are not constant are left at root, unscheduled.
 pub fn default_steps(dag: &Dag, lanes: i64) -> Vec<Step> {
+    default_steps_with(dag, lanes, min_parallel_elements())
+}
+
+/// [`default_steps`], with stages of fewer than `min_parallel` output elements on one thread.
+fn default_steps_with(dag: &Dag, lanes: i64, min_parallel: i64) -> Vec<Step> {
     let mut steps = Vec::new();
     let last = dag.stages.len().saturating_sub(1);
     for (id, stage) in dag.stages.iter().enumerate() {
@@ -411,7 +437,7 @@ pub fn default_steps(dag: &Dag, lanes: i64) -> Vec<Step> {
             continue;
         }
         if reduce == 0 {
-            injective_steps(id, &extents, lanes, &mut steps);
+            injective_steps(id, &extents, lanes, min_parallel, &mut steps);
             continue;
         }
         let inner = extents[k as usize - 1];
@@ -419,7 +445,7 @@ pub fn default_steps(dag: &Dag, lanes: i64) -> Vec<Step> {
             .into_iter()
             .find(|&f| f <= lanes.max(4) && inner % f == 0);
         let total: i64 = extents.iter().product();
-        let parallel = reduce > 0 || total >= MIN_PARALLEL_ELEMENTS;
+        let parallel = reduce > 0 || total >= min_parallel;
         // iterators: spatial 0..k, then the reduction's
         let outer = match factor {
             Some(f) => {
@@ -669,6 +695,41 @@ mod tests {
             text.contains("parallel") && text.contains(", 0, 440)"),
             "{text}"
         );
+    }
+
+    /// Small glue stays on one thread (a fork-join costs more than its work) unless the
+    /// threshold is off; large glue is parallel either way.
+    #[test]
+    fn small_stages_run_on_one_thread_unless_the_threshold_is_off() {
+        use ttdb_algo::ir::{DType, DagBuilder};
+        use ttdb_algo::ops::layout_transform::{layout_transform, DataLayout};
+        let transform = |logical: [i64; 4]| {
+            let mut b = DagBuilder::new();
+            let src = DataLayout::Nchwc(16);
+            let x = b.placeholder("p0".to_string(), &src.physical(logical), DType::F32);
+            let y = layout_transform(&mut b, &x, logical, src, DataLayout::Nchw).unwrap();
+            b.finish(&[&y])
+        };
+        let parallel = |steps: &[Step]| {
+            steps
+                .iter()
+                .any(|s| matches!(s, Step::Annotation(a) if a.annotation == Annotation::Parallel))
+        };
+        let small = transform([1, 32, 8, 8]); // 2048 elements
+        assert!(!parallel(&default_steps_with(
+            &small,
+            16,
+            MIN_PARALLEL_ELEMENTS
+        )));
+        assert!(parallel(&default_steps_with(&small, 16, 1)));
+        let large = transform([1, 64, 56, 56]);
+        assert!(parallel(&default_steps_with(
+            &large,
+            16,
+            MIN_PARALLEL_ELEMENTS
+        )));
+        // both lower and compute the reference's values
+        lowered_matching_reference(&small, Some(default_steps_with(&small, 16, 1)));
     }
 
     /// A vector over fused axes keeps each lane's index a constant offset from the
