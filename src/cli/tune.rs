@@ -86,7 +86,8 @@ pub struct TuneArgs {
     pub timeout: f64,
     /// Time candidates with every argument but the first evicted from the caches before
     /// each run, as a kernel runs inside a model (its weights cold; TVM's
-    /// `enable_cpu_cache_flush`).
+    /// `enable_cpu_cache_flush`). Cold timings are longer than warm ones and rank with them:
+    /// tune into a database without warm records of the same kernels.
     #[arg(long)]
     pub flush_cache: bool,
     /// Seed of the search's random choices.
