@@ -241,26 +241,33 @@ API int32_t ttdb_parallel_for(void *rtctx, body_fn body, void *const *ptrs, cons
 
 static size_t round_huge(size_t n) { return (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1); }
 
+/* Zeroed, 64-byte aligned heap memory of `bytes` (at least one line); NULL when out of
+ * memory. Freed with free(). */
+static void *zeroed(size_t bytes) {
+    size_t len = round64(bytes ? bytes : 1);
+    void *p = aligned_alloc(64, len);
+    if (p)
+        memset(p, 0, len);
+    return p;
+}
+
 /* Zeroed memory of `bytes`: below a huge page from the heap, above it mapped at a huge-page
  * boundary and advised into huge pages (a no-op where the kernel has them off). NULL when
  * out of memory. Freed by huge_free with the same size. */
 static void *huge_alloc(size_t bytes) {
-    if (bytes < HUGE_PAGE) {
-        void *p = aligned_alloc(64, round64(bytes ? bytes : 1));
-        if (p)
-            memset(p, 0, round64(bytes ? bytes : 1));
-        return p;
-    }
+    if (bytes < HUGE_PAGE)
+        return zeroed(bytes);
     size_t len = round_huge(bytes);
     uint8_t *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                         -1, 0);
     if (raw == MAP_FAILED)
         return NULL;
-    uint8_t *p = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    if (p > raw)
-        munmap(raw, (size_t)(p - raw));
-    if (p + len < raw + len + HUGE_PAGE)
-        munmap(p + len, (size_t)(raw + len + HUGE_PAGE - (p + len)));
+    /* keep the huge-page aligned `len` bytes inside; unmap the head and the tail around it */
+    size_t head = (HUGE_PAGE - (uintptr_t)raw % HUGE_PAGE) % HUGE_PAGE;
+    uint8_t *p = raw + head;
+    if (head)
+        munmap(raw, head);
+    munmap(p + len, HUGE_PAGE - head);
 #ifdef MADV_HUGEPAGE
     madvise(p, len, MADV_HUGEPAGE);
 #endif
@@ -420,7 +427,7 @@ API ttdb_model *ttdb_model_open(int threads, const char *host_isa, char *error,
     }
     m->arena = p->arena_bytes ? huge_alloc(p->arena_bytes) : NULL;
     m->weights = weights_acquire();
-    m->scratch = scratch ? aligned_alloc(64, round64(scratch)) : NULL;
+    m->scratch = scratch ? zeroed(scratch) : NULL;
     m->args = calloc((size_t)max_args, sizeof(void *));
     m->workers = calloc((size_t)threads, sizeof(pthread_t));
     if ((p->arena_bytes && !m->arena) || (scratch && !m->scratch) || !m->args || !m->workers) {
@@ -429,8 +436,6 @@ API ttdb_model *ttdb_model_open(int threads, const char *host_isa, char *error,
             (unsigned long long)p->arena_bytes);
         return NULL;
     }
-    if (m->scratch)
-        memset(m->scratch, 0, round64(scratch));
     for (int i = 0; i + 1 < threads; i++) {
         if (pthread_create(&m->workers[i], NULL, worker, m) != 0)
             break;
