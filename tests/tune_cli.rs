@@ -229,9 +229,9 @@ fn tune_a_model_searches_every_kernel_within_one_budget() {
     assert!(err.contains("--plot"), "{err}");
 }
 
-/// `apply` spends its time budget: the transfer (an empty database: every kernel measured
-/// on its default schedule), then a search of the model's kernels with what is left, then
-/// the model timed end to end on what was stored.
+/// `apply` spends its time budget on a search of the model's kernels (an empty database:
+/// nothing transferred, each kernel's first round its default schedule), then times the
+/// model end to end on what was stored.
 #[test]
 fn apply_searches_with_the_rest_of_its_time_budget() {
     let dir = tempfile::tempdir().unwrap();
@@ -259,6 +259,13 @@ fn apply_searches_with_the_rest_of_its_time_budget() {
     // trial count: the search has none.
     let stop = search["stop"].as_str().unwrap();
     assert!(stop == "time" || stop == "all_dead", "{stop}");
+    // No transfer measured apart: nothing to transfer, every kernel started on its default.
+    assert!(v["kernels"].is_null(), "{v}");
+    assert_eq!(common::measurements(&db, "apply", ""), 0);
+    for k in search["kernels"].as_array().unwrap() {
+        let from = k["best_from"].as_str().unwrap_or("-");
+        assert!(from == "default" || from == "search", "{k}");
+    }
     // Within the budget, give or take the round in flight and the end-to-end run.
     assert!(wall < 12.0 + 25.0, "{wall} s");
     let e2e = &v["end_to_end"]["measured"];
@@ -283,11 +290,13 @@ fn apply_searches_with_the_rest_of_its_time_budget() {
     assert_eq!(search_measurements(&db) as u64, trials);
 }
 
-/// When a search follows, `apply` times the transferred candidates as the search times its
-/// own (3 samples; the search times them again as its seeds), so that a short budget is not
-/// spent on the transfer; `--transfer-only` keeps the precise timing (5 samples).
+/// When a search follows, `apply`'s transfer is the search's first round: each kernel's
+/// transferred candidates and its default, measured once, as the search measures (no
+/// measurement of the transfer's own). Measured apart (the hidden `--transfer-apart`), the
+/// transfer times its candidates as the search does (3 samples; the search times them again
+/// as its seeds); `--transfer-only` keeps the precise timing (5 samples).
 #[test]
-fn apply_times_the_transfer_quickly_when_a_search_follows() {
+fn apply_measures_the_transfer_as_the_searchs_first_round() {
     let dir = tempfile::tempdir().unwrap();
     let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
     let repeats = |db: &std::path::Path| -> Vec<i64> {
@@ -302,9 +311,16 @@ fn apply_times_the_transfer_quickly_when_a_search_follows() {
             .unwrap()
     };
     let m = fixture_model();
+    let first_round_seeds =
+        |db: &std::path::Path| -> i64 { common::measurements(db, "search", "%(round 0, seed)") };
     for (name, extra, want) in [
-        ("quick.db", vec!["--time-budget", "10"], 3),
-        ("precise.db", vec!["--transfer-only"], 5),
+        ("seeded.db", vec!["--time-budget", "10"], vec![]),
+        (
+            "apart.db",
+            vec!["--time-budget", "10", "--transfer-apart"],
+            vec![3],
+        ),
+        ("precise.db", vec!["--transfer-only"], vec![5]),
     ] {
         let db = dir.path().join(name);
         let (code, _, err) = ttdb(&db, &["import", log.to_str().unwrap()]);
@@ -318,9 +334,21 @@ fn apply_times_the_transfer_quickly_when_a_search_follows() {
             "0",
         ];
         args.extend(extra);
-        let (code, _, err) = ttdb(&db, &args);
+        args.push("--json");
+        let (code, out, err) = ttdb(&db, &args);
         assert_eq!(code, 0, "{err}");
-        assert_eq!(repeats(&db), vec![want], "{name}");
+        assert_eq!(repeats(&db), want, "{name}");
+        if name != "seeded.db" {
+            continue;
+        }
+        // The seeds' round: a transferred candidate (top-k 1) and the default of each
+        // kernel with a match, the default alone of the others.
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let kernels = v["search"]["ran"]["kernels"].as_array().unwrap().clone();
+        let seeds: u64 = kernels.iter().map(|k| k["seeds"].as_u64().unwrap()).sum();
+        assert!(kernels.iter().any(|k| k["seeds"] == 2), "{v}");
+        assert!(first_round_seeds(&db) >= kernels.len() as i64, "{v}");
+        assert!(first_round_seeds(&db) <= seeds as i64, "{v}");
     }
 }
 

@@ -14,12 +14,12 @@ use ttdb_tuning::tune::{apply, ApplyOptions, ApplyReport};
 pub struct ApplyArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Candidates measured per kernel (besides the untuned default).
+    /// Transferred candidates measured per kernel (besides the untuned default).
     #[arg(long, default_value_t = 3)]
     pub top_k: usize,
-    /// Wall-clock budget in seconds for the whole apply: the transfer measures within it
-    /// (kernels past it keep their default schedule), and a search of the model's kernels,
-    /// seeded with what transferred, spends what is left.
+    /// Wall-clock budget in seconds for the whole apply: a search of the model's kernels
+    /// whose first round per kernel is its transferred candidates and its default (with
+    /// `--transfer-only`: the transfer alone; kernels past the budget keep their default).
     #[arg(
         long,
         visible_alias = "budget-seconds",
@@ -27,9 +27,13 @@ pub struct ApplyArgs {
         value_name = "S"
     )]
     pub time_budget: f64,
-    /// Stop after the transfer: no search with the rest of the time budget.
+    /// Only the transfer: measure each kernel's candidates and keep the fastest, no search.
     #[arg(long)]
     pub transfer_only: bool,
+    /// Measure the transfer on its own, then search with what is left (apply before the
+    /// transferred schedules became the search's first round; for `benches/apply_vs.sh`).
+    #[arg(long, hide = true)]
+    pub transfer_apart: bool,
     /// At the end, time this many runs of the model here, end to end as `ttdb run --repeat`
     /// does (the glue between kernels included); 0: none.
     #[arg(long, default_value_t = 20, value_name = "N")]
@@ -38,11 +42,13 @@ pub struct ApplyArgs {
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
     /// Refine each kernel's chosen transferred schedule on this machine with up to N Droplet
-    /// trials (TT + Droplet; 0: no refinement).
+    /// trials (TT + Droplet; 0: no refinement). The transfer is then measured on its own,
+    /// before the search.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub droplet: usize,
     /// Search the kernels no transferred schedule sped up (no candidate, or none faster than
-    /// the default) with N trials each (0: no search).
+    /// the default) with N trials each (0: no search). The transfer is then measured on its
+    /// own, before the search.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tune: usize,
     #[command(flatten)]
@@ -200,18 +206,20 @@ pub fn render_apply(r: &ApplyReport) -> String {
     out
 }
 
-/// What `apply` prints: the transfer, the search after it, and the model run end to end.
+/// What `apply` prints: the transfer (when measured on its own), the search after it, and
+/// the model run end to end.
 #[derive(serde::Serialize)]
 struct Applied {
     #[serde(flatten)]
-    apply: ApplyReport,
+    transfer: Option<ApplyReport>,
     search: Search,
     end_to_end: super::tune_model::EndToEnd,
 }
 
 /// Ctrl-C stopped the transfer or the search.
-fn interrupted(apply: &ApplyReport, search: &Search) -> bool {
-    apply.interrupted || matches!(search, Search::Ran(r) if r.interrupted)
+fn interrupted(a: &Applied) -> bool {
+    a.transfer.as_ref().is_some_and(|t| t.interrupted)
+        || matches!(&a.search, Search::Ran(r) if r.interrupted)
 }
 
 /// The search after the transfer, or why there was none.
@@ -236,67 +244,78 @@ fn search_options(
     Ok(t)
 }
 
-/// Less than this left of the time budget after the transfer: no search (every kernel
-/// would not even get its first round).
+/// Less than this left of the time budget after a transfer measured on its own: no search
+/// (every kernel would not even get its first round).
 const MIN_SEARCH: Duration = Duration::from_secs(5);
 
-/// The model's kernels searched until the time budget is spent, seeded with the schedules
-/// that transferred (the task scheduler gives the time to the kernels where it pays).
-fn search_the_rest(
+/// The transfer is measured on its own, before any search: with `--transfer-only`, and with
+/// `--droplet` or `--tune` (which refine or search within it). Otherwise the transferred
+/// schedules are the search's seeds, measured in each kernel's first round: measured on its
+/// own, the transfer took 54 of resnet34's 600 s at 1.2 candidates/s, where the search
+/// measures 7.5 trials/s, and the search measured the same candidates again.
+fn transfer_first(args: &ApplyArgs) -> bool {
+    args.transfer_only || args.transfer_apart || args.droplet > 0 || args.tune > 0
+}
+
+/// The model's kernels searched until `left` is spent. Each kernel's first round is its
+/// transferred schedules (the top `--top-k` matches) and its default; the task scheduler
+/// gives the rest of the time to the kernels where it pays.
+fn seeded_search(
     store: &mut Store,
     args: &ApplyArgs,
     m: &ModelMatch,
-    report: &ApplyReport,
-    started: Instant,
-    time_budget: Duration,
+    left: Duration,
     remote: Option<&super::worker::Remote>,
-) -> Result<Search, CliError> {
-    let not = |why: &str| Ok(Search::NotRun(why.to_string()));
-    if args.transfer_only {
-        return not("--transfer-only");
-    }
-    if report.interrupted {
-        return not("interrupted");
-    }
-    if m.matches.is_empty() {
-        return not("no tunable kernel");
-    }
-    let left = time_budget.saturating_sub(started.elapsed());
-    if left < MIN_SEARCH {
-        return Ok(Search::NotRun(format!(
-            "{:.1} s of the {:.0} s time budget left (raise --time-budget)",
-            left.as_secs_f64(),
-            time_budget.as_secs_f64()
-        )));
-    }
+) -> Result<ModelTuneReport, CliError> {
     let mut t = search_options(args, remote)?;
     t.search.time_budget = Some(left);
+    t.search.seeds_alone_first = true;
     let opts = ModelTuneOptions {
         trials: None,
         time_budget: Some(left),
         search: t.search,
         refine: t.refine,
         droplet_trials: 0,
-        seeds: 5,
+        seeds: args.top_k,
         share_bests: true,
     };
-    let r = super::tune_model::search_model(store, m, &opts, remote, args.dry_run)?;
-    Ok(Search::Ran(r))
+    super::tune_model::search_model(store, m, &opts, remote, args.dry_run)
 }
 
-pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
-    if args.workers.is_some() && args.dry_run {
-        return Err(CliError {
-            message: "--workers and --dry-run: workers store every trial they measure".into(),
-            code: 2,
-        });
+/// Without a transfer of its own: the seeded search with the whole budget left.
+fn search_with_seeds(
+    store: &mut Store,
+    args: &ApplyArgs,
+    m: &ModelMatch,
+    left: Duration,
+    remote: Option<&super::worker::Remote>,
+) -> Result<(Option<ApplyReport>, Search), CliError> {
+    if m.matches.is_empty() {
+        return Ok((None, Search::NotRun("no tunable kernel".into())));
     }
-    let started = Instant::now();
-    let time_budget = Duration::from_secs_f64(args.time_budget.max(0.0));
-    let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
+    if left.is_zero() {
+        return Ok((
+            None,
+            Search::NotRun("the time budget was spent matching".into()),
+        ));
+    }
+    let r = seeded_search(store, args, m, left, remote)?;
+    Ok((None, Search::Ran(r)))
+}
+
+/// The transfer measured on its own (`transfer_first`), then, unless `--transfer-only`, the
+/// seeded search with what is left of the budget.
+fn transfer_then_search(
+    store: &mut Store,
+    args: &ApplyArgs,
+    m: &ModelMatch,
+    started: Instant,
+    time_budget: Duration,
+    remote: Option<&super::worker::Remote>,
+) -> Result<(Option<ApplyReport>, Search), CliError> {
     let mut opts = ApplyOptions {
         top_k: args.top_k,
-        budget: time_budget,
+        budget: time_budget.saturating_sub(started.elapsed()),
         lanes: super::machine().target.lanes() as i64,
         ..ApplyOptions::default()
     };
@@ -331,35 +350,87 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         r.droplet.max_timeout = Duration::from_secs_f64(args.timeout);
         opts.droplet = Some(r);
     }
-    let what = format!("apply {}", args.model.model.display());
-    let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "apply")?;
     if args.tune > 0 {
-        let mut t = search_options(args, remote.as_ref())?;
+        let mut t = search_options(args, remote)?;
         t.search.trials = args.tune;
         opts.tune = Some(t);
     }
-    if let Some(r) = &remote {
+    if let Some(r) = remote {
         opts.remote = Some(r.shared());
         if let Some(d) = opts.droplet.as_mut() {
             d.remote = Some(r.shared());
         }
     }
-    let outcome = super::progress::track(|progress| {
-        super::with_sink_or_remote(store, args.dry_run, remote.as_ref(), |sink| {
-            apply(&m, &opts, sink, progress)
+    let report = super::progress::track(|progress| {
+        super::with_sink_or_remote(store, args.dry_run, remote, |sink| {
+            apply(m, &opts, sink, progress)
         })
-    })
-    .map_err(CliError::from)
-    .and_then(|report| {
-        let search = search_the_rest(
-            store,
-            args,
-            &m,
-            &report,
-            started,
-            time_budget,
-            remote.as_ref(),
-        )?;
+    })?;
+    let not = |why: &str| Search::NotRun(why.to_string());
+    let left = time_budget.saturating_sub(started.elapsed());
+    let search = if args.transfer_only {
+        not("--transfer-only")
+    } else if report.interrupted {
+        not("interrupted")
+    } else if m.matches.is_empty() {
+        not("no tunable kernel")
+    } else if left < MIN_SEARCH {
+        Search::NotRun(format!(
+            "{:.1} s of the {:.0} s time budget left (raise --time-budget)",
+            left.as_secs_f64(),
+            time_budget.as_secs_f64()
+        ))
+    } else {
+        Search::Ran(seeded_search(store, args, m, left, remote)?)
+    };
+    Ok((Some(report), search))
+}
+
+/// What the seeds did, for the seeded search's report: how many kernels had transferred
+/// schedules, and how many ended on one.
+fn render_seeds(m: &ModelMatch, r: &ModelTuneReport, top_k: usize) -> String {
+    use ttdb_tuning::matcher::Tier;
+    let count = |t: Tier| m.matches.iter().filter(|k| k.tier == t).count();
+    let from = |f: &dyn Fn(&str) -> bool| {
+        r.kernels
+            .iter()
+            .filter(|k| k.best_from.as_deref().is_some_and(f))
+            .count()
+    };
+    format!(
+        "transfer: {} of {} kernels matched stored schedules ({} exact, {} class); their top {} \
+         and the default were each kernel's first round\nbest schedules: {} transferred, {} \
+         the default, {} found by the search\n",
+        m.matches.len() - count(Tier::None),
+        m.matches.len(),
+        count(Tier::Exact),
+        count(Tier::Class),
+        top_k,
+        from(&|f| f.starts_with("exact") || f.starts_with("class")),
+        from(&|f| f == "default"),
+        from(&|f| f == "search"),
+    )
+}
+
+pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
+    if args.workers.is_some() && args.dry_run {
+        return Err(CliError {
+            message: "--workers and --dry-run: workers store every trial they measure".into(),
+            code: 2,
+        });
+    }
+    let started = Instant::now();
+    let time_budget = Duration::from_secs_f64(args.time_budget.max(0.0));
+    let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
+    let what = format!("apply {}", args.model.model.display());
+    let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "apply")?;
+    let phases = if transfer_first(args) {
+        transfer_then_search(store, args, &m, started, time_budget, remote.as_ref())
+    } else {
+        let left = time_budget.saturating_sub(started.elapsed());
+        search_with_seeds(store, args, &m, left, remote.as_ref())
+    };
+    let outcome = phases.and_then(|(transfer, search)| {
         let end_to_end = super::tune_model::end_to_end(
             store,
             &super::tune_model::EndToEndRun {
@@ -368,11 +439,12 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
                 runs: args.e2e_runs,
                 remote: remote.as_ref(),
                 dry_run: args.dry_run,
-                interrupted: interrupted(&report, &search),
+                interrupted: transfer.as_ref().is_some_and(|t| t.interrupted)
+                    || matches!(&search, Search::Ran(r) if r.interrupted),
             },
         )?;
         Ok(Applied {
-            apply: report,
+            transfer,
             search,
             end_to_end,
         })
@@ -386,11 +458,19 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         }
         None => outcome?,
     };
-    super::progress::print_report(&out, interrupted(&out.apply, &out.search), args.json, |a| {
-        let mut s = render_apply(&a.apply);
+    super::progress::print_report(&out, interrupted(&out), args.json, |a| {
+        let mut s = String::new();
+        if let Some(t) = &a.transfer {
+            s.push_str(&render_apply(t));
+        }
         match &a.search {
             Search::Ran(r) => {
-                s.push_str("\nthen searched with the rest of the time budget:\n");
+                if a.transfer.is_some() {
+                    s.push_str("\nthen searched with the rest of the time budget:\n");
+                } else {
+                    s.push_str(&render_seeds(&m, r, args.top_k));
+                    s.push('\n');
+                }
                 s.push_str(&super::tune_model::render_model_tune(
                     r,
                     super::progress::peak_gflops(),
@@ -398,9 +478,10 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
             }
             Search::NotRun(why) => s.push_str(&format!("no search after the transfer: {why}\n")),
         }
-        let kernel_sum = match &a.search {
-            Search::Ran(r) => r.kernel_sum_ms,
-            Search::NotRun(_) => a.apply.tuned_total_ms,
+        let kernel_sum = match (&a.search, &a.transfer) {
+            (Search::Ran(r), _) => r.kernel_sum_ms,
+            (Search::NotRun(_), Some(t)) => t.tuned_total_ms,
+            (Search::NotRun(_), None) => f64::NAN,
         };
         s.push_str(&super::tune_model::render_end_to_end(
             &a.end_to_end,
@@ -408,8 +489,11 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         ));
         s
     })?;
-    let report = &out.apply;
-    if report.kernels.iter().any(|k| !k.verified) {
+    if out
+        .transfer
+        .as_ref()
+        .is_some_and(|t| t.kernels.iter().any(|k| !k.verified))
+    {
         return Err(CliError {
             message: "some kernels could not be verified (see the table)".into(),
             code: 1,

@@ -190,6 +190,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
                 time_budget: 1e9,
                 // refine --model is transfer + Droplet, run as it always was
                 transfer_only: true,
+                transfer_apart: false,
                 e2e_runs: 0,
                 timeout: args.timeout,
                 droplet: args.trials_per_kernel.max(1),

@@ -15,8 +15,19 @@ use ttdb_tuning::tune::search::TuneOptions;
 
 pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> String {
     let mut t = Table::new(&[
-        "kernel", "class", "shapes", ">x", ">seeds", ">rounds", ">trials", ">failed", ">best ms",
-        ">GFLOP/s", ">% peak", "note",
+        "kernel",
+        "class",
+        "shapes",
+        ">x",
+        ">seeds",
+        ">rounds",
+        ">trials",
+        ">failed",
+        ">best ms",
+        ">GFLOP/s",
+        ">% peak",
+        "best from",
+        "note",
     ]);
     for k in &r.kernels {
         t.row(vec![
@@ -31,6 +42,7 @@ pub fn render_model_tune(r: &ModelTuneReport, peak_gflops: Option<f64>) -> Strin
             fmt_opt(k.best_ms, 3),
             fmt_opt(k.gflops, 1),
             fmt_opt(k.gflops.zip(peak_gflops).map(|(g, p)| 100.0 * g / p), 1),
+            k.best_from.clone().unwrap_or_else(|| "-".into()),
             k.note.clone().unwrap_or_default(),
         ]);
     }

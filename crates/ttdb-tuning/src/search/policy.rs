@@ -63,6 +63,11 @@ pub struct SearchOptions {
     /// Half the initial draws of a vector split fill whole vectors (`Sampler`); off only
     /// for ablations.
     pub vector_filling_draws: bool,
+    /// The seeds make a round of their own, the task's first; the round after samples a
+    /// population as a cold search's first round does. `apply`'s transfer: every kernel's
+    /// transferred schedules are measured early (one short round each), and the search is
+    /// not bred from them alone.
+    pub seeds_alone_first: bool,
 }
 
 impl Default for SearchOptions {
@@ -81,6 +86,7 @@ impl Default for SearchOptions {
             learned_model: true,
             warm_start: true,
             vector_filling_draws: true,
+            seeds_alone_first: false,
         }
     }
 }
@@ -209,6 +215,10 @@ pub struct TaskSearch<'a> {
     transferred: Vec<Vec<Step>>,
     /// Every schedule offered so far, as offered (each is taken once).
     offered: HashSet<String>,
+    /// The seeds went to a round's pool (they join one round only).
+    seeds_taken: bool,
+    /// A round sampled its population with no measured parent (a cold first round).
+    sampled_population: bool,
     opts: SearchOptions,
     empty_rounds: usize,
     t0: Instant,
@@ -248,6 +258,8 @@ impl<'a> TaskSearch<'a> {
             seeds: seeds.to_vec(),
             transferred: Vec::new(),
             offered: HashSet::new(),
+            seeds_taken: false,
+            sampled_population: false,
             opts: opts.clone(),
             empty_rounds: 0,
             t0: Instant::now(),
@@ -286,16 +298,24 @@ impl<'a> TaskSearch<'a> {
     /// The candidates of the next round: bred from the measured states and sampled, new
     /// by loop nest, at most `want`, ranked by `model` (see the module docs).
     fn candidates(&mut self, want: usize, model: &CostModel) -> Vec<Candidate> {
-        let (dag, opts) = (self.dag, &self.opts);
-        let ranking = opts.draft_filter || (opts.learned_model && model.is_trained());
         let mut pool: Vec<Candidate> = Vec::new();
-        if self.out.rounds == 0 {
+        if !self.seeds_taken {
+            self.seeds_taken = true;
             pool.extend(
                 self.seeds
                     .iter()
                     .map(|s| Candidate::new(s.clone(), "seed".into())),
             );
+            if self.opts.seeds_alone_first && !pool.is_empty() {
+                let chosen = self.choose_seeds(std::mem::take(&mut pool));
+                // (None new: the round is a search round, not an empty one that ends the task.)
+                if !chosen.is_empty() {
+                    return chosen;
+                }
+            }
         }
+        let (dag, opts) = (self.dag, &self.opts);
+        let ranking = opts.draft_filter || (opts.learned_model && model.is_trained());
         // the newest offers (a sibling's later best supersedes its earlier), a quarter of
         // the round at most; the rest wait for the next round
         let take = self.transferred.len().min((want / 4).max(1));
@@ -305,7 +325,13 @@ impl<'a> TaskSearch<'a> {
                 .into_iter()
                 .map(|s| Candidate::new(s, "transfer".into())),
         );
-        let parents = measured_parents(&self.out.trials);
+        let parents = if opts.seeds_alone_first && !self.sampled_population {
+            // After the seeds' own round: a population as a cold first round samples it.
+            Vec::new()
+        } else {
+            measured_parents(&self.out.trials)
+        };
+        self.sampled_population |= parents.is_empty();
         let n_rand = if parents.is_empty() {
             0
         } else {
@@ -400,6 +426,31 @@ impl<'a> TaskSearch<'a> {
                 c
             })
             .collect()
+    }
+
+    /// The seeds' own round (`SearchOptions::seeds_alone_first`): those that lower to a loop
+    /// nest not seen before, all of them.
+    fn choose_seeds(&mut self, pool: Vec<Candidate>) -> Vec<Candidate> {
+        self.out.generated += pool.len();
+        let (dag, hw) = (self.dag, self.hw);
+        let lowered: Vec<_> = pool
+            .par_iter()
+            .map(|c| lowered(dag, &c.steps, &hw))
+            .collect();
+        let mut chosen = Vec::new();
+        for (mut c, l) in pool.into_iter().zip(lowered) {
+            let Some((k, features)) = l else {
+                self.out.invalid += 1;
+                continue;
+            };
+            if !self.seen.insert(k) {
+                self.out.duplicates += 1;
+                continue;
+            }
+            c.features = Some(features);
+            chosen.push(c);
+        }
+        chosen
     }
 
     /// Orders `pool` best first: the draft filter keeps the faster share by the static

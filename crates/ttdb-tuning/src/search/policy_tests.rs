@@ -149,3 +149,57 @@ fn offered_sibling_bests_are_adapted_and_measured_once() {
         transferred[0].steps
     );
 }
+
+/// `seeds_alone_first` (apply's transfer): the first round is the seeds and nothing else,
+/// the second a sampled population as a cold first round (nothing bred from the seeds
+/// alone), the third breeds from both. Without it the seeds join a first round of samples.
+#[test]
+fn seeds_alone_make_the_first_round_and_a_population_the_second() {
+    let hw = HardwareParams {
+        num_cores: 2,
+        vector_lanes: 8,
+    };
+    let dag = matmul(64, 64, 64);
+    let base = SearchOptions {
+        trials: 64,
+        batch: 8,
+        population: 16,
+        ..SearchOptions::default()
+    };
+    // Two seeds: the first rounds' samples of an unseeded search.
+    let mut model = CostModel::new();
+    let mut scout = TaskSearch::new(&dag, hw, &[], &base).unwrap();
+    scout.round(8, &mut Faulty { n: 1 }, &mut Quiet, &mut model);
+    let seeds: Vec<Vec<Step>> = scout.out.trials[..2]
+        .iter()
+        .map(|t| t.steps.clone())
+        .collect();
+    let origins = |task: &TaskSearch, round: usize| -> Vec<String> {
+        let of_round = task.out.trials.iter().filter(|t| t.round == round);
+        of_round.map(|t| t.origin.clone()).collect()
+    };
+    let alone = SearchOptions {
+        seeds_alone_first: true,
+        ..base.clone()
+    };
+    let mut task = TaskSearch::new(&dag, hw, &seeds, &alone).unwrap();
+    for _ in 0..3 {
+        task.round(8, &mut Faulty { n: 1 }, &mut Quiet, &mut model);
+    }
+    assert_eq!(origins(&task, 0), vec!["seed", "seed"]);
+    let second = origins(&task, 1);
+    assert_eq!(second.len(), 8);
+    assert!(second.iter().all(|o| o == "sample"), "{second:?}");
+    let third = origins(&task, 2);
+    assert!(third.iter().any(|o| o.starts_with("mutation")), "{third:?}");
+    // Without the option: the seeds and samples share the first round.
+    let mut mixed = TaskSearch::new(&dag, hw, &seeds, &base).unwrap();
+    mixed.round(8, &mut Faulty { n: 1 }, &mut Quiet, &mut model);
+    let first = origins(&mixed, 0);
+    assert_eq!(first.len(), 8);
+    assert_eq!(
+        first.iter().filter(|o| *o == "seed").count(),
+        2,
+        "{first:?}"
+    );
+}

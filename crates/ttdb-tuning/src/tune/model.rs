@@ -59,6 +59,9 @@ pub struct ModelTunedKernel {
     pub best_ms: Option<f64>,
     pub gflops: Option<f64>,
     pub droplet_trials: usize,
+    /// Where the best schedule came from: a seed's source ("exact FILE:LINE ..", "class
+    /// ..", "default": the untuned schedule), or "search".
+    pub best_from: Option<String>,
     pub note: Option<String>,
 }
 
@@ -254,18 +257,34 @@ struct InFlight<'a> {
     evaluations: Option<Vec<Option<ttdb_backend::evaluate::Evaluation>>>,
 }
 
-/// Seeds for `dag` from the matched candidates: those whose steps replay on it.
-fn seeds_for(dag: &Dag, candidates: &[crate::matcher::Candidate], n: usize) -> Vec<Vec<Step>> {
+/// Seeds for `dag` from the matched candidates: those whose steps replay on it, each with
+/// where it came from ("exact FILE:LINE (workload ..)", "class ...").
+fn seeds_for(
+    dag: &Dag,
+    candidates: &[crate::matcher::Candidate],
+    n: usize,
+) -> (Vec<Vec<Step>>, Vec<String>) {
     let inits = stage_inits_from_dag(dag);
     let hash = dag_hash(dag);
-    let mut out: Vec<Vec<Step>> = Vec::new();
+    let (mut out, mut labels): (Vec<Vec<Step>>, Vec<String>) = Default::default();
     for c in candidates.iter().take(n) {
         let fits = dag_hash(&c.dag) == hash || replay(&inits, &c.steps).is_ok();
         if fits && !out.contains(&c.steps) {
             out.push(c.steps.clone());
+            labels.push(format!("{} {}", c.tier.as_str(), c.source.label()));
         }
     }
-    out
+    (out, labels)
+}
+
+/// Where a task's best came from: the seed's label, or "search".
+fn best_from(search: &TaskSearch, seeds: &[Vec<Step>], labels: &[String]) -> Option<String> {
+    let best = search.out.best_trial()?;
+    if best.origin != "seed" {
+        return Some("search".into());
+    }
+    let i = seeds.iter().position(|s| *s == best.steps)?;
+    Some(labels.get(i).cloned().unwrap_or_else(|| "default".into()))
 }
 
 /// Adds the schedule `ttdb run` gives `dag` when nothing is stored (the first default that
@@ -293,13 +312,15 @@ pub fn tune_model(
     let mut dags = Vec::new();
     let mut references = Vec::new();
     let mut seeds = Vec::new();
+    let mut seed_labels = Vec::new();
     let mut weights = Vec::new();
     let mut classes = Vec::new();
     // (row index) of each task.
     let mut task_rows = Vec::new();
     // Each kernel's DAG, reference (its interpreter run is most of a tune's start: ~0.7 s
     // per resnet18 conv), sketches and seeds, the kernels in parallel.
-    let prepared: Vec<Result<(Dag, Reference, usize, Vec<Vec<Step>>), String>> = m
+    type Prepared = (Dag, Reference, usize, (Vec<Vec<Step>>, Vec<String>));
+    let prepared: Vec<Result<Prepared, String>> = m
         .matches
         .par_iter()
         .map(|km| {
@@ -315,11 +336,11 @@ pub fn tune_model(
             let sketches = crate::search::sketch::generate_sketches(&dag, &hw)
                 .map_err(|e| format!("no search: {e}"))?
                 .len();
-            let mut seeds = seeds_for(&dag, &km.candidates, opts.seeds);
+            let (mut seeds, labels) = seeds_for(&dag, &km.candidates, opts.seeds);
             if opts.seeds > 0 {
                 with_default_seed(&dag, opts.refine.target.lanes() as i64, &mut seeds);
             }
-            Ok((dag, reference, sketches, seeds))
+            Ok((dag, reference, sketches, (seeds, labels)))
         })
         .collect();
     for (km, built) in m.matches.iter().zip(prepared) {
@@ -338,13 +359,15 @@ pub fn tune_model(
             best_ms: None,
             gflops: None,
             droplet_trials: 0,
+            best_from: None,
             note: None,
         };
         match built {
-            Ok((dag, reference, n_sketches, s)) => {
+            Ok((dag, reference, n_sketches, (s, labels))) => {
                 row.sketches = n_sketches;
                 row.seeds = s.len();
                 seeds.push(s);
+                seed_labels.push(labels);
                 classes.push(k.class.clone());
                 dags.push(dag);
                 references.push(reference);
@@ -434,6 +457,7 @@ pub fn tune_model(
         if let Some(b) = s.out.best_trial() {
             row.best_ms = b.evaluation.median().map(|x| x * 1e3);
             row.gflops = b.evaluation.gflops(dags[t].flop_ct());
+            row.best_from = best_from(s, &seeds[t], &seed_labels[t]);
         } else if row.note.is_none() {
             row.note = Some(if row.rounds == 0 {
                 "no round within the budget".into()
