@@ -217,9 +217,8 @@ struct Applied {
 }
 
 /// Ctrl-C stopped the transfer or the search.
-fn interrupted(a: &Applied) -> bool {
-    a.transfer.as_ref().is_some_and(|t| t.interrupted)
-        || matches!(&a.search, Search::Ran(r) if r.interrupted)
+fn interrupted(transfer: Option<&ApplyReport>, search: &Search) -> bool {
+    transfer.is_some_and(|t| t.interrupted) || matches!(search, Search::Ran(r) if r.interrupted)
 }
 
 /// The search after the transfer, or why there was none.
@@ -439,8 +438,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
                 runs: args.e2e_runs,
                 remote: remote.as_ref(),
                 dry_run: args.dry_run,
-                interrupted: transfer.as_ref().is_some_and(|t| t.interrupted)
-                    || matches!(&search, Search::Ran(r) if r.interrupted),
+                interrupted: interrupted(transfer.as_ref(), &search),
             },
         )?;
         Ok(Applied {
@@ -458,37 +456,44 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         }
         None => outcome?,
     };
-    super::progress::print_report(&out, interrupted(&out), args.json, |a| {
-        let mut s = String::new();
-        if let Some(t) = &a.transfer {
-            s.push_str(&render_apply(t));
-        }
-        match &a.search {
-            Search::Ran(r) => {
-                if a.transfer.is_some() {
-                    s.push_str("\nthen searched with the rest of the time budget:\n");
-                } else {
-                    s.push_str(&render_seeds(&m, r, args.top_k));
-                    s.push('\n');
-                }
-                s.push_str(&super::tune_model::render_model_tune(
-                    r,
-                    super::progress::peak_gflops(),
-                ));
+    super::progress::print_report(
+        &out,
+        interrupted(out.transfer.as_ref(), &out.search),
+        args.json,
+        |a| {
+            let mut s = String::new();
+            if let Some(t) = &a.transfer {
+                s.push_str(&render_apply(t));
             }
-            Search::NotRun(why) => s.push_str(&format!("no search after the transfer: {why}\n")),
-        }
-        let kernel_sum = match (&a.search, &a.transfer) {
-            (Search::Ran(r), _) => r.kernel_sum_ms,
-            (Search::NotRun(_), Some(t)) => t.tuned_total_ms,
-            (Search::NotRun(_), None) => f64::NAN,
-        };
-        s.push_str(&super::tune_model::render_end_to_end(
-            &a.end_to_end,
-            kernel_sum,
-        ));
-        s
-    })?;
+            match &a.search {
+                Search::Ran(r) => {
+                    if a.transfer.is_some() {
+                        s.push_str("\nthen searched with the rest of the time budget:\n");
+                    } else {
+                        s.push_str(&render_seeds(&m, r, args.top_k));
+                        s.push('\n');
+                    }
+                    s.push_str(&super::tune_model::render_model_tune(
+                        r,
+                        super::progress::peak_gflops(),
+                    ));
+                }
+                Search::NotRun(why) => {
+                    s.push_str(&format!("no search after the transfer: {why}\n"))
+                }
+            }
+            let kernel_sum = match (&a.search, &a.transfer) {
+                (Search::Ran(r), _) => r.kernel_sum_ms,
+                (Search::NotRun(_), Some(t)) => t.tuned_total_ms,
+                (Search::NotRun(_), None) => f64::NAN,
+            };
+            s.push_str(&super::tune_model::render_end_to_end(
+                &a.end_to_end,
+                kernel_sum,
+            ));
+            s
+        },
+    )?;
     if out
         .transfer
         .as_ref()

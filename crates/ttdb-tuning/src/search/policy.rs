@@ -380,29 +380,12 @@ impl<'a> TaskSearch<'a> {
                 Err(_) => self.out.invalid += 1,
             }
         }
-        self.out.generated += pool.len();
-        // Lower in parallel to key and featurize (lowering replays the steps: a state that
-        // does not replay is invalid); keep the first of each loop nest not seen before.
-        let hw = self.hw;
-        let lowered: Vec<Option<([u8; 32], ProgramFeatures)>> = pool
-            .par_iter()
-            .map(|c| lowered(dag, &c.steps, &hw))
-            .collect();
+        let has_parents = !parents.is_empty();
         let (mut seeds, mut bred, mut random) = (Vec::new(), Vec::new(), Vec::new());
-        let mut in_pool = HashSet::new();
-        for (mut c, l) in pool.into_iter().zip(lowered) {
-            let Some((k, features)) = l else {
-                self.out.invalid += 1;
-                continue;
-            };
-            if self.seen.contains(&k) || !in_pool.insert(k) {
-                self.out.duplicates += 1;
-                continue;
-            }
-            c.features = Some(features);
+        for (c, k) in self.new_loop_nests(pool) {
             if c.origin == "seed" || c.origin == "transfer" {
                 seeds.push((c, k));
-            } else if c.origin == "sample" && !parents.is_empty() {
+            } else if c.origin == "sample" && has_parents {
                 random.push((c, k));
             } else {
                 bred.push((c, k));
@@ -428,29 +411,45 @@ impl<'a> TaskSearch<'a> {
             .collect()
     }
 
-    /// The seeds' own round (`SearchOptions::seeds_alone_first`): those that lower to a loop
-    /// nest not seen before, all of them.
-    fn choose_seeds(&mut self, pool: Vec<Candidate>) -> Vec<Candidate> {
+    /// The candidates of `pool` whose loop nest is new (neither seen in an earlier round nor
+    /// earlier in the pool), featurized, with their loop nest's key; the others are counted
+    /// as invalid (they do not lower) or duplicates. Lowering runs in parallel (it replays
+    /// the steps: a state that does not replay is invalid).
+    fn new_loop_nests(&mut self, pool: Vec<Candidate>) -> Vec<(Candidate, [u8; 32])> {
         self.out.generated += pool.len();
         let (dag, hw) = (self.dag, self.hw);
-        let lowered: Vec<_> = pool
+        let lowered: Vec<Option<([u8; 32], ProgramFeatures)>> = pool
             .par_iter()
             .map(|c| lowered(dag, &c.steps, &hw))
             .collect();
-        let mut chosen = Vec::new();
+        let mut in_pool = HashSet::new();
+        let mut out = Vec::new();
         for (mut c, l) in pool.into_iter().zip(lowered) {
             let Some((k, features)) = l else {
                 self.out.invalid += 1;
                 continue;
             };
-            if !self.seen.insert(k) {
+            if self.seen.contains(&k) || !in_pool.insert(k) {
                 self.out.duplicates += 1;
                 continue;
             }
             c.features = Some(features);
-            chosen.push(c);
+            out.push((c, k));
         }
-        chosen
+        out
+    }
+
+    /// The seeds' own round (`SearchOptions::seeds_alone_first`): every seed with a new loop
+    /// nest.
+    fn choose_seeds(&mut self, pool: Vec<Candidate>) -> Vec<Candidate> {
+        let fresh = self.new_loop_nests(pool);
+        fresh
+            .into_iter()
+            .map(|(c, k)| {
+                self.seen.insert(k);
+                c
+            })
+            .collect()
     }
 
     /// Orders `pool` best first: the draft filter keeps the faster share by the static
