@@ -60,7 +60,8 @@ pub struct ModelTunedKernel {
     pub gflops: Option<f64>,
     pub droplet_trials: usize,
     /// Where the best schedule came from: a seed's source ("exact FILE:LINE ..", "class
-    /// ..", "default": the untuned schedule), or "search".
+    /// ..", "default": the untuned schedule), "search", or "droplet" (the refinement after
+    /// the search replaced the search's best).
     pub best_from: Option<String>,
     pub note: Option<String>,
 }
@@ -492,6 +493,9 @@ pub fn tune_model(
                     if let Some(b) = x.best.median() {
                         row.best_ms = Some(b * 1e3);
                         row.gflops = x.best.gflops(dags[t].flop_ct());
+                    }
+                    if x.improved {
+                        row.best_from = Some("droplet".into());
                     }
                 }
                 Err(e) => row.note = Some(format!("droplet: {e}")),
