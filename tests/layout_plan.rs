@@ -5,20 +5,29 @@
 use crate::common;
 use std::path::PathBuf;
 use std::sync::Arc;
-use ttdb::onnx::{self, HostEstimates, KernelList, LayoutMode, Options};
+use ttdb::onnx::{
+    self, HostEstimates, Kernel, KernelCosts, KernelList, LayoutMode, LayoutPlanning, Options,
+};
 
 fn model(path: &str) -> PathBuf {
     common::corpus_dir().join("onnx").join(path)
 }
 
-/// The CLI's defaults (NCHWc, 4 lanes, TopHub), planned for a 16-lane 2-core host or not.
-fn kernels(path: &str, planned: bool) -> KernelList {
-    let opts = Options {
+/// The CLI's defaults: NCHWc, 4 lanes, TopHub.
+fn cli_defaults() -> Options {
+    Options {
         layout: LayoutMode::Nchwc,
         lanes: 4,
         tophub: Some(Arc::new(onnx::TopHub::builtin())),
-        layout_plan: planned.then(|| HostEstimates::typical(16, 2)),
         ..Options::default()
+    }
+}
+
+/// The CLI's defaults, planned on the estimate for a 16-lane 2-core host or not.
+fn kernels(path: &str, planned: bool) -> KernelList {
+    let opts = Options {
+        layout_plan: planned.then(|| LayoutPlanning::Estimate(HostEstimates::typical(16, 2))),
+        ..cli_defaults()
     };
     onnx::kernels_for_file(model(path), &[], &opts).unwrap()
 }
@@ -109,6 +118,40 @@ fn a_model_without_convs_is_unchanged_by_planning() {
     assert_eq!(signatures(&planned), signatures(&tophub));
 }
 
+/// Timings that say every conv runs twice as fast in 8-channel blocks as in any other.
+struct EightIsFaster;
+
+impl KernelCosts for EightIsFaster {
+    fn seconds(&self, k: &Kernel) -> Option<f64> {
+        let b = k.blocking?;
+        Some(if b.oc_bn == 8 { 1e-4 } else { 2e-4 })
+    }
+}
+
+/// Where the caller has measured times they replace the estimate: the estimate alone fills
+/// a 16-lane host's vectors with 16-blocks or wider, the measured times say 8-blocks are
+/// faster, and the plan follows the measurements.
+#[test]
+fn measured_costs_replace_the_estimate() {
+    let g = onnx::load(model("torchvision_graph_only/resnet18.onnx"), &[]).unwrap();
+    let host = HostEstimates::typical(16, 2);
+    let estimated = onnx::plan_layout(&g, &cli_defaults(), &host, None).unwrap();
+    let measured = onnx::plan_layout(&g, &cli_defaults(), &host, Some(&EightIsFaster)).unwrap();
+    println!("{estimated:?}\n{measured:?}");
+    let eights = |p: &onnx::LayoutPlan| p.blocking.values().filter(|b| b.1 == 8).count();
+    assert_eq!(estimated.measured_convs, 0);
+    assert_eq!(estimated.estimate_scale, 1.0);
+    assert_eq!(eights(&estimated), 0, "{estimated:?}");
+    assert_eq!(measured.measured_convs, measured.convs, "{measured:?}");
+    // The first conv (3 input channels) and the rest: every conv whose channels allow.
+    assert!(eights(&measured) >= measured.convs - 1, "{measured:?}");
+    // Its cost is the measured convs' (1e-4 s each) plus the scaled transforms.
+    assert!(
+        measured.estimated_ms >= measured.convs as f64 * 0.1,
+        "{measured:?}"
+    );
+}
+
 fn ttdb(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
         .args(args)
@@ -119,20 +162,131 @@ fn ttdb(args: &[&str]) -> std::process::Output {
 #[test]
 fn kernels_shows_the_plan_and_refuses_an_unknown_one() {
     let m = model("torchvision_graph_only/resnet18.onnx");
-    let out = ttdb(&["kernels", m.to_str().unwrap(), "--layout-plan", "planned"]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("none.db");
+    let db = db.to_str().unwrap();
+    let out = ttdb(&[
+        "--db",
+        db,
+        "kernels",
+        m.to_str().unwrap(),
+        "--layout-plan",
+        "planned",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("layout plan: "), "{text}");
+    assert!(
+        text.contains("layout plan (planned now on the estimate (no database)): "),
+        "{text}"
+    );
     assert!(text.contains("layout transforms between ops"), "{text}");
     let out = ttdb(&["kernels", m.to_str().unwrap(), "--layout-plan", "neocpu"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("unknown --layout-plan `neocpu` (tophub, planned)"),
+        err.contains("unknown --layout-plan `neocpu` (tophub, planned, replan)"),
         "{err}"
     );
+}
+
+/// `ttdb kernels MODEL --json`'s layout plan, under `--layout-plan <plan>`.
+fn plan_json(db: &str, m: &str, plan: &str) -> Result<serde_json::Value, String> {
+    let out = ttdb(&["--db", db, "kernels", m, "--layout-plan", plan, "--json"]);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Ok(v["layout_plan"].clone())
+}
+
+/// Overwrites the plan pinned in SQLite database `db` (its one row).
+fn set_pinned(db: &str, plan_json: &str) {
+    let s = ttdb::store::Store::open(std::path::Path::new(db)).unwrap();
+    let n = s
+        .connection_for_tests()
+        .execute("UPDATE layout_plans SET plan_json = ?1", [plan_json])
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+/// The first command that stores pins the plan and the others read the pin instead of
+/// planning again (the workload keys `tune` measured under stay the ones `run` looks up);
+/// `replan` plans again, weighing the timings the tune stored; a pin that does not parse or
+/// does not fit the model is an error that says how to re-plan.
+#[test]
+fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
+    let m = model("torchvision_graph_only/resnet18.onnx");
+    let m = m.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let db = db.to_str().unwrap();
+    let out = ttdb(&[
+        "--db",
+        db,
+        "tune",
+        m,
+        "--layout-plan",
+        "planned",
+        "--trials",
+        "4",
+        "--e2e-runs",
+        "0",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("layout plan (planned and pinned "), "{text}");
+
+    let pinned = plan_json(db, m, "planned").unwrap();
+    let origin = pinned["origin"].as_str().unwrap();
+    assert!(origin.starts_with("pinned "), "{pinned}");
+    // A re-plan reads the tune's timings (measured on this host class).
+    let replan = plan_json(db, m, "replan").unwrap();
+    assert!(replan["measured_convs"].as_u64().unwrap() > 0, "{replan}");
+    assert!(
+        replan["origin"].as_str().unwrap().contains("not pinned"),
+        "{replan}"
+    );
+    // `kernels` does not store: the pin is unchanged.
+    assert_eq!(plan_json(db, m, "planned").unwrap()["origin"], origin);
+
+    // The pin is what is read: a blocking changed in it shows in the kernels.
+    let mut tampered = pinned.clone();
+    let (node, _) = pinned["blocking"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, b)| b[0] == 64 || b[1] == 64 || b[0] == 16)
+        .unwrap_or_else(|| panic!("no 16- or 64-blocked conv in {pinned}"));
+    tampered["blocking"][node] = serde_json::json!([4, 4]);
+    set_pinned(db, &tampered.to_string());
+    let read = plan_json(db, m, "planned").unwrap();
+    assert_eq!(read["blocking"][node], serde_json::json!([4, 4]), "{read}");
+    assert_ne!(
+        plan_json(db, m, "replan").unwrap()["blocking"][node],
+        serde_json::json!([4, 4])
+    );
+
+    // Hostile pins: an error naming the cause and the way out.
+    set_pinned(db, "{\"blocking\": 5}");
+    let err = plan_json(db, m, "planned").unwrap_err();
+    assert!(
+        err.contains("does not parse") && err.contains("--layout-plan replan"),
+        "{err}"
+    );
+    tampered["blocking"][node] = serde_json::json!([7, 7]);
+    set_pinned(db, &tampered.to_string());
+    let err = plan_json(db, m, "planned").unwrap_err();
+    assert!(
+        err.contains("does not fit it") && err.contains("does not divide"),
+        "{err}"
+    );
+    assert!(plan_json(db, m, "replan").is_ok());
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use ttdb::loopnest::ir::DType;
 use ttdb::loopnest::BufferData;
-use ttdb::onnx::{fill, HostEstimates, InputShape, LayoutMode, Options};
+use ttdb::onnx::{fill, HostEstimates, InputShape, LayoutMode, LayoutPlanning, Options};
 use ttdb::run::{ModelPlan, ModelRun, ModelRunOptions, Schedule};
 use ttdb::target::Target;
 
@@ -47,7 +47,7 @@ fn worst_error_planned(model: &str, layout: LayoutMode, plan: Option<HostEstimat
     let m = manifest(model);
     let path = common::corpus_dir().join(m["model"].as_str().unwrap());
     let mut opts = run_options(&m, layout);
-    opts.extract.layout_plan = plan;
+    opts.extract.layout_plan = plan.map(LayoutPlanning::Estimate);
     let run =
         ModelRun::load(&path, &opts, None).unwrap_or_else(|e| panic!("{model} ({layout:?}): {e}"));
     // a default schedule that does not lower leaves the kernel on the naive loop nest, with

@@ -214,6 +214,8 @@ struct Applied {
     transfer: Option<ApplyReport>,
     search: Search,
     end_to_end: super::tune_model::EndToEnd,
+    /// The whole-graph blocking the kernels were matched and tuned under (`--layout-plan`).
+    layout_plan: Option<ttdb_onnx::onnx::LayoutPlan>,
 }
 
 /// Ctrl-C stopped the transfer or the search.
@@ -420,7 +422,12 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
     }
     let started = Instant::now();
     let time_budget = Duration::from_secs_f64(args.time_budget.max(0.0));
-    let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
+    let m = match_layouts(
+        store,
+        &args.model,
+        super::match_cmd::host_match_options(),
+        !args.dry_run,
+    )?;
     let what = format!("apply {}", args.model.model.display());
     let remote = super::worker::Remote::start(store, args.workers.as_deref(), &what, "apply")?;
     let phases = if transfer_first(args) {
@@ -445,6 +452,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
             transfer,
             search,
             end_to_end,
+            layout_plan: m.list.layout_plan.clone(),
         })
     });
     let out = match &remote {
@@ -487,6 +495,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
                 (Search::NotRun(_), Some(t)) => t.tuned_total_ms,
                 (Search::NotRun(_), None) => f64::NAN,
             };
+            s.push_str(&super::kernels::render_layout_plan(&m.list));
             s.push_str(&super::tune_model::render_end_to_end(
                 &a.end_to_end,
                 kernel_sum,

@@ -1,6 +1,6 @@
 //! `ttdb build MODEL.onnx -o DIR`: the model compiled ahead of time into DIR/libmodel.so and
 //! DIR/ttdb_model.h (docs/design/run.md).
-use super::kernels::ModelArgs;
+use super::kernels::{ModelArgs, PlanDb};
 use super::run::{fail, run_options, store_for, CompileBar};
 use super::CliResult;
 use std::path::PathBuf;
@@ -30,7 +30,8 @@ pub fn build(db: &Option<PathBuf>, args: &BuildArgs) -> CliResult {
     if let Some(n) = &note {
         eprintln!("note: {n}");
     }
-    let opts = run_options(&args.model, args.naive)?;
+    let plans = store.as_ref().map_or(PlanDb::None, PlanDb::Read);
+    let opts = run_options(&args.model, args.naive, plans)?;
     let t0 = Instant::now();
     let plan = ModelPlan::new(&args.model.model, &opts, store.as_ref())
         .map_err(|e| fail(format!("{}: {e}", args.model.model.display())))?;

@@ -121,7 +121,7 @@ fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliRe
         layout_plan: args.layout_plan.clone(),
         ..ModelArgs::for_model(model.to_path_buf(), &args.layout)
     };
-    let (graph, extract) = margs.load()?;
+    let (graph, extract) = margs.load(super::kernels::PlanDb::Read(store))?;
     // The ISA may be pretended (`--pretend-isa`); the class is the machine's.
     let host = ttdb_tuning::tune::export::ForHost {
         isa: super::match_cmd::host_match_options().host_isa,

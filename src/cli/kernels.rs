@@ -4,8 +4,10 @@ use super::{CliError, CliResult};
 use std::path::PathBuf;
 use std::sync::Arc;
 use ttdb_onnx::onnx::{
-    self, tophub, InputShape, KernelKind, KernelList, LayoutMode, Options, TopHub,
+    self, tophub, InputShape, KernelKind, KernelList, LayoutMode, LayoutPlanning, Options, TopHub,
 };
+pub use ttdb_tuning::layout_plan::PlanDb;
+use ttdb_tuning::layout_plan::{self, PlanRequest};
 
 /// How to read a model into kernels (shared by `kernels`, `match`, `apply`).
 #[derive(clap::Args, Debug, Clone)]
@@ -40,10 +42,13 @@ pub struct ModelArgs {
     pub no_nt_batch_matmul: bool,
     /// NCHWc blocking: `tophub` chooses each conv's alone, as TVM does (TopHub's config,
     /// else the fallback rule; what TVM and imported logs use); `planned` chooses them for
-    /// the whole graph, weighing the convs against the layout transforms they force
+    /// the whole graph, weighing the convs against the layout transforms they force, with
+    /// ttdb's timings on this host class where the database has them; the plan is pinned in
+    /// the database (per model and host class) by the first command that stores, and every
+    /// later command uses it; `replan` plans again (and re-pins where the command stores)
     /// (docs/design/layout-plan.md). Every command that reads the database must be given
     /// the same choice: it decides the kernels' workload keys.
-    #[arg(long, default_value = "tophub", value_name = "tophub|planned")]
+    #[arg(long, default_value = "tophub", value_name = "tophub|planned|replan")]
     pub layout_plan: String,
 }
 
@@ -145,8 +150,17 @@ pub fn render_layout_plan(list: &KernelList) -> String {
     let Some(p) = &list.layout_plan else {
         return String::new();
     };
+    let costs = if p.measured_convs == 0 {
+        "estimated convs + transforms".to_string()
+    } else {
+        format!(
+            "convs + transforms ({} of {} convs measured on this host class, the rest estimated x {:.2})",
+            p.measured_convs, p.convs, p.estimate_scale
+        )
+    };
     format!(
-        "layout plan: {} of {} NCHWc convs blocked otherwise than TopHub would (start: {}); layout transforms between ops {} (TopHub: {}); estimated convs + transforms {:.2} ms (TopHub: {:.2} ms)\n",
+        "layout plan ({}): {} of {} NCHWc convs blocked otherwise than TopHub would (start: {}); layout transforms between ops {} (TopHub: {}); {costs} {:.2} ms (TopHub: {:.2} ms)\n",
+        p.origin,
         p.changed,
         p.convs,
         p.start,
@@ -173,8 +187,9 @@ impl ModelArgs {
         }
     }
 
-    /// Loads the graph and the extraction options for `layout` (one of nchwc, nhwc, nchw).
-    pub fn load(&self) -> Result<(onnx::Graph, Options), CliError> {
+    /// Loads the graph and the extraction options for `layout` (one of nchwc, nhwc, nchw);
+    /// with `--layout-plan planned|replan`, the plan from (or pinned in) `db`.
+    pub fn load(&self, db: PlanDb) -> Result<(onnx::Graph, Options), CliError> {
         let overrides = self
             .input_shape
             .iter()
@@ -214,35 +229,43 @@ impl ModelArgs {
                 None => TopHub::builtin(),
             }))
         };
-        let layout_plan = match self.layout_plan.as_str() {
+        let request = match self.layout_plan.as_str() {
             "tophub" => None,
-            // For the machine the kernels are for: --lanes/--mcpu when given, else this one.
-            "planned" => {
-                let host = &super::machine().target.host;
-                let lanes = match (self.lanes, &self.mcpu) {
-                    (None, None) => host.f32_lanes() as i64,
-                    _ => lanes,
-                };
-                Some(onnx::HostEstimates::typical(lanes, host.cores))
-            }
+            "planned" => Some(PlanRequest::Pinned),
+            "replan" => Some(PlanRequest::Replan),
             other => {
                 return Err(CliError {
-                    message: format!("unknown --layout-plan `{other}` (tophub, planned)"),
+                    message: format!("unknown --layout-plan `{other}` (tophub, planned, replan)"),
                     code: 2,
                 })
             }
         };
         let graph = onnx::load(&self.model, &overrides)?;
-        Ok((
-            graph,
-            Options {
-                lanes,
-                tophub,
-                nt_batch_matmul: !self.no_nt_batch_matmul,
-                layout_plan,
-                ..Options::default()
-            },
-        ))
+        let mut opts = Options {
+            lanes,
+            tophub,
+            nt_batch_matmul: !self.no_nt_batch_matmul,
+            ..Options::default()
+        };
+        let nchwc = matches!(self.layout.as_str(), "nchwc" | "auto");
+        if let (Some(request), true) = (request, nchwc) {
+            // For the machine the kernels are for: --lanes/--mcpu when given, else this one.
+            let host = &super::machine().target.host;
+            let lanes = match (self.lanes, &self.mcpu) {
+                (None, None) => host.f32_lanes() as i64,
+                _ => lanes,
+            };
+            let estimates = onnx::HostEstimates::typical(lanes, host.cores);
+            let plan =
+                layout_plan::choose(&graph, &opts, &estimates, host, db, request).map_err(|m| {
+                    CliError {
+                        message: format!("{}: layout plan: {m}", self.model.display()),
+                        code: 1,
+                    }
+                })?;
+            opts.layout_plan = Some(LayoutPlanning::Chosen(plan));
+        }
+        Ok((graph, opts))
     }
 
     /// The layouts to consider: the one asked for, or both for `auto`.
@@ -262,9 +285,15 @@ impl ModelArgs {
     }
 }
 
-pub fn run(args: &KernelsArgs) -> CliResult {
+pub fn run(db: &Option<PathBuf>, args: &KernelsArgs) -> CliResult {
     let layout = args.model.layouts(false)?[0];
-    let (graph, opts) = args.model.load()?;
+    // A plan reads (never pins) the database when there is one: the pinned plan, or timings.
+    let store = match args.model.layout_plan.as_str() {
+        "tophub" => None,
+        _ => super::open_store_if_any(db, ttdb_store::store::OpenMode::ReadOnly)?,
+    };
+    let plans = store.as_ref().map_or(PlanDb::None, PlanDb::Read);
+    let (graph, opts) = args.model.load(plans)?;
     let list = onnx::extract(&graph, &Options { layout, ..opts })?;
     if args.json {
         println!("{}", serde_json::to_string(&list)?);
@@ -281,7 +310,7 @@ pub fn model_stored_keys(
     model: &std::path::Path,
 ) -> Result<Vec<String>, CliError> {
     let args = ModelArgs::for_model(model.to_path_buf(), "auto");
-    let (graph, opts) = args.load()?;
+    let (graph, opts) = args.load(PlanDb::None)?;
     let mut keys = Vec::new();
     for layout in args.layouts(true)? {
         let list = onnx::extract(

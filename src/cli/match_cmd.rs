@@ -35,13 +35,20 @@ pub fn host_match_options() -> MatchOptions {
     }
 }
 
-/// Loads the model and matches it in each layout asked for (`ttdb_tuning::matcher::match_layouts`).
+/// Loads the model and matches it in each layout asked for (`ttdb_tuning::matcher::match_layouts`);
+/// a layout plan is pinned in `store` when `pin` (a command that stores).
 pub fn match_layouts(
     store: &Store,
     model: &ModelArgs,
     opts: MatchOptions,
+    pin: bool,
 ) -> Result<ModelMatch, CliError> {
-    let (graph, extract) = model.load()?;
+    let plans = if pin {
+        super::kernels::PlanDb::Pin(store)
+    } else {
+        super::kernels::PlanDb::Read(store)
+    };
+    let (graph, extract) = model.load(plans)?;
     Ok(ttdb_tuning::matcher::match_layouts(
         store,
         &graph,
@@ -244,7 +251,7 @@ pub fn render_explain(m: &ModelMatch, which: &str, show: usize) -> Option<String
 }
 
 pub fn run(store: &Store, args: &MatchArgs) -> CliResult {
-    let m = match_layouts(store, &args.model, host_match_options())?;
+    let m = match_layouts(store, &args.model, host_match_options(), false)?;
     if let Some(which) = &args.explain {
         let text = render_explain(&m, which, args.show)
             .or_else(|| explain_not_tuned(&m.list, which))

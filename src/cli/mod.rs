@@ -426,7 +426,7 @@ pub fn run(cli: Cli) -> CliResult {
             workloads::run(&open_store(db, ReadOnly)?, class.as_deref(), json)
         }
         Command::Export(args) => export::run(&open_store(db, ReadOnly)?, &args),
-        Command::Kernels(args) => kernels::run(&args),
+        Command::Kernels(args) => kernels::run(db, &args),
         Command::Run(args) => run::run(db, &args),
         Command::Build(args) => build::build(db, &args),
         Command::Verify(args) => verify::run(&mut open_store(db, Write)?, &args),

@@ -1,5 +1,5 @@
 //! `ttdb run MODEL.onnx`: the whole model, in process, with its outputs written as `.npy`.
-use super::kernels::ModelArgs;
+use super::kernels::{ModelArgs, PlanDb};
 use super::{CliError, CliResult};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -193,9 +193,13 @@ pub(super) fn store_for(
 }
 
 /// What `run` and `build` load a model with.
-pub(super) fn run_options(model: &ModelArgs, naive: bool) -> Result<ModelRunOptions, CliError> {
+pub(super) fn run_options(
+    model: &ModelArgs,
+    naive: bool,
+    plans: super::kernels::PlanDb,
+) -> Result<ModelRunOptions, CliError> {
     let layout = model.layouts(false)?[0];
-    let (_, extract) = model.load()?;
+    let (_, extract) = model.load(plans)?;
     let input_shapes = model
         .input_shape
         .iter()
@@ -222,7 +226,8 @@ pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {
     if let Some(n) = &note {
         eprintln!("note: {n}");
     }
-    let opts = run_options(&args.model, args.naive)?;
+    let plans = store.as_ref().map_or(PlanDb::None, PlanDb::Read);
+    let opts = run_options(&args.model, args.naive, plans)?;
     let layout = opts.layout;
     let t0 = Instant::now();
     let mut bar = CompileBar(None);

@@ -116,6 +116,8 @@ struct TuneAndRun {
     #[serde(flatten)]
     tune: ModelTuneReport,
     end_to_end: EndToEnd,
+    /// The whole-graph blocking the kernels were tuned under (`--layout-plan`).
+    layout_plan: Option<ttdb_onnx::onnx::LayoutPlan>,
 }
 
 /// The tuned model timed here by `ttdb run`'s timing, glue included; or why not.
@@ -168,9 +170,14 @@ pub(super) fn end_to_end(store: &Store, e: &EndToEndRun) -> Result<EndToEnd, Cli
     }
     let model = ModelArgs {
         layout: e.layout.to_string(),
+        // The plan the tune pinned (a `replan` tune re-planned once, at its start).
+        layout_plan: match e.model.layout_plan.as_str() {
+            "replan" => "planned".into(),
+            other => other.into(),
+        },
         ..e.model.clone()
     };
-    let opts = super::run::run_options(&model, false)?;
+    let opts = super::run::run_options(&model, false, super::kernels::PlanDb::Read(store))?;
     let mut bar = super::run::CompileBar(None);
     let loaded = ModelRunner::load_with_progress(&model.model, &opts, Some(store), &mut bar);
     if let Some(b) = bar.0.take() {
@@ -239,7 +246,12 @@ pub(super) fn search_model(
 
 pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
     let model = args.model.model.as_path();
-    let m = match_layouts(store, &args.model, super::match_cmd::host_match_options())?;
+    let m = match_layouts(
+        store,
+        &args.model,
+        super::match_cmd::host_match_options(),
+        !args.dry_run,
+    )?;
     if m.matches.is_empty() {
         return Err(CliError {
             message: format!("{}: no tunable kernel", model.display()),
@@ -282,9 +294,11 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
     let out = TuneAndRun {
         tune: report,
         end_to_end,
+        layout_plan: m.list.layout_plan.clone(),
     };
     super::progress::print_report(&out, out.tune.interrupted, args.json, |r| {
         let mut s = render_model_tune(&r.tune, super::progress::peak_gflops());
+        s.push_str(&super::kernels::render_layout_plan(&m.list));
         s.push_str(&render_end_to_end(&r.end_to_end, r.tune.kernel_sum_ms));
         s
     })

@@ -3,6 +3,7 @@
 //!
 //! One stage of the layer order in `docs/architecture.md`.
 
+pub mod layout_plan;
 pub mod matcher;
 pub mod queue;
 pub mod run;

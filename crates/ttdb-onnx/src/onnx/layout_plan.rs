@@ -21,10 +21,25 @@
 //! memory bandwidth; a depthwise conv whose input and output blocks differ gathers its
 //! input (half speed); a transform moves its tensor in and out at the bandwidth, after a
 //! kernel launch.
+//!
+//! Measured costs ([`KernelCosts`], the caller's: ttdb's timings in the database) replace a
+//! conv's estimate where its kernel under a candidate blocking has one. The estimate of
+//! everything else is scaled by the measured convs' total time over their estimated total
+//! (those of the starting blockings), so measured and estimated costs are in one unit; an
+//! unmeasured conv also carries [`UNMEASURED_PREMIUM`], so that a blocking whose estimate
+//! merely ties a measured one (32- and 16-blocks on 16 lanes) does not replace it.
 use super::error::Result;
+use super::fuse::fuse;
+use super::kernel::{group_kernel, Kernel};
 use super::layout::{assign, Laid, LayoutOptions};
 use super::relay::{LayoutRule, OpGraph, OpId, OpKind};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+
+/// Measured seconds of a kernel on the host the plan is for, where the caller has them.
+pub trait KernelCosts {
+    fn seconds(&self, kernel: &Kernel) -> Option<f64>;
+}
 
 /// What the estimate knows of the host.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -55,23 +70,37 @@ impl HostEstimates {
 }
 
 /// A planned blocking and what it leaves.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LayoutPlan {
     /// Per NCHWc conv, by its ONNX node name: (ic_bn, oc_bn).
-    #[serde(skip)]
-    pub blocking: HashMap<String, (i64, i64)>,
+    pub blocking: BTreeMap<String, (i64, i64)>,
     /// Where the sweep started: `tophub` or `uniform <b>`.
     pub start: String,
     /// Layout transforms between ops (not at the graph's inputs or outputs), planned and
     /// with TopHub's blocking.
     pub transforms: usize,
     pub transforms_tophub: usize,
-    /// The estimate (milliseconds, convs plus transforms), planned and with TopHub's.
+    /// The cost (milliseconds, convs plus transforms), planned and with TopHub's: measured
+    /// where the caller had timings, else the estimate times `estimate_scale`.
     pub estimated_ms: f64,
     pub estimated_ms_tophub: f64,
     /// NCHWc convs, and those whose blocking differs from TopHub's.
     pub convs: usize,
     pub changed: usize,
+    /// Convs of the plan whose cost was measured rather than estimated.
+    #[serde(default)]
+    pub measured_convs: usize,
+    /// Measured over estimated time: the starting blockings' measured convs, their total
+    /// over their estimate (1 when none was measured).
+    #[serde(default = "one")]
+    pub estimate_scale: f64,
+    /// Where the plan came from, as its caller says (pinned when, planned now).
+    #[serde(default)]
+    pub origin: String,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Fraction of `lanes` vector lanes a block of `b` channels keeps busy.
@@ -88,22 +117,101 @@ fn whole_vectors(b: i64, lanes: i64) -> bool {
     b % lanes == 0 || (lanes % b == 0 && (b as u64).is_power_of_two())
 }
 
-/// Estimated seconds of the convs and layout transforms of `laid`, and the number of
-/// transforms between ops.
-fn estimate(laid: &Laid, host: &HostEstimates) -> (f64, usize) {
+/// What an unmeasured conv costs over its scaled estimate once some convs are measured: a
+/// measured kernel is replaced only by a blocking estimated to be clearly faster, not by
+/// one whose estimate ties it (the estimate's error is larger than that).
+pub const UNMEASURED_PREMIUM: f64 = 1.1;
+
+/// One conv of a candidate: its estimated seconds, and its measured ones where known.
+#[derive(Clone, Debug)]
+struct ConvCost {
+    /// (node, ic_bn, oc_bn): the same kernel in every candidate.
+    kernel: Option<(String, i64, i64)>,
+    estimated: f64,
+    measured: Option<f64>,
+}
+
+/// How estimates are put in measured units.
+#[derive(Clone, Copy, Debug)]
+struct Scale {
+    /// Measured over estimated time.
+    ratio: f64,
+    /// What an unmeasured conv costs over `ratio` times its estimate.
+    unmeasured: f64,
+}
+
+/// The cost of a candidate blocking, before the estimate is scaled.
+#[derive(Clone, Debug, Default)]
+struct Breakdown {
+    convs: Vec<ConvCost>,
+    /// Estimated seconds of the layout transforms.
+    transforms_s: f64,
+    /// Transforms between ops (not at the graph's inputs or outputs).
+    transforms: usize,
+}
+
+impl Breakdown {
+    fn seconds(&self, scale: Scale) -> f64 {
+        let convs: f64 = self
+            .convs
+            .iter()
+            .map(|c| {
+                c.measured
+                    .unwrap_or(c.estimated * scale.ratio * scale.unmeasured)
+            })
+            .sum();
+        convs + self.transforms_s * scale.ratio
+    }
+
+    fn measured(&self) -> usize {
+        self.convs.iter().filter(|c| c.measured.is_some()).count()
+    }
+}
+
+/// Measured conv costs by (node, ic_bn, oc_bn), asked of the caller once each: a conv's
+/// kernel under a blocking is the same in every candidate.
+struct Measured<'a> {
+    costs: Option<&'a dyn KernelCosts>,
+    known: RefCell<HashMap<(String, i64, i64), Option<f64>>>,
+}
+
+impl Measured<'_> {
+    /// Measured seconds of conv `op` of `laid` under its blocking there.
+    fn of(&self, laid: &Laid, groups: &mut Option<Vec<Vec<OpId>>>, op: OpId) -> Option<f64> {
+        let costs = self.costs?;
+        let node = laid.graph.ops[op].nodes.first()?;
+        let b = laid.convs.get(&op)?.blocking?;
+        let key = (node.clone(), b.ic_bn, b.oc_bn);
+        if let Some(known) = self.known.borrow().get(&key) {
+            return *known;
+        }
+        let groups = groups.get_or_insert_with(|| fuse(&laid.graph));
+        let seconds = groups
+            .iter()
+            .find(|g| g.contains(&op))
+            .map(|g| group_kernel(&laid.graph, g, &laid.convs))
+            .and_then(|k| costs.seconds(&k))
+            .filter(|s| s.is_finite() && *s > 0.0);
+        self.known.borrow_mut().insert(key, seconds);
+        seconds
+    }
+}
+
+/// The convs and layout transforms of `laid`, estimated (and measured where `measured` knows).
+fn estimate(laid: &Laid, host: &HostEstimates, measured: &Measured) -> Breakdown {
     let g = &laid.graph;
     let elems = |v: usize| g.values[v].shape.iter().product::<i64>().max(0) as f64;
     let bandwidth = host.gbytes_per_s * 1e9;
-    let mut seconds = 0.0;
-    let mut transforms = 0;
+    let mut out = Breakdown::default();
+    let mut groups = None;
     for (i, op) in g.ops.iter().enumerate() {
         match &op.kind {
             OpKind::Conv { .. } => {
                 let (x, w) = (op.inputs[0], op.inputs[1]);
                 let ws = &g.values[w].shape;
-                let out = elems(op.output);
-                let flops = 2.0 * out * (ws[1] * ws[2] * ws[3]) as f64;
-                let bytes = 4.0 * (elems(x) + out + elems(w));
+                let outs = elems(op.output);
+                let flops = 2.0 * outs * (ws[1] * ws[2] * ws[3]) as f64;
+                let bytes = 4.0 * (elems(x) + outs + elems(w));
                 let mut rate = host.gflops * 1e9;
                 let mut bandwidth = bandwidth;
                 if let Some(choice) = laid.convs.get(&i) {
@@ -117,7 +225,15 @@ fn estimate(laid: &Laid, host: &HostEstimates) -> (f64, usize) {
                         }
                     }
                 }
-                seconds += (flops / rate).max(bytes / bandwidth);
+                let kernel = laid.convs.get(&i).and_then(|c| {
+                    let b = c.blocking?;
+                    Some((op.nodes.first()?.clone(), b.ic_bn, b.oc_bn))
+                });
+                out.convs.push(ConvCost {
+                    kernel,
+                    estimated: (flops / rate).max(bytes / bandwidth),
+                    measured: measured.of(laid, &mut groups, i),
+                });
             }
             OpKind::LayoutTransform { .. } => {
                 let src = op.inputs[0];
@@ -125,14 +241,40 @@ fn estimate(laid: &Laid, host: &HostEstimates) -> (f64, usize) {
                     && !g.outputs.contains(&op.output)
                     && !g.values[src].constant;
                 if between_ops {
-                    transforms += 1;
+                    out.transforms += 1;
                 }
-                seconds += 8.0 * elems(src) / bandwidth + host.launch_s;
+                out.transforms_s += 8.0 * elems(src) / bandwidth + host.launch_s;
             }
             _ => {}
         }
     }
-    (seconds, transforms)
+    out
+}
+
+/// Estimates in measured units: the measured convs of `starts` (each kernel once), their
+/// measured total over their estimated total; 1 and no premium when none is measured.
+fn estimate_scale(starts: &[&Breakdown]) -> Scale {
+    let mut seen = std::collections::HashSet::new();
+    let (mut measured, mut estimated) = (0.0, 0.0);
+    for c in starts.iter().flat_map(|b| b.convs.iter()) {
+        if let (Some(m), Some(k)) = (c.measured, &c.kernel) {
+            if c.estimated > 0.0 && seen.insert(k) {
+                measured += m;
+                estimated += c.estimated;
+            }
+        }
+    }
+    if estimated > 0.0 && measured > 0.0 {
+        Scale {
+            ratio: measured / estimated,
+            unmeasured: UNMEASURED_PREMIUM,
+        }
+    } else {
+        Scale {
+            ratio: 1.0,
+            unmeasured: 1.0,
+        }
+    }
 }
 
 /// The blocking each NCHWc conv got in `laid`, by node name.
@@ -181,8 +323,18 @@ fn channels(laid: &Laid, op: OpId) -> (i64, i64) {
 }
 
 /// Plans the NCHWc blocking of `src` (an op graph before layout selection) for `host`.
-/// `base` is TopHub's configuration (its `blocking` overrides are kept as they are).
-pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result<LayoutPlan> {
+/// `base` is TopHub's configuration (its `blocking` overrides are kept as they are);
+/// `costs`, where given, are measured kernel times that replace the estimate.
+pub fn plan(
+    src: &OpGraph,
+    base: &LayoutOptions,
+    host: &HostEstimates,
+    costs: Option<&dyn KernelCosts>,
+) -> Result<LayoutPlan> {
+    let measured = Measured {
+        costs,
+        known: RefCell::new(HashMap::new()),
+    };
     let lay = |blocking: &HashMap<String, (i64, i64)>, tophub: bool, lanes: i64| {
         let opts = LayoutOptions {
             mode: base.mode,
@@ -192,10 +344,6 @@ pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result
         };
         assign(src, &opts)
     };
-    let tophub = lay(base.blocking, true, base.lanes)?;
-    let (tophub_s, tophub_transforms) = estimate(&tophub, host);
-    let tophub_blocking = blocking_of(&tophub);
-
     let as_map = |laid: &Laid| -> HashMap<String, (i64, i64)> {
         let mut m: HashMap<String, (i64, i64)> = blocking_of(laid)
             .into_iter()
@@ -204,17 +352,31 @@ pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result
         m.extend(base.blocking.iter().map(|(k, v)| (k.clone(), *v)));
         m
     };
-    let mut best = (as_map(&tophub), tophub_s, "tophub".to_string());
+
+    // Starts: TopHub's blocking and the uniform ones; they also calibrate the estimate.
+    let tophub = lay(base.blocking, true, base.lanes)?;
+    let tophub_cost = estimate(&tophub, host, &measured);
+    let tophub_blocking = blocking_of(&tophub);
+    let mut starts = vec![(as_map(&tophub), tophub_cost.clone(), "tophub".to_string())];
     let mut b = 4;
     while b <= 2 * host.lanes.max(4) {
         let laid = lay(base.blocking, false, b)?;
-        let (s, _) = estimate(&laid, host);
-        if s < best.1 * 0.999 {
-            best = (as_map(&laid), s, format!("uniform {b}"));
-        }
+        starts.push((
+            as_map(&laid),
+            estimate(&laid, host, &measured),
+            format!("uniform {b}"),
+        ));
         b *= 2;
     }
-    let (mut blocking, mut cost, start) = best;
+    let scale = estimate_scale(&starts.iter().map(|s| &s.1).collect::<Vec<_>>());
+    let mut best = 0;
+    for (i, s) in starts.iter().enumerate() {
+        if s.1.seconds(scale) < starts[best].1.seconds(scale) * 0.999 {
+            best = i;
+        }
+    }
+    let (mut blocking, start_cost, start) = starts.swap_remove(best);
+    let mut cost = start_cost.seconds(scale);
 
     // Sweeps: a conv's output block and the input block of the convs reading it, together.
     let fixed = |node: &str| base.blocking.contains_key(node);
@@ -254,7 +416,8 @@ pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result
                             }
                         }
                     }
-                    let (s, _) = estimate(&lay(&trial, false, base.lanes)?, host);
+                    let s =
+                        estimate(&lay(&trial, false, base.lanes)?, host, &measured).seconds(scale);
                     if s < cost * 0.999 {
                         blocking = trial;
                         cost = s;
@@ -269,7 +432,7 @@ pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result
         }
     }
     let planned = lay(&blocking, false, base.lanes)?;
-    let (planned_s, transforms) = estimate(&planned, host);
+    let planned_cost = estimate(&planned, host, &measured);
     let planned_blocking = blocking_of(&planned);
     let changed = planned_blocking
         .iter()
@@ -280,14 +443,17 @@ pub fn plan(src: &OpGraph, base: &LayoutOptions, host: &HostEstimates) -> Result
         })
         .count();
     Ok(LayoutPlan {
-        blocking,
+        blocking: blocking.into_iter().collect(),
         start,
-        transforms,
-        transforms_tophub: tophub_transforms,
-        estimated_ms: planned_s * 1e3,
-        estimated_ms_tophub: tophub_s * 1e3,
+        transforms: planned_cost.transforms,
+        transforms_tophub: tophub_cost.transforms,
+        estimated_ms: planned_cost.seconds(scale) * 1e3,
+        estimated_ms_tophub: tophub_cost.seconds(scale) * 1e3,
         convs: planned_blocking.len(),
         changed,
+        measured_convs: planned_cost.measured(),
+        estimate_scale: scale.ratio,
+        origin: "planned now".into(),
     })
 }
 

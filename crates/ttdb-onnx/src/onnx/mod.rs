@@ -44,7 +44,7 @@ pub use error::OnnxError;
 pub use graph::{Graph, Node, TensorInfo};
 pub use kernel::{Kernel, KernelKind};
 pub use layout::{Blocking, BlockingSource, LayoutMode};
-pub use layout_plan::{HostEstimates, LayoutPlan};
+pub use layout_plan::{HostEstimates, KernelCosts, LayoutPlan};
 pub use load::{load, load_bytes, InputShape};
 pub use tophub::TopHub;
 
@@ -67,9 +67,18 @@ pub struct Options {
     /// `batch_matmul` of the transposed right operand (`[B, N, K]`); off, of the operand as
     /// it is (`[B, K, N]`, transpose_b=False, as TVM's TensorFlow frontend emits too).
     pub nt_batch_matmul: bool,
-    /// NCHWc only: plan every conv's blocking for the whole graph ([`layout_plan`]) with
-    /// these host estimates, instead of TopHub's per-conv choice (None, TVM's way).
-    pub layout_plan: Option<HostEstimates>,
+    /// NCHWc only: every conv's blocking chosen for the whole graph ([`layout_plan`]),
+    /// instead of TopHub's per-conv choice (None, TVM's way).
+    pub layout_plan: Option<LayoutPlanning>,
+}
+
+/// Where a whole-graph blocking comes from.
+#[derive(Clone, Debug)]
+pub enum LayoutPlanning {
+    /// Planned during extraction, on these host estimates alone.
+    Estimate(HostEstimates),
+    /// Chosen before: by [`plan_layout`] with measured costs, or pinned in a database.
+    Chosen(Arc<LayoutPlan>),
 }
 
 impl Default for Options {
@@ -156,27 +165,94 @@ pub fn extract_all(graph: &Graph, opts: &Options) -> Result<Extracted> {
     run(graph, opts)
 }
 
-fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
+/// Passes 2-3: the folded ONNX graph and the op graph layout selection starts from.
+fn op_graph(graph: &Graph, opts: &Options) -> Result<(Graph, OpGraph)> {
     let mut g = graph.clone();
     fold::remove_identities(&mut g);
     fold::fold_batchnorm(&mut g);
     fold::simplify_batchnorms(&mut g);
     let mut og = relay::lower(&g, opts.nt_batch_matmul)?;
     scale_fold::fold_scalar_scales(&mut og);
-    let tophub = layout::LayoutOptions {
+    Ok((g, og))
+}
+
+fn tophub_options<'a>(opts: &'a Options) -> layout::LayoutOptions<'a> {
+    layout::LayoutOptions {
         mode: opts.layout,
         lanes: opts.lanes,
         tophub: opts.tophub.as_deref(),
         blocking: &opts.blocking,
+    }
+}
+
+/// Plans the NCHWc blocking of `graph` for the whole graph on `host`, with measured kernel
+/// times from `costs` where it has them ([`layout_plan::plan`]).
+pub fn plan_layout(
+    graph: &Graph,
+    opts: &Options,
+    host: &HostEstimates,
+    costs: Option<&dyn KernelCosts>,
+) -> Result<LayoutPlan> {
+    let (_, og) = op_graph(graph, opts)?;
+    let base = layout::LayoutOptions {
+        mode: LayoutMode::Nchwc,
+        ..tophub_options(opts)
     };
-    let plan = match opts.layout_plan {
-        Some(host) if opts.layout == LayoutMode::Nchwc => {
-            Some(layout_plan::plan(&og, &tophub, &host)?)
+    layout_plan::plan(&og, &base, host, costs)
+}
+
+/// What a layout plan of `graph` depends on, as a hex sha256: the op graph's structure
+/// (ops, attributes, shapes, node names; no weights) and the options that shape it (lanes,
+/// TopHub's source, the caller's blockings). A plan pinned under this key fits any model
+/// with the same architecture and input shapes.
+pub fn layout_plan_key(graph: &Graph, opts: &Options) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    let (_, og) = op_graph(graph, opts)?;
+    let mut text = format!(
+        "ttdb layout plan key 1\nlanes {}\ntophub {:?}\nnt_batch_matmul {}\n",
+        opts.lanes,
+        opts.tophub.as_ref().map(|t| &t.source),
+        opts.nt_batch_matmul
+    );
+    let fixed: std::collections::BTreeMap<_, _> = opts.blocking.iter().collect();
+    let _ = writeln!(text, "blocking {fixed:?}");
+    for v in &og.values {
+        let _ = writeln!(
+            text,
+            "v {:?} {} {} {}",
+            v.shape, v.dtype, v.constant, v.channel_vector
+        );
+    }
+    for op in &og.ops {
+        let _ = writeln!(
+            text,
+            "op {:?} {:?} {} {:?}",
+            op.kind, op.inputs, op.output, op.nodes
+        );
+    }
+    let _ = writeln!(text, "io {:?} {:?}", og.inputs, og.outputs);
+    let digest = Sha256::digest(text.as_bytes());
+    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
+    let (g, og) = op_graph(graph, opts)?;
+    let tophub = tophub_options(opts);
+    let plan = match &opts.layout_plan {
+        Some(LayoutPlanning::Estimate(host)) if opts.layout == LayoutMode::Nchwc => {
+            Some(layout_plan::plan(&og, &tophub, host, None)?)
+        }
+        Some(LayoutPlanning::Chosen(p)) if opts.layout == LayoutMode::Nchwc => {
+            Some(p.as_ref().clone())
         }
         _ => None,
     };
+    let planned: Option<HashMap<String, (i64, i64)>> = plan
+        .as_ref()
+        .map(|p| p.blocking.iter().map(|(k, v)| (k.clone(), *v)).collect());
     let lo = layout::LayoutOptions {
-        blocking: plan.as_ref().map_or(&opts.blocking, |p| &p.blocking),
+        blocking: planned.as_ref().unwrap_or(&opts.blocking),
         ..tophub
     };
     let laid = layout::assign(&og, &lo)?;

@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod cost_model;
 pub mod db;
 pub mod import;
+pub mod layout_plans;
 pub mod lookup;
 pub mod measurement;
 pub mod postgres;
@@ -64,6 +65,7 @@ const MIGRATIONS: &[Migration] = &[
     per_dialect!("006_cost_validity.sql"),
     per_dialect!("007_work_queue.sql"),
     shared!("008_unrankable_index.sql"),
+    shared!("009_layout_plans.sql"),
 ];
 
 /// `PRAGMA application_id` of a ttdb database: "ttdb" in ASCII, written by migration 6.

@@ -1,0 +1,72 @@
+//! Pinned layout plans (schema v9): one whole-graph NCHWc blocking per model structure and
+//! host class, so that the commands reading a database agree on a model's kernels (and
+//! their workload keys) while `tune` adds the records a re-plan would weigh.
+use super::db::params;
+use super::{now_rfc3339, Result, Store};
+
+/// A plan as stored. `plan_json` is untrusted: the caller parses and checks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedPlan {
+    pub model: String,
+    pub plan_json: String,
+    pub pinned_at: String,
+}
+
+/// The plan pinned for `model_key` on `host_class`, if any.
+pub fn pinned_plan(store: &Store, model_key: &str, host_class: &str) -> Result<Option<PinnedPlan>> {
+    store.db.query_opt(
+        "SELECT model, plan_json, pinned_at FROM layout_plans WHERE model_key = ?1 AND host_class = ?2",
+        params![model_key, host_class],
+        |r| {
+            Ok(PinnedPlan {
+                model: r.get(0)?,
+                plan_json: r.get(1)?,
+                pinned_at: r.get(2)?,
+            })
+        },
+    )
+}
+
+/// Pins `plan_json` for `model_key` on `host_class`, replacing the one pinned before (a
+/// re-plan). Returns the time it was pinned at.
+pub fn pin_plan(
+    store: &Store,
+    model_key: &str,
+    host_class: &str,
+    model: &str,
+    plan_json: &str,
+) -> Result<String> {
+    let at = now_rfc3339();
+    store.db.transaction(|db| {
+        db.execute(
+            "INSERT INTO layout_plans (model_key, host_class, model, plan_json, pinned_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (model_key, host_class)
+             DO UPDATE SET model = excluded.model, plan_json = excluded.plan_json, pinned_at = excluded.pinned_at",
+            params![model_key, host_class, model, plan_json, at],
+        )
+        .map(|_| ())
+    })?;
+    Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::on_both_backends;
+
+    on_both_backends! {
+        fn a_plan_is_pinned_per_model_and_host_class_and_a_replan_replaces_it(backend) {
+            let s = backend.store();
+            assert_eq!(pinned_plan(&s, "k", "host a").unwrap(), None);
+            pin_plan(&s, "k", "host a", "m", "{\"v\":1}").unwrap();
+            pin_plan(&s, "k", "host b", "m", "{\"v\":2}").unwrap();
+            assert_eq!(pinned_plan(&s, "k", "host a").unwrap().unwrap().plan_json, "{\"v\":1}");
+            pin_plan(&s, "k", "host a", "m2", "{\"v\":3}").unwrap();
+            let p = pinned_plan(&s, "k", "host a").unwrap().unwrap();
+            assert_eq!((p.model.as_str(), p.plan_json.as_str()), ("m2", "{\"v\":3}"));
+            assert_eq!(pinned_plan(&s, "k", "host b").unwrap().unwrap().plan_json, "{\"v\":2}");
+            assert_eq!(pinned_plan(&s, "other", "host a").unwrap(), None);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The layout plan a command extracts a model with (docs/design/layout-plan.md): the one
+//! pinned in the database for the model's structure and this host class, else one planned
+//! now, weighing ttdb's timings on this host class where the database has them, and pinned
+//! when the command stores. A plan decides the convs' blockings and so their workload keys:
+//! pinned, it stays what `tune` measured under while records accumulate, until the user
+//! asks for a re-plan.
+use crate::tune::export::{chosen_record, ForHost};
+use std::cell::RefCell;
+use std::sync::Arc;
+use ttdb_format::host::HostFingerprint;
+use ttdb_onnx::onnx::{
+    self, Graph, HostEstimates, Kernel, KernelCosts, LayoutMode, LayoutPlan, LayoutPlanning,
+    Options,
+};
+use ttdb_store::store::{layout_plans, Store};
+
+/// What the command asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanRequest {
+    /// The pinned plan, else a new one.
+    Pinned,
+    /// A new plan, whatever is pinned.
+    Replan,
+}
+
+/// The database a command plans with.
+#[derive(Clone, Copy)]
+pub enum PlanDb<'a> {
+    /// None: the estimate alone, nothing pinned.
+    None,
+    /// Read pins and timings; pin nothing (a reading command, or a dry run).
+    Read(&'a Store),
+    /// Read, and pin a new plan.
+    Pin(&'a Store),
+}
+
+/// Measured seconds of a kernel: the record ttdb measured and verified on this host class
+/// that `export --model` and `run` would choose. Imported costs are left out (they were
+/// logged on other machines).
+struct StoreCosts<'a> {
+    store: &'a Store,
+    compat: String,
+    host: ForHost,
+    error: RefCell<Option<String>>,
+}
+
+impl KernelCosts for StoreCosts<'_> {
+    fn seconds(&self, kernel: &Kernel) -> Option<f64> {
+        match chosen_record(self.store, kernel, &self.compat, &self.host) {
+            Ok(w) => w.filter(|w| w.measured_here).map(|w| w.mean_cost),
+            Err(e) => {
+                self.error.borrow_mut().get_or_insert(e.to_string());
+                None
+            }
+        }
+    }
+}
+
+/// The plan for `graph` (extracted with `opts`) on `host`: see the module comment.
+pub fn choose(
+    graph: &Graph,
+    opts: &Options,
+    estimates: &HostEstimates,
+    host: &HostFingerprint,
+    db: PlanDb,
+    request: PlanRequest,
+) -> Result<Arc<LayoutPlan>, String> {
+    let key = onnx::layout_plan_key(graph, opts).map_err(|e| e.to_string())?;
+    let class = host.class();
+    let store = match db {
+        PlanDb::None => None,
+        PlanDb::Read(s) | PlanDb::Pin(s) => Some(s),
+    };
+    if let (Some(store), PlanRequest::Pinned) = (store, request) {
+        let pinned = layout_plans::pinned_plan(store, &key, &class)
+            .map_err(|e| format!("reading the pinned layout plan: {e}"))?;
+        if let Some(p) = pinned {
+            let mut plan: LayoutPlan = serde_json::from_str(&p.plan_json).map_err(|e| {
+                format!(
+                    "the layout plan pinned for this model on this host class ({}) does not parse: {e}; \
+                     `--layout-plan replan` plans it again",
+                    p.pinned_at
+                )
+            })?;
+            plan.origin = format!("pinned {}", p.pinned_at);
+            let plan = Arc::new(plan);
+            // Untrusted like the rest of the database: its blockings must fit the model.
+            let fits = onnx::extract(
+                graph,
+                &Options {
+                    layout: LayoutMode::Nchwc,
+                    layout_plan: Some(LayoutPlanning::Chosen(plan.clone())),
+                    ..opts.clone()
+                },
+            );
+            if let Err(e) = fits {
+                return Err(format!(
+                    "the layout plan pinned for this model on this host class ({}) does not fit it: {e}; \
+                     `--layout-plan replan` plans it again",
+                    p.pinned_at
+                ));
+            }
+            return Ok(plan);
+        }
+    }
+    let costs = store.map(|store| StoreCosts {
+        store,
+        compat: crate::matcher::MatchOptions::default().compat,
+        host: ForHost::of(host),
+        error: RefCell::new(None),
+    });
+    let mut plan = onnx::plan_layout(
+        graph,
+        opts,
+        estimates,
+        costs.as_ref().map(|c| c as &dyn KernelCosts),
+    )
+    .map_err(|e| e.to_string())?;
+    if let Some(e) = costs.and_then(|c| c.error.into_inner()) {
+        return Err(format!(
+            "reading measured kernel times for the layout plan: {e}"
+        ));
+    }
+    plan.origin = match db {
+        PlanDb::Pin(store) => {
+            let json = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
+            let at = layout_plans::pin_plan(store, &key, &class, &graph.name, &json)
+                .map_err(|e| format!("pinning the layout plan: {e}"))?;
+            format!("planned and pinned {at}")
+        }
+        PlanDb::Read(_) => "planned now, not pinned (this command does not store)".into(),
+        PlanDb::None => "planned now on the estimate (no database)".into(),
+    };
+    Ok(Arc::new(plan))
+}
