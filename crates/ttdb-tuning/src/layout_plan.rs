@@ -12,7 +12,8 @@ use ttdb_onnx::onnx::{
     self, Graph, HostEstimates, Kernel, KernelCosts, LayoutMode, LayoutPlan, LayoutPlanning,
     Options,
 };
-use ttdb_store::store::{layout_plans, Store};
+use ttdb_store::store::layout_plans::{self, Pin, PinnedPlan};
+use ttdb_store::store::Store;
 
 /// What the command asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,32 +76,7 @@ pub fn choose(
         let pinned = layout_plans::pinned_plan(store, &key, &class)
             .map_err(|e| format!("reading the pinned layout plan: {e}"))?;
         if let Some(p) = pinned {
-            let mut plan: LayoutPlan = serde_json::from_str(&p.plan_json).map_err(|e| {
-                format!(
-                    "the layout plan pinned for this model on this host class ({}) does not parse: {e}; \
-                     `--layout-plan replan` plans it again",
-                    p.pinned_at
-                )
-            })?;
-            plan.origin = format!("pinned {}", p.pinned_at);
-            let plan = Arc::new(plan);
-            // Untrusted like the rest of the database: its blockings must fit the model.
-            let fits = onnx::extract(
-                graph,
-                &Options {
-                    layout: LayoutMode::Nchwc,
-                    layout_plan: Some(LayoutPlanning::Chosen(plan.clone())),
-                    ..opts.clone()
-                },
-            );
-            if let Err(e) = fits {
-                return Err(format!(
-                    "the layout plan pinned for this model on this host class ({}) does not fit it: {e}; \
-                     `--layout-plan replan` plans it again",
-                    p.pinned_at
-                ));
-            }
-            return Ok(plan);
+            return read_pin(graph, opts, &p);
         }
     }
     let costs = store.map(|store| StoreCosts {
@@ -124,12 +100,49 @@ pub fn choose(
     plan.origin = match db {
         PlanDb::Pin(store) => {
             let json = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
-            let at = layout_plans::pin_plan(store, &key, &class, &graph.name, &json)
+            let how = match request {
+                PlanRequest::Pinned => Pin::IfAbsent,
+                PlanRequest::Replan => Pin::Replace,
+            };
+            let p = layout_plans::pin_plan(store, &key, &class, &graph.name, &json, how)
                 .map_err(|e| format!("pinning the layout plan: {e}"))?;
-            format!("planned and pinned {at}")
+            if p.plan_json != json {
+                // Another command pinned one first: use it, as every later command will.
+                return read_pin(graph, opts, &p);
+            }
+            format!("planned and pinned {}", p.pinned_at)
         }
         PlanDb::Read(_) => "planned now, not pinned (this command does not store)".into(),
         PlanDb::None => "planned now on the estimate (no database)".into(),
     };
     Ok(Arc::new(plan))
+}
+
+/// The pinned plan `p`, checked: it is untrusted like the rest of the database, so it must
+/// parse and its blockings must fit the model.
+fn read_pin(graph: &Graph, opts: &Options, p: &PinnedPlan) -> Result<Arc<LayoutPlan>, String> {
+    let replan = "`--layout-plan replan` plans it again";
+    let mut plan: LayoutPlan = serde_json::from_str(&p.plan_json).map_err(|e| {
+        format!(
+            "the layout plan pinned for this model on this host class ({}) does not parse: {e}; {replan}",
+            p.pinned_at
+        )
+    })?;
+    plan.origin = format!("pinned {}", p.pinned_at);
+    let plan = Arc::new(plan);
+    let fits = onnx::extract(
+        graph,
+        &Options {
+            layout: LayoutMode::Nchwc,
+            layout_plan: Some(LayoutPlanning::Chosen(plan.clone())),
+            ..opts.clone()
+        },
+    );
+    if let Err(e) = fits {
+        return Err(format!(
+            "the layout plan pinned for this model on this host class ({}) does not fit it: {e}; {replan}",
+            p.pinned_at
+        ));
+    }
+    Ok(plan)
 }

@@ -27,27 +27,47 @@ pub fn pinned_plan(store: &Store, model_key: &str, host_class: &str) -> Result<O
     )
 }
 
-/// Pins `plan_json` for `model_key` on `host_class`, replacing the one pinned before (a
-/// re-plan). Returns the time it was pinned at.
+/// Whether pinning replaces a plan pinned before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pin {
+    /// Pin unless one is pinned already (another command may have pinned one since this
+    /// one looked): the first pin wins, so concurrent commands agree.
+    IfAbsent,
+    /// Replace what is pinned (a re-plan).
+    Replace,
+}
+
+/// Pins `plan_json` for `model_key` on `host_class` as `how` says, and returns what is
+/// pinned after: this plan, or with [`Pin::IfAbsent`] the one another command pinned first.
 pub fn pin_plan(
     store: &Store,
     model_key: &str,
     host_class: &str,
     model: &str,
     plan_json: &str,
-) -> Result<String> {
+    how: Pin,
+) -> Result<PinnedPlan> {
     let at = now_rfc3339();
+    let conflict = match how {
+        Pin::IfAbsent => "DO NOTHING",
+        Pin::Replace => {
+            "DO UPDATE SET model = excluded.model, plan_json = excluded.plan_json, pinned_at = excluded.pinned_at"
+        }
+    };
+    let insert = format!(
+        "INSERT INTO layout_plans (model_key, host_class, model, plan_json, pinned_at)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (model_key, host_class) {conflict}"
+    );
     store.db.transaction(|db| {
         db.execute(
-            "INSERT INTO layout_plans (model_key, host_class, model, plan_json, pinned_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (model_key, host_class)
-             DO UPDATE SET model = excluded.model, plan_json = excluded.plan_json, pinned_at = excluded.pinned_at",
+            &insert,
             params![model_key, host_class, model, plan_json, at],
-        )
-        .map(|_| ())
+        )?;
+        Ok(())
     })?;
-    Ok(at)
+    pinned_plan(store, model_key, host_class)?.ok_or_else(|| {
+        super::StoreError::Other(format!("the layout plan pinned for {model} is gone"))
+    })
 }
 
 #[cfg(test)]
@@ -59,10 +79,15 @@ mod tests {
         fn a_plan_is_pinned_per_model_and_host_class_and_a_replan_replaces_it(backend) {
             let s = backend.store();
             assert_eq!(pinned_plan(&s, "k", "host a").unwrap(), None);
-            pin_plan(&s, "k", "host a", "m", "{\"v\":1}").unwrap();
-            pin_plan(&s, "k", "host b", "m", "{\"v\":2}").unwrap();
+            let first = pin_plan(&s, "k", "host a", "m", "{\"v\":1}", Pin::IfAbsent).unwrap();
+            assert_eq!(first.plan_json, "{\"v\":1}");
+            pin_plan(&s, "k", "host b", "m", "{\"v\":2}", Pin::IfAbsent).unwrap();
+            // The first pin wins: a second command that planned meanwhile gets it back.
+            let second = pin_plan(&s, "k", "host a", "m", "{\"v\":9}", Pin::IfAbsent).unwrap();
+            assert_eq!(second, first);
             assert_eq!(pinned_plan(&s, "k", "host a").unwrap().unwrap().plan_json, "{\"v\":1}");
-            pin_plan(&s, "k", "host a", "m2", "{\"v\":3}").unwrap();
+            // A re-plan replaces it.
+            pin_plan(&s, "k", "host a", "m2", "{\"v\":3}", Pin::Replace).unwrap();
             let p = pinned_plan(&s, "k", "host a").unwrap().unwrap();
             assert_eq!((p.model.as_str(), p.plan_json.as_str()), ("m2", "{\"v\":3}"));
             assert_eq!(pinned_plan(&s, "k", "host b").unwrap().unwrap().plan_json, "{\"v\":2}");
