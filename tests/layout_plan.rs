@@ -195,7 +195,18 @@ fn kernels_shows_the_plan_and_refuses_an_unknown_one() {
 
 /// `ttdb kernels MODEL --json`'s layout plan, under `--layout-plan <plan>`.
 fn plan_json(db: &str, m: &str, plan: &str) -> Result<serde_json::Value, String> {
-    let out = ttdb(&["--db", db, "kernels", m, "--layout-plan", plan, "--json"]);
+    plan_json_with(db, m, plan, &[])
+}
+
+fn plan_json_with(
+    db: &str,
+    m: &str,
+    plan: &str,
+    extra: &[&str],
+) -> Result<serde_json::Value, String> {
+    let mut args = vec!["--db", db, "kernels", m, "--layout-plan", plan, "--json"];
+    args.extend_from_slice(extra);
+    let out = ttdb(&args);
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
@@ -254,6 +265,12 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
         replan["origin"].as_str().unwrap().contains("not pinned"),
         "{replan}"
     );
+    // A plan for another vector width weighs none of them (with this host's, half of its
+    // convs' kernels are ones the tune measured).
+    let lanes = ttdb::target::Target::detect().host.f32_lanes();
+    let other_lanes = if lanes == 16 { "8" } else { "16" };
+    let other = plan_json_with(db, m, "replan", &["--lanes", other_lanes]).unwrap();
+    assert_eq!(other["measured_convs"], 0, "{other}");
     // `kernels` does not store: the pin is unchanged.
     assert_eq!(plan_json(db, m, "planned").unwrap()["origin"], origin);
 

@@ -256,13 +256,13 @@ impl ModelArgs {
                 _ => lanes,
             };
             let estimates = onnx::HostEstimates::typical(lanes, host.cores);
-            let plan =
-                layout_plan::choose(&graph, &opts, &estimates, host, db, request).map_err(|m| {
-                    CliError {
-                        message: format!("{}: layout plan: {m}", self.model.display()),
-                        code: 1,
-                    }
-                })?;
+            // This host's timings say nothing of a plan for another vector width.
+            let timings = lanes == host.f32_lanes() as i64;
+            let plan = layout_plan::choose(&graph, &opts, &estimates, host, db, request, timings)
+                .map_err(|m| CliError {
+                message: format!("{}: layout plan: {m}", self.model.display()),
+                code: 1,
+            })?;
             opts.layout_plan = Some(LayoutPlanning::Chosen(plan));
         }
         Ok((graph, opts))

@@ -57,7 +57,9 @@ impl KernelCosts for StoreCosts<'_> {
     }
 }
 
-/// The plan for `graph` (extracted with `opts`) on `host`: see the module comment.
+/// The plan for `graph` (extracted with `opts`) on `host`: see the module comment. With
+/// `timings` false (a plan for another machine's vector width) a new plan weighs no timing
+/// of this host.
 pub fn choose(
     graph: &Graph,
     opts: &Options,
@@ -65,6 +67,7 @@ pub fn choose(
     host: &HostFingerprint,
     db: PlanDb,
     request: PlanRequest,
+    timings: bool,
 ) -> Result<Arc<LayoutPlan>, String> {
     let key = onnx::layout_plan_key(graph, opts).map_err(|e| e.to_string())?;
     let class = host.class();
@@ -79,7 +82,7 @@ pub fn choose(
             return read_pin(graph, opts, &p);
         }
     }
-    let costs = store.map(|store| StoreCosts {
+    let costs = store.filter(|_| timings).map(|store| StoreCosts {
         store,
         compat: crate::matcher::MatchOptions::default().compat,
         host: ForHost::of(host),
