@@ -5,9 +5,10 @@
 # database, then onnxruntime (benches/ort_model.py). Prints the host, then per model: ttdb's
 # end-to-end median and p90, its kernel sum split into tuned kernels and glue, the glue's
 # share, the arena against the sum of intermediates, onnxruntime's median and the ratio
-# onnxruntime / ttdb (above 1: ttdb is faster), and the tune's wall time. Needs `pip install onnx onnxruntime`;
+# onnxruntime / ttdb (above 1: ttdb is faster), and the tune's wall time; at the end the geomean
+# of the ratios and the lowest. Needs `pip install onnx onnxruntime`;
 # outside CI.
-# --layout-plan planned: NCHWc blockings planned for the whole graph (tune and run alike;
+# --layout-plan planned: NCHWc blockings planned for the whole graph (pinned by the tune, read by the run;
 # docs/design/layout-plan.md) instead of TopHub's; the header says which.
 # --db-dir D: each model's database is D/<model>.db and is kept; a model whose database
 # exists is not tuned again (its "tune s" says "kept"): re-time a new ttdb on old tunes.
@@ -41,6 +42,8 @@ cargo build --release --quiet
 ttdb=target/release/ttdb
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat, layout plan $plan; $(date -u +%F)"
 printf '%-22s %9s %9s %10s %9s %6s %14s %10s %8s %7s\n' model "e2e ms" "p90 ms" "tuned ms" "glue ms" glue% "arena/sum MiB" "onnxrt ms" "ort/ttdb" "tune s"
+ratios_file=$(mktemp)
+trap 'rm -f "$ratios_file"' EXIT
 for m in "${models[@]}"; do
     name=$(basename "$m" .onnx)
     work=$(mktemp -d)
@@ -77,5 +80,16 @@ mib = lambda b: b / 2**20
 med, p90, tuned, glue, share = t["median_ms"], t["p90_ms"], t["anchored_ms"], t["glue_ms"], t["glue_share"]
 arena, inter = mib(m["arena_bytes"]), mib(m["intermediates_bytes"])
 print(f"{name:<22} {med:>9.2f} {p90:>9.2f} {tuned:>10.2f} {glue:>9.2f} {100*share:>5.1f}% "
-      f"{arena:>6.1f}/{inter:<7.1f} {ort:>10.2f} {ort/med:>7.2f}x {tune_s:>7}")' "$name" "$ort" "$tune_s"
+      f"{arena:>6.1f}/{inter:<7.1f} {ort:>10.2f} {ort/med:>7.2f}x {tune_s:>7}")' "$name" "$ort" "$tune_s" |
+        tee -a "$ratios_file"
 done
+# The bar of issue 31: the geomean of onnxruntime / ttdb, and the lowest model.
+python3 - "$ratios_file" <<'PY'
+import math, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+ratios = [(float(r[-2].rstrip("x")), r[0]) for r in rows]
+if ratios:
+    geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+    low = min(ratios)
+    print(f"geomean ort/ttdb {geo:.3f}x over {len(ratios)} models; lowest {low[0]:.2f}x ({low[1]})")
+PY
