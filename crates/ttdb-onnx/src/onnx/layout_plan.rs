@@ -176,13 +176,16 @@ struct Measured<'a> {
 }
 
 impl Measured<'_> {
-    /// Measured seconds of conv `op` of `laid` under its blocking there.
-    fn of(&self, laid: &Laid, groups: &mut Option<Vec<Vec<OpId>>>, op: OpId) -> Option<f64> {
+    /// Measured seconds of conv `op` of `laid`, whose kernel there is `key`.
+    fn of(
+        &self,
+        laid: &Laid,
+        groups: &mut Option<Vec<Vec<OpId>>>,
+        op: OpId,
+        key: &(String, i64, i64),
+    ) -> Option<f64> {
         let costs = self.costs?;
-        let node = laid.graph.ops[op].nodes.first()?;
-        let b = laid.convs.get(&op)?.blocking?;
-        let key = (node.clone(), b.ic_bn, b.oc_bn);
-        if let Some(known) = self.known.borrow().get(&key) {
+        if let Some(known) = self.known.borrow().get(key) {
             return *known;
         }
         let groups = groups.get_or_insert_with(|| fuse(&laid.graph));
@@ -192,7 +195,7 @@ impl Measured<'_> {
             .map(|g| group_kernel(&laid.graph, g, &laid.convs))
             .and_then(|k| costs.seconds(&k))
             .filter(|s| s.is_finite() && *s > 0.0);
-        self.known.borrow_mut().insert(key, seconds);
+        self.known.borrow_mut().insert(key.clone(), seconds);
         seconds
     }
 }
@@ -229,10 +232,13 @@ fn estimate(laid: &Laid, host: &HostEstimates, measured: &Measured) -> Breakdown
                     let b = c.blocking?;
                     Some((op.nodes.first()?.clone(), b.ic_bn, b.oc_bn))
                 });
+                let measured = kernel
+                    .as_ref()
+                    .and_then(|k| measured.of(laid, &mut groups, i, k));
                 out.convs.push(ConvCost {
                     kernel,
                     estimated: (flops / rate).max(bytes / bandwidth),
-                    measured: measured.of(laid, &mut groups, i),
+                    measured,
                 });
             }
             OpKind::LayoutTransform { .. } => {
