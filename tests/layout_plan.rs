@@ -104,6 +104,74 @@ fn mobilenet_v2_planned_blocks_depthwise_convs_in_whole_vectors() {
     assert!(depthwise.iter().all(|b| b % 16 == 0), "{depthwise:?}");
 }
 
+/// regnet_y_400mf's grouped 3x3 convs (8 channels a group) stay NCHW under TopHub, as
+/// TVM's AlterOpLayout leaves them: each is wrapped in transforms out of and back into
+/// its neighbours' blocks. The plan blocks them too (TVM's grouped conv2d_NCHWc, blocks
+/// dividing a group's channels), so the transforms around them go.
+#[test]
+fn regnet_y_planned_blocks_its_grouped_convs() {
+    let planned = kernels("torchvision_more/regnet_y_400mf.onnx", true);
+    let tophub = kernels("torchvision_more/regnet_y_400mf.onnx", false);
+    let p = planned.layout_plan.as_ref().unwrap();
+    println!("{p:?}");
+    let grouped = |l: &KernelList| -> Vec<(String, Option<i64>)> {
+        l.kernels
+            .iter()
+            .filter(|k| !k.class.contains("layout_transform"))
+            .filter(|k| {
+                k.occurrences
+                    .iter()
+                    .flatten()
+                    .any(|n| n.ends_with("/f/b/b.0/Conv"))
+            })
+            .map(|k| (k.class.clone(), k.blocking.map(|b| b.oc_bn)))
+            .collect()
+    };
+    let (g_planned, g_tophub) = (grouped(&planned), grouped(&tophub));
+    assert!(
+        !g_tophub.is_empty()
+            && g_tophub
+                .iter()
+                .all(|(c, b)| c.starts_with("group_conv2d_nchw_spatial_pack") && b.is_none()),
+        "{g_tophub:?}"
+    );
+    assert!(
+        !g_planned.is_empty()
+            && g_planned
+                .iter()
+                .all(|(c, b)| c.starts_with("conv2d_nchwc") && b.is_some_and(|b| 8 % b == 0)),
+        "{g_planned:?}"
+    );
+    assert!(p.transforms * 2 < p.transforms_tophub, "{p:?}");
+    assert!(planned.layout_transforms() * 2 < tophub.layout_transforms());
+}
+
+/// A blocking named for a grouped conv must divide a group's channels, not just the conv's.
+#[test]
+fn a_grouped_conv_blocking_must_divide_its_groups_channels() {
+    let path = model("torchvision_more/regnet_y_400mf.onnx");
+    let node = "/trunk_output/block1/block1-0/f/b/b.0/Conv"; // 48 channels, 8 a group
+    let with = |ic: i64, oc: i64| {
+        let mut opts = cli_defaults();
+        opts.blocking.insert(node.to_string(), (ic, oc));
+        onnx::kernels_for_file(&path, &[], &opts)
+    };
+    let err = with(16, 16)
+        .err()
+        .expect("16 does not divide 8")
+        .to_string();
+    assert!(err.contains(node) && err.contains("per group"), "{err}");
+    let l = with(4, 8).unwrap();
+    let k = l
+        .kernels
+        .iter()
+        .find(|k| !k.class.contains("layout_transform") && k.occurrences[0][0] == node)
+        .unwrap();
+    assert!(k.class.starts_with("conv2d_nchwc"), "{}", k.class);
+    // kernel [O/oc_bn, (C/groups)/ic_bn, KH, KW, ic_bn, oc_bn]
+    assert_eq!(k.inputs[1], vec![6, 2, 3, 3, 4, 8], "{k:?}");
+}
+
 fn signatures(l: &KernelList) -> Vec<Option<String>> {
     l.kernels.iter().map(|k| k.signature_hash.clone()).collect()
 }

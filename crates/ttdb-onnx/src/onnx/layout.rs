@@ -3,9 +3,11 @@
 //!
 //! * [`LayoutMode::Nchwc`]: x86 `AlterOpLayout`. Every conv becomes `conv2d_NCHWc` (data
 //!   `NCHW{ic_bn}c`, kernel `OIHW{ic_bn}i{oc_bn}o`, output `NCHW{oc_bn}c`), depthwise convs
-//!   `depthwise_conv2d_NCHWc` (kernel `OIHW1i{oc_bn}o`); grouped convs stay NCHW. Blocks come
-//!   from a per-conv override, else the TopHub config, else the fallback rule
-//!   ([`super::tophub`]). Pools and element-wise ops keep their producer's layout; a binary
+//!   `depthwise_conv2d_NCHWc` (kernel `OIHW1i{oc_bn}o`); grouped convs stay NCHW (x86's
+//!   grouped spatial pack) unless the caller blocks them ([`LayoutOptions::grouped_nchwc`],
+//!   or a blocking named for the conv): then they become TVM's grouped `conv2d_NCHWc`
+//!   (v0.10 on), whose blocks divide each group's channels. Blocks come from a per-conv
+//!   override, else the TopHub config, else the fallback rule ([`super::tophub`]). Pools and element-wise ops keep their producer's layout; a binary
 //!   op takes its first operand's layout (BinaryBroadcastLayout); concat keeps a common input
 //!   layout or falls back to NCHW; everything else wants NCHW. Where a consumer wants another
 //!   layout than its producer gives, one `layout_transform` op is inserted (constants are
@@ -78,8 +80,13 @@ pub struct LayoutOptions<'a> {
     pub mode: LayoutMode,
     pub lanes: i64,
     pub tophub: Option<&'a TopHub>,
-    /// Per conv (by the ONNX node name of the conv): (ic_bn, oc_bn).
+    /// Per conv (by the ONNX node name of the conv): (ic_bn, oc_bn). A grouped conv named
+    /// here is blocked (grouped `conv2d_NCHWc`) with blocks dividing its groups' channels.
     pub blocking: &'a HashMap<String, (i64, i64)>,
+    /// Whether grouped convs the caller names no blocking for are blocked too, by the
+    /// fallback rule on their groups' channels: the layout planner's candidates. TVM's
+    /// AlterOpLayout leaves them NCHW, so TopHub's choice keeps this off.
+    pub grouped_nchwc: bool,
 }
 
 /// The op graph after layout selection: physical shapes, inserted transforms.
@@ -203,18 +210,21 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// A conv's blocking; `in_c` and `out_c` are the channels its blocks must divide (a
+    /// group's, for a grouped conv). `wkl` is what TopHub is asked, if anything.
     fn blocking(
         &self,
         op_nodes: &[String],
-        wkl: ConvWorkload,
+        wkl: Option<ConvWorkload>,
         in_c: i64,
         out_c: i64,
     ) -> Result<Blocking> {
         if let Some(&(ic_bn, oc_bn)) = op_nodes.first().and_then(|n| self.opts.blocking.get(n)) {
             if ic_bn <= 0 || oc_bn <= 0 || in_c % ic_bn != 0 || out_c % oc_bn != 0 {
                 return Err(OnnxError::Layout(format!(
-                    "blocking ({ic_bn}, {oc_bn}) for conv `{}` does not divide its channels ({in_c} in, {out_c} out)",
-                    op_nodes[0]
+                    "blocking ({ic_bn}, {oc_bn}) for conv `{}` does not divide its channels ({in_c} in, {out_c} out{})",
+                    op_nodes[0],
+                    if wkl.is_none() { " per group" } else { "" }
                 )));
             }
             return Ok(Blocking {
@@ -223,7 +233,7 @@ impl<'a> Pass<'a> {
                 source: BlockingSource::Override,
             });
         }
-        if let Some((ic_bn, oc_bn)) = self.opts.tophub.and_then(|h| h.lookup(&wkl)) {
+        if let Some((ic_bn, oc_bn)) = wkl.and_then(|w| self.opts.tophub?.lookup(&w)) {
             if in_c % ic_bn == 0 && out_c % oc_bn == 0 {
                 return Ok(Blocking {
                     ic_bn,
@@ -273,6 +283,12 @@ impl<'a> Pass<'a> {
         let ws = self.out.values[w].shape.clone();
         let (cin, cout) = (xs[1], ws[0]);
         let depthwise = groups > 1 && groups == cin && cout == cin && ws[1] == 1;
+        let grouped = groups > 1 && !depthwise;
+        let named = op
+            .nodes
+            .first()
+            .is_some_and(|n| self.opts.blocking.contains_key(n));
+        let blocked = !grouped || named || self.opts.grouped_nchwc;
         let mut choice = ConvChoice {
             blocking: None,
             depthwise,
@@ -280,8 +296,8 @@ impl<'a> Pass<'a> {
             group_packing: None,
         };
         let (data, weight_phys, out_layout, packing) = match self.opts.mode {
-            LayoutMode::Nchwc if groups == 1 || depthwise => {
-                let wkl = ConvWorkload {
+            LayoutMode::Nchwc if blocked => {
+                let wkl = (!grouped).then(|| ConvWorkload {
                     template: if depthwise {
                         "depthwise_conv2d_NCHWc.x86"
                     } else {
@@ -293,8 +309,14 @@ impl<'a> Pass<'a> {
                     strides: window.stride,
                     padding: window.padding,
                     dilation: window.dilation,
+                });
+                // a grouped conv's blocks divide each group's channels (ws[1] in, and out)
+                let (in_c, out_c) = if grouped {
+                    (ws[1], cout / groups)
+                } else {
+                    (cin, cout)
                 };
-                let b = self.blocking(&op.nodes, wkl, cin, cout)?;
+                let b = self.blocking(&op.nodes, wkl, in_c, out_c)?;
                 choice.blocking = Some(b);
                 let data = self.as_layout(x, Layout::Nchwc(b.ic_bn), &op.nodes);
                 let (wp, packing) = if depthwise {
@@ -306,7 +328,7 @@ impl<'a> Pass<'a> {
                     (
                         vec![
                             cout / b.oc_bn,
-                            cin / b.ic_bn,
+                            ws[1] / b.ic_bn,
                             ws[2],
                             ws[3],
                             b.ic_bn,

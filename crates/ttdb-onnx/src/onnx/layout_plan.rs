@@ -13,7 +13,9 @@
 //! output together with the same block for the input of every conv that reads it (through
 //! element-wise ops, pools and transforms), keeping a move when the estimate drops. Each
 //! candidate is laid out by [`super::layout::assign`] itself, so the transforms counted are
-//! the ones extraction will insert. NeoCPU's dynamic programming over a chain is exact for
+//! the ones extraction will insert. Grouped convs, which TVM leaves NCHW, are blocked by
+//! the uniform starts as grouped `conv2d_NCHWc` (blocks dividing a group's channels), so
+//! the plan weighs them against the transforms around an NCHW one. NeoCPU's dynamic programming over a chain is exact for
 //! chains; the sweep handles the residual and SE branches of real graphs, which break chains.
 //!
 //! The estimate (documented, not measured): a conv takes the longer of its FLOPs at the
@@ -218,6 +220,10 @@ fn estimate(laid: &Laid, host: &HostEstimates, measured: &Measured) -> Breakdown
                 let mut rate = host.gflops * 1e9;
                 let mut bandwidth = bandwidth;
                 if let Some(choice) = laid.convs.get(&i) {
+                    // x86's grouped NCHW conv vectorizes its packing's output block
+                    if let Some(p) = choice.group_packing {
+                        rate *= lane_fill(p.oc_bn, host.lanes);
+                    }
                     if let Some(b) = choice.blocking {
                         rate *= lane_fill(b.oc_bn, host.lanes);
                         if choice.depthwise && b.ic_bn != b.oc_bn {
@@ -320,12 +326,28 @@ fn reading_convs(laid: &Laid, consumers: &[Vec<(OpId, usize)>], conv: OpId) -> V
     out
 }
 
-/// Channels of conv op `op` of `laid`: (in, out).
+/// The channels conv op `op` of `laid` blocks: (in, out); a grouped conv's, per group.
 fn channels(laid: &Laid, op: OpId) -> (i64, i64) {
     let g = &laid.graph;
     let ws = &g.values[g.ops[op].inputs[1]].shape;
     let xs = &g.values[g.ops[op].inputs[0]].shape;
-    (xs[1], ws[0])
+    match g.ops[op].kind {
+        OpKind::Conv { groups, .. } if groups > 1 && !laid.convs[&op].depthwise => {
+            (ws[1], ws[0] / groups)
+        }
+        _ => (xs[1], ws[0]),
+    }
+}
+
+/// Which convs a candidate layout blocks and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// TopHub's config, else the fallback rule; grouped convs NCHW.
+    TopHub,
+    /// The fallback rule for every conv, grouped ones too.
+    Uniform,
+    /// The blocking named; grouped convs it does not name stay NCHW.
+    Named,
 }
 
 /// Plans the NCHWc blocking of `src` (an op graph before layout selection) for `host`.
@@ -341,12 +363,15 @@ pub fn plan(
         costs,
         known: RefCell::new(HashMap::new()),
     };
-    let lay = |blocking: &HashMap<String, (i64, i64)>, tophub: bool, lanes: i64| {
+    // TopHub's start keeps grouped convs NCHW as TVM does; the uniform starts block them
+    // too; later layouts block exactly the convs their blocking names.
+    let lay = |blocking: &HashMap<String, (i64, i64)>, start: Start, lanes: i64| {
         let opts = LayoutOptions {
             mode: base.mode,
             lanes,
-            tophub: if tophub { base.tophub } else { None },
+            tophub: (start == Start::TopHub).then_some(base.tophub).flatten(),
             blocking,
+            grouped_nchwc: start == Start::Uniform,
         };
         assign(src, &opts)
     };
@@ -360,13 +385,13 @@ pub fn plan(
     };
 
     // Starts: TopHub's blocking and the uniform ones; they also calibrate the estimate.
-    let tophub = lay(base.blocking, true, base.lanes)?;
+    let tophub = lay(base.blocking, Start::TopHub, base.lanes)?;
     let tophub_cost = estimate(&tophub, host, &measured);
     let tophub_blocking = blocking_of(&tophub);
     let mut starts = vec![(as_map(&tophub), tophub_cost.clone(), "tophub".to_string())];
     let mut b = 4;
     while b <= 2 * host.lanes.max(4) {
-        let laid = lay(base.blocking, false, b)?;
+        let laid = lay(base.blocking, Start::Uniform, b)?;
         starts.push((
             as_map(&laid),
             estimate(&laid, host, &measured),
@@ -388,7 +413,7 @@ pub fn plan(
     let fixed = |node: &str| base.blocking.contains_key(node);
     for _sweep in 0..3 {
         let mut improved = false;
-        let laid = lay(&blocking, false, base.lanes)?;
+        let laid = lay(&blocking, Start::Named, base.lanes)?;
         let consumers = laid.graph.consumers();
         let convs = blocking_of(&laid);
         for (node, &(op, _, _)) in &convs {
@@ -422,8 +447,8 @@ pub fn plan(
                             }
                         }
                     }
-                    let s =
-                        estimate(&lay(&trial, false, base.lanes)?, host, &measured).seconds(scale);
+                    let s = estimate(&lay(&trial, Start::Named, base.lanes)?, host, &measured)
+                        .seconds(scale);
                     if s < cost * 0.999 {
                         blocking = trial;
                         cost = s;
@@ -437,7 +462,7 @@ pub fn plan(
             break;
         }
     }
-    let planned = lay(&blocking, false, base.lanes)?;
+    let planned = lay(&blocking, Start::Named, base.lanes)?;
     let planned_cost = estimate(&planned, host, &measured);
     let planned_blocking = blocking_of(&planned);
     let changed = planned_blocking

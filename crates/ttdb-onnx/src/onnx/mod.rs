@@ -182,6 +182,7 @@ fn tophub_options<'a>(opts: &'a Options) -> layout::LayoutOptions<'a> {
         lanes: opts.lanes,
         tophub: opts.tophub.as_deref(),
         blocking: &opts.blocking,
+        grouped_nchwc: false,
     }
 }
 
