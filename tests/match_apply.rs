@@ -183,3 +183,42 @@ fn match_output_of_a_zoo_model() {
         ttdb::cli::render_explain(&m, &conv, 3).unwrap()
     );
 }
+
+/// A record transferred from another model keeps the kernel's own workload key: regnet_y's
+/// residual adds read the block's output second (`add(proj(x), f(x))`), resnet_50's log has
+/// it first, so the two DAGs order their stages differently. The candidate's steps are
+/// carried over to the kernel's own stage order; before, the candidate kept the source's
+/// order, `apply` stored it under a key `run` never looks up, and run kept the default
+/// schedule (a 1x1 conv 17x slower).
+#[test]
+fn transferred_candidates_keep_the_kernels_own_workload_key() {
+    use ttdb::ops::era::Era;
+    use ttdb::tune::apply::workload_key_of;
+    let store = store_with(&["resnet_50"]);
+    let model = common::corpus_dir().join("onnx/torchvision_more/regnet_y_400mf.onnx");
+    let m = model_match(&store, &model);
+    let mut residual = 0;
+    for km in &m.matches {
+        let k = &m.list.kernels[km.kernel];
+        let spec = k.spec.as_ref().unwrap();
+        for c in &km.candidates {
+            // the source's era: the DAG the candidate was built in
+            let own: Vec<String> = Era::ALL
+                .iter()
+                .filter_map(|&e| spec.build(e, &k.inputs).ok())
+                .map(|d| workload_key_of(&d))
+                .collect();
+            assert!(
+                own.contains(&workload_key_of(&c.dag)),
+                "{}: candidate from {} has key {} (the kernel's: {own:?})",
+                k.name,
+                c.source.label(),
+                workload_key_of(&c.dag)
+            );
+            if k.class == "conv2d_nchwc+add+add+relu" {
+                residual += 1;
+            }
+        }
+    }
+    assert!(residual > 0, "no residual-add kernel got a candidate");
+}

@@ -87,11 +87,52 @@ pub fn map_stages(
             ));
         }
     }
-    let mut sm = StageMap { map };
-    let mut out: Vec<Step> = extra
+    let out: Vec<Step> = extra
         .iter()
         .map(|&t| Step::ComputeInline(ComputeInlineStep { stage_id: t as u32 }))
         .collect();
+    translate(StageMap { map }, out, steps).map(Some)
+}
+
+/// Translates a record's steps from `source` to `target`, two DAGs of one workload whose
+/// stages are the same but ordered differently: a residual add's operand first in one and
+/// second in the other puts its placeholder first or next to the add (TVM orders stages
+/// by a post-order walk from the output). Stages pair by name, the k-th of a name with
+/// the k-th. Returns None when the orders are the same, and an error when the stages
+/// differ.
+pub fn permute_stages(
+    source: &ttdb_algo::ir::Dag,
+    target: &ttdb_algo::ir::Dag,
+    steps: &[Step],
+) -> Result<Option<Vec<Step>>, String> {
+    let names =
+        |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    let (src, tgt) = (names(source), names(target));
+    if src == tgt {
+        return Ok(None);
+    }
+    let mut sorted = (src.clone(), tgt.clone());
+    sorted.0.sort();
+    sorted.1.sort();
+    if sorted.0 != sorted.1 {
+        return Err("the stage lists differ".into());
+    }
+    let mut used = vec![false; tgt.len()];
+    let map = src
+        .iter()
+        .map(|name| {
+            let t = (0..tgt.len()).find(|&t| !used[t] && tgt[t] == *name)?;
+            used[t] = true;
+            Some(t as u32)
+        })
+        .collect();
+    translate(StageMap { map }, Vec::new(), steps).map(Some)
+}
+
+/// Appends `steps`, their stage ids mapped by `sm`, to `out` (steps the target needs
+/// first); steps that only inline, root, annotate or pragma a stage the target lacks are
+/// dropped.
+fn translate(mut sm: StageMap, mut out: Vec<Step>, steps: &[Step]) -> Result<Vec<Step>, String> {
     // New index of every kept source step (FSP/FFSP refer to steps by index).
     let mut new_index: Vec<Option<u32>> = Vec::with_capacity(steps.len());
     for step in steps {
@@ -128,5 +169,5 @@ pub fn map_stages(
         new_index.push(Some(out.len() as u32));
         out.push(translated);
     }
-    Ok(Some(out))
+    Ok(out)
 }

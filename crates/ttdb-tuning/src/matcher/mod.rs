@@ -130,7 +130,9 @@ impl Default for MatchOptions {
 }
 
 /// The kernel's spec with the source's operand order (residual-first adds), so the DAG has
-/// the source's stage order. None when the epilogue chains differ.
+/// the source's stage order and the source's steps translate onto it; a candidate then
+/// carries them to the kernel's own DAG ([`adapt::permute_stages`]). None when the
+/// epilogue chains differ.
 pub fn spec_like_source(kernel: &WorkloadSpec, source: &WorkloadSpec) -> Option<WorkloadSpec> {
     if kernel.epilogue.len() != source.epilogue.len()
         || kernel.prologue.len() != source.prologue.len()
@@ -240,6 +242,11 @@ impl<'a> Matcher<'a> {
                 "registered workloads do not transfer to model kernels".into(),
             ));
         };
+        let own = spec
+            .build(era, &kernel.inputs)
+            .map_err(|e| reject(format!("cannot build the kernel in TVM {era}: {e}")))?;
+        // The steps are translated on the kernel with the source's operand order (its stage
+        // order), then carried over to the kernel's own DAG, whose key `run` looks up.
         let spec = spec_like_source(spec, src_spec)
             .ok_or_else(|| reject(format!("epilogue {} differs", src_spec.op_class())))?;
         let dag = spec
@@ -265,6 +272,21 @@ impl<'a> Matcher<'a> {
                 .map_err(|e| reject_record(format!("replay failed: {e}")))?;
             let n = r.changes.len();
             (r.steps, r.state, n)
+        };
+        let (dag, steps, state) = match adapt::permute_stages(&dag, &own, &steps) {
+            Ok(None) => (dag, steps, state),
+            Ok(Some(steps)) => {
+                let inits = ttdb_algo::schedule::stage_inits_from_dag(&own);
+                let state = ttdb_algo::schedule::replay(&inits, &steps).map_err(|e| {
+                    reject_record(format!("replay in the kernel's stage order failed: {e}"))
+                })?;
+                (own, steps, state)
+            }
+            Err(e) => {
+                return Err(reject_record(format!(
+                    "the kernel's stage order does not take the steps: {e}"
+                )))
+            }
         };
         let mut source = source;
         source.source_flops = Some(rec.dag.flop_ct());
