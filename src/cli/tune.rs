@@ -28,6 +28,11 @@ pub struct TuneArgs {
     /// With MODEL: SIMD 32-bit lanes of the NCHWc blocking (overrides --mcpu).
     #[arg(long, requires = "model")]
     pub lanes: Option<i64>,
+    /// With MODEL: N-D MatMul as a batch_matmul of the right operand as it is ([B, K, N],
+    /// transpose_b=False), as TVM's ONNX frontend with `use_nt_batch_matmul=False` emits
+    /// (default: of the transposed operand, [B, N, K]); as for `ttdb kernels`.
+    #[arg(long, requires = "model")]
+    pub no_nt_batch_matmul: bool,
     /// With a model: NCHWc blocking by conv (`tophub`, TVM's way) or planned for the whole
     /// graph (`planned`); as for `ttdb kernels`.
     #[arg(
@@ -255,6 +260,7 @@ fn tune(
                     input_shape: args.input_shape.clone(),
                     mcpu: args.mcpu.clone(),
                     lanes: args.lanes,
+                    no_nt_batch_matmul: args.no_nt_batch_matmul,
                     layout_plan: args.layout_plan.clone(),
                     ..super::kernels::ModelArgs::for_model(m.clone(), &args.layout)
                 },
