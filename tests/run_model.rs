@@ -165,6 +165,8 @@ matches_onnxruntime_with_planned_blocking! {
     resnet50_planned: "resnet50",
     mobilenet_v3_small_planned: "mobilenet_v3_small",
     regnet_y_400mf_planned: "regnet_y_400mf",
+    // grouped convs of 16 channels a group, blocked by the plan
+    regnet_x_400mf_planned: "regnet_x_400mf",
     shufflenet_v2_x1_0_planned: "shufflenet_v2_x1_0",
     densenet121_planned: "densenet121",
 }

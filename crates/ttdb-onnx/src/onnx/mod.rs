@@ -327,7 +327,7 @@ pub fn with_blocking(
     let kernel = ex.group_kernels[gi].clone();
     if kernel.blocking.is_none() {
         return Err(OnnxError::Layout(format!(
-            "conv `{conv_node}` is not an NCHWc conv (grouped convs stay NCHW)"
+            "conv `{conv_node}` is not an NCHWc conv"
         )));
     }
     let mut transforms = Vec::new();

@@ -40,6 +40,17 @@ impl StageMap {
     }
 }
 
+/// The stage names of `source` and `target`, None when they are the same list.
+fn differing_stage_names(
+    source: &ttdb_algo::ir::Dag,
+    target: &ttdb_algo::ir::Dag,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let names =
+        |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    let (src, tgt) = (names(source), names(target));
+    (src != tgt).then_some((src, tgt))
+}
+
 /// Translates a record's steps from the source DAG to a target DAG of the same op whose
 /// stage list differs by inlinable element-wise stages (NCHWc convs have a `data_pad` stage
 /// only when padded, so a padded conv can take a 1x1 conv's schedule). Stages are aligned by
@@ -52,12 +63,9 @@ pub fn map_stages(
     steps: &[Step],
 ) -> Result<Option<Vec<Step>>, String> {
     use ttdb_format::ansor::step::ComputeInlineStep;
-    let names =
-        |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
-    let (src, tgt) = (names(source), names(target));
-    if src == tgt {
+    let Some((src, tgt)) = differing_stage_names(source, target) else {
         return Ok(None);
-    }
+    };
     // Greedy alignment: equal names pair up; an unpaired target stage must be inlinable.
     let (mut i, mut j) = (0, 0);
     let mut map = vec![None; src.len()];
@@ -105,12 +113,9 @@ pub fn permute_stages(
     target: &ttdb_algo::ir::Dag,
     steps: &[Step],
 ) -> Result<Option<Vec<Step>>, String> {
-    let names =
-        |d: &ttdb_algo::ir::Dag| d.stages.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
-    let (src, tgt) = (names(source), names(target));
-    if src == tgt {
+    let Some((src, tgt)) = differing_stage_names(source, target) else {
         return Ok(None);
-    }
+    };
     let mut sorted = (src.clone(), tgt.clone());
     sorted.0.sort();
     sorted.1.sort();
