@@ -7,8 +7,9 @@
 //!   grouped spatial pack) unless the caller blocks them ([`LayoutOptions::grouped_nchwc`],
 //!   or a blocking named for the conv): then they become TVM's grouped `conv2d_NCHWc`
 //!   (v0.10 on), whose blocks divide each group's channels. Blocks come from a per-conv
-//!   override, else the TopHub config, else the fallback rule ([`super::tophub`]). Pools and element-wise ops keep their producer's layout; a binary
-//!   op takes its first operand's layout (BinaryBroadcastLayout); concat keeps a common input
+//!   override, else the TopHub config, else the fallback rule ([`super::tophub`]). Pools
+//!   and element-wise ops keep their producer's layout; a binary op takes its first
+//!   operand's layout (BinaryBroadcastLayout); concat keeps a common input
 //!   layout or falls back to NCHW; everything else wants NCHW. Where a consumer wants another
 //!   layout than its producer gives, one `layout_transform` op is inserted (constants are
 //!   re-laid-out at compile time and need none).
