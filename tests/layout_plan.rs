@@ -156,10 +156,7 @@ fn a_grouped_conv_blocking_must_divide_its_groups_channels() {
         opts.blocking.insert(node.to_string(), (ic, oc));
         onnx::kernels_for_file(&path, &[], &opts)
     };
-    let err = with(16, 16)
-        .err()
-        .expect("16 does not divide 8")
-        .to_string();
+    let err = with(16, 16).expect_err("16 does not divide 8").to_string();
     assert!(err.contains(node) && err.contains("per group"), "{err}");
     let l = with(4, 8).unwrap();
     let k = l

@@ -107,6 +107,22 @@ struct Pass<'a> {
     convs: HashMap<OpId, ConvChoice>,
 }
 
+/// Whether a conv of `groups` on data `[N, C, H, W]` with weight `[O, C/groups, KH, KW]` is
+/// depthwise (one channel a group, as many out as in).
+pub(super) fn is_depthwise(data: &[i64], weight: &[i64], groups: i64) -> bool {
+    groups > 1 && groups == data[1] && weight[0] == data[1] && weight[1] == 1
+}
+
+/// The channels an NCHWc blocking of such a conv must divide: (in, out); a grouped (not
+/// depthwise) conv's are a group's.
+pub(super) fn blocked_channels(data: &[i64], weight: &[i64], groups: i64) -> (i64, i64) {
+    if groups > 1 && !is_depthwise(data, weight, groups) {
+        (weight[1], weight[0] / groups)
+    } else {
+        (data[1], weight[0])
+    }
+}
+
 /// Is a constant of `shape` (numpy-broadcast, right-aligned) a per-channel vector for an
 /// NCHW `out` (`[C,1,1]`, `[1,C,1,1]`; a bias_add `[C]` is lowered to `[1,C,1,1]`)?
 pub fn is_channel_vector(shape: &[i64], out: &[i64]) -> bool {
@@ -283,7 +299,7 @@ impl<'a> Pass<'a> {
         let xs = self.out.values[x].shape.clone();
         let ws = self.out.values[w].shape.clone();
         let (cin, cout) = (xs[1], ws[0]);
-        let depthwise = groups > 1 && groups == cin && cout == cin && ws[1] == 1;
+        let depthwise = is_depthwise(&xs, &ws, groups);
         let grouped = groups > 1 && !depthwise;
         let named = op
             .nodes
@@ -311,12 +327,7 @@ impl<'a> Pass<'a> {
                     padding: window.padding,
                     dilation: window.dilation,
                 });
-                // a grouped conv's blocks divide each group's channels (ws[1] in, and out)
-                let (in_c, out_c) = if grouped {
-                    (ws[1], cout / groups)
-                } else {
-                    (cin, cout)
-                };
+                let (in_c, out_c) = blocked_channels(&xs, &ws, groups);
                 let b = self.blocking(&op.nodes, wkl, in_c, out_c)?;
                 choice.blocking = Some(b);
                 let data = self.as_layout(x, Layout::Nchwc(b.ic_bn), &op.nodes);

@@ -15,8 +15,9 @@
 //! candidate is laid out by [`super::layout::assign`] itself, so the transforms counted are
 //! the ones extraction will insert. Grouped convs, which TVM leaves NCHW, are blocked by
 //! the uniform starts as grouped `conv2d_NCHWc` (blocks dividing a group's channels), so
-//! the plan weighs them against the transforms around an NCHW one. NeoCPU's dynamic programming over a chain is exact for
-//! chains; the sweep handles the residual and SE branches of real graphs, which break chains.
+//! the plan weighs them against the transforms around an NCHW one. NeoCPU's dynamic
+//! programming over a chain is exact for chains; the sweep handles the residual and SE
+//! branches of real graphs, which break chains.
 //!
 //! The estimate (documented, not measured): a conv takes the longer of its FLOPs at the
 //! host's peak times the share of vector lanes its output block fills, and its bytes at the
@@ -33,7 +34,7 @@
 use super::error::Result;
 use super::fuse::fuse;
 use super::kernel::{group_kernel, Kernel};
-use super::layout::{assign, Laid, LayoutOptions};
+use super::layout::{assign, blocked_channels, Laid, LayoutOptions};
 use super::relay::{LayoutRule, OpGraph, OpId, OpKind};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -331,12 +332,11 @@ fn channels(laid: &Laid, op: OpId) -> (i64, i64) {
     let g = &laid.graph;
     let ws = &g.values[g.ops[op].inputs[1]].shape;
     let xs = &g.values[g.ops[op].inputs[0]].shape;
-    match g.ops[op].kind {
-        OpKind::Conv { groups, .. } if groups > 1 && !laid.convs[&op].depthwise => {
-            (ws[1], ws[0] / groups)
-        }
-        _ => (xs[1], ws[0]),
-    }
+    let groups = match g.ops[op].kind {
+        OpKind::Conv { groups, .. } => groups,
+        _ => 1,
+    };
+    blocked_channels(xs, ws, groups)
 }
 
 /// Which convs a candidate layout blocks and how.

@@ -242,12 +242,10 @@ impl<'a> Matcher<'a> {
                 "registered workloads do not transfer to model kernels".into(),
             ));
         };
-        let own = spec
-            .build(era, &kernel.inputs)
-            .map_err(|e| reject(format!("cannot build the kernel in TVM {era}: {e}")))?;
         // The steps are translated on the kernel with the source's operand order (its stage
         // order), then carried over to the kernel's own DAG, whose key `run` looks up.
-        let spec = spec_like_source(spec, src_spec)
+        let kernel_spec = spec;
+        let spec = spec_like_source(kernel_spec, src_spec)
             .ok_or_else(|| reject(format!("epilogue {} differs", src_spec.op_class())))?;
         let dag = spec
             .build(era, &kernel.inputs)
@@ -273,19 +271,27 @@ impl<'a> Matcher<'a> {
             let n = r.changes.len();
             (r.steps, r.state, n)
         };
-        let (dag, steps, state) = match adapt::permute_stages(&dag, &own, &steps) {
-            Ok(None) => (dag, steps, state),
-            Ok(Some(steps)) => {
-                let inits = ttdb_algo::schedule::stage_inits_from_dag(&own);
-                let state = ttdb_algo::schedule::replay(&inits, &steps).map_err(|e| {
-                    reject_record(format!("replay in the kernel's stage order failed: {e}"))
-                })?;
-                (own, steps, state)
-            }
-            Err(e) => {
-                return Err(reject_record(format!(
-                    "the kernel's stage order does not take the steps: {e}"
-                )))
+        // the kernel's own DAG: another one only when the operand order made it so
+        let (dag, steps, state) = if spec == *kernel_spec {
+            (dag, steps, state)
+        } else {
+            let own = kernel_spec
+                .build(era, &kernel.inputs)
+                .map_err(|e| reject(format!("cannot build the kernel in TVM {era}: {e}")))?;
+            match adapt::permute_stages(&dag, &own, &steps) {
+                Ok(None) => (dag, steps, state),
+                Ok(Some(steps)) => {
+                    let inits = ttdb_algo::schedule::stage_inits_from_dag(&own);
+                    let state = ttdb_algo::schedule::replay(&inits, &steps).map_err(|e| {
+                        reject_record(format!("replay in the kernel's stage order failed: {e}"))
+                    })?;
+                    (own, steps, state)
+                }
+                Err(e) => {
+                    return Err(reject_record(format!(
+                        "the kernel's stage order does not take the steps: {e}"
+                    )))
+                }
             }
         };
         let mut source = source;
