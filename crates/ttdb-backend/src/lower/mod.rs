@@ -30,10 +30,12 @@
 //! ([`crate::loopnest::check_bounds`]: every access proven in bounds) and the cost guard
 //! (which also bounds a pre-packed weight's size); anything else is a [`LowerError`].
 //! Schedules are untrusted input. Where the checker cannot derive an access's safety from TE's
-//! own guards (a guard on `x` protecting `floordiv(x, 8)`), or where an index depends on data
-//! or on a window of non-constant extent, the access gets an explicit in-bounds guard (a no-op
-//! for every in-bounds access). Split lengths above their loop's extent are TE's business too:
-//! the inner loop is tightened to the parent's extent, the rest guarded (`bound`).
+//! own guards (a guard on `x` protecting `floordiv(x, 8)`), or an index read from data
+//! (the checker takes a loaded integer as its type's full range: a clipped one is proven), and
+//! where an index depends on a window of non-constant extent, the access gets an explicit
+//! in-bounds guard (a no-op for every in-bounds access). Split lengths above their loop's
+//! extent are TE's business too: the inner loop is tightened to the parent's extent, the rest
+//! guarded (`bound`).
 //!
 //! Not lowered (clean errors): GPU thread bindings and vthreads, tensorize,
 //! `debug_skip_region`, splits / fuses / rfactor of reduce axes whose extent is not a

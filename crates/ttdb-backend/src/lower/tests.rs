@@ -642,3 +642,35 @@ fn prepacking_leaves_other_dags_alone() {
     let l = lowered_packed(&softmax(12), "[]");
     assert_eq!(l.weight_layout, WeightLayout::Original);
 }
+
+/// An index read from data is left to the bounds checker: `take`'s clipped index is proven,
+/// so its loads get no guard (a vector loop over the other axes loads without masks); an
+/// index read from data and used as it is cannot be proven and is guarded (the guard is
+/// `0 <= i && i < n` per index, printed `>= 0`).
+#[test]
+fn data_dependent_indices_are_guarded_only_when_unproven() {
+    use ttdb_algo::ir::{DType, DagBuilder, IterVar};
+    let mut b = DagBuilder::new();
+    let data = b.placeholder("p0", &[3, 8, 16], DType::F32);
+    let idx = b.placeholder("p1", &[1], DType::I64);
+    let out = ttdb_algo::ops::take::take(&mut b, &data, &idx, 0).unwrap();
+    let take = b.finish(&[&out]);
+    let k = lowered_ok(&take, r#"[["SP", 2, 2, 16, [8], 1], ["AN", 2, 3, 2]]"#);
+    let text = kernel_to_string(&k);
+    assert!(
+        text.contains("vectorized") && !text.contains(">= 0"),
+        "{text}"
+    );
+
+    let mut b = DagBuilder::new();
+    let data = b.placeholder("p0", &[8], DType::F32);
+    let idx = b.placeholder("p1", &[4], DType::I64);
+    let raw = b.elementwise("T_pick", "injective", vec![IterVar::new("ax0", 4)], |v| {
+        data.at(vec![idx.at(vec![v[0].clone()])])
+    });
+    let pick = b.finish(&[&raw]);
+    let state = replay(&stage_inits_from_dag(&pick), &[]).unwrap();
+    let k = lower(&pick, &state, &LowerOptions::default()).unwrap();
+    let text = kernel_to_string(&k);
+    assert!(text.contains(">= 0") && text.contains("< 8"), "{text}");
+}
