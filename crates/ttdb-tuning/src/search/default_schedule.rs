@@ -330,7 +330,14 @@ const MIN_PARALLEL_EXTENT: i64 = 128;
 /// paid once per iteration of it, and the loops under it keep plain strides. Before, every
 /// axis but the vector's was fused, and an innermost extent no width divides (NCHW3c) left
 /// the stage scalar: mobilenet_v2's input transform took 0.24 ms for 600 KB.
-fn injective_steps(id: u32, extents: &[i64], lanes: i64, min_parallel: i64, steps: &mut Vec<Step>) {
+fn injective_steps(
+    id: u32,
+    extents: &[i64],
+    lanes: i64,
+    min_parallel: i64,
+    better_inner: impl FnOnce() -> Option<usize>,
+    steps: &mut Vec<Step>,
+) {
     let k = extents.len();
     if extents.iter().any(|&e| e <= 0) {
         return;
@@ -359,7 +366,19 @@ fn injective_steps(id: u32, extents: &[i64], lanes: i64, min_parallel: i64, step
             steps.push(split(id, j as u32, p, v));
             extents[..j].iter().copied().chain([p / v, v]).collect()
         }
-        None => extents.to_vec(),
+        // no vector: the axis the loads read best innermost, when it is not the last
+        None => match better_inner() {
+            Some(j) => {
+                let mut order: Vec<u32> = (0..k as u32).filter(|&i| i != j as u32).collect();
+                order.push(j as u32);
+                steps.push(Step::Reorder(ReorderStep {
+                    stage_id: id,
+                    after_ids: order.clone(),
+                }));
+                order.iter().map(|&i| extents[i as usize]).collect()
+            }
+            None => extents.to_vec(),
+        },
     };
     let total: i64 = extents.iter().product();
     let serial = usize::from(vector.is_some());
@@ -437,7 +456,11 @@ fn default_steps_with(dag: &Dag, lanes: i64, min_parallel: i64) -> Vec<Step> {
             continue;
         }
         if reduce == 0 {
-            injective_steps(id, &extents, lanes, min_parallel, &mut steps);
+            let better_inner = || {
+                let reads = crate::search::contiguity::axis_reads(dag)?;
+                crate::search::contiguity::better_inner_axis(&reads, &extents)
+            };
+            injective_steps(id, &extents, lanes, min_parallel, better_inner, &mut steps);
             continue;
         }
         let inner = extents[k as usize - 1];
@@ -695,6 +718,52 @@ mod tests {
             text.contains("parallel") && text.contains(", 0, 440)"),
             "{text}"
         );
+    }
+
+    /// Glue whose innermost axis takes no vector runs the axis its loads read best
+    /// innermost: NCHW -> NCHW29c (shufflenet_v2's 116-channel stages) loops over `w`
+    /// inside a block's 29 channels, so that a row's channel arithmetic is computed once and
+    /// its loads are contiguous. Where the innermost axis reads as well as any (an
+    /// element-wise add of NCHW29c tensors) the order stays.
+    #[test]
+    fn glue_without_a_vector_runs_its_best_read_axis_innermost() {
+        use ttdb_algo::ir::{DType, DagBuilder, IterVar};
+        use ttdb_algo::ops::layout_transform::{layout_transform, DataLayout};
+        let reorders = |steps: &[Step]| -> Vec<Vec<u32>> {
+            steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Reorder(r) => Some(r.after_ids.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let logical = [1, 58, 8, 12];
+        let mut b = DagBuilder::new();
+        let x = b.placeholder("p0".to_string(), &logical, DType::F32);
+        let src = DataLayout::Nchw;
+        let y = layout_transform(&mut b, &x, logical, src, DataLayout::Nchwc(29)).unwrap();
+        let blocked = b.finish(&[&y]);
+        let steps = default_steps(&blocked, 16);
+        assert_eq!(reorders(&steps), [vec![0, 1, 2, 4, 3]], "{steps:?}");
+        let text = lowered_matching_reference(&blocked, Some(steps));
+        let inner = text.lines().rfind(|l| l.contains("for (")).unwrap();
+        assert!(inner.contains("ax3, 0, 12)"), "{text}");
+
+        let shape = [1, 2, 8, 12, 29];
+        let mut b = DagBuilder::new();
+        let p0 = b.placeholder("p0".to_string(), &shape, DType::F32);
+        let p1 = b.placeholder("p1".to_string(), &shape, DType::F32);
+        let axes: Vec<IterVar> = (0..5)
+            .map(|i| IterVar::new(&format!("ax{i}"), shape[i]))
+            .collect();
+        let sum = b.elementwise("T_add", "broadcast", axes, |v| {
+            p0.at(v.to_vec()) + p1.at(v.to_vec())
+        });
+        let add = b.finish(&[&sum]);
+        let steps = default_steps(&add, 16);
+        assert!(reorders(&steps).is_empty(), "{steps:?}");
+        lowered_matching_reference(&add, Some(steps));
     }
 
     /// Small glue stays on one thread (a fork-join costs more than its work) unless the

@@ -8,6 +8,7 @@
 //!   structure ([`restarts`]); its neighbours ranked by the same cost model
 //!   ([`model_ranker`]).
 //! * Both report their trials to one [`observer`].
+pub mod contiguity;
 pub mod cost_model;
 pub mod default_schedule;
 pub mod draft;
