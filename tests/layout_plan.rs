@@ -323,6 +323,26 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
     let pinned = plan_json(db, m, "planned").unwrap();
     let origin = pinned["origin"].as_str().unwrap();
     assert!(origin.starts_with("pinned "), "{pinned}");
+    // A bundle of the model holds the planned kernels' records (the tune stored only those).
+    let keys_of = |args: &[&str]| -> std::collections::BTreeSet<String> {
+        let file = dir.path().join("k.ttdb");
+        let f = file.to_str().unwrap();
+        let out = ttdb(&[&["--db", db, "bundle", "export", "-o", f], args].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .filter_map(|l| ttdb::ansor::Record::parse(l).ok())
+            .map(|r| r.task.workload_key)
+            .collect()
+    };
+    let all = keys_of(&["--all"]);
+    assert!(!all.is_empty());
+    assert_eq!(keys_of(&["--model", m]), all);
     // A re-plan reads the tune's timings (measured on this host class).
     let replan = plan_json(db, m, "replan").unwrap();
     assert!(replan["measured_convs"].as_u64().unwrap() > 0, "{replan}");

@@ -66,7 +66,8 @@ pub struct ExportArgs {
     /// The bundle file to write (written whole or not at all).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Only the kernels of this ONNX model (their TVM workload keys).
+    /// Only the kernels of this ONNX model (their TVM workload keys: under TopHub's blocking
+    /// and under every layout plan pinned for the model).
     #[arg(long, conflicts_with_all = ["class", "workload", "all"])]
     pub model: Option<PathBuf>,
     /// Only this op class (or class prefix chain).

@@ -304,7 +304,8 @@ pub fn run(db: &Option<PathBuf>, args: &KernelsArgs) -> CliResult {
 }
 
 /// The stored workload keys of the tunable kernels of `model`, in both layouts `apply
-/// --layout auto` may choose (NCHWc and NHWC) and every TVM era (`bundle export --model`).
+/// --layout auto` may choose (NCHWc and NHWC), under TopHub's blocking and under every layout
+/// plan pinned for the model, and every TVM era (`bundle export --model`).
 pub fn model_stored_keys(
     store: &ttdb_store::store::Store,
     model: &std::path::Path,
@@ -312,14 +313,26 @@ pub fn model_stored_keys(
     let args = ModelArgs::for_model(model.to_path_buf(), "auto");
     let (graph, opts) = args.load(PlanDb::None)?;
     let mut keys = Vec::new();
-    for layout in args.layouts(true)? {
-        let list = onnx::extract(
-            &graph,
-            &Options {
-                layout,
-                ..opts.clone()
-            },
-        )?;
+    let mut options: Vec<Options> = args
+        .layouts(true)?
+        .into_iter()
+        .map(|layout| Options {
+            layout,
+            ..opts.clone()
+        })
+        .collect();
+    // the convs as every layout plan pinned for the model blocks them (`--layout-plan planned`)
+    let pinned = layout_plan::pinned_plans(&graph, &opts, store).map_err(|m| CliError {
+        message: format!("{}: layout plan: {m}", model.display()),
+        code: 1,
+    })?;
+    options.extend(pinned.into_iter().map(|(_, plan)| Options {
+        layout: LayoutMode::Nchwc,
+        layout_plan: Some(LayoutPlanning::Chosen(plan)),
+        ..opts.clone()
+    }));
+    for o in &options {
+        let list = onnx::extract(&graph, o)?;
         keys.extend(ttdb_tuning::tune::export::stored_kernel_keys(store, &list)?);
     }
     keys.sort();

@@ -121,6 +121,26 @@ pub fn choose(
     Ok(Arc::new(plan))
 }
 
+/// Every plan pinned for `graph` (extracted with `opts`), on any host class, checked as
+/// [`choose`] checks the one it reads: (host class, plan). What `bundle export --model`
+/// collects the planned kernels' keys from.
+pub fn pinned_plans(
+    graph: &Graph,
+    opts: &Options,
+    store: &Store,
+) -> Result<Vec<(String, Arc<LayoutPlan>)>, String> {
+    let key = onnx::layout_plan_key(graph, opts).map_err(|e| e.to_string())?;
+    layout_plans::pinned_plans(store, &key)
+        .map_err(|e| format!("reading the pinned layout plans: {e}"))?
+        .into_iter()
+        .map(|(class, p)| {
+            read_pin(graph, opts, &p)
+                .map(|plan| (class.clone(), plan))
+                .map_err(|e| format!("host class {class}: {e}"))
+        })
+        .collect()
+}
+
 /// The pinned plan `p`, checked: it is untrusted like the rest of the database, so it must
 /// parse and its blockings must fit the model.
 fn read_pin(graph: &Graph, opts: &Options, p: &PinnedPlan) -> Result<Arc<LayoutPlan>, String> {

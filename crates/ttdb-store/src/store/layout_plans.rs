@@ -27,6 +27,24 @@ pub fn pinned_plan(store: &Store, model_key: &str, host_class: &str) -> Result<O
     )
 }
 
+/// Every plan pinned for `model_key`, on any host class, by host class.
+pub fn pinned_plans(store: &Store, model_key: &str) -> Result<Vec<(String, PinnedPlan)>> {
+    store.db.query_map(
+        "SELECT host_class, model, plan_json, pinned_at FROM layout_plans WHERE model_key = ?1 ORDER BY host_class",
+        params![model_key],
+        |r| {
+            Ok((
+                r.get(0)?,
+                PinnedPlan {
+                    model: r.get(1)?,
+                    plan_json: r.get(2)?,
+                    pinned_at: r.get(3)?,
+                },
+            ))
+        },
+    )
+}
+
 /// Whether pinning replaces a plan pinned before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pin {
@@ -92,6 +110,11 @@ mod tests {
             assert_eq!((p.model.as_str(), p.plan_json.as_str()), ("m2", "{\"v\":3}"));
             assert_eq!(pinned_plan(&s, "k", "host b").unwrap().unwrap().plan_json, "{\"v\":2}");
             assert_eq!(pinned_plan(&s, "other", "host a").unwrap(), None);
+            let all = pinned_plans(&s, "k").unwrap();
+            let classes: Vec<&str> = all.iter().map(|(c, _)| c.as_str()).collect();
+            assert_eq!(classes, ["host a", "host b"]);
+            assert_eq!(all[0].1, p);
+            assert!(pinned_plans(&s, "other").unwrap().is_empty());
         }
     }
 }
