@@ -755,7 +755,7 @@ mod tests {
         let p0 = b.placeholder("p0".to_string(), &shape, DType::F32);
         let p1 = b.placeholder("p1".to_string(), &shape, DType::F32);
         let axes: Vec<IterVar> = (0..5)
-            .map(|i| IterVar::new(&format!("ax{i}"), shape[i]))
+            .map(|i| IterVar::new(format!("ax{i}"), shape[i]))
             .collect();
         let sum = b.elementwise("T_add", "broadcast", axes, |v| {
             p0.at(v.to_vec()) + p1.at(v.to_vec())
