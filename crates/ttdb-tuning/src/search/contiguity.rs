@@ -25,8 +25,8 @@ pub struct AxisReads {
 }
 
 /// For each axis of `dag`'s last stage (an injective one), how its loads move along it
-/// (nothing for an axis of extent 1); None when the nest with every other stage inlined does not lower to one loop per axis
-/// around a single store.
+/// (nothing for an axis of extent 1); None when the nest with every other stage inlined
+/// does not lower to one loop per axis around a single store.
 pub fn axis_reads(dag: &Dag) -> Option<Vec<AxisReads>> {
     let last = dag.stages.len().checked_sub(1)?;
     let extents: Vec<i64> = dag.stages[last]
