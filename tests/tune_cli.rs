@@ -75,6 +75,39 @@ fn tune_stores_every_trial_exports_round_trip_and_resumes() {
     b.sort();
     assert_eq!(a, b, "re-imported records export differently");
 
+    // `verify --measured` times again the best record the tune measured, plain `verify`
+    // the imported one; where ttdb measured nothing, --measured says so.
+    let verify = |db: &std::path::Path, measured: bool| {
+        let mut args = vec!["verify", "--workload", &sig[..12], "--no-naive"];
+        args.extend(["--peak", "100", "--dry-run", "--json"]);
+        if measured {
+            args.push("--measured");
+        }
+        let (code, out, err) = ttdb(db, &args);
+        (code, serde_json::from_str(&out).unwrap_or_default(), err)
+    };
+    let (code, ours, err) = verify(&db, true);
+    assert_eq!(code, 0, "{err}");
+    let (code, imported, err) = verify(&db, false);
+    assert_eq!(code, 0, "{err}");
+    let (ours, imported): (&serde_json::Value, &serde_json::Value) = (&ours, &imported);
+    let row = &ours["rows"][0];
+    assert_eq!(row["verified"], true, "{ours}");
+    assert!(row["tuned_ms"].as_f64().unwrap() > 0.0, "{ours}");
+    // its logged cost is the tune's (the record's mean; the tune reports its own timing)
+    let best = k["best_ms"].as_f64().unwrap();
+    assert!(
+        (row["logged_ms"].as_f64().unwrap() - best).abs() <= 0.1 * best,
+        "{ours}\n{k}"
+    );
+    assert_ne!(
+        row["record_id"], imported["rows"][0]["record_id"],
+        "{imported}"
+    );
+    let (code, _, err) = verify(&fresh, true);
+    assert_ne!(code, 0);
+    assert!(err.contains("ttdb measured itself"), "{err}");
+
     // A second run is seeded with the stored trials (the imported record and the best
     // measured here), so it does not start over.
     let (code, out, err) = ttdb(&db, TUNE);

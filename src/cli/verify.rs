@@ -1,6 +1,7 @@
 //! `ttdb verify`: replays, compiles, verifies and times the best records of the database on
-//! this machine, against the naive default schedule and the machine's FMA peak
-//! (`ttdb_tuning::tune::verify`); this file parses and renders.
+//! this machine (imported ones, or with `--measured` ttdb's own), against the naive default
+//! schedule and the machine's FMA peak (`ttdb_tuning::tune::verify`); this file parses and
+//! renders.
 use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use std::io::IsTerminal;
@@ -41,6 +42,10 @@ pub struct VerifyArgs {
     /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
+    /// Each workload's best record ttdb measured itself (by tune, refine or apply) instead of
+    /// its best imported one: a tuned kernel timed alone again, on this machine.
+    #[arg(long)]
+    pub measured: bool,
     /// Keep the layout-free weights in their original layout (by default they are pre-packed
     /// into the schedule's layout outside the timed region, as TVM measured relay tasks).
     #[arg(long)]
@@ -127,6 +132,7 @@ pub fn run(store: &mut ttdb_store::store::Store, args: &VerifyArgs) -> CliResult
         prepack: !args.no_prepack,
         store: !args.dry_run,
         records: None,
+        measured: args.measured,
         target: super::machine().target.clone(),
     };
     let bar = std::io::stderr()

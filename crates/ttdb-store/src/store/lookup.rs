@@ -355,29 +355,44 @@ pub fn workload_classes(store: &Store, ids: impl IntoIterator<Item = i64>) -> Re
 /// (record id, raw line, signature, op class, logged mean cost in seconds).
 pub type ImportedBest = (i64, String, String, String, f64);
 
-/// The best valid imported (not ttdb-measured) CPU record of each workload, optionally only
-/// workloads whose signature starts with `signature_prefix` or of class `class` (or a class
-/// prefix chain like `conv2d_nhwc+add`), in signature order, at most `limit`:
-/// [`ImportedBest`] rows.
-pub fn best_imported_records(
+/// Whose records [`best_records`] ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordOrigin {
+    /// Imported from logs and bundles.
+    Imported,
+    /// Measured by ttdb itself (`tune`, `refine`, `apply`).
+    Measured,
+}
+
+/// The best valid CPU record of `origin` of each workload, optionally only workloads whose
+/// signature starts with `signature_prefix` or of class `class` (or a class prefix chain
+/// like `conv2d_nhwc+add`), in signature order, at most `limit`: [`ImportedBest`] rows.
+pub fn best_records(
     store: &Store,
+    origin: RecordOrigin,
     signature_prefix: Option<&str>,
     class: Option<&str>,
     limit: Option<usize>,
 ) -> Result<Vec<ImportedBest>> {
     let sig = signature_prefix.map(|s| format!("{s}%"));
-    let sql = "SELECT id, raw, signature, op_class, mean_cost FROM (
+    let source = match origin {
+        RecordOrigin::Imported => "s.kind != 'ttdb_measure'",
+        RecordOrigin::Measured => "s.kind = 'ttdb_measure'",
+    };
+    let sql = format!(
+        "SELECT id, raw, signature, op_class, mean_cost FROM (
              SELECT r.id, r.raw, w.signature, w.op_class, r.mean_cost, ROW_NUMBER() OVER (
                  PARTITION BY r.workload_id ORDER BY r.mean_cost, r.id) AS rank
              FROM records r JOIN workloads w ON w.id = r.workload_id JOIN targets t ON t.id = r.target_id
              JOIN sources s ON s.id = r.source_id
-             WHERE r.mean_cost IS NOT NULL AND t.compat = 'llvm/cpu' AND s.kind != 'ttdb_measure'
+             WHERE r.mean_cost IS NOT NULL AND t.compat = 'llvm/cpu' AND {source}
                AND (CAST(?1 AS TEXT) IS NULL OR w.signature LIKE ?1)
                AND (CAST(?2 AS TEXT) IS NULL OR w.op_class = ?2 OR w.op_class LIKE ?2 || '+%')) ranked
-         WHERE rank = 1 ORDER BY signature, id LIMIT ?3";
+         WHERE rank = 1 ORDER BY signature, id LIMIT ?3"
+    );
     store
         .db
-        .query_map(sql, params![sig, class, no_limit(limit)], |r| {
+        .query_map(&sql, params![sig, class, no_limit(limit)], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })
 }

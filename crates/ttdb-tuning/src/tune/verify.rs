@@ -1,5 +1,5 @@
 //! `ttdb verify` as a library function: replay, compile, verify and time the best imported
-//! records of the database on this machine, against the naive default schedule and the
+//! records (or those ttdb measured itself) of the database on this machine, against the naive default schedule and the
 //! machine's FMA peak; store the measurements.
 use serde::Serialize;
 use std::time::Duration;
@@ -34,6 +34,9 @@ pub struct VerifyOptions {
     /// Exactly these records (by digest; valid ones only) instead of each selected
     /// workload's best (`bundle import --verify`).
     pub records: Option<Vec<[u8; 16]>>,
+    /// Each workload's best record ttdb measured itself instead of its best imported one:
+    /// a tuned kernel timed alone again.
+    pub measured: bool,
     /// The machine the records are compiled for and timed on.
     pub target: ttdb_backend::target::Target,
 }
@@ -51,6 +54,7 @@ impl Default for VerifyOptions {
             prepack: true,
             store: true,
             records: None,
+            measured: false,
             target: ttdb_backend::target::Target::detect(),
         }
     }
@@ -88,8 +92,11 @@ pub struct VerifyReport {
 #[derive(Debug)]
 pub enum VerifyError {
     Store(ttdb_store::store::StoreError),
-    /// Nothing in the database matches the selection.
-    NothingSelected,
+    /// Nothing in the database matches the selection (of records ttdb measured itself when
+    /// true).
+    NothingSelected {
+        measured: bool,
+    },
     /// A stored record no longer parses (the database was edited by hand?).
     BadRecord {
         record_id: i64,
@@ -102,8 +109,11 @@ impl std::fmt::Display for VerifyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             VerifyError::Store(e) => e.fmt(f),
-            VerifyError::NothingSelected => f.write_str(
-                "no valid imported CPU record matches (records ttdb measured itself, by tune, refine or apply, were verified when they were measured)",
+            VerifyError::NothingSelected { measured: false } => f.write_str(
+                "no valid imported CPU record matches (records ttdb measured itself, by tune, refine or apply, were verified when they were measured; --measured times them again)",
+            ),
+            VerifyError::NothingSelected { measured: true } => f.write_str(
+                "no valid CPU record ttdb measured itself (by tune, refine or apply) matches",
             ),
             VerifyError::BadRecord { record_id, reason } => {
                 write!(f, "record {record_id}: {reason}")
@@ -130,15 +140,22 @@ pub fn verify(
 ) -> Result<VerifyReport, VerifyError> {
     let todo = match &opts.records {
         Some(digests) => ttdb_store::store::bundle::valid_records_by_digest(store, digests)?,
-        None => lookup::best_imported_records(
+        None => lookup::best_records(
             store,
+            if opts.measured {
+                lookup::RecordOrigin::Measured
+            } else {
+                lookup::RecordOrigin::Imported
+            },
             opts.signature_prefix.as_deref(),
             opts.class.as_deref(),
             opts.limit,
         )?,
     };
     if todo.is_empty() {
-        return Err(VerifyError::NothingSelected);
+        return Err(VerifyError::NothingSelected {
+            measured: opts.measured,
+        });
     }
     let mopts = MeasureOptions {
         timeout: Some(opts.timeout),
