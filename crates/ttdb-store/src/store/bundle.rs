@@ -361,12 +361,12 @@ pub fn untrust_key(store: &mut Store, name_or_key: &str) -> Result<bool> {
     )? > 0)
 }
 
-/// The valid records with these digests, as `lookup::best_imported_records` gives them
+/// The valid records with these digests, as `lookup::best_records` gives them
 /// (id, raw line, signature, op class, mean cost), for `bundle import --verify`.
 pub fn valid_records_by_digest(
     store: &Store,
     digests: &[[u8; 16]],
-) -> Result<Vec<super::lookup::ImportedBest>> {
+) -> Result<Vec<super::lookup::BestRecord>> {
     let mut out = Vec::new();
     for d in digests {
         out.extend(store.db.query_opt(

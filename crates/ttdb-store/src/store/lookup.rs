@@ -353,7 +353,7 @@ pub fn workload_classes(store: &Store, ids: impl IntoIterator<Item = i64>) -> Re
 }
 
 /// (record id, raw line, signature, op class, logged mean cost in seconds).
-pub type ImportedBest = (i64, String, String, String, f64);
+pub type BestRecord = (i64, String, String, String, f64);
 
 /// Whose records [`best_records`] ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -366,14 +366,14 @@ pub enum RecordOrigin {
 
 /// The best valid CPU record of `origin` of each workload, optionally only workloads whose
 /// signature starts with `signature_prefix` or of class `class` (or a class prefix chain
-/// like `conv2d_nhwc+add`), in signature order, at most `limit`: [`ImportedBest`] rows.
+/// like `conv2d_nhwc+add`), in signature order, at most `limit`: [`BestRecord`] rows.
 pub fn best_records(
     store: &Store,
     origin: RecordOrigin,
     signature_prefix: Option<&str>,
     class: Option<&str>,
     limit: Option<usize>,
-) -> Result<Vec<ImportedBest>> {
+) -> Result<Vec<BestRecord>> {
     let sig = signature_prefix.map(|s| format!("{s}%"));
     let source = match origin {
         RecordOrigin::Imported => "s.kind != 'ttdb_measure'",

@@ -1,6 +1,6 @@
 //! `ttdb verify` as a library function: replay, compile, verify and time the best imported
-//! records (or those ttdb measured itself) of the database on this machine, against the naive default schedule and the
-//! machine's FMA peak; store the measurements.
+//! records (or those ttdb measured itself) of the database on this machine, against the
+//! naive default schedule and the machine's FMA peak; store the measurements.
 use serde::Serialize;
 use std::time::Duration;
 use ttdb_backend::evaluate::{evaluate_default, evaluate_steps, EvalOptions, Reference};
