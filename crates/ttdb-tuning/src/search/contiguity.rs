@@ -14,7 +14,8 @@ use ttdb_backend::lower::{lower_steps, LowerOptions};
 use ttdb_format::ansor::step::ComputeInlineStep;
 use ttdb_format::ansor::Step;
 
-/// How the loads of a kernel move as one output axis steps by one.
+/// How the loads of a kernel move as one output axis steps by one; ordered by `contiguous`,
+/// then `affine` (the derived order, field by field, is the ranking).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AxisReads {
     /// Loads whose last index steps by one and no other index moves.
@@ -89,25 +90,11 @@ pub fn axis_reads(dag: &Dag) -> Option<Vec<AxisReads>> {
 }
 
 /// The indices of every load in `e` (loads inside indices too).
-fn collect_loads<'a>(e: &'a Expr, out: &mut Vec<&'a [Expr]>) {
-    match e {
-        Expr::Load { index, .. } => {
-            out.push(index);
-            index.iter().for_each(|i| collect_loads(i, out));
-        }
-        Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
-            collect_loads(a, out);
-            collect_loads(b, out);
-        }
-        Expr::Not(a) | Expr::Cast(_, a) => collect_loads(a, out),
-        Expr::Select(c, t, f) => {
-            collect_loads(c, out);
-            collect_loads(t, out);
-            collect_loads(f, out);
-        }
-        Expr::Call(_, args) => args.iter().for_each(|a| collect_loads(a, out)),
-        Expr::Int(..) | Expr::Float(..) | Expr::Var(_) => {}
+fn collect_loads(e: &Expr, out: &mut Vec<Vec<Expr>>) {
+    if let Expr::Load { index, .. } = e {
+        out.push(index.clone());
     }
+    e.for_each_child(|c| collect_loads(c, out));
 }
 
 /// The axis to run innermost instead of the last one (which takes no vector): the one whose
