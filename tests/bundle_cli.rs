@@ -509,14 +509,8 @@ on_both_backends! {
             ],
         );
         assert_eq!(code, 0, "{err}");
-        let keys_of = |text: &str| -> std::collections::BTreeSet<String> {
-            text.lines()
-                .filter_map(|l| ttdb::ansor::Record::parse(l).ok())
-                .map(|r| r.task.workload_key)
-                .collect()
-        };
-        let exported = keys_of(&std::fs::read_to_string(&out).unwrap());
-        let resnet18 = keys_of(&std::fs::read_to_string(log("resnet_18")).unwrap());
+        let exported = common::workload_keys(&std::fs::read_to_string(&out).unwrap());
+        let resnet18 = common::workload_keys(&std::fs::read_to_string(log("resnet_18")).unwrap());
         assert!(
             exported.len() >= 15,
             "resnet-18's kernels have its log's keys: {}",

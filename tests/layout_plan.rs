@@ -333,12 +333,7 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        std::fs::read_to_string(&file)
-            .unwrap()
-            .lines()
-            .filter_map(|l| ttdb::ansor::Record::parse(l).ok())
-            .map(|r| r.task.workload_key)
-            .collect()
+        common::workload_keys(&std::fs::read_to_string(&file).unwrap())
     };
     let all = keys_of(&["--all"]);
     assert!(!all.is_empty());

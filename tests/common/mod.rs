@@ -119,6 +119,15 @@ pub fn holds_ttdb_database(db: &Path) -> bool {
     }
 }
 
+/// The workload keys of the Ansor lines in `text` (a log, a bundle), lines that do not
+/// parse skipped.
+pub fn workload_keys(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| ttdb::ansor::Record::parse(l).ok())
+        .map(|r| r.task.workload_key)
+        .collect()
+}
+
 /// Runs the ttdb binary on the database `db`: (exit code, stdout, stderr).
 pub fn ttdb_on(db: &Path, args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ttdb"))
