@@ -94,6 +94,11 @@ pub enum Body {
 pub struct ComputeAttrs {
     /// Inputs whose layout Ansor may rewrite (conv/dense weights).
     pub layout_free_placeholders: Vec<TensorId>,
+    /// ttdb's own: constant inputs TVM reads in the DAG's layout (an NCHWc conv's kernel)
+    /// that a run may pack into the layout its schedule walks, as it packs the layout-free
+    /// ones; kept as they are where they cannot be packed. Not part of TVM's DAG.
+    #[serde(default)]
+    pub packable_placeholders: Vec<TensorId>,
     /// `auto_scheduler_simplify_const_tensor_indices` (winograd data_pack / inverse).
     pub simplify_const_tensor_indices: Vec<String>,
     /// A user-provided FLOP count (`attrs["FLOP"]`, e.g. sparse_dense) overriding the estimate.
@@ -516,7 +521,10 @@ impl DagBuilder {
                     for r in &mut c.reduce_axes {
                         r.extent = r.extent.remap_tensors(&map);
                     }
-                    for t in &mut c.attrs.layout_free_placeholders {
+                    let attrs = &mut c.attrs;
+                    for t in (attrs.layout_free_placeholders.iter_mut())
+                        .chain(attrs.packable_placeholders.iter_mut())
+                    {
                         *t = map(*t);
                     }
                 }

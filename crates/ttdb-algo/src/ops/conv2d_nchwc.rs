@@ -84,7 +84,11 @@ pub fn conv2d_nchwc(
             IterVar::new("kw", kw),
         ],
         Combiner::Sum,
-        ComputeAttrs::default(),
+        // TVM reads the kernel as AlterOpLayout left it; ttdb packs it for the schedule
+        ComputeAttrs {
+            packable_placeholders: vec![kernel.id],
+            ..ComputeAttrs::default()
+        },
         |v, r| {
             let (ic, rkh, rkw) = (r[0].clone(), r[1].clone(), r[2].clone());
             let chunk = Expr::floordiv(ic.clone(), ic_bn);

@@ -60,6 +60,16 @@ pub struct PackedDim {
     pub div: i64,
 }
 
+/// Two weight dimensions that one axis `v` indexes as `floordiv(v, block)` (outer) and
+/// `floormod(v, block)` (inner): an NCHWc kernel's input-channel chunk and block. The packed
+/// layout slices `v` itself, so its dimensions name the outer dimension and none the inner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitAxis {
+    pub outer: usize,
+    pub inner: usize,
+    pub block: i64,
+}
+
 /// A layout-free weight and the layout it is packed into.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedWeight {
@@ -74,6 +84,9 @@ pub struct PackedWeight {
     pub orig_names: Vec<String>,
     /// Outer to inner.
     pub dims: Vec<PackedDim>,
+    /// A dimension pair read through one split axis (NCHWc kernels; TVM's layout-free
+    /// weights have none).
+    pub split: Option<SplitAxis>,
 }
 
 impl PackedWeight {
@@ -99,8 +112,24 @@ impl PackedWeight {
             .collect()
     }
 
+    /// The extent of the axis that dimension `axis` stands for: a split pair's outer one
+    /// stands for the whole axis.
+    fn axis_extent(&self, axis: usize) -> i64 {
+        let e = self.orig_shape[axis];
+        match self.split {
+            Some(s) if s.outer == axis => e.saturating_mul(s.block),
+            _ => e,
+        }
+    }
+
     /// The packed coordinates of an access given in the DAG's coordinates (`IndexRewriter`).
     pub fn index(&self, idx: &[Expr]) -> Vec<Expr> {
+        let mut idx = idx.to_vec();
+        if let Some(s) = self.split {
+            if let (Some(o), Some(i)) = (idx.get(s.outer), idx.get(s.inner)) {
+                idx[s.outer] = join_split(o, i, s.block);
+            }
+        }
         self.dims
             .iter()
             .map(|d| {
@@ -123,7 +152,13 @@ impl PackedWeight {
         for (d, &c) in self.dims.iter().zip(coords) {
             out[d.axis] = out[d.axis] * d.extent + c;
         }
-        out.iter().zip(&self.orig_shape).all(|(&x, &e)| x < e)
+        let inside = (0..out.len()).all(|a| out[a] < self.axis_extent(a));
+        if let Some(s) = self.split {
+            let v = out[s.outer];
+            out[s.outer] = v / s.block;
+            out[s.inner] = v % s.block;
+        }
+        inside
     }
 }
 
@@ -209,16 +244,22 @@ pub fn pack_dag(layout: &PackedWeight, dtype: ir::DType) -> Dag {
             });
             spans[d.axis] = spans[d.axis].saturating_mul(d.extent);
         }
-        let index: Vec<ir::Expr> = index
+        let mut index: Vec<ir::Expr> = index
             .into_iter()
             .map(|i| i.unwrap_or_else(|| ir::Expr::int(0)))
             .collect();
+        let extents: Vec<i64> = (0..index.len()).map(|a| layout.axis_extent(a)).collect();
         let in_bounds = ir::Expr::all(
-            (index.iter().zip(&layout.orig_shape).zip(&spans))
+            (index.iter().zip(&extents).zip(&spans))
                 .filter(|((_, &extent), &span)| span > extent)
                 .map(|((i, &extent), _)| ir::Expr::lt(i.clone(), extent))
                 .collect(),
         );
+        if let Some(s) = layout.split {
+            let v = index[s.outer].clone();
+            index[s.outer] = ir::Expr::floordiv(v.clone(), s.block);
+            index[s.inner] = ir::Expr::floormod(v, s.block);
+        }
         let value = src.at(index);
         match in_bounds {
             Some(c) => ir::Expr::select(c, value, ir::Expr::constant(0.0, dtype)),
@@ -226,6 +267,17 @@ pub fn pack_dag(layout: &PackedWeight, dtype: ir::DType) -> Dag {
         }
     });
     b.finish(&[&out])
+}
+
+/// `v` from `floordiv(v, block)` and `floormod(v, block)` (how a split pair is read), else
+/// `outer * block + inner`, which is `v` too.
+fn join_split(outer: &Expr, inner: &Expr, block: i64) -> Expr {
+    if let (Expr::Bin(BinOp::FloorDiv, a, b), Expr::Bin(BinOp::FloorMod, c, d)) = (outer, inner) {
+        if a == c && b.as_int() == Some(block) && d.as_int() == Some(block) {
+            return (**a).clone();
+        }
+    }
+    Expr::add(Expr::mul(outer.clone(), Expr::int(block)), inner.clone())
 }
 
 /// Layout of the layout-free weights (spec §4.8) in the kernel's parameters.
@@ -297,6 +349,20 @@ fn axis_base_name(te_name: &str) -> String {
     }
 }
 
+/// The axis a TE variable stands for: TVM's [`axis_base_name`] for its layout-free weights;
+/// for ttdb's packable ones only a cache stage's `_c` comes off, since an NCHWc kernel's
+/// `oc_chunk` and `oc_block` are two axes (TVM's rule makes both `oc`).
+fn axis_name(te_name: &str, own: bool) -> String {
+    if !own {
+        return axis_base_name(te_name);
+    }
+    let clean = ir::clean_name(te_name);
+    match clean.strip_suffix("_c") {
+        Some(base) => base.to_string(),
+        None => clean,
+    }
+}
+
 /// `ExtractOriginalIterators`: the primitive names in a split (`.`) / fused (`@`) name.
 fn original_iterators(name: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -322,8 +388,16 @@ fn original_iterators(name: &str) -> Vec<String> {
     out
 }
 
-/// Axis names of the single read of stage `ps` in `op` (`GetOrigLayout`).
-fn read_names(op: &LOp, ps: usize, weight: &str) -> Result<Vec<String>, LowerError> {
+/// Axis names of the single read of stage `ps` in `op` (`GetOrigLayout`), and the split
+/// pair when `split_ok` allows one: `floordiv(v, b)` and `floormod(v, b)` of one axis
+/// variable, `b` the inner dimension's extent (an NCHWc kernel, which TVM never rewrites).
+fn read_names(
+    op: &LOp,
+    ps: usize,
+    weight: &str,
+    shape: &[i64],
+    split_ok: bool,
+) -> Result<(Vec<String>, Option<SplitAxis>), LowerError> {
     let mut reads = Vec::new();
     for e in op.exprs() {
         convert::loads_of(e, TensorId(ps), &mut reads);
@@ -340,19 +414,51 @@ fn read_names(op: &LOp, ps: usize, weight: &str) -> Result<Vec<String>, LowerErr
             reads.len()
         ));
     }
+    let split_of = |e: &ir::Expr, want: ir::BinOp| match e {
+        ir::Expr::Binary { op, a, b } if *op == want => match (&**a, b.as_int()) {
+            (ir::Expr::Var(v), Some(k)) if k > 0 => Some((axis_name(v, split_ok), k)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let idx = &reads[0];
+    let mut split = None;
+    if split_ok {
+        for (o, e) in idx.iter().enumerate() {
+            let Some((v, block)) = split_of(e, ir::BinOp::FloorDiv) else {
+                continue;
+            };
+            let inner = idx.iter().position(|f| {
+                split_of(f, ir::BinOp::FloorMod).is_some_and(|(w, k)| w == v && k == block)
+            });
+            if let Some(i) = inner.filter(|&i| shape.get(i) == Some(&block)) {
+                split = Some(SplitAxis {
+                    outer: o,
+                    inner: i,
+                    block,
+                });
+                break;
+            }
+        }
+    }
     let mut names = Vec::new();
-    for i in &reads[0] {
+    for (d, i) in idx.iter().enumerate() {
+        let in_split = split.is_some_and(|s| s.outer == d || s.inner == d);
         let n = match i {
-            ir::Expr::Var(v) => axis_base_name(v),
+            ir::Expr::Var(v) => axis_name(v, split_ok),
             ir::Expr::IntImm { value: 0, .. } => "IntImm".to_string(),
+            ir::Expr::Binary { a, .. } if in_split => match &**a {
+                ir::Expr::Var(v) => axis_name(v, split_ok),
+                _ => unreachable!("a split pair reads an axis variable"),
+            },
             other => return unsupported(format!("index {other:?} is not an axis variable")),
         };
-        if n != "IntImm" && names.contains(&n) {
+        if !in_split && n != "IntImm" && names.contains(&n) {
             return unsupported(format!("axis {n} indexes two dimensions"));
         }
         names.push(n);
     }
-    Ok(names)
+    Ok((names, split))
 }
 
 /// The layout-free weights' packed layouts (`RewriteLayout` with `RewriteForPreTransformed`).
@@ -383,7 +489,11 @@ pub fn derive(
         let Some(c) = dag.stages.get(a).and_then(|x| x.compute()) else {
             continue;
         };
-        for &p in &c.attrs.layout_free_placeholders {
+        // TVM's layout-free weights (its derivation aborts where it cannot pack them), then
+        // ttdb's packable ones (kept in the DAG's layout where they cannot be packed)
+        let tvm = c.attrs.layout_free_placeholders.iter().map(|&p| (p, false));
+        let own = c.attrs.packable_placeholders.iter().map(|&p| (p, true));
+        for (p, packable) in tvm.chain(own) {
             if handled.contains(&p) {
                 continue;
             }
@@ -399,26 +509,13 @@ pub fn derive(
                 continue;
             }
             handled.insert(p);
-            let orig_names = read_names(op, ps, weight)?;
-            let orig_shape = dag.stage(p).shape();
-            if orig_names.len() != orig_shape.len() {
-                return Err(LowerError::Internal(format!(
-                    "layout rewrite: {weight} read with {} indices",
-                    orig_names.len()
-                )));
-            }
-            let dims = new_layout(state, sch, bounds, s, &orig_names)?;
             let input = placeholders.iter().position(|&t| t == p).unwrap_or(0);
-            let pw = PackedWeight {
-                tensor: p,
-                input,
-                consumer: op.name.clone(),
-                orig_shape,
-                orig_names,
-                dims,
-            };
-            check_covers(&pw)?;
-            out.push(pw);
+            let packed = packed_weight(dag, state, sch, bounds, (s, op), (p, ps, input), packable);
+            match packed {
+                Ok(pw) => out.push(pw),
+                Err(LowerError::Unsupported(_) | LowerError::TooLarge(_)) if packable => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(if out.is_empty() {
@@ -428,6 +525,45 @@ pub fn derive(
     })
 }
 
+/// The packed layout of weight `p` (placeholder stage `ps`, kernel input `input`) read by
+/// `op` (stage `s`).
+fn packed_weight(
+    dag: &Dag,
+    state: &State,
+    sch: &TSchedule,
+    bounds: &Bounds,
+    (s, op): (usize, &LOp),
+    (p, ps, input): (TensorId, usize, usize),
+    split_ok: bool,
+) -> Result<PackedWeight, LowerError> {
+    let weight = &dag.stage(p).name;
+    let orig_shape = dag.stage(p).shape();
+    let (orig_names, split) = read_names(op, ps, weight, &orig_shape, split_ok)?;
+    if orig_names.len() != orig_shape.len() {
+        return Err(LowerError::Internal(format!(
+            "layout rewrite: {weight} read with {} indices",
+            orig_names.len()
+        )));
+    }
+    // the split pair's inner dimension gets no packed dimension of its own
+    let mut match_names = orig_names.clone();
+    if let Some(sp) = split {
+        match_names[sp.inner] = String::new();
+    }
+    let dims = new_layout(state, sch, bounds, s, &match_names, split_ok)?;
+    let pw = PackedWeight {
+        tensor: p,
+        input,
+        consumer: op.name.clone(),
+        orig_shape,
+        orig_names,
+        dims,
+        split,
+    };
+    check_covers(&pw)?;
+    Ok(pw)
+}
+
 /// `GetNewLayout` for the consumer at stage `s`.
 fn new_layout(
     state: &State,
@@ -435,6 +571,7 @@ fn new_layout(
     bounds: &Bounds,
     s: usize,
     names: &[String],
+    own: bool,
 ) -> Result<Vec<PackedDim>, LowerError> {
     let ss = state.stages();
     let st_name = &ss[s].op.name;
@@ -491,7 +628,7 @@ fn new_layout(
                 orig.len()
             )));
         }
-        axis_names.push(axis_base_name(&orig[0]));
+        axis_names.push(axis_name(&orig[0], own));
     }
     let mut dims: Vec<PackedDim> = Vec::new();
     for (i, (_, extent)) in iters.iter().enumerate() {
@@ -505,7 +642,8 @@ fn new_layout(
         } else {
             &axis_names[i]
         };
-        if let Some(axis) = names.iter().position(|n| n == name && n != "IntImm") {
+        if let Some(axis) = (names.iter()).position(|n| n == name && !n.is_empty() && n != "IntImm")
+        {
             dims.push(PackedDim {
                 axis,
                 name: name.clone(),
@@ -525,10 +663,11 @@ fn new_layout(
 
 /// Every weight element must have its own packed position.
 fn check_covers(p: &PackedWeight) -> Result<(), LowerError> {
-    for (a, (&e, name)) in p.orig_shape.iter().zip(&p.orig_names).enumerate() {
-        if name == "IntImm" {
+    for (a, name) in p.orig_names.iter().enumerate() {
+        if name == "IntImm" || p.split.is_some_and(|s| s.inner == a) {
             continue;
         }
+        let e = p.axis_extent(a);
         let covered = p
             .dims
             .iter()
@@ -619,6 +758,7 @@ mod tests {
                 dim(1, "j", 4, 1),
                 dim(2, "k", 2, 1),
             ],
+            split: None,
         };
         let values: Vec<f64> = (0..60).map(|i| i as f64 + 1.0).collect();
         let original = TensorData::new(&[2, 5, 6], values);
@@ -628,6 +768,28 @@ mod tests {
         assert_eq!(got[0].shape, want.shape);
         assert_eq!(got[0].data, want.data);
         assert!(want.data.contains(&0.0), "the layout has holes");
+
+        // an NCHWc kernel [oc 2, ic/ib 2, ib 3]: ic (6) packed whole, in tiles of 4 (a hole)
+        let layout = PackedWeight {
+            tensor: TensorId(1),
+            input: 1,
+            consumer: "conv2d_NCHWc".into(),
+            orig_shape: vec![2, 2, 3],
+            orig_names: vec!["oc".into(), "ic".into(), "ic".into()],
+            dims: vec![dim(1, "ic", 2, 4), dim(0, "oc", 2, 1), dim(1, "ic", 4, 1)],
+            split: Some(SplitAxis {
+                outer: 1,
+                inner: 2,
+                block: 3,
+            }),
+        };
+        let original = TensorData::new(&[2, 2, 3], (0..12).map(|i| i as f64 + 1.0).collect());
+        let got = ir::eval::evaluate(&pack_dag(&layout, ir::DType::F32), &[original.clone()]);
+        let want = pack_weight(&layout, &original);
+        assert_eq!(got.unwrap()[0].data, want.data);
+        // packed [ic.0][oc][ic.1]: ic = 4 ic.0 + ic.1 is element [oc][ic / 3][ic % 3], 1 + 6 oc + ic
+        let want_values = [1, 2, 3, 4, 7, 8, 9, 10, 5, 6, 0, 0, 11, 12, 0, 0];
+        assert_eq!(want.data, want_values.map(f64::from));
     }
 
     #[test]
@@ -663,6 +825,7 @@ mod tests {
             consumer: "c".into(),
             orig_shape: shape.to_vec(),
             orig_names: names.iter().map(|s| s.to_string()).collect(),
+            split: None,
             dims: d,
         }
     }

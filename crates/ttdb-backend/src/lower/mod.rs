@@ -58,7 +58,8 @@ mod names;
 pub(crate) mod tests;
 
 pub use layout::{
-    pack_dag, pack_values, pack_weight, PackedDim, PackedWeight, WeightLayout, WeightLayoutMode,
+    pack_dag, pack_values, pack_weight, PackedDim, PackedWeight, SplitAxis, WeightLayout,
+    WeightLayoutMode,
 };
 
 use crate::loopnest::cost::{check_cost, CostLimits};

@@ -674,3 +674,45 @@ fn data_dependent_indices_are_guarded_only_when_unproven() {
     let text = kernel_to_string(&k);
     assert!(text.contains(">= 0") && text.contains("< 8"), "{text}");
 }
+
+fn conv_nchwc(data: [i64; 5], kernel: [i64; 6]) -> Dag {
+    WorkloadSpec::new(Anchor::Conv2dNchwc(Window2d::simple(1, 1)), vec![])
+        .build(Era::V08, &[data.to_vec(), kernel.to_vec()])
+        .unwrap()
+}
+
+/// An NCHWc kernel (which TVM reads as AlterOpLayout left it) is packed into the order its
+/// schedule walks: the input channel, read as `ic / ib` and `ic % ib`, is packed as the one
+/// axis `ic` (the split pair), and `oc_chunk` and `oc_block` stay two axes. Exact tiles and
+/// a split of `ic` that overhangs it (holes) both compute the reference.
+#[test]
+fn nchwc_kernels_are_packed_in_the_order_the_schedule_reads_them() {
+    let dag = conv_nchwc([1, 2, 6, 6, 4], [3, 2, 3, 3, 4, 4]);
+    let reorder = r#"["RE", 3, [0, 1, 5, 2, 3, 7, 8, 6, 4]]"#;
+    let l = lowered_packed(&dag, &format!(r#"[["SP", 3, 5, 8, [2], 1], {reorder}]"#));
+    assert_eq!(new_layouts(&l), ["3oc_chunk4ic3kh3kw2ic4oc_block"]);
+    let w = &l.weight_layout.packed()[0];
+    assert_eq!(
+        w.split,
+        Some(SplitAxis {
+            outer: 1,
+            inner: 4,
+            block: 4
+        })
+    );
+    assert_eq!(l.kernel.params[1].shape, vec![3, 4, 3, 3, 2, 4]);
+    let l = lowered_packed(&dag, &format!(r#"[["SP", 3, 5, 8, [3], 1], {reorder}]"#));
+    assert_eq!(new_layouts(&l), ["3oc_chunk3ic3kh3kw3ic4oc_block"]);
+    // no schedule: the loops' order is the kernel's own, with `ic` whole
+    let l = lowered_packed(&dag, "[]");
+    assert_eq!(new_layouts(&l), ["3oc_chunk4oc_block8ic3kh3kw"]);
+}
+
+/// Where an NCHWc kernel cannot be packed (read through a cache_read stage) it keeps its
+/// layout; TVM's layout-free weights would make the same schedule an error.
+#[test]
+fn an_nchwc_kernel_that_cannot_be_packed_keeps_its_layout() {
+    let dag = conv_nchwc([1, 2, 6, 6, 4], [3, 2, 3, 3, 4, 4]);
+    let l = lowered_packed(&dag, r#"[["CHR", 2, "local", [3]]]"#);
+    assert_eq!(l.weight_layout, WeightLayout::Original);
+}
