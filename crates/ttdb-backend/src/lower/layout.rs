@@ -143,23 +143,6 @@ impl PackedWeight {
             })
             .collect()
     }
-
-    /// The original coordinates of packed position `coords` (TOPI's
-    /// `auto_scheduler_layout_transform`: per axis, Horner over its dimensions outer to inner),
-    /// or None for a hole (a padded tile beyond the axis's extent).
-    fn source(&self, coords: &[i64], out: &mut [i64]) -> bool {
-        out.iter_mut().for_each(|x| *x = 0);
-        for (d, &c) in self.dims.iter().zip(coords) {
-            out[d.axis] = out[d.axis] * d.extent + c;
-        }
-        let inside = (0..out.len()).all(|a| out[a] < self.axis_extent(a));
-        if let Some(s) = self.split {
-            let v = out[s.outer];
-            out[s.outer] = v / s.block;
-            out[s.inner] = v % s.block;
-        }
-        inside
-    }
 }
 
 impl fmt::Display for PackedWeight {
@@ -185,7 +168,10 @@ pub fn pack_weight(layout: &PackedWeight, original: &TensorData) -> TensorData {
 
 /// [`pack_weight`] on the values alone (row-major in the DAG's layout), of any element
 /// type: a model's f32 weights are packed at load without a copy in f64.
-pub fn pack_values<T: Copy + Default>(layout: &PackedWeight, original: &[T]) -> Vec<T> {
+pub fn pack_values<T: Copy + Default + Send + Sync>(
+    layout: &PackedWeight,
+    original: &[T],
+) -> Vec<T> {
     assert_eq!(
         original.len() as i64,
         layout.orig_shape.iter().product::<i64>(),
@@ -193,32 +179,77 @@ pub fn pack_values<T: Copy + Default>(layout: &PackedWeight, original: &[T]) -> 
     );
     let shape = layout.shape();
     let total = shape.iter().product::<i64>() as usize;
-    let strides: Vec<usize> = {
-        let mut s = vec![1usize; layout.orig_shape.len()];
-        for d in (0..s.len().saturating_sub(1)).rev() {
-            s[d] = s[d + 1] * layout.orig_shape[d + 1] as usize;
+    let axes = layout.orig_shape.len();
+    let strides: Vec<i64> = {
+        let mut s = vec![1i64; axes];
+        for d in (0..axes.saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * layout.orig_shape[d + 1];
         }
         s
     };
-    let mut data = vec![T::default(); total];
-    let mut coords = vec![0i64; shape.len()];
-    let mut src = vec![0i64; layout.orig_shape.len()];
-    for v in data.iter_mut() {
-        if layout.source(&coords, &mut src) {
-            *v = original[src
-                .iter()
-                .zip(&strides)
-                .map(|(&x, &s)| x as usize * s)
-                .sum::<usize>()];
-        }
-        for k in (0..coords.len()).rev() {
-            coords[k] += 1;
-            if coords[k] < shape[k] {
-                break;
-            }
-            coords[k] = 0;
-        }
+    let extents: Vec<i64> = (0..axes).map(|a| layout.axis_extent(a)).collect();
+    // per packed dimension, the step its coordinate makes along its axis: the product of
+    // the inner dimensions' extents on that axis (per axis, Horner over its dimensions
+    // outer to inner, TOPI's `auto_scheduler_layout_transform`)
+    let mut steps = vec![0i64; shape.len()];
+    let mut acc = vec![1i64; axes];
+    for (k, d) in layout.dims.iter().enumerate().rev() {
+        steps[k] = acc[d.axis];
+        acc[d.axis] = acc[d.axis].saturating_mul(d.extent);
     }
+    // the element at an axis position, None in a hole (a padded tile past the axis's end)
+    let offset = |at: &[i64]| -> Option<usize> {
+        let mut off = 0i64;
+        for a in 0..axes {
+            let x = at[a];
+            if x >= extents[a] {
+                return None;
+            }
+            off += match layout.split {
+                Some(s) if s.outer == a => {
+                    (x / s.block) * strides[a] + (x % s.block) * strides[s.inner]
+                }
+                Some(s) if s.inner == a => 0,
+                _ => x * strides[a],
+            };
+        }
+        Some(off as usize)
+    };
+    let mut data = vec![T::default(); total];
+    // runs of whole innermost rows, packed in parallel: a model's weights at load are
+    // hundreds of MB
+    let row = shape.last().map_or(1, |&e| e.max(1) as usize);
+    let run = row * (16384 / row).max(1);
+    use rayon::prelude::*;
+    data.par_chunks_mut(run)
+        .enumerate()
+        .for_each(|(ci, chunk)| {
+            let mut coords = vec![0i64; shape.len()];
+            let mut flat = (ci * run) as i64;
+            for k in (0..shape.len()).rev() {
+                coords[k] = flat % shape[k];
+                flat /= shape[k];
+            }
+            let mut at = vec![0i64; axes];
+            for (k, d) in layout.dims.iter().enumerate() {
+                at[d.axis] += coords[k] * steps[k];
+            }
+            for v in chunk.iter_mut() {
+                if let Some(o) = offset(&at) {
+                    *v = original[o];
+                }
+                for k in (0..coords.len()).rev() {
+                    let a = layout.dims[k].axis;
+                    coords[k] += 1;
+                    at[a] += steps[k];
+                    if coords[k] < shape[k] {
+                        break;
+                    }
+                    coords[k] = 0;
+                    at[a] -= shape[k] * steps[k];
+                }
+            }
+        });
     data
 }
 
@@ -447,9 +478,11 @@ fn read_names(
         let n = match i {
             ir::Expr::Var(v) => axis_name(v, split_ok),
             ir::Expr::IntImm { value: 0, .. } => "IntImm".to_string(),
-            ir::Expr::Binary { a, .. } if in_split => match &**a {
-                ir::Expr::Var(v) => axis_name(v, split_ok),
-                _ => unreachable!("a split pair reads an axis variable"),
+            e if in_split => match split_of(e, ir::BinOp::FloorDiv)
+                .or_else(|| split_of(e, ir::BinOp::FloorMod))
+            {
+                Some((v, _)) => v,
+                None => return unsupported(format!("index {e:?} is not an axis variable")),
             },
             other => return unsupported(format!("index {other:?} is not an axis variable")),
         };
@@ -790,6 +823,37 @@ mod tests {
         // packed [ic.0][oc][ic.1]: ic = 4 ic.0 + ic.1 is element [oc][ic / 3][ic % 3], 1 + 6 oc + ic
         let want_values = [1, 2, 3, 4, 7, 8, 9, 10, 5, 6, 0, 0, 11, 12, 0, 0];
         assert_eq!(want.data, want_values.map(f64::from));
+
+        // larger than one of pack_values' parallel runs (16384 values), split and holes:
+        // an NCHWc kernel [oc 6, ic/ib 5, kh 3, ib 16, ob 16], ic (80) in tiles of 3 x 27
+        let layout = PackedWeight {
+            tensor: TensorId(1),
+            input: 1,
+            consumer: "conv2d_NCHWc".into(),
+            orig_shape: vec![6, 5, 3, 16, 16],
+            orig_names: ["oc_chunk", "ic", "kh", "ic", "oc_block"]
+                .map(String::from)
+                .to_vec(),
+            dims: vec![
+                dim(0, "oc_chunk", 6, 1),
+                dim(1, "ic", 3, 27),
+                dim(2, "kh", 3, 1),
+                dim(1, "ic", 27, 1),
+                dim(4, "oc_block", 16, 1),
+            ],
+            split: Some(SplitAxis {
+                outer: 1,
+                inner: 3,
+                block: 16,
+            }),
+        };
+        let n = 6 * 5 * 3 * 16 * 16;
+        let original =
+            TensorData::new(&layout.orig_shape, (0..n).map(|i| i as f64 + 1.0).collect());
+        let got = ir::eval::evaluate(&pack_dag(&layout, ir::DType::F32), &[original.clone()]);
+        let want = pack_weight(&layout, &original);
+        assert!(want.data.len() > 16384 && want.data.contains(&0.0));
+        assert_eq!(got.unwrap()[0].data, want.data);
     }
 
     #[test]
