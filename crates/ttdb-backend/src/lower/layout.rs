@@ -817,7 +817,10 @@ mod tests {
             }),
         };
         let original = TensorData::new(&[2, 2, 3], (0..12).map(|i| i as f64 + 1.0).collect());
-        let got = ir::eval::evaluate(&pack_dag(&layout, ir::DType::F32), &[original.clone()]);
+        let got = ir::eval::evaluate(
+            &pack_dag(&layout, ir::DType::F32),
+            std::slice::from_ref(&original),
+        );
         let want = pack_weight(&layout, &original);
         assert_eq!(got.unwrap()[0].data, want.data);
         // packed [ic.0][oc][ic.1]: ic = 4 ic.0 + ic.1 is element [oc][ic / 3][ic % 3], 1 + 6 oc + ic
@@ -850,7 +853,10 @@ mod tests {
         let n = 6 * 5 * 3 * 16 * 16;
         let original =
             TensorData::new(&layout.orig_shape, (0..n).map(|i| i as f64 + 1.0).collect());
-        let got = ir::eval::evaluate(&pack_dag(&layout, ir::DType::F32), &[original.clone()]);
+        let got = ir::eval::evaluate(
+            &pack_dag(&layout, ir::DType::F32),
+            std::slice::from_ref(&original),
+        );
         let want = pack_weight(&layout, &original);
         assert!(want.data.len() > 16384 && want.data.contains(&0.0));
         assert_eq!(got.unwrap()[0].data, want.data);
