@@ -14,10 +14,15 @@
 # is the median of its rounds' medians (ttdb's row is its median round).
 # --db-dir D: each model's database is D/<model>.db and is kept; a model whose database
 # exists is not tuned again (its "tune s" says "kept"): re-time a new ttdb on old tunes.
-#   benches/e2e.sh [--trials N] [--repeat R] [--rounds K] [--threads T] [--layout-plan P] [--db-dir D] [MODEL.onnx ...]
+# --cooldown S (default 0): idle S seconds before each timed command (ttdb's and onnxruntime's),
+# and at least 60 after a tune. The hosts of these sessions run up to 2x slower for a minute
+# or more after sustained load on both cores (60 s of two busy loops: mobilenet_v2 7.2 ms
+# instead of 3.4 for the next half minute), so a model timed right after its tune, or after
+# the rounds of the model before, can land in such a spell.
+#   benches/e2e.sh [--trials N] [--repeat R] [--rounds K] [--threads T] [--layout-plan P] [--db-dir D] [--cooldown S] [MODEL.onnx ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-trials=2000 repeat=50 threads=$(nproc) plan=tophub db_dir= rounds=3
+trials=2000 repeat=50 threads=$(nproc) plan=tophub db_dir= rounds=3 cooldown=0
 while [[ "${1:-}" == --* ]]; do
     case $1 in
         --trials) trials=$2 ;;
@@ -26,6 +31,7 @@ while [[ "${1:-}" == --* ]]; do
         --threads) threads=$2 ;;
         --layout-plan) plan=$2 ;;
         --db-dir) db_dir=$2; mkdir -p "$db_dir" ;;
+        --cooldown) cooldown=$2 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
@@ -43,7 +49,7 @@ if [[ ${#models[@]} -eq 0 ]]; then
 fi
 cargo build --release --quiet
 ttdb=target/release/ttdb
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat x $rounds rounds, layout plan $plan; $(date -u +%F)"
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat x $rounds rounds, layout plan $plan, cooldown ${cooldown} s; $(date -u +%F)"
 printf '%-22s %9s %9s %10s %9s %6s %14s %10s %8s %7s\n' model "e2e ms" "p90 ms" "tuned ms" "glue ms" glue% "arena/sum MiB" "onnxrt ms" "ort/ttdb" "tune s"
 ratios_file=$(mktemp)
 trap 'rm -f "$ratios_file"' EXIT
@@ -62,6 +68,7 @@ for m in "${models[@]}"; do
             continue
         fi
         tune_s=$(( $(date +%s) - start ))
+        sleep $(( cooldown > 60 ? 0 : 60 - cooldown ))
     else
         tune_s=0
     fi
@@ -71,11 +78,13 @@ for m in "${models[@]}"; do
     # rounds alternate ttdb and onnxruntime, so a slow spell of the machine hits both
     refused=
     for ((round = 1; round <= rounds; round++)); do
+        sleep "$cooldown"
         if ! $ttdb "${dbargs[@]}" run "$m" --layout-plan "$plan" --deterministic-inputs --repeat "$repeat" \
                  --threads "$threads" --json -o "$work" >"$work/run$round.json" 2>"$err"; then
             refused=1
             break
         fi
+        sleep "$cooldown"
         python3 benches/ort_model.py "$m" "$threads" | cut -d' ' -f1 >>"$work/ort"
     done
     if [[ -n $refused ]]; then
