@@ -777,89 +777,69 @@ mod tests {
             extent,
             div,
         };
-        // a [2, 5, 6] batch_matmul operand: j in tiles of 4 over 5 (a hole), k split 3 x 2
-        let layout = PackedWeight {
+        let layout = |shape: &[i64], names: &[&str], dims, split| PackedWeight {
             tensor: TensorId(1),
             input: 1,
-            consumer: "T_batch_matmul_NT.local".into(),
-            orig_shape: vec![2, 5, 6],
-            orig_names: vec!["b".into(), "j".into(), "k".into()],
-            dims: vec![
-                dim(0, "b", 2, 1),
-                dim(1, "j", 2, 4),
-                dim(2, "k", 3, 2),
-                dim(1, "j", 4, 1),
-                dim(2, "k", 2, 1),
-            ],
-            split: None,
+            consumer: "c".into(),
+            orig_shape: shape.to_vec(),
+            orig_names: names.iter().map(|s| s.to_string()).collect(),
+            dims,
+            split,
         };
-        let values: Vec<f64> = (0..60).map(|i| i as f64 + 1.0).collect();
-        let original = TensorData::new(&[2, 5, 6], values);
-        let dag = pack_dag(&layout, ir::DType::F32);
-        let got = ir::eval::evaluate(&dag, std::slice::from_ref(&original)).unwrap();
-        let want = pack_weight(&layout, &original);
-        assert_eq!(got[0].shape, want.shape);
-        assert_eq!(got[0].data, want.data);
-        assert!(want.data.contains(&0.0), "the layout has holes");
+        // packs 1, 2, 3, ... (in the DAG's layout) both ways, which must agree
+        let packed = |layout: &PackedWeight| -> Vec<f64> {
+            let n = layout.orig_shape.iter().product::<i64>();
+            let values = (0..n).map(|i| i as f64 + 1.0).collect();
+            let original = TensorData::new(&layout.orig_shape, values);
+            let dag = pack_dag(layout, ir::DType::F32);
+            let got = ir::eval::evaluate(&dag, std::slice::from_ref(&original)).unwrap();
+            let want = pack_weight(layout, &original);
+            assert_eq!(got[0].shape, want.shape);
+            assert_eq!(got[0].data, want.data);
+            want.data
+        };
+        // a [2, 5, 6] batch_matmul operand: j in tiles of 4 over 5 (a hole), k split 3 x 2
+        let dims = vec![
+            dim(0, "b", 2, 1),
+            dim(1, "j", 2, 4),
+            dim(2, "k", 3, 2),
+            dim(1, "j", 4, 1),
+            dim(2, "k", 2, 1),
+        ];
+        let data = packed(&layout(&[2, 5, 6], &["b", "j", "k"], dims, None));
+        assert!(data.contains(&0.0), "the layout has holes");
 
         // an NCHWc kernel [oc 2, ic/ib 2, ib 3]: ic (6) packed whole, in tiles of 4 (a hole)
-        let layout = PackedWeight {
-            tensor: TensorId(1),
-            input: 1,
-            consumer: "conv2d_NCHWc".into(),
-            orig_shape: vec![2, 2, 3],
-            orig_names: vec!["oc".into(), "ic".into(), "ic".into()],
-            dims: vec![dim(1, "ic", 2, 4), dim(0, "oc", 2, 1), dim(1, "ic", 4, 1)],
-            split: Some(SplitAxis {
-                outer: 1,
-                inner: 2,
-                block: 3,
-            }),
+        let split = |outer, inner, block| {
+            Some(SplitAxis {
+                outer,
+                inner,
+                block,
+            })
         };
-        let original = TensorData::new(&[2, 2, 3], (0..12).map(|i| i as f64 + 1.0).collect());
-        let got = ir::eval::evaluate(
-            &pack_dag(&layout, ir::DType::F32),
-            std::slice::from_ref(&original),
-        );
-        let want = pack_weight(&layout, &original);
-        assert_eq!(got.unwrap()[0].data, want.data);
+        let dims = vec![dim(1, "ic", 2, 4), dim(0, "oc", 2, 1), dim(1, "ic", 4, 1)];
+        let data = packed(&layout(
+            &[2, 2, 3],
+            &["oc", "ic", "ic"],
+            dims,
+            split(1, 2, 3),
+        ));
         // packed [ic.0][oc][ic.1]: ic = 4 ic.0 + ic.1 is element [oc][ic / 3][ic % 3], 1 + 6 oc + ic
-        let want_values = [1, 2, 3, 4, 7, 8, 9, 10, 5, 6, 0, 0, 11, 12, 0, 0];
-        assert_eq!(want.data, want_values.map(f64::from));
+        let want = [1, 2, 3, 4, 7, 8, 9, 10, 5, 6, 0, 0, 11, 12, 0, 0];
+        assert_eq!(data, want.map(f64::from));
 
         // larger than one of pack_values' parallel runs (16384 values), split and holes:
         // an NCHWc kernel [oc 6, ic/ib 5, kh 3, ib 16, ob 16], ic (80) in tiles of 3 x 27
-        let layout = PackedWeight {
-            tensor: TensorId(1),
-            input: 1,
-            consumer: "conv2d_NCHWc".into(),
-            orig_shape: vec![6, 5, 3, 16, 16],
-            orig_names: ["oc_chunk", "ic", "kh", "ic", "oc_block"]
-                .map(String::from)
-                .to_vec(),
-            dims: vec![
-                dim(0, "oc_chunk", 6, 1),
-                dim(1, "ic", 3, 27),
-                dim(2, "kh", 3, 1),
-                dim(1, "ic", 27, 1),
-                dim(4, "oc_block", 16, 1),
-            ],
-            split: Some(SplitAxis {
-                outer: 1,
-                inner: 3,
-                block: 16,
-            }),
-        };
-        let n = 6 * 5 * 3 * 16 * 16;
-        let original =
-            TensorData::new(&layout.orig_shape, (0..n).map(|i| i as f64 + 1.0).collect());
-        let got = ir::eval::evaluate(
-            &pack_dag(&layout, ir::DType::F32),
-            std::slice::from_ref(&original),
-        );
-        let want = pack_weight(&layout, &original);
-        assert!(want.data.len() > 16384 && want.data.contains(&0.0));
-        assert_eq!(got.unwrap()[0].data, want.data);
+        let dims = vec![
+            dim(0, "oc_chunk", 6, 1),
+            dim(1, "ic", 3, 27),
+            dim(2, "kh", 3, 1),
+            dim(1, "ic", 27, 1),
+            dim(4, "oc_block", 16, 1),
+        ];
+        let names = ["oc_chunk", "ic", "kh", "ic", "oc_block"];
+        let data = packed(&layout(&[6, 5, 3, 16, 16], &names, dims, split(1, 3, 16)));
+        assert!(data.len() > 16384 && data.contains(&0.0));
     }
 
     #[test]
