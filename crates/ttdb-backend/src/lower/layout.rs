@@ -180,24 +180,11 @@ pub fn pack_values<T: Copy + Default + Send + Sync>(
     let shape = layout.shape();
     let total = shape.iter().product::<i64>() as usize;
     let axes = layout.orig_shape.len();
-    let strides: Vec<i64> = {
-        let mut s = vec![1i64; axes];
-        for d in (0..axes.saturating_sub(1)).rev() {
-            s[d] = s[d + 1] * layout.orig_shape[d + 1];
-        }
-        s
-    };
+    let strides = TensorData::strides(&layout.orig_shape);
     let extents: Vec<i64> = (0..axes).map(|a| layout.axis_extent(a)).collect();
-    // per packed dimension, the step its coordinate makes along its axis: the product of
-    // the inner dimensions' extents on that axis (per axis, Horner over its dimensions
-    // outer to inner, TOPI's `auto_scheduler_layout_transform`)
-    let mut steps = vec![0i64; shape.len()];
-    let mut acc = vec![1i64; axes];
-    for (k, d) in layout.dims.iter().enumerate().rev() {
-        steps[k] = acc[d.axis];
-        acc[d.axis] = acc[d.axis].saturating_mul(d.extent);
-    }
-    // the element at an axis position, None in a hole (a padded tile past the axis's end)
+    // the element at an axis position (each packed coordinate steps its axis by its
+    // dimension's `div`, as the kernel's rewritten loads read it), None in a hole (a padded
+    // tile past the axis's end); a split pair's inner axis stays at 0
     let offset = |at: &[i64]| -> Option<usize> {
         let mut off = 0i64;
         for a in 0..axes {
@@ -209,7 +196,6 @@ pub fn pack_values<T: Copy + Default + Send + Sync>(
                 Some(s) if s.outer == a => {
                     (x / s.block) * strides[a] + (x % s.block) * strides[s.inner]
                 }
-                Some(s) if s.inner == a => 0,
                 _ => x * strides[a],
             };
         }
@@ -231,22 +217,21 @@ pub fn pack_values<T: Copy + Default + Send + Sync>(
                 flat /= shape[k];
             }
             let mut at = vec![0i64; axes];
-            for (k, d) in layout.dims.iter().enumerate() {
-                at[d.axis] += coords[k] * steps[k];
+            for (d, &c) in layout.dims.iter().zip(&coords) {
+                at[d.axis] += c * d.div;
             }
             for v in chunk.iter_mut() {
                 if let Some(o) = offset(&at) {
                     *v = original[o];
                 }
-                for k in (0..coords.len()).rev() {
-                    let a = layout.dims[k].axis;
+                for (k, d) in layout.dims.iter().enumerate().rev() {
                     coords[k] += 1;
-                    at[a] += steps[k];
+                    at[d.axis] += d.div;
                     if coords[k] < shape[k] {
                         break;
                     }
                     coords[k] = 0;
-                    at[a] -= shape[k] * steps[k];
+                    at[d.axis] -= shape[k] * d.div;
                 }
             }
         });
