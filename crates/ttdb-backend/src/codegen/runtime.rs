@@ -145,8 +145,9 @@ pub unsafe extern "C" fn ttdb_parallel_for(
     // SAFETY: `ctx` points to the RunCtx owned by the running `run` call.
     let ctx = unsafe { &*ctx };
     let threads = ctx.threads as i64;
-    // Over-decompose (4 chunks per thread, claimed in turn) so that a thread slowed down by
-    // other processes does not stall the whole launch; one thread runs inline.
+    // Over-decompose (4 chunks per thread, each thread's share taken by the others once
+    // they are done with theirs) so that a thread slowed down by other processes does not
+    // stall the whole launch; one thread runs inline.
     let n = if threads <= 1 {
         1
     } else {

@@ -24,13 +24,22 @@ enum { STATUS_OK = 0, STATUS_ABORTED = 1, STATUS_NO_MEMORY = 2 };
 typedef int32_t (*body_fn)(void *const *ptrs, const int64_t *vars, int64_t begin, int64_t end,
                            uint8_t *scratch, const int32_t *abort);
 
+/* One thread's share of a launch, chunks next..end: its owner claims them in order and a
+ * thread done with its own share takes from the others' (codegen/pool.rs says why). A
+ * cache-line pair each, so an owner's claims stay in its own cache until someone steals. */
+struct share {
+    int64_t next; /* atomic */
+    int64_t end;
+} __attribute__((aligned(128)));
+
 struct job {
     body_fn body;
     void *const *ptrs;
     const int64_t *vars;
     int64_t extent, chunks, scratch_bytes;
     const int32_t *abort;
-    int64_t next; /* the next chunk to claim (atomic) */
+    struct share *shares; /* one per thread: 0 the caller, k the k-th worker to join */
+    int num_shares;
     int32_t status; /* the worst chunk status (atomic) */
 };
 
@@ -77,6 +86,7 @@ struct ttdb_model {
     uint8_t *scratch;
     void **args;
     int32_t abort;
+    struct share *shares; /* `threads` of them, reused by every launch */
 };
 
 /* This thread's scratch block for parallel chunks, reused from launch to launch (generated
@@ -94,7 +104,7 @@ static void status_max(int32_t *status, int32_t s) {
     }
 }
 
-static void run_chunks(struct job *j) {
+static void run_chunks(struct job *j, int own) {
     size_t need = j->scratch_bytes > 0 ? round64((size_t)j->scratch_bytes) : 0;
     uint8_t *block = chunk_block;
     size_t len = chunk_block_len;
@@ -109,16 +119,20 @@ static void run_chunks(struct job *j) {
             return;
         }
     }
-    for (;;) {
-        int64_t c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-        if (c >= j->chunks)
-            break;
-        /* in 128 bits: extent * c overflows 64 for extents near its range */
-        int64_t begin = (int64_t)((__int128)j->extent * c / j->chunks);
-        int64_t end = (int64_t)((__int128)j->extent * (c + 1) / j->chunks);
-        int32_t r = j->body(j->ptrs, j->vars, begin, end, block, j->abort);
-        if (r != STATUS_OK)
-            status_max(&j->status, r);
+    /* its own share first, then the others' in turn */
+    for (int k = 0; k < j->num_shares; k++) {
+        struct share *sh = &j->shares[(own + k) % j->num_shares];
+        for (;;) {
+            int64_t c = __atomic_fetch_add(&sh->next, 1, __ATOMIC_RELAXED);
+            if (c >= sh->end)
+                break;
+            /* in 128 bits: extent * c overflows 64 for extents near its range */
+            int64_t begin = (int64_t)((__int128)j->extent * c / j->chunks);
+            int64_t end = (int64_t)((__int128)j->extent * (c + 1) / j->chunks);
+            int32_t r = j->body(j->ptrs, j->vars, begin, end, block, j->abort);
+            if (r != STATUS_OK)
+                status_max(&j->status, r);
+        }
     }
     if (chunk_block_len >= len) {
         free(block);
@@ -177,7 +191,8 @@ static void *worker(void *arg) {
             continue;
         }
         /* the caller keeps the job alive until every worker that joined has left */
-        run_chunks(__atomic_load_n(&m->job, __ATOMIC_ACQUIRE));
+        /* the k-th worker to join takes share k (the caller has share 0) */
+        run_chunks(__atomic_load_n(&m->job, __ATOMIC_ACQUIRE), (int)(st & JOINED) + 1);
         __atomic_add_fetch(&m->left, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&m->waiting, __ATOMIC_SEQ_CST)) {
             pthread_mutex_lock(&m->wait_mu);
@@ -189,8 +204,8 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* Called by generated code: runs body over [0, extent) split into 4 chunks per thread,
- * claimed in turn by the caller and the pool's workers. */
+/* Called by generated code: runs body over [0, extent) split into 4 chunks per thread, in
+ * one contiguous share of chunks per thread (taken from each other when one is done). */
 API int32_t ttdb_parallel_for(void *rtctx, body_fn body, void *const *ptrs, const int64_t *vars,
                               int64_t extent, int64_t scratch_bytes, const int32_t *abort) {
     if (extent <= 0)
@@ -199,11 +214,20 @@ API int32_t ttdb_parallel_for(void *rtctx, body_fn body, void *const *ptrs, cons
     int64_t chunks = m->threads <= 1 ? 1 : (int64_t)m->threads * 4;
     if (chunks > extent)
         chunks = extent;
-    struct job j = {body, ptrs, vars, extent, chunks, scratch_bytes, abort, 0, STATUS_OK};
+    struct share inline_share = {0, chunks};
+    struct job j = {body, ptrs, vars, extent, chunks, scratch_bytes, abort, &inline_share, 1,
+                    STATUS_OK};
     if (m->num_workers == 0 || chunks <= 1 || __atomic_load_n(&m->in_launch, __ATOMIC_RELAXED)) {
-        run_chunks(&j); /* one thread, one chunk, or a launch nested in a chunk: inline */
+        run_chunks(&j, 0); /* one thread, one chunk, or a launch nested in a chunk: inline */
         return j.status;
     }
+    int t = m->num_workers + 1;
+    for (int k = 0; k < t; k++) {
+        m->shares[k].next = chunks * k / t;
+        m->shares[k].end = chunks * (k + 1) / t;
+    }
+    j.shares = m->shares;
+    j.num_shares = t;
     __atomic_store_n(&m->in_launch, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&m->left, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&m->job, &j, __ATOMIC_RELAXED);
@@ -214,7 +238,7 @@ API int32_t ttdb_parallel_for(void *rtctx, body_fn body, void *const *ptrs, cons
         pthread_cond_broadcast(&m->wake);
         pthread_mutex_unlock(&m->mu);
     }
-    run_chunks(&j);
+    run_chunks(&j, 0);
     uint64_t joined = __atomic_fetch_or(&m->state, CLOSED, __ATOMIC_SEQ_CST) & JOINED;
     for (unsigned spins = 0; __atomic_load_n(&m->left, __ATOMIC_ACQUIRE) < joined; spins++) {
         if (spins < WAIT_SPIN) {
@@ -385,6 +409,7 @@ API void ttdb_model_close(ttdb_model *m) {
     huge_free(m->arena, ttdb_model_plan.arena_bytes);
     free(m->scratch);
     free(m->args);
+    free(m->shares);
     free(m);
 }
 
@@ -430,7 +455,9 @@ API ttdb_model *ttdb_model_open(int threads, const char *host_isa, char *error,
     m->scratch = scratch ? zeroed(scratch) : NULL;
     m->args = calloc((size_t)max_args, sizeof(void *));
     m->workers = calloc((size_t)threads, sizeof(pthread_t));
-    if ((p->arena_bytes && !m->arena) || (scratch && !m->scratch) || !m->args || !m->workers) {
+    m->shares = aligned_alloc(128, (size_t)threads * sizeof(struct share));
+    if ((p->arena_bytes && !m->arena) || (scratch && !m->scratch) || !m->args || !m->workers ||
+        !m->shares) {
         ttdb_model_close(m);
         say(error, error_len, "out of memory for the %llu byte arena",
             (unsigned long long)p->arena_bytes);
