@@ -10,6 +10,8 @@
 # outside CI.
 # --layout-plan planned: NCHWc blockings planned for the whole graph (pinned by the tune, read by the run;
 # docs/design/layout-plan.md) instead of TopHub's; the header says which.
+# --layout nchwc|nhwc (default nchwc): the kernels' layout, for the tune and the run; nhwc
+# makes TVM's winograd choice (3x3 stride-1 convs with 64 < CO < 512, F(4x4, 3x3)).
 # --rounds K (default 3): K rounds of ttdb then onnxruntime, alternating; each side's figure
 # is the median of its rounds' medians (ttdb's row is its median round).
 # --db-dir D: each model's database is D/<model>.db and is kept; a model whose database
@@ -27,10 +29,10 @@
 # side ran (1, 2, or mix: moved during the command). With one-die or two-dies a command that
 # did not run wholly on that placement is run again (5 s apart, at most 40 times), so both
 # sides are compared on the same placement.
-#   benches/e2e.sh [--trials N] [--repeat R] [--rounds K] [--threads T] [--layout-plan P] [--db-dir D] [--cooldown S] [--placement P] [MODEL.onnx ...]
+#   benches/e2e.sh [--trials N] [--repeat R] [--rounds K] [--threads T] [--layout-plan P] [--layout L] [--db-dir D] [--cooldown S] [--placement P] [MODEL.onnx ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-trials=2000 repeat=50 threads=$(nproc) plan=tophub db_dir= rounds=3 cooldown=0 placement=any
+trials=2000 repeat=50 threads=$(nproc) plan=tophub layout=nchwc db_dir= rounds=3 cooldown=0 placement=any
 while [[ "${1:-}" == --* ]]; do
     case $1 in
         --trials) trials=$2 ;;
@@ -38,6 +40,7 @@ while [[ "${1:-}" == --* ]]; do
         --rounds) rounds=$2 ;;
         --threads) threads=$2 ;;
         --layout-plan) plan=$2 ;;
+        --layout) layout=$2 ;;
         --db-dir) db_dir=$2; mkdir -p "$db_dir" ;;
         --cooldown) cooldown=$2 ;;
         --placement) placement=$2 ;;
@@ -89,7 +92,7 @@ timed() {
     echo "never ran wholly on $placement in 40 tries" >&2
     return 1
 }
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat x $rounds rounds, layout plan $plan, cooldown ${cooldown} s, placement $placement (CPU 0-1 round trip now $($probe) ns); $(date -u +%F)"
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $threads threads; trials $trials, repeat $repeat x $rounds rounds, layout $layout, layout plan $plan, cooldown ${cooldown} s, placement $placement (CPU 0-1 round trip now $($probe) ns); $(date -u +%F)"
 printf '%-22s %9s %9s %10s %9s %6s %14s %10s %8s %7s %9s\n' model "e2e ms" "p90 ms" "tuned ms" "glue ms" glue% "arena/sum MiB" "onnxrt ms" "ort/ttdb" "tune s" "dies t/o"
 ratios_file=$(mktemp)
 trap 'rm -f "$ratios_file"' EXIT
@@ -102,7 +105,7 @@ for m in "${models[@]}"; do
     if [[ -n $db_dir && -f $db ]]; then
         tune_s=kept
     elif [[ $trials -gt 0 ]]; then
-        if ! $ttdb --db "$db" tune "$m" --trials "$trials" --layout-plan "$plan" --e2e-runs 0 --json >/dev/null \
+        if ! $ttdb --db "$db" tune "$m" --trials "$trials" --layout "$layout" --layout-plan "$plan" --e2e-runs 0 --json >/dev/null \
                 2>"$work/tune.err"; then
             printf '%-22s %s\n' "$name" "ttdb tune failed: $(tail -1 "$work/tune.err" | cut -c1-120)"
             continue
@@ -119,7 +122,7 @@ for m in "${models[@]}"; do
     refused=
     for ((round = 1; round <= rounds; round++)); do
         sleep "$cooldown"
-        if ! timed "$work/run$round.json" "$work/ttdb_dies" $ttdb "${dbargs[@]}" run "$m" --layout-plan "$plan" \
+        if ! timed "$work/run$round.json" "$work/ttdb_dies" $ttdb "${dbargs[@]}" run "$m" --layout "$layout" --layout-plan "$plan" \
                 --deterministic-inputs --repeat "$repeat" --threads "$threads" --json -o "$work" 2>"$err"; then
             refused=1
             break
