@@ -165,3 +165,53 @@ tuned_schedules_match! {
     // dense and batch_matmul weights are layout-free
     gpt2_like_after_a_short_tune: "gpt2_like", "nchwc", "16", 1;
 }
+
+/// Without `--layout`, `run` takes the layout whose kernels the database has schedules for:
+/// after the NHWC log of resnet18 NHWC (every conv on its stored schedule), after the NCHWc
+/// log NCHWc; the outputs match either way.
+#[test]
+fn run_without_a_layout_takes_the_one_the_database_has_schedules_for() {
+    for (log, expected) in [
+        ("tvm_ansor_bench_nhwc/resnet_18.best.json", "nhwc"),
+        ("tvm_ansor_bench_nchwc/resnet_18.best.json", "nchwc"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        let log = common::corpus_dir().join("ansor").join(log);
+        ttdb(&db, &["import".into(), log.to_str().unwrap().into()]);
+        let out = dir.path().join("out");
+        let report = ttdb(
+            &db,
+            &[
+                "run".into(),
+                model_path("resnet18"),
+                "--deterministic-inputs".into(),
+                "-o".into(),
+                out.to_str().unwrap().into(),
+            ],
+        );
+        assert_eq!(report["layout"], expected, "after {}", log.display());
+        let stored = report["kernels_planned"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["schedule"].as_str().unwrap().starts_with("stored: "))
+            .count();
+        assert!(
+            stored >= 12,
+            "{expected}: only {stored} kernels on a stored schedule"
+        );
+        let got: Vec<Vec<f64>> = report["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let a =
+                    ttdb::npy::read(&std::fs::read(o["file"].as_str().unwrap()).unwrap()).unwrap();
+                a.to_f32().unwrap().into_iter().map(f64::from).collect()
+            })
+            .collect();
+        let worst = reference::worst_error("resnet18", &got);
+        assert!(worst < TOLERANCE, "{expected}: {worst:.3e}");
+    }
+}

@@ -16,8 +16,10 @@ pub struct ModelArgs {
     pub model: PathBuf,
     /// Layout TVM would use: nchwc (x86 AlterOpLayout), nhwc (ConvertLayout), nchw; `match`
     /// and `apply` also take `auto` (the layout the database has better schedules for).
-    #[arg(long, default_value = "nchwc")]
-    pub layout: String,
+    /// Default: nchwc; for `run` and `build`, auto: the layout whose kernels the database
+    /// has schedules for (nchwc without a database, or on a tie).
+    #[arg(long)]
+    pub layout: Option<String>,
     /// Shape of a graph input with symbolic dims: NAME=d0,d1,... (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS")]
     pub input_shape: Vec<String>,
@@ -176,7 +178,7 @@ impl ModelArgs {
     pub fn for_model(model: PathBuf, layout: &str) -> ModelArgs {
         ModelArgs {
             model,
-            layout: layout.into(),
+            layout: Some(layout.into()),
             input_shape: vec![],
             mcpu: None,
             lanes: None,
@@ -247,7 +249,7 @@ impl ModelArgs {
             nt_batch_matmul: !self.no_nt_batch_matmul,
             ..Options::default()
         };
-        let nchwc = matches!(self.layout.as_str(), "nchwc" | "auto");
+        let nchwc = matches!(self.layout_name(), "nchwc" | "auto");
         if let (Some(request), true) = (request, nchwc) {
             // For the machine the kernels are for: --lanes/--mcpu when given, else this one.
             let host = &super::machine().target.host;
@@ -268,15 +270,20 @@ impl ModelArgs {
         Ok((graph, opts))
     }
 
+    /// `--layout` as given, else nchwc.
+    pub fn layout_name(&self) -> &str {
+        self.layout.as_deref().unwrap_or("nchwc")
+    }
+
     /// The layouts to consider: the one asked for, or both for `auto`.
     pub fn layouts(&self, allow_auto: bool) -> Result<Vec<LayoutMode>, CliError> {
-        if allow_auto && self.layout == "auto" {
+        if allow_auto && self.layout_name() == "auto" {
             return Ok(vec![LayoutMode::Nchwc, LayoutMode::Nhwc]);
         }
-        let m = LayoutMode::parse(&self.layout).ok_or_else(|| CliError {
+        let m = LayoutMode::parse(self.layout_name()).ok_or_else(|| CliError {
             message: format!(
                 "unknown --layout `{}` (nchwc, nhwc, nchw{})",
-                self.layout,
+                self.layout_name(),
                 if allow_auto { ", auto" } else { "" }
             ),
             code: 2,

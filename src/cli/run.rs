@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 use ttdb_backend::loopnest::ir::DType;
 use ttdb_backend::loopnest::BufferData;
 use ttdb_format::npy;
+use ttdb_onnx::onnx::LayoutMode;
 use ttdb_tuning::run::{
-    deterministic_input, time_runs, KernelTime, ModelRun, ModelRunOptions, Port, Schedule, Timing,
+    best_covered, deterministic_input, layout_coverage, time_runs, KernelTime, LayoutCoverage,
+    ModelRun, ModelRunOptions, Port, Schedule, Timing,
 };
 use ttdb_tuning::tune::progress::{Progress, Work};
 
@@ -192,13 +194,21 @@ pub(super) fn store_for(
     Ok((Some(store), None))
 }
 
-/// What `run` and `build` load a model with.
+/// What `run` and `build` load a model with. Without `--layout` (or with `auto`), the
+/// layout whose kernels the database has schedules for (`ttdb_tuning::run::layout_coverage`).
 pub(super) fn run_options(
     model: &ModelArgs,
     naive: bool,
-    plans: super::kernels::PlanDb,
+    plans: PlanDb,
 ) -> Result<ModelRunOptions, CliError> {
-    let layout = model.layouts(false)?[0];
+    let layout = match model.layout.as_deref() {
+        None | Some("auto") => auto_layout(model, &plans)?,
+        Some(_) => model.layouts(false)?[0],
+    };
+    let model = ModelArgs {
+        layout: Some(layout.as_str().into()),
+        ..model.clone()
+    };
     let (_, extract) = model.load(plans)?;
     let input_shapes = model
         .input_shape
@@ -213,6 +223,45 @@ pub(super) fn run_options(
         weight_limits: Default::default(),
         naive,
     })
+}
+
+/// `--layout auto` for `run` and `build`: NCHWc or NHWC, the one whose tuned kernels'
+/// FLOPs the database covers more (NCHWc without a database or on a tie); says so on
+/// standard error when the database decided.
+fn auto_layout(model: &ModelArgs, plans: &PlanDb) -> Result<LayoutMode, CliError> {
+    let store = match plans {
+        PlanDb::Read(s) | PlanDb::Pin(s) => *s,
+        PlanDb::None => return Ok(LayoutMode::Nchwc),
+    };
+    let nchwc = ModelArgs {
+        layout: Some("nchwc".into()),
+        ..model.clone()
+    };
+    let (graph, extract) = nchwc.load(PlanDb::Read(store))?;
+    let coverage = layout_coverage(
+        store,
+        &graph,
+        &extract,
+        &[LayoutMode::Nchwc, LayoutMode::Nhwc],
+        &super::machine().target,
+    )
+    .map_err(|e| fail(format!("{}: --layout auto: {e}", model.model.display())))?;
+    let best = best_covered(&coverage).expect("two candidates");
+    if best.stored_flops > 0.0 {
+        let share = |c: &LayoutCoverage| 100.0 * c.stored_flops / c.tuned_flops.max(1e-300);
+        let others: Vec<String> = coverage
+            .iter()
+            .filter(|c| c.layout != best.layout)
+            .map(|c| format!("{} {:.0}%", c.layout.as_str(), share(c)))
+            .collect();
+        eprintln!(
+            "note: layout {} (auto): the database has schedules for {:.0}% of its tuned kernels' FLOPs ({})",
+            best.layout.as_str(),
+            share(best),
+            others.join(", ")
+        );
+    }
+    Ok(best.layout)
 }
 
 pub fn run(db: &Option<PathBuf>, args: &RunArgs) -> CliResult {

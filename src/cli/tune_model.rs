@@ -169,7 +169,7 @@ pub(super) fn end_to_end(store: &Store, e: &EndToEndRun) -> Result<EndToEnd, Cli
         }
     }
     let model = ModelArgs {
-        layout: e.layout.to_string(),
+        layout: Some(e.layout.to_string()),
         // The plan the tune pinned (a `replan` tune re-planned once, at its start).
         layout_plan: match e.model.layout_plan.as_str() {
             "replan" => "planned".into(),

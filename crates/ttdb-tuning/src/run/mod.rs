@@ -12,11 +12,13 @@
 mod build;
 mod exec;
 mod glue;
+mod layout_choice;
 mod prepack;
 mod timing;
 
 pub use build::{build_library, BuildOptions, Built};
 pub use exec::{MemoryPlan, Workspace};
+pub use layout_choice::{best_covered, layout_coverage, LayoutCoverage};
 pub use timing::{
     deterministic_input, time_on_deterministic_inputs, time_runs, KernelTime, Timing,
 };
