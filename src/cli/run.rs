@@ -246,7 +246,7 @@ fn auto_layout(model: &ModelArgs, plans: &PlanDb) -> Result<LayoutMode, CliError
         &super::machine().target,
     )
     .map_err(|e| fail(format!("{}: --layout auto: {e}", model.model.display())))?;
-    let best = best_covered(&coverage).expect("two candidates");
+    let best = best_covered(&coverage).ok_or_else(|| fail("--layout auto: no layout to choose"))?;
     if best.stored_flops > 0.0 {
         let share = |c: &LayoutCoverage| 100.0 * c.stored_flops / c.tuned_flops.max(1e-300);
         let others: Vec<String> = coverage

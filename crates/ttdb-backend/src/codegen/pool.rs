@@ -10,9 +10,10 @@
 //! a model's kernels one after another) costs a few atomic operations per launch.
 //!
 //! Protocol: a launch publishes a job (its address) and a new generation in `state`;
-//! workers join the generation by incrementing its joined count, claim chunks of their own
-//! share (then of the others' shares, once theirs is done) with atomic counters, and leave. When every chunk is claimed the caller closes the generation (no
-//! later joins) and waits for the joined workers to leave before the job goes out of scope.
+//! workers join the generation by incrementing its joined count, claim the chunks of their
+//! own share (then of the others', once theirs is done) with atomic counters, and leave.
+//! When every chunk is claimed the caller closes the generation (no later joins) and waits
+//! for the joined workers to leave before the job goes out of scope.
 //!
 //! Panics: a chunk that panics (on the caller or on a worker) is caught where it runs; the
 //! launch stops handing out chunks, every joined worker still leaves, and `run` returns the
@@ -41,11 +42,11 @@ impl std::fmt::Display for Panicked {
     }
 }
 
-/// The job a worker finds: the launch's closure, each thread's range of chunks, and the
+/// The job a worker finds: the launch's closure, each thread's share of its chunks, and the
 /// first panic.
 struct Published<'a> {
     job: &'a Job<'a>,
-    ranges: Vec<Range>,
+    shares: Vec<Share>,
     panic: Mutex<Option<String>>,
 }
 
@@ -54,7 +55,7 @@ struct Published<'a> {
 /// each (the adjacent-line prefetcher pulls two), so an owner's claims stay in its own
 /// cache until someone steals.
 #[repr(align(128))]
-struct Range {
+struct Share {
     next: AtomicI64,
     end: i64,
 }
@@ -68,22 +69,22 @@ impl<'a> Published<'a> {
     /// on the core that wrote it.
     fn new(job: &'a Job<'a>, threads: usize) -> Published<'a> {
         let t = threads.max(1) as i64;
-        let ranges = (0..t)
-            .map(|k| Range {
+        let shares = (0..t)
+            .map(|k| Share {
                 next: AtomicI64::new(job.chunks * k / t),
                 end: job.chunks * (k + 1) / t,
             })
             .collect();
         Published {
             job,
-            ranges,
+            shares,
             panic: Mutex::new(None),
         }
     }
 
     /// Records the first panic and stops the launch (no chunk is handed out after it).
     fn fail(&self, payload: Box<dyn std::any::Any + Send>) {
-        for r in &self.ranges {
+        for r in &self.shares {
             r.next.store(r.end, Ordering::Relaxed);
         }
         let mut first = self.panic.lock().unwrap_or_else(|p| p.into_inner());
@@ -258,9 +259,9 @@ impl Drop for Pool {
 /// others' in turn; a panic is caught here (on whichever thread runs the chunk) and stops
 /// the launch.
 fn take_chunks(p: &Published, own: usize) {
-    let n = p.ranges.len();
+    let n = p.shares.len();
     for k in 0..n {
-        let r = &p.ranges[(own + k) % n];
+        let r = &p.shares[(own + k) % n];
         loop {
             let c = r.next.fetch_add(1, Ordering::Relaxed);
             if c >= r.end {
@@ -373,7 +374,7 @@ mod tests {
         };
         let p = Published::new(&job, 3);
         let shares: Vec<(i64, i64)> = p
-            .ranges
+            .shares
             .iter()
             .map(|r| (r.next.load(Ordering::Relaxed), r.end))
             .collect();
