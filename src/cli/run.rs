@@ -201,15 +201,12 @@ pub(super) fn run_options(
     naive: bool,
     plans: PlanDb,
 ) -> Result<ModelRunOptions, CliError> {
+    // `auto` loads as nchwc does (its layout plan included), once for the choice and the run
+    let (graph, extract) = model.load(plans)?;
     let layout = match model.layout.as_deref() {
-        None | Some("auto") => auto_layout(model, &plans)?,
+        None | Some("auto") => auto_layout(model, &graph, &extract, plans)?,
         Some(_) => model.layouts(false)?[0],
     };
-    let model = ModelArgs {
-        layout: Some(layout.as_str().into()),
-        ..model.clone()
-    };
-    let (_, extract) = model.load(plans)?;
     let input_shapes = model
         .input_shape
         .iter()
@@ -228,20 +225,20 @@ pub(super) fn run_options(
 /// `--layout auto` for `run` and `build`: NCHWc or NHWC, the one whose tuned kernels'
 /// FLOPs the database covers more (NCHWc without a database or on a tie); says so on
 /// standard error when the database decided.
-fn auto_layout(model: &ModelArgs, plans: &PlanDb) -> Result<LayoutMode, CliError> {
+fn auto_layout(
+    model: &ModelArgs,
+    graph: &ttdb_onnx::onnx::Graph,
+    extract: &ttdb_onnx::onnx::Options,
+    plans: PlanDb,
+) -> Result<LayoutMode, CliError> {
     let store = match plans {
-        PlanDb::Read(s) | PlanDb::Pin(s) => *s,
+        PlanDb::Read(s) | PlanDb::Pin(s) => s,
         PlanDb::None => return Ok(LayoutMode::Nchwc),
     };
-    let nchwc = ModelArgs {
-        layout: Some("nchwc".into()),
-        ..model.clone()
-    };
-    let (graph, extract) = nchwc.load(PlanDb::Read(store))?;
     let coverage = layout_coverage(
         store,
-        &graph,
-        &extract,
+        graph,
+        extract,
         &[LayoutMode::Nchwc, LayoutMode::Nhwc],
         &super::machine().target,
     )
