@@ -8,8 +8,9 @@
 # onnxruntime / ttdb (above 1: ttdb is faster), and the tune's wall time; at the end the geomean
 # of the ratios and the lowest. Needs `pip install onnx onnxruntime`;
 # outside CI.
-# --layout-plan planned: NCHWc blockings planned for the whole graph (pinned by the tune, read by the run;
-# docs/design/layout-plan.md) instead of TopHub's; the header says which.
+# --layout-plan auto|planned|tophub (default auto, ttdb's own default: planned on these fresh
+# databases): NCHWc blockings planned for the whole graph (pinned by the tune, read by the run;
+# docs/design/layout-plan.md) or TopHub's; the header says which.
 # --layout nchwc|nhwc (default nchwc): the kernels' layout, for the tune and the run; nhwc
 # makes TVM's winograd choice (3x3 stride-1 convs with 64 < CO < 512, F(4x4, 3x3)).
 # --rounds K (default 3): K rounds of ttdb then onnxruntime, alternating; each side's figure
@@ -32,7 +33,7 @@
 #   benches/e2e.sh [--trials N] [--repeat R] [--rounds K] [--threads T] [--layout-plan P] [--layout L] [--db-dir D] [--cooldown S] [--placement P] [MODEL.onnx ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-trials=2000 repeat=50 threads=$(nproc) plan=tophub layout=nchwc db_dir= rounds=3 cooldown=0 placement=any
+trials=2000 repeat=50 threads=$(nproc) plan=auto layout=nchwc db_dir= rounds=3 cooldown=0 placement=any
 while [[ "${1:-}" == --* ]]; do
     case $1 in
         --trials) trials=$2 ;;

@@ -205,6 +205,9 @@ fn export_after_apply_covers_every_kernel_of_the_model() {
             "--top-k",
             "1",
             "--transfer-only",
+            // the blocking TVM extracts (apply plans the whole graph by default)
+            "--layout-plan",
+            "tophub",
             "--json",
         ],
     );

@@ -550,7 +550,13 @@ fn the_tophub_table_travels_with_the_binary() {
     let run = |cwd: &Path, exe: &Path| {
         let out = std::process::Command::new(exe)
             .current_dir(cwd)
-            .args(["kernels", model.to_str().unwrap(), "--json"])
+            .args([
+                "kernels",
+                model.to_str().unwrap(),
+                "--layout-plan",
+                "tophub",
+                "--json",
+            ])
             .output()
             .unwrap();
         assert!(

@@ -253,7 +253,7 @@ fn kernels_shows_the_plan_and_refuses_an_unknown_one() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("unknown --layout-plan `neocpu` (tophub, planned, replan)"),
+        err.contains("unknown --layout-plan `neocpu` (auto, planned, replan, tophub)"),
         "{err}"
     );
 }
@@ -338,6 +338,16 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
     let all = keys_of(&["--all"]);
     assert!(!all.is_empty());
     assert_eq!(keys_of(&["--model", m]), all);
+    // `export --model` writes TVM's keys (TopHub's blocking), which the tune did not measure
+    // under: the kernels it misses are explained.
+    let log = dir.path().join("m.json");
+    let out = ttdb(&["--db", db, "export", "--model", m, "-o", log.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("tuned under ttdb's layout plan") && err.contains("--layout-plan tophub"),
+        "{err}"
+    );
     // A re-plan reads the tune's timings (measured on this host class).
     let replan = plan_json(db, m, "replan").unwrap();
     assert!(replan["measured_convs"].as_u64().unwrap() > 0, "{replan}");
@@ -386,4 +396,91 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
         "{err}"
     );
     assert!(plan_json(db, m, "replan").is_ok());
+}
+
+/// `ttdb kernels MODEL --json` with the default `--layout-plan` (auto): its layout plan
+/// (null under TopHub's blocking) and standard error.
+fn auto_plan(db: &str, m: &str) -> (serde_json::Value, String) {
+    let out = ttdb(&["--db", db, "kernels", m, "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (v["layout_plan"].clone(), err)
+}
+
+/// The default blocking (`--layout-plan auto`): a plan where the database has nothing for
+/// the model; TopHub's where it holds TVM's log of the model (whose keys are TopHub's, so
+/// that its exact matches stay exact); a pinned plan above all.
+#[test]
+fn auto_plans_unless_the_database_holds_the_model_under_tophubs_blocking() {
+    let m = model("torchvision_graph_only/resnet18.onnx");
+    let m = m.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let db = db.to_str().unwrap();
+    let (plan, _) = auto_plan(db, m);
+    assert_eq!(
+        plan["origin"], "planned now on the estimate (no database)",
+        "{plan}"
+    );
+    assert!(plan["changed"].as_u64().unwrap() > 0, "{plan}");
+
+    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let out = ttdb(&["--db", db, "import", log.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (plan, err) = auto_plan(db, m);
+    assert!(plan.is_null(), "{plan}");
+    assert!(
+        err.contains("TopHub's NCHWc blocking (--layout-plan auto)") && err.contains("100%"),
+        "{err}"
+    );
+    // What match finds under it: the log's schedules, exactly.
+    let out = ttdb(&["--db", db, "match", m, "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tiers: Vec<&str> = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["tier"].as_str().unwrap())
+        .collect();
+    assert!(
+        tiers.iter().filter(|t| **t == "exact").count() >= tiers.len() - 1,
+        "{tiers:?}"
+    );
+    // Asked for, a plan is still made (and this reading command pins nothing).
+    let planned = plan_json(db, m, "planned").unwrap();
+    assert!(
+        planned["origin"].as_str().unwrap().contains("not pinned"),
+        "{planned}"
+    );
+    assert!(auto_plan(db, m).0.is_null());
+
+    // A pinned plan wins: the tune measured under it, so `run` must look there.
+    let out = ttdb(&[
+        "--db",
+        db,
+        "tune",
+        m,
+        "--layout-plan",
+        "planned",
+        "--trials",
+        "2",
+        "--e2e-runs",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (plan, _) = auto_plan(db, m);
+    assert!(
+        plan["origin"].as_str().unwrap().starts_with("pinned "),
+        "{plan}"
+    );
 }

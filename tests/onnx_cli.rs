@@ -16,7 +16,13 @@ fn ttdb(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn kernels_table_and_json() {
-    let (code, out, err) = ttdb(&["kernels", "fixtures/models/tiny_resnet.onnx", "--no-tophub"]);
+    let (code, out, err) = ttdb(&[
+        "kernels",
+        "fixtures/models/tiny_resnet.onnx",
+        "--no-tophub",
+        "--layout-plan",
+        "tophub",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("conv2d_nchwc+add+add+relu"), "{out}");
     assert!(

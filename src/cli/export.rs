@@ -32,12 +32,13 @@ pub struct ExportArgs {
     /// With --model: SIMD 32-bit lanes (overrides --mcpu).
     #[arg(long, requires = "model")]
     pub lanes: Option<i64>,
-    /// With a model: NCHWc blocking by conv (`tophub`, TVM's way) or planned for the whole
-    /// graph (`planned`); as for `ttdb kernels`.
+    /// With a model: NCHWc blocking by conv (`tophub`, TVM's way: the keys TVM's
+    /// `ApplyHistoryBest` looks up, so the default here), or as `run` blocks them (`auto`,
+    /// `planned`: ttdb's layout plan, whose keys TVM does not extract); as for `ttdb kernels`.
     #[arg(
         long,
         default_value = "tophub",
-        value_name = "tophub|planned",
+        value_name = "tophub|auto|planned",
         requires = "model"
     )]
     pub layout_plan: String,
@@ -145,6 +146,27 @@ fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliRe
         println!("{}", serde_json::to_string(&e)?);
     } else {
         eprint!("{}", render_model_export(&e, args.output.as_deref()));
+    }
+    if e.missing > 0 && margs.layout_plan == "tophub" {
+        // apply and tune block by a plan unless told otherwise: their records are under
+        // keys TVM never extracts, which is why the kernels are missing here.
+        let pinned = ttdb_tuning::layout_plan::pinned_plans(&graph, &extract, store)
+            .map_err(|m| CliError {
+                message: format!("{}: layout plan: {m}", model.display()),
+                code: 1,
+            })?;
+        if !pinned.is_empty() {
+            eprintln!(
+                "note: the model was tuned under ttdb's layout plan (pinned for {}), whose conv \
+                 blockings TVM does not extract; for TVM, run `ttdb apply` or `ttdb tune` with \
+                 `--layout-plan tophub`; `--layout-plan planned` exports the planned kernels",
+                pinned
+                    .iter()
+                    .map(|(class, _)| class.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use ttdb_onnx::onnx::{
     self, tophub, InputShape, KernelKind, KernelList, LayoutMode, LayoutPlanning, Options, TopHub,
 };
 pub use ttdb_tuning::layout_plan::PlanDb;
-use ttdb_tuning::layout_plan::{self, PlanRequest};
+use ttdb_tuning::layout_plan::{self, Blocking, PlanRequest};
 
 /// How to read a model into kernels (shared by `kernels`, `match`, `apply`).
 #[derive(clap::Args, Debug, Clone)]
@@ -34,7 +34,8 @@ pub struct ModelArgs {
     /// llvm_v0.04.log).
     #[arg(long, conflicts_with = "no_tophub")]
     pub tophub: Option<PathBuf>,
-    /// Use the fallback blocking rule only (as a TVM build without TopHub would).
+    /// TopHub's blocking without TopHub: the fallback rule only, as a TVM build without
+    /// TopHub blocks (under `--layout-plan tophub`, and where a plan starts).
     #[arg(long)]
     pub no_tophub: bool,
     /// N-D MatMul as a batch_matmul of the right operand as it is ([B, K, N],
@@ -42,15 +43,16 @@ pub struct ModelArgs {
     /// (default: of the transposed operand, [B, N, K]).
     #[arg(long)]
     pub no_nt_batch_matmul: bool,
-    /// NCHWc blocking: `tophub` chooses each conv's alone, as TVM does (TopHub's config,
-    /// else the fallback rule; what TVM and imported logs use); `planned` chooses them for
-    /// the whole graph, weighing the convs against the layout transforms they force, with
-    /// ttdb's timings on this host class where the database has them; the plan is pinned in
-    /// the database (per model and host class) by the first command that stores, and every
-    /// later command uses it; `replan` plans again (and re-pins where the command stores)
-    /// (docs/design/layout-plan.md). Every command that reads the database must be given
-    /// the same choice: it decides the kernels' workload keys.
-    #[arg(long, default_value = "tophub", value_name = "tophub|planned|replan")]
+    /// NCHWc blocking: `planned` chooses every conv's for the whole graph, weighing the
+    /// convs against the layout transforms they force, with ttdb's timings on this host
+    /// class where the database has them; the plan is pinned in the database (per model and
+    /// host class) by the first command that stores, and every later command uses it;
+    /// `replan` plans again (and re-pins where the command stores); `tophub` chooses each
+    /// conv's alone, as TVM does (TopHub's config, else the fallback rule; the keys of TVM's
+    /// logs); `auto` is the pinned plan, else TopHub's blocking where the database has
+    /// schedules for more of the model under it (TVM's logs of this model, imported), else
+    /// `planned` (docs/design/layout-plan.md). It decides the kernels' workload keys.
+    #[arg(long, default_value = "auto", value_name = "auto|planned|replan|tophub")]
     pub layout_plan: String,
 }
 
@@ -185,7 +187,7 @@ impl ModelArgs {
             tophub: None,
             no_tophub: false,
             no_nt_batch_matmul: false,
-            layout_plan: "tophub".into(),
+            layout_plan: "auto".into(),
         }
     }
 
@@ -233,11 +235,14 @@ impl ModelArgs {
         };
         let request = match self.layout_plan.as_str() {
             "tophub" => None,
+            "auto" => Some(PlanRequest::Auto),
             "planned" => Some(PlanRequest::Pinned),
             "replan" => Some(PlanRequest::Replan),
             other => {
                 return Err(CliError {
-                    message: format!("unknown --layout-plan `{other}` (tophub, planned, replan)"),
+                    message: format!(
+                        "unknown --layout-plan `{other}` (auto, planned, replan, tophub)"
+                    ),
                     code: 2,
                 })
             }
@@ -260,12 +265,18 @@ impl ModelArgs {
             let estimates = onnx::HostEstimates::typical(lanes, host.cores);
             // This host's timings say nothing of a plan for another vector width.
             let timings = lanes == host.f32_lanes() as i64;
-            let plan = layout_plan::choose(&graph, &opts, &estimates, host, db, request, timings)
-                .map_err(|m| CliError {
-                message: format!("{}: layout plan: {m}", self.model.display()),
-                code: 1,
-            })?;
-            opts.layout_plan = Some(LayoutPlanning::Chosen(plan));
+            let blocking =
+                layout_plan::choose(&graph, &opts, &estimates, host, db, request, timings)
+                    .map_err(|m| CliError {
+                        message: format!("{}: layout plan: {m}", self.model.display()),
+                        code: 1,
+                    })?;
+            match blocking {
+                Blocking::Planned(plan) => opts.layout_plan = Some(LayoutPlanning::Chosen(plan)),
+                Blocking::TopHub { why } => {
+                    eprintln!("note: TopHub's NCHWc blocking (--layout-plan auto): {why}")
+                }
+            }
         }
         Ok((graph, opts))
     }
@@ -317,7 +328,10 @@ pub fn model_stored_keys(
     store: &ttdb_store::store::Store,
     model: &std::path::Path,
 ) -> Result<Vec<String>, CliError> {
-    let args = ModelArgs::for_model(model.to_path_buf(), "auto");
+    let args = ModelArgs {
+        layout_plan: "tophub".into(),
+        ..ModelArgs::for_model(model.to_path_buf(), "auto")
+    };
     let (graph, opts) = args.load(PlanDb::None)?;
     let mut keys = Vec::new();
     let mut options: Vec<Options> = args

@@ -33,12 +33,14 @@ pub struct TuneArgs {
     /// (default: of the transposed operand, [B, N, K]); as for `ttdb kernels`.
     #[arg(long, requires = "model")]
     pub no_nt_batch_matmul: bool,
-    /// With a model: NCHWc blocking by conv (`tophub`, TVM's way) or planned for the whole
-    /// graph (`planned`); as for `ttdb kernels`.
+    /// With a model: NCHWc blocking planned for the whole graph (`planned`, pinned; `replan`
+    /// plans again), by conv as TVM does (`tophub`), or `auto`: the pinned plan, else
+    /// TopHub's where the database holds more of the model under it, else planned; as for
+    /// `ttdb kernels`.
     #[arg(
         long,
-        default_value = "tophub",
-        value_name = "tophub|planned",
+        default_value = "auto",
+        value_name = "auto|planned|replan|tophub",
         requires = "model"
     )]
     pub layout_plan: String,

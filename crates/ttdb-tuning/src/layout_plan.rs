@@ -1,10 +1,12 @@
-//! The layout plan a command extracts a model with (docs/design/layout-plan.md): the one
-//! pinned in the database for the model's structure and this host class, else one planned
-//! now, weighing ttdb's timings on this host class where the database has them, and pinned
-//! when the command stores. A plan decides the convs' blockings and so their workload keys:
-//! pinned, it stays what `tune` measured under while records accumulate, until the user
-//! asks for a re-plan.
-use crate::tune::export::{chosen_record, ForHost};
+//! The blocking a command extracts a model with (docs/design/layout-plan.md): the layout
+//! plan pinned in the database for the model's structure and this host class, else one
+//! planned now, weighing ttdb's timings on this host class where the database has them, and
+//! pinned when the command stores. A plan decides the convs' blockings and so their
+//! workload keys: pinned, it stays what `tune` measured under while records accumulate,
+//! until the user asks for a re-plan. By default (`auto`) a database that holds more of the
+//! model's schedules under TopHub's blocking than under a plan (TVM's own logs of the model)
+//! keeps TopHub's, so that its exact matches stay exact.
+use crate::tune::export::{chosen_record, stored_flops, ForHost, StoredFlops};
 use std::cell::RefCell;
 use std::sync::Arc;
 use ttdb_format::host::HostFingerprint;
@@ -22,6 +24,10 @@ pub enum PlanRequest {
     Pinned,
     /// A new plan, whatever is pinned.
     Replan,
+    /// The pinned plan; else TopHub's blocking when the database has schedules for more of
+    /// the model under it than under a new plan (TVM's logs of this model, imported); else a
+    /// new plan (the default: [`choose`]).
+    Auto,
 }
 
 /// The database a command plans with.
@@ -33,6 +39,16 @@ pub enum PlanDb<'a> {
     Read(&'a Store),
     /// Read, and pin a new plan.
     Pin(&'a Store),
+}
+
+/// How a command blocks the model's NCHWc convs.
+#[derive(Clone, Debug)]
+pub enum Blocking {
+    /// Each conv alone, as TVM does (TopHub's config, else the fallback rule); `why` says
+    /// why [`PlanRequest::Auto`] took it.
+    TopHub { why: String },
+    /// For the whole graph.
+    Planned(Arc<LayoutPlan>),
 }
 
 /// Measured seconds of a kernel: the record ttdb measured and verified on this host class
@@ -57,9 +73,9 @@ impl KernelCosts for StoreCosts<'_> {
     }
 }
 
-/// The plan for `graph` (extracted with `opts`) on `host`: see the module comment. With
-/// `timings` false (a plan for another machine's vector width) a new plan weighs no timing
-/// of this host.
+/// The blocking for `graph` (extracted with `opts`) on `host`: see the module comment and
+/// [`PlanRequest`]. With `timings` false (a plan for another machine's vector width) a new
+/// plan weighs no timing of this host.
 pub fn choose(
     graph: &Graph,
     opts: &Options,
@@ -68,24 +84,26 @@ pub fn choose(
     db: PlanDb,
     request: PlanRequest,
     timings: bool,
-) -> Result<Arc<LayoutPlan>, String> {
+) -> Result<Blocking, String> {
     let key = onnx::layout_plan_key(graph, opts).map_err(|e| e.to_string())?;
     let class = host.class();
     let store = match db {
         PlanDb::None => None,
         PlanDb::Read(s) | PlanDb::Pin(s) => Some(s),
     };
-    if let (Some(store), PlanRequest::Pinned) = (store, request) {
+    if let (Some(store), PlanRequest::Pinned | PlanRequest::Auto) = (store, request) {
         let pinned = layout_plans::pinned_plan(store, &key, &class)
             .map_err(|e| format!("reading the pinned layout plan: {e}"))?;
         if let Some(p) = pinned {
-            return read_pin(graph, opts, &p);
+            return read_pin(graph, opts, &p).map(Blocking::Planned);
         }
     }
+    let compat = crate::matcher::MatchOptions::default().compat;
+    let for_host = ForHost::of(host);
     let costs = store.filter(|_| timings).map(|store| StoreCosts {
         store,
-        compat: crate::matcher::MatchOptions::default().compat,
-        host: ForHost::of(host),
+        compat: compat.clone(),
+        host: for_host.clone(),
         error: RefCell::new(None),
     });
     let mut plan = onnx::plan_layout(
@@ -100,25 +118,52 @@ pub fn choose(
             "reading measured kernel times for the layout plan: {e}"
         ));
     }
+    if let (Some(store), PlanRequest::Auto) = (store, request) {
+        let coverage = |layout_plan: Option<LayoutPlanning>| -> Result<StoredFlops, String> {
+            let list = onnx::extract(
+                graph,
+                &Options {
+                    layout: LayoutMode::Nchwc,
+                    layout_plan,
+                    ..opts.clone()
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            stored_flops(store, &list, &compat, &for_host)
+                .map_err(|e| format!("the database: {e}"))
+        };
+        let tophub = coverage(None)?;
+        let planned = coverage(Some(LayoutPlanning::Chosen(Arc::new(plan.clone()))))?;
+        if tophub.stored > planned.stored {
+            return Ok(Blocking::TopHub {
+                why: format!(
+                    "the database has schedules for {:.0}% of the tuned kernels' FLOPs under it, \
+                     {:.0}% under a layout plan (`--layout-plan planned` plans anyway)",
+                    tophub.percent(),
+                    planned.percent()
+                ),
+            });
+        }
+    }
     plan.origin = match db {
         PlanDb::Pin(store) => {
             let json = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
             let how = match request {
-                PlanRequest::Pinned => Pin::IfAbsent,
+                PlanRequest::Pinned | PlanRequest::Auto => Pin::IfAbsent,
                 PlanRequest::Replan => Pin::Replace,
             };
             let p = layout_plans::pin_plan(store, &key, &class, &graph.name, &json, how)
                 .map_err(|e| format!("pinning the layout plan: {e}"))?;
             if p.plan_json != json {
                 // Another command pinned one first: use it, as every later command will.
-                return read_pin(graph, opts, &p);
+                return read_pin(graph, opts, &p).map(Blocking::Planned);
             }
             format!("planned and pinned {}", p.pinned_at)
         }
         PlanDb::Read(_) => "planned now, not pinned (this command does not store)".into(),
         PlanDb::None => "planned now on the estimate (no database)".into(),
     };
-    Ok(Arc::new(plan))
+    Ok(Blocking::Planned(Arc::new(plan)))
 }
 
 /// Every plan pinned for `graph` (extracted with `opts`), on any host class, checked as

@@ -6,8 +6,8 @@
 //! look before they choose: for each candidate layout, the FLOPs (times repeats) of the
 //! tuned kernels whose schedule `run` would take from the database; the most covered wins,
 //! the first on a tie (no database, or no schedule in either: NCHWc, TVM's x86 default).
-use crate::matcher::{kernel_flops, MatchOptions};
-use crate::tune::export::{chosen_record, ForHost};
+use crate::matcher::MatchOptions;
+use crate::tune::export::{stored_flops, ForHost};
 use ttdb_backend::target::Target;
 use ttdb_onnx::onnx::{self, Graph, LayoutMode, Options};
 use ttdb_store::store::Store;
@@ -39,21 +39,13 @@ pub fn layout_coverage(
                 ..extract.clone()
             };
             let list = onnx::extract(graph, &options).map_err(|e| e.to_string())?;
-            let mut c = LayoutCoverage {
+            let c = stored_flops(store, &list, &compat, &host)
+                .map_err(|e| format!("the database: {e}"))?;
+            Ok(LayoutCoverage {
                 layout,
-                stored_flops: 0.0,
-                tuned_flops: 0.0,
-            };
-            for k in list.tuned() {
-                let flops = kernel_flops(k) * k.multiplicity() as f64;
-                c.tuned_flops += flops;
-                let stored = chosen_record(store, k, &compat, &host)
-                    .map_err(|e| format!("the database: {e}"))?;
-                if stored.is_some() {
-                    c.stored_flops += flops;
-                }
-            }
-            Ok(c)
+                stored_flops: c.stored,
+                tuned_flops: c.tuned,
+            })
         })
         .collect()
 }

@@ -253,6 +253,46 @@ pub fn chosen_record(
     }))
 }
 
+/// How much of a kernel list the database covers: the FLOPs (each kernel counted as often as
+/// it repeats) of the tuned kernels with a record `run` would take for `host`
+/// ([`chosen_record`]), and of all its tuned kernels. What the automatic choices of layout
+/// and blocking compare: a database holds a model's schedules under the keys they were
+/// tuned or logged for, and the other choices find none of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StoredFlops {
+    pub stored: f64,
+    pub tuned: f64,
+}
+
+impl StoredFlops {
+    /// The stored share of the tuned FLOPs, in percent (0 for a list with none).
+    pub fn percent(&self) -> f64 {
+        if self.tuned > 0.0 {
+            100.0 * self.stored / self.tuned
+        } else {
+            0.0
+        }
+    }
+}
+
+/// [`StoredFlops`] of `list` in `store` for `host` (targets of compat class `compat`).
+pub fn stored_flops(
+    store: &Store,
+    list: &KernelList,
+    compat: &str,
+    host: &ForHost,
+) -> ttdb_store::store::Result<StoredFlops> {
+    let mut c = StoredFlops::default();
+    for k in list.tuned() {
+        let flops = crate::matcher::kernel_flops(k) * k.multiplicity() as f64;
+        c.tuned += flops;
+        if chosen_record(store, k, compat, host)?.is_some() {
+            c.stored += flops;
+        }
+    }
+    Ok(c)
+}
+
 /// The stored workload keys that are TVM keys of a tunable kernel of `list` (any era, any
 /// key form): what `bundle export --model` takes.
 pub fn stored_kernel_keys(
