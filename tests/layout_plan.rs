@@ -341,7 +341,15 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
     // `export --model` writes TVM's keys (TopHub's blocking), which the tune did not measure
     // under: the kernels it misses are explained.
     let log = dir.path().join("m.json");
-    let out = ttdb(&["--db", db, "export", "--model", m, "-o", log.to_str().unwrap()]);
+    let out = ttdb(&[
+        "--db",
+        db,
+        "export",
+        "--model",
+        m,
+        "-o",
+        log.to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(

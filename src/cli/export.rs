@@ -150,10 +150,12 @@ fn run_model(store: &Store, args: &ExportArgs, model: &std::path::Path) -> CliRe
     if e.missing > 0 && margs.layout_plan == "tophub" {
         // apply and tune block by a plan unless told otherwise: their records are under
         // keys TVM never extracts, which is why the kernels are missing here.
-        let pinned = ttdb_tuning::layout_plan::pinned_plans(&graph, &extract, store)
-            .map_err(|m| CliError {
-                message: format!("{}: layout plan: {m}", model.display()),
-                code: 1,
+        let pinned =
+            ttdb_tuning::layout_plan::pinned_plans(&graph, &extract, store).map_err(|m| {
+                CliError {
+                    message: format!("{}: layout plan: {m}", model.display()),
+                    code: 1,
+                }
             })?;
         if !pinned.is_empty() {
             eprintln!(

@@ -52,7 +52,11 @@ pub struct ModelArgs {
     /// logs); `auto` is the pinned plan, else TopHub's blocking where the database has
     /// schedules for more of the model under it (TVM's logs of this model, imported), else
     /// `planned` (docs/design/layout-plan.md). It decides the kernels' workload keys.
-    #[arg(long, default_value = "auto", value_name = "auto|planned|replan|tophub")]
+    #[arg(
+        long,
+        default_value = "auto",
+        value_name = "auto|planned|replan|tophub"
+    )]
     pub layout_plan: String,
 }
 

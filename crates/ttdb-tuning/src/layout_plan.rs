@@ -129,8 +129,7 @@ pub fn choose(
                 },
             )
             .map_err(|e| e.to_string())?;
-            stored_flops(store, &list, &compat, &for_host)
-                .map_err(|e| format!("the database: {e}"))
+            stored_flops(store, &list, &compat, &for_host).map_err(|e| format!("the database: {e}"))
         };
         let tophub = coverage(None)?;
         let planned = coverage(Some(LayoutPlanning::Chosen(Arc::new(plan.clone()))))?;
