@@ -433,13 +433,40 @@ fn auto_plans_unless_the_database_holds_the_model_under_tophubs_blocking() {
     );
     assert!(plan["changed"].as_u64().unwrap() > 0, "{plan}");
 
-    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
-    let out = ttdb(&["--db", db, "import", log.to_str().unwrap()]);
+    let import = |name: &str| {
+        let log = common::corpus_dir().join(format!("ansor/tvm_ansor_bench_nchwc/{name}"));
+        let out = ttdb(&["--db", db, "import", log.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // resnet50's log holds resnet18's stem conv under TopHub's key, and little else of it.
+    import("resnet_50.best.json");
+    let (plan, err) = auto_plan(db, m);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        plan["origin"].as_str().unwrap().contains("not pinned"),
+        "{plan}"
     );
+    assert!(!err.contains("TopHub's NCHWc blocking"), "{err}");
+    let tiers = |extra: &[&str]| -> Vec<String> {
+        let out = ttdb(&[&["--db", db, "match", m, "--json"], extra].concat());
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["kernels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["tier"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        tiers(&["--layout-plan", "tophub"]).contains(&"exact".to_string()),
+        "resnet50's log should hold resnet18's stem conv under TopHub's blocking"
+    );
+
+    import("resnet_18.best.json");
     let (plan, err) = auto_plan(db, m);
     assert!(plan.is_null(), "{plan}");
     assert!(
@@ -447,17 +474,9 @@ fn auto_plans_unless_the_database_holds_the_model_under_tophubs_blocking() {
         "{err}"
     );
     // What match finds under it: the log's schedules, exactly.
-    let out = ttdb(&["--db", db, "match", m, "--json"]);
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let tiers: Vec<&str> = v["kernels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["tier"].as_str().unwrap())
-        .collect();
+    let tiers = tiers(&[]);
     assert!(
-        tiers.iter().filter(|t| **t == "exact").count() >= tiers.len() - 1,
+        tiers.iter().filter(|t| *t == "exact").count() >= tiers.len() - 1,
         "{tiers:?}"
     );
     // Asked for, a plan is still made (and this reading command pins nothing).

@@ -24,9 +24,9 @@ pub enum PlanRequest {
     Pinned,
     /// A new plan, whatever is pinned.
     Replan,
-    /// The pinned plan; else TopHub's blocking when the database has schedules for more of
-    /// the model under it than under a new plan (TVM's logs of this model, imported); else a
-    /// new plan (the default: [`choose`]).
+    /// The pinned plan; else TopHub's blocking when the database has schedules for most of
+    /// the model under it ([`AUTO_TOPHUB_PERCENT`]), and more than under a new plan (TVM's
+    /// log of this model, imported); else a new plan (the default: [`choose`]).
     Auto,
 }
 
@@ -40,6 +40,11 @@ pub enum PlanDb<'a> {
     /// Read, and pin a new plan.
     Pin(&'a Store),
 }
+
+/// The share of a model's tuned FLOPs the database must hold under TopHub's blocking for
+/// `auto` to keep it: the model's own TVM log holds nearly all; another model's log that
+/// shares a layer or two (resnet50's stem conv is resnet18's) must not cost a model its plan.
+pub const AUTO_TOPHUB_PERCENT: f64 = 50.0;
 
 /// How a command blocks the model's NCHWc convs.
 #[derive(Clone, Debug)]
@@ -133,7 +138,7 @@ pub fn choose(
         };
         let tophub = coverage(None)?;
         let planned = coverage(Some(LayoutPlanning::Chosen(Arc::new(plan.clone()))))?;
-        if tophub.stored > planned.stored {
+        if tophub.stored > planned.stored && tophub.percent() >= AUTO_TOPHUB_PERCENT {
             return Ok(Blocking::TopHub {
                 why: format!(
                     "the database has schedules for {:.0}% of the tuned kernels' FLOPs under it, \
