@@ -224,6 +224,17 @@ fn ttdb(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// [`ttdb`], which must succeed.
+fn ttdb_ok(args: &[&str]) -> std::process::Output {
+    let out = ttdb(args);
+    assert!(
+        out.status.success(),
+        "ttdb {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 #[test]
 fn kernels_shows_the_plan_and_refuses_an_unknown_one() {
     let m = model("torchvision_graph_only/resnet18.onnx");
@@ -341,7 +352,7 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
     // `export --model` writes TVM's keys (TopHub's blocking), which the tune did not measure
     // under: the kernels it misses are explained.
     let log = dir.path().join("m.json");
-    let out = ttdb(&[
+    let out = ttdb_ok(&[
         "--db",
         db,
         "export",
@@ -351,7 +362,6 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
         log.to_str().unwrap(),
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
     assert!(
         err.contains("tuned under ttdb's layout plan") && err.contains("--layout-plan tophub"),
         "{err}"
@@ -409,9 +419,8 @@ fn the_first_storing_command_pins_the_plan_and_the_others_read_it() {
 /// `ttdb kernels MODEL --json` with the default `--layout-plan` (auto): its layout plan
 /// (null under TopHub's blocking) and standard error.
 fn auto_plan(db: &str, m: &str) -> (serde_json::Value, String) {
-    let out = ttdb(&["--db", db, "kernels", m, "--json"]);
+    let out = ttdb_ok(&["--db", db, "kernels", m, "--json"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     (v["layout_plan"].clone(), err)
 }
@@ -435,12 +444,7 @@ fn auto_plans_unless_the_database_holds_the_model_under_tophubs_blocking() {
 
     let import = |name: &str| {
         let log = common::corpus_dir().join(format!("ansor/tvm_ansor_bench_nchwc/{name}"));
-        let out = ttdb(&["--db", db, "import", log.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ttdb_ok(&["--db", db, "import", log.to_str().unwrap()]);
     };
     // resnet50's log holds resnet18's stem conv under TopHub's key, and little else of it.
     import("resnet_50.best.json");
@@ -451,8 +455,7 @@ fn auto_plans_unless_the_database_holds_the_model_under_tophubs_blocking() {
     );
     assert!(!err.contains("TopHub's NCHWc blocking"), "{err}");
     let tiers = |extra: &[&str]| -> Vec<String> {
-        let out = ttdb(&[&["--db", db, "match", m, "--json"], extra].concat());
-        assert!(out.status.success());
+        let out = ttdb_ok(&[&["--db", db, "match", m, "--json"], extra].concat());
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v["kernels"]
             .as_array()
@@ -488,7 +491,7 @@ fn auto_plans_unless_the_database_holds_the_model_under_tophubs_blocking() {
     assert!(auto_plan(db, m).0.is_null());
 
     // A pinned plan wins: the tune measured under it, so `run` must look there.
-    let out = ttdb(&[
+    ttdb_ok(&[
         "--db",
         db,
         "tune",
@@ -500,11 +503,6 @@ fn auto_plans_unless_the_database_holds_the_model_under_tophubs_blocking() {
         "--e2e-runs",
         "0",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let (plan, _) = auto_plan(db, m);
     assert!(
         plan["origin"].as_str().unwrap().starts_with("pinned "),
