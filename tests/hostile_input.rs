@@ -118,6 +118,9 @@ on_both_backends! {
             &[
                 "match",
                 resnet18_model().to_str().unwrap(),
+                // The log's record is keyed under TopHub's blocking, as TVM tuned it.
+                "--layout-plan",
+                "tophub",
                 "--explain",
                 &sig[..12],
                 "--show",

@@ -184,8 +184,18 @@ fn the_cli_ranks_for_the_host_it_is_told_it_runs_on() {
 
     let model = resnet18();
     let first_exact = |isa: &str| {
-        let v: serde_json::Value =
-            serde_json::from_str(&run(isa, &["match", model.to_str().unwrap(), "--json"])).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&run(
+            isa,
+            // TVM's records are keyed under TopHub's blocking.
+            &[
+                "match",
+                model.to_str().unwrap(),
+                "--layout-plan",
+                "tophub",
+                "--json",
+            ],
+        ))
+        .unwrap();
         let k = v["kernels"]
             .as_array()
             .unwrap()
@@ -209,7 +219,14 @@ fn the_cli_ranks_for_the_host_it_is_told_it_runs_on() {
     assert_eq!(target, "llvm -keys=cpu -mcpu=skylake-avx512");
     let text = run(
         "avx2,fma",
-        &["match", model.to_str().unwrap(), "--explain", &name],
+        &[
+            "match",
+            model.to_str().unwrap(),
+            "--layout-plan",
+            "tophub",
+            "--explain",
+            &name,
+        ],
     );
     assert!(
         text.contains("record needs avx512f (target -mcpu=skylake-avx512); this host lacks it: ranked after compatible records"),
