@@ -13,7 +13,7 @@
 //!   after it when the edge into it is element-wise (an operand of the output's shape or a
 //!   scalar): GELU after a dense, the `1/sqrt(d)` scaling after `q @ k^T`;
 //! * softmax is `kOpaque`: a group of its own.
-use ttdb::onnx::{self, KernelKind, Options};
+use ttdb::onnx::{self, HostEstimates, KernelKind, LayoutPlanning, Options};
 use ttdb_testkit::onnx_model::{attr_int, attr_ints, attr_tensor, float_scalar, ModelBuilder};
 
 /// (class, kind, ONNX nodes of the first occurrence) of each kernel, in graph order.
@@ -283,5 +283,100 @@ fn reduction_prologues_and_their_refusals() {
     assert!(
         kind.starts_with("untunable") && kind.contains("`/Pow`"),
         "{kind}"
+    );
+}
+
+/// [`gelu`] on a transformer's `[batch, seq, hidden]` activation, as distilbert exports
+/// it (Relay's MatMul is `reshape`, `dense`, `reshape` back); with `residual`, the biased
+/// value is added to another tensor instead (an attention block's output projection).
+fn dense_3d(residual: bool) -> ModelBuilder {
+    let mut b = ModelBuilder::new("dense_3d", 14);
+    b.input("x", &[2, 4, 16]).input("r", &[2, 4, 32]);
+    b.weight("w", &[16, 32]).weight("bias", &[32]);
+    b.node("MatMul", "/fc/MatMul", &["x", "w"], &["h0"], vec![]);
+    b.node("Add", "/fc/Add", &["bias", "h0"], &["h"], vec![]);
+    if residual {
+        b.node("Add", "/res/Add", &["h", "r"], &["y"], vec![]);
+    } else {
+        constant(&mut b, "sqrt2", std::f32::consts::SQRT_2);
+        constant(&mut b, "one", 1.0);
+        constant(&mut b, "half", 0.5);
+        b.node("Div", "/act/Div", &["h", "sqrt2"], &["a"], vec![]);
+        b.node("Erf", "/act/Erf", &["a"], &["e"], vec![]);
+        b.node("Add", "/act/Add", &["e", "one"], &["e1"], vec![]);
+        b.node("Mul", "/act/Mul", &["h", "e1"], &["g"], vec![]);
+        b.node("Mul", "/act/Mul_1", &["g", "half"], &["y"], vec![]);
+    }
+    b.output("y");
+    b
+}
+
+/// TVM never fuses a dense across the reshape back to 3-D (FuseOps stops at an injective
+/// op), so its bias add and GELU are glue; under a layout plan (ttdb's own partition) they
+/// move in front of the reshape and become the dense's epilogue. A residual add of another
+/// tensor stays out and reads the biased value reshaped back.
+#[test]
+fn under_a_plan_a_dense_takes_its_gelu_across_the_reshape() {
+    let classes = |b: ModelBuilder, opts: &Options| -> Vec<(String, String)> {
+        let g = onnx::load_bytes(&b.encode(), &[]).unwrap();
+        let list = onnx::extract(&g, opts).unwrap();
+        let kind = |k: &KernelKind| match k {
+            KernelKind::Tuned => "tuned".to_string(),
+            _ => "not tuned".to_string(),
+        };
+        let mut v: Vec<_> = list
+            .kernels
+            .iter()
+            .map(|k| (k.class.clone(), kind(&k.kind)))
+            .collect();
+        v.sort();
+        v
+    };
+    let own = |c: &[(&str, &str)]| -> Vec<(String, String)> {
+        c.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    let planned = Options {
+        layout_plan: Some(LayoutPlanning::Estimate(HostEstimates::typical(16, 2))),
+        ..Options::default()
+    };
+    let tvm = Options::default();
+    assert_eq!(
+        classes(dense_3d(false), &tvm),
+        own(&[
+            ("dense", "tuned"),
+            ("reshape", "not tuned"),
+            ("reshape+add+divide+erf+add+multiply+multiply", "not tuned"),
+        ]),
+    );
+    // the reshapes left are the MatMul's own to 2-D and the output's back to 3-D (views
+    // when run)
+    assert_eq!(
+        classes(dense_3d(false), &planned),
+        own(&[
+            (
+                "dense+add+divide_scalar+erf+add_scalar+multiply@1+multiply_scalar",
+                "tuned"
+            ),
+            ("reshape", "not tuned"),
+            ("reshape", "not tuned"),
+        ]),
+    );
+    assert_eq!(
+        classes(dense_3d(true), &tvm),
+        own(&[
+            ("dense", "tuned"),
+            ("reshape", "not tuned"),
+            ("reshape+add+add", "not tuned"),
+        ]),
+    );
+    assert_eq!(
+        classes(dense_3d(true), &planned),
+        own(&[
+            ("dense+add", "tuned"),
+            ("reshape", "not tuned"),
+            ("reshape+add", "not tuned"),
+        ]),
     );
 }

@@ -169,6 +169,12 @@ matches_onnxruntime_with_planned_blocking! {
     regnet_x_400mf_planned: "regnet_x_400mf",
     shufflenet_v2_x1_0_planned: "shufflenet_v2_x1_0",
     densenet121_planned: "densenet121",
+    // no convs, but a plan is ttdb's own partition: the bias adds and GELUs after each
+    // dense move in front of its reshape and become its epilogue
+    distilbert_like_planned: "distilbert_like",
+    gpt2_like_planned: "gpt2_like",
+    roberta_small_like_planned: "roberta_small_like",
+    vit_b_16_planned: "vit_b_16",
 }
 
 /// transformers/: int64 inputs (token ids, attention masks), attention masks built by

@@ -33,6 +33,7 @@ pub mod ops;
 pub mod prologue;
 pub mod proto;
 pub mod relay;
+pub mod reshape_sink;
 pub mod scale_fold;
 pub mod shape;
 pub mod tophub;
@@ -238,7 +239,7 @@ pub fn layout_plan_key(graph: &Graph, opts: &Options) -> Result<String> {
 }
 
 fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
-    let (g, og) = op_graph(graph, opts)?;
+    let (g, mut og) = op_graph(graph, opts)?;
     let tophub = tophub_options(opts);
     let plan = match &opts.layout_plan {
         Some(LayoutPlanning::Estimate(host)) if opts.layout == LayoutMode::Nchwc => {
@@ -249,6 +250,10 @@ fn run(graph: &Graph, opts: &Options) -> Result<Extracted> {
         }
         _ => None,
     };
+    if plan.is_some() {
+        // ttdb's own partition: a dense takes its element-wise tail across the reshape
+        reshape_sink::sink(&mut og);
+    }
     let planned: Option<HashMap<String, (i64, i64)>> = plan
         .as_ref()
         .map(|p| p.blocking.iter().map(|(k, v)| (k.clone(), *v)).collect());
