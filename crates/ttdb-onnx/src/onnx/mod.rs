@@ -69,7 +69,9 @@ pub struct Options {
     /// it is (`[B, K, N]`, transpose_b=False, as TVM's TensorFlow frontend emits too).
     pub nt_batch_matmul: bool,
     /// NCHWc only: every conv's blocking chosen for the whole graph ([`layout_plan`]),
-    /// instead of TopHub's per-conv choice (None, TVM's way).
+    /// instead of TopHub's per-conv choice (None, TVM's way). A plan is ttdb's own
+    /// partition: a dense also takes its element-wise tail across a reshape
+    /// ([`reshape_sink`]).
     pub layout_plan: Option<LayoutPlanning>,
 }
 
