@@ -19,7 +19,7 @@
 //! Kernels change with it (their workload keys are no longer TVM's), so only a layout plan,
 //! ttdb's own partition of the model, turns it on; TopHub's blocking keeps TVM's kernels.
 use super::relay::{ConstOp, Op, OpGraph, OpId, OpKind, ValId};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// One dense output and the ops that move in front of its reshape.
 struct Sink {
@@ -125,13 +125,16 @@ fn find(g: &OpGraph, consumers: &[Vec<(OpId, usize)>]) -> Vec<Sink> {
         {
             continue;
         }
+        // forward from the reshape over readers only (in graph order), so the search
+        // costs the tail's size, not the graph's
         let mut inside: HashSet<ValId> = HashSet::from([op.output]);
+        let mut frontier: BTreeSet<OpId> = consumers[op.output].iter().map(|&(c, _)| c).collect();
         let mut moved = Vec::new();
-        for (o, cand) in g.ops.iter().enumerate().skip(r + 1) {
+        while let Some(o) = frontier.pop_first() {
+            let cand = &g.ops[o];
             let elementwise = matches!(cand.kind, OpKind::Unary(_) | OpKind::Binary(_));
             if elementwise
                 && g.values[cand.output].shape == *shape
-                && cand.inputs.iter().any(|v| inside.contains(v))
                 && cand
                     .inputs
                     .iter()
@@ -139,6 +142,7 @@ fn find(g: &OpGraph, consumers: &[Vec<(OpId, usize)>]) -> Vec<Sink> {
             {
                 inside.insert(cand.output);
                 moved.push(o);
+                frontier.extend(consumers[cand.output].iter().map(|&(c, _)| c));
             }
         }
         if is_chain(g, consumers, op.output, &moved) {
