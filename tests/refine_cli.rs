@@ -153,6 +153,11 @@ fn refine_a_model_refines_its_transferred_schedules() {
             "16",
             "--top-k",
             "1",
+            // TopHub's blocking, the log's: under a plan of 16-channel blocks the class
+            // transfer and the default schedule time within noise of each other, and
+            // Droplet starts only from a transferred schedule that beats the default
+            "--layout-plan",
+            "tophub",
             "--json",
         ],
     );

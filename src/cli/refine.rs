@@ -21,6 +21,10 @@ pub struct RefineArgs {
     /// as `ttdb apply MODEL --droplet N`).
     #[arg(long, value_name = "MODEL.onnx")]
     pub model: Option<PathBuf>,
+    /// With --model: the NCHWc blocking of its convs, as for `apply` (auto, planned,
+    /// replan, tophub; docs/design/layout-plan.md).
+    #[arg(long, value_name = "auto|planned|replan|tophub", requires = "model")]
+    pub layout_plan: Option<String>,
     /// Every workload with a valid CPU record.
     #[arg(long)]
     pub all: bool,
@@ -185,7 +189,10 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
         return super::apply::run(
             store,
             &super::apply::ApplyArgs {
-                model: ModelArgs::for_model(model.clone(), "auto"),
+                model: ModelArgs {
+                    layout_plan: args.layout_plan.clone().unwrap_or_else(|| "auto".into()),
+                    ..ModelArgs::for_model(model.clone(), "auto")
+                },
                 top_k: args.top_k,
                 time_budget: 1e9,
                 // refine --model is transfer + Droplet, run as it always was
