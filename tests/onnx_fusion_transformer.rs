@@ -108,18 +108,23 @@ fn gelu() -> ModelBuilder {
     let mut b = ModelBuilder::new("gelu", 14);
     b.input("x", &[8, 16]);
     b.weight("w", &[16, 32]).weight("bias", &[32]);
-    constant(&mut b, "sqrt2", std::f32::consts::SQRT_2);
-    constant(&mut b, "one", 1.0);
-    constant(&mut b, "half", 0.5);
     b.node("MatMul", "/fc/MatMul", &["x", "w"], &["h0"], vec![]);
     b.node("Add", "/fc/Add", &["bias", "h0"], &["h"], vec![]);
+    gelu_of_h(&mut b);
+    b.output("y");
+    b
+}
+
+/// `y = h * (1 + erf(h / sqrt2)) * 0.5`, as PyTorch exports `nn.GELU()`.
+fn gelu_of_h(b: &mut ModelBuilder) {
+    constant(b, "sqrt2", std::f32::consts::SQRT_2);
+    constant(b, "one", 1.0);
+    constant(b, "half", 0.5);
     b.node("Div", "/act/Div", &["h", "sqrt2"], &["a"], vec![]);
     b.node("Erf", "/act/Erf", &["a"], &["e"], vec![]);
     b.node("Add", "/act/Add", &["e", "one"], &["e1"], vec![]);
     b.node("Mul", "/act/Mul", &["h", "e1"], &["g"], vec![]);
     b.node("Mul", "/act/Mul_1", &["g", "half"], &["y"], vec![]);
-    b.output("y");
-    b
 }
 
 /// Scaled dot-product attention on `[heads, seq, dim]` tensors.
@@ -298,14 +303,7 @@ fn dense_3d(residual: bool) -> ModelBuilder {
     if residual {
         b.node("Add", "/res/Add", &["h", "r"], &["y"], vec![]);
     } else {
-        constant(&mut b, "sqrt2", std::f32::consts::SQRT_2);
-        constant(&mut b, "one", 1.0);
-        constant(&mut b, "half", 0.5);
-        b.node("Div", "/act/Div", &["h", "sqrt2"], &["a"], vec![]);
-        b.node("Erf", "/act/Erf", &["a"], &["e"], vec![]);
-        b.node("Add", "/act/Add", &["e", "one"], &["e1"], vec![]);
-        b.node("Mul", "/act/Mul", &["h", "e1"], &["g"], vec![]);
-        b.node("Mul", "/act/Mul_1", &["g", "half"], &["y"], vec![]);
+        gelu_of_h(&mut b);
     }
     b.output("y");
     b
