@@ -3,8 +3,9 @@
 //!
 //! ONNX `MatMul` of a `[B, S, K]` activation by a `[K, N]` weight lowers as Relay's
 //! frontend lowers it: `reshape` to `[B*S, K]`, `dense`, `reshape` back to `[B, S, N]`
-//! ([`super::ops`]); GPT-2 reshapes to 2-D itself around a `Gemm`. The bias add and the activation that follow (a transformer's GELU:
-//! `add`, `divide`, `erf`, `add`, `multiply`, `multiply`) read the reshaped value, and
+//! ([`super::ops`]); GPT-2 reshapes to 2-D itself around a `Gemm`. The bias add and the
+//! activation that follow (a transformer's GELU: `add`, `divide`, `erf`, `add`, `multiply`,
+//! `multiply`) read the reshaped value, and
 //! FuseOps fuses a dense only into element-wise consumers, never across an injective
 //! `reshape`. So TVM runs them as a separate kernel, one more trip of the whole activation
 //! through memory (distilbert_like: 1.3 of 2.9 ms of glue per run).
@@ -82,30 +83,31 @@ fn from_dense(g: &OpGraph, consumers: &[Vec<(OpId, usize)>], mut v: ValId) -> bo
 /// nothing moves: a partial move would leave the dense's value with readers on both sides
 /// of the reshape, and FuseOps would fuse neither.
 fn is_chain(g: &OpGraph, consumers: &[Vec<(OpId, usize)>], start: ValId, moved: &[OpId]) -> bool {
-    let Some(&last) = moved.last() else {
+    if moved.is_empty() {
         return false;
-    };
-    let mut chain = vec![start];
+    }
+    let moved_ops: HashSet<OpId> = moved.iter().copied().collect();
+    let mut earlier: HashSet<ValId> = HashSet::new();
+    let mut prev = start;
     for &o in moved {
         let op = &g.ops[o];
-        let prev = *chain.last().unwrap();
         let fed: Vec<ValId> = op
             .inputs
             .iter()
             .copied()
             .filter(|&v| !g.values[v].constant)
             .collect();
-        let reads_prev = fed.contains(&prev);
-        let others_earlier = fed.iter().all(|v| *v == prev || chain.contains(v));
-        if !reads_prev || !others_earlier || fed.len() > 2 {
+        let others_earlier = fed.iter().all(|v| *v == prev || earlier.contains(v));
+        if !fed.contains(&prev) || !others_earlier || fed.len() > 2 {
             return false;
         }
-        chain.push(op.output);
+        earlier.insert(prev);
+        prev = op.output;
     }
-    let inner_read_inside = chain[..chain.len() - 1]
-        .iter()
-        .all(|&v| !g.outputs.contains(&v) && consumers[v].iter().all(|(c, _)| moved.contains(c)));
-    inner_read_inside && g.ops[last].output == *chain.last().unwrap()
+    // every value but the last is read inside the chain only
+    earlier.iter().all(|&v| {
+        !g.outputs.contains(&v) && consumers[v].iter().all(|(c, _)| moved_ops.contains(c))
+    })
 }
 
 fn find(g: &OpGraph, consumers: &[Vec<(OpId, usize)>]) -> Vec<Sink> {
@@ -169,29 +171,27 @@ pub fn sink(g: &mut OpGraph) -> usize {
             moved_in.insert(o, i);
         }
     }
+    // the reshapes after the denses go (`is_chain`: only their moved ops read them), and
+    // those ops read the dense's flat value instead
+    let dropped: HashSet<OpId> = sinks.iter().map(|s| s.reshape).collect();
+    let flat_of: HashMap<ValId, ValId> = sinks
+        .iter()
+        .map(|s| (g.ops[s.reshape].output, s.flat))
+        .collect();
     let old = std::mem::take(&mut g.ops);
-    // readers of `v` that read the flat value: ops moved with it, and reshapes
+    // readers of a moved op's value that read it flat: ops moved with it, and reshapes
     let reads_flat = |g: &OpGraph, c: OpId, pos: usize, sink: usize| {
         moved_in.get(&c) == Some(&sink) || (pos == 0 && is_reshape(g, &old[c]))
     };
-    // a value moved ops read -> the flat value they read instead
-    let mut flat_of: HashMap<ValId, ValId> = HashMap::new();
     // a moved op's output -> the reshape back, for the readers that did not move
     let mut back: HashMap<ValId, ValId> = HashMap::new();
     let mut squeezed: HashMap<ValId, ValId> = HashMap::new();
     for (i, mut op) in old.iter().cloned().enumerate() {
+        if dropped.contains(&i) {
+            g.values[op.output].producer = None;
+            continue;
+        }
         let Some(&si) = moved_in.get(&i) else {
-            if let Some(si) = sinks.iter().position(|s| s.reshape == i) {
-                flat_of.insert(op.output, sinks[si].flat);
-                let unread = consumers[op.output]
-                    .iter()
-                    .all(|&(c, _)| moved_in.get(&c) == Some(&si))
-                    && !g.outputs.contains(&op.output);
-                if unread {
-                    g.values[op.output].producer = None;
-                    continue;
-                }
-            }
             let reshape = is_reshape(g, &op);
             for (k, v) in op.inputs.iter_mut().enumerate() {
                 if let Some(&b) = back.get(v).filter(|_| !(reshape && k == 0)) {
@@ -206,7 +206,7 @@ pub fn sink(g: &mut OpGraph) -> usize {
         for v in op.inputs.iter_mut() {
             if let Some(&f) = flat_of.get(v) {
                 *v = f;
-            } else if g.values[*v].shape.len() > 1 {
+            } else if g.values[*v].constant && g.values[*v].shape.len() > 1 {
                 // a [1, .., 1, N] constant as [N]
                 let c = *v;
                 let last = *g.values[c].shape.last().unwrap();
@@ -224,7 +224,6 @@ pub fn sink(g: &mut OpGraph) -> usize {
         g.values[out].producer = Some(g.ops.len());
         let nodes = op.nodes.clone();
         g.ops.push(op);
-        flat_of.insert(out, out);
         let read_back = consumers[out]
             .iter()
             .any(|&(c, pos)| !reads_flat(g, c, pos, si))
