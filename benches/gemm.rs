@@ -84,6 +84,7 @@ fn run(
             threads: Some(threads),
             ..opts.clone()
         },
+        &[],
     )
     .expect("run")
 }

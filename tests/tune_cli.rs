@@ -171,6 +171,28 @@ fn tune_needs_a_selection_and_says_what_is_missing() {
     assert!(err.contains("no workload with a valid CPU record"), "{err}");
 }
 
+/// `--cold-weights` tunes (its eviction is `ttdb_backend::evaluate`'s unit tests), and asking
+/// for it with TVM's flush is refused, not one of them silently dropped.
+#[test]
+fn tune_times_with_cold_weights_and_refuses_two_cache_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let log = common::corpus_dir().join("ansor/tvm_ansor_bench_nchwc/resnet_18.best.json");
+    let (code, _, err) = ttdb(&db, &["import", log.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let both = [TUNE, &["--cold-weights", "--flush-cache"]].concat();
+    let (code, _, err) = ttdb(&db, &both);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--cold-weights") && err.contains("--flush-cache"), "{err}");
+    assert_eq!(search_measurements(&db), 0);
+    let cold = [TUNE, &["--cold-weights"]].concat();
+    let (code, out, err) = ttdb(&db, &cold);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kernels"][0]["trials"], 24, "{v}");
+    assert_eq!(search_measurements(&db), 24);
+}
+
 fn fixture_model() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/tiny_resnet.onnx")
 }

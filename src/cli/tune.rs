@@ -5,6 +5,7 @@ use super::table::{fmt_opt, io_shapes, Table};
 use super::{CliError, CliResult};
 use std::path::PathBuf;
 use std::time::Duration;
+use ttdb_backend::measure::runner::Caches;
 use ttdb_store::store::Store;
 use ttdb_tuning::tune::refine::{plan, Selection};
 use ttdb_tuning::tune::search::{tune_jobs, TuneOptions, TuneReport};
@@ -92,11 +93,16 @@ pub struct TuneArgs {
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
     /// Time candidates with every argument but the first evicted from the caches before
-    /// each run, as a kernel runs inside a model (its weights cold; TVM's
-    /// `enable_cpu_cache_flush`). Cold timings are longer than warm ones and rank with them:
-    /// tune into a database without warm records of the same kernels.
-    #[arg(long)]
+    /// each run (TVM's `enable_cpu_cache_flush`). Cold timings are longer than warm ones and
+    /// rank with them: tune into a database without records of the same kernels timed
+    /// otherwise.
+    #[arg(long, conflicts_with = "cold_weights")]
     pub flush_cache: bool,
+    /// Time candidates with their weights evicted from the caches before each run when they
+    /// fill a core's L2, as a kernel meets them inside a model whose weights exceed the
+    /// caches; the input and output stay warm. The same caveat as `--flush-cache`.
+    #[arg(long)]
+    pub cold_weights: bool,
     /// Seed of the search's random choices.
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
@@ -151,7 +157,13 @@ impl TuneArgs {
             .map(|s| Duration::from_secs_f64(s.max(0.0)));
         o.droplet_trials = self.droplet;
         o.refine.starts = self.seeds.max(1);
-        o.refine.flush_cache = self.flush_cache;
+        o.refine.caches = if self.flush_cache {
+            Caches::ColdButFirst
+        } else if self.cold_weights {
+            super::machine().target.cold_weights()
+        } else {
+            Caches::Warm
+        };
         o.refine.droplet.max_timeout = o.search.max_timeout;
         Ok(o)
     }

@@ -5,6 +5,7 @@
 //! re-detects the host or reads the environment, and a test can play another machine (an
 //! AVX2 host, a 4-lane target) by building its own.
 use crate::codegen::{CodegenOptions, KERNEL_PIPELINE};
+use crate::measure::runner::Caches;
 use ttdb_format::host::HostFingerprint;
 
 /// What the measuring code prints about where time goes (`--profile`).
@@ -64,6 +65,9 @@ pub struct Target {
     pub host: HostFingerprint,
     pub codegen: CodegenSettings,
     pub profile: Profile,
+    /// One core's L2 cache in bytes, when the OS says: weights at least this large cannot
+    /// stay next to the core through a kernel ([`Target::cold_weights`]).
+    pub l2_bytes: Option<usize>,
 }
 
 /// This machine, as codegen targets it; private so that [`Target::detect`] stays the one place.
@@ -78,10 +82,39 @@ fn detect_host() -> HostFingerprint {
     )
 }
 
+/// The L2 of CPU 0 from sysfs (Linux), the cache of level 2 that holds data.
+fn detect_l2_bytes() -> Option<usize> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    (0..8).find_map(|i| {
+        let read = |f: &str| std::fs::read_to_string(dir.join(format!("index{i}/{f}"))).ok();
+        l2_size(&read("level")?, &read("type")?, &read("size")?)
+    })
+}
+
+/// A sysfs cache entry's size in bytes when it is a level-2 data (or unified) cache:
+/// `size` reads like `2048K` or `1M`.
+fn l2_size(level: &str, kind: &str, size: &str) -> Option<usize> {
+    if level.trim() != "2" || kind.trim() == "Instruction" {
+        return None;
+    }
+    let size = size.trim();
+    let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
+    let n: usize = digits.parse().ok()?;
+    let scale = match unit {
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        _ => return None,
+    };
+    n.checked_mul(scale).filter(|&b| b > 0)
+}
+
 impl Target {
     /// This machine with ttdb's default settings: the one place that detects the host.
     pub fn detect() -> Target {
-        Target::of(detect_host())
+        Target {
+            l2_bytes: detect_l2_bytes(),
+            ..Target::of(detect_host())
+        }
     }
 
     /// A machine with this fingerprint and default settings (tests play other hosts).
@@ -90,6 +123,15 @@ impl Target {
             host,
             codegen: CodegenSettings::default(),
             profile: Profile::Off,
+            l2_bytes: None,
+        }
+    }
+
+    /// Timing with a kernel's weights cold when they fill a core's L2, as inside a model
+    /// ([`Caches::ColdWeights`]); 1 MiB when the L2 is unknown.
+    pub fn cold_weights(&self) -> Caches {
+        Caches::ColdWeights {
+            min_bytes: self.l2_bytes.unwrap_or(1 << 20),
         }
     }
 
@@ -120,6 +162,25 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_l2_size_is_read_from_its_sysfs_entry() {
+        assert_eq!(l2_size("2\n", "Unified\n", "2048K\n"), Some(2 << 20));
+        assert_eq!(l2_size("2", "Data", "1M"), Some(1 << 20));
+        assert_eq!(l2_size("1", "Data", "48K"), None, "an L1");
+        assert_eq!(l2_size("2", "Instruction", "1M"), None);
+        for bad in ["", "K", "0K", "12", "3G", "-1K", "99999999999999999999999K", "18446744073709551615K"] {
+            assert_eq!(l2_size("2", "Unified", bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cold_weights_are_those_that_fill_the_l2() {
+        let mut t = Target::of(host(&["avx2"], 2));
+        assert_eq!(t.cold_weights(), Caches::ColdWeights { min_bytes: 1 << 20 });
+        t.l2_bytes = Some(2 << 20);
+        assert_eq!(t.cold_weights(), Caches::ColdWeights { min_bytes: 2 << 20 });
+    }
 
     fn host(flags: &[&str], cores: usize) -> HostFingerprint {
         HostFingerprint {

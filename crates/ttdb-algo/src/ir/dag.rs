@@ -248,6 +248,29 @@ impl Dag {
             .collect()
     }
 
+    /// The constant weights among the placeholders (TVM's layout-free ones and ttdb's
+    /// packable ones), as positions in [`Dag::placeholders`].
+    pub fn weight_inputs(&self) -> Vec<usize> {
+        let weights: std::collections::HashSet<TensorId> = self
+            .stages
+            .iter()
+            .filter_map(|s| s.compute())
+            .flat_map(|c| {
+                let a = &c.attrs;
+                a.layout_free_placeholders
+                    .iter()
+                    .chain(&a.packable_placeholders)
+                    .copied()
+            })
+            .collect();
+        self.placeholders()
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| weights.contains(t))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     pub fn placeholder_shapes(&self) -> Vec<Vec<i64>> {
         self.placeholders()
             .into_iter()

@@ -274,10 +274,12 @@ impl Build {
             Evaluation::failed(run_error_no(&e), e.to_string(), lower_time, compile_time)
         })?;
         let rel_error = check(compiled, &args, reference).map_err(|f| fail(&f))?;
+        let weights = weight_args(&compiled.kernel, &reference.weights);
         Ok(Prepared {
             compiled,
             layout,
             args,
+            weights,
             copies: Vec::new(),
             taken: 0,
             rel_error,
@@ -286,6 +288,21 @@ impl Build {
             compile_time,
         })
     }
+}
+
+/// The positions among `kernel`'s parameters of its inputs number `inputs` (the i-th input
+/// parameter takes the i-th input, as [`kernel_args`] passes them).
+fn weight_args(kernel: &Kernel, inputs: &[usize]) -> Vec<usize> {
+    use crate::loopnest::ir::BufferRole;
+    kernel
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.role == BufferRole::Input)
+        .enumerate()
+        .filter(|(input, _)| inputs.contains(input))
+        .map(|(_, (param, _))| param)
+        .collect()
 }
 
 /// How many copies of a kernel's arguments its samples are timed on, in turn.
@@ -307,6 +324,8 @@ pub struct Prepared<'a> {
     compiled: &'a CompiledKernel,
     layout: &'a WeightLayout,
     args: Vec<BufferData>,
+    /// Which of `args` are the weights ([`Reference::weights`]).
+    weights: Vec<usize>,
     /// Further copies of `args` ([`PLACEMENTS`]), made by the first timing.
     copies: Vec<Vec<BufferData>>,
     /// Samples taken so far (they cycle through `args` and `copies`).
@@ -325,7 +344,8 @@ impl Prepared<'_> {
             repeat: 1,
             ..opts.clone()
         };
-        let first = measure(self.compiled, self.next_args(), &one)?;
+        let cold = opts.caches.evicted(&self.args, &self.weights);
+        let first = measure(self.compiled, self.next_args(), &one, &cold)?;
         let mut samples = first.samples;
         for _ in 1..opts.repeat.max(1) {
             samples.extend(self.time_again(first.number, opts)?.samples);
@@ -340,8 +360,9 @@ impl Prepared<'_> {
         number: usize,
         opts: &MeasureOptions,
     ) -> Result<Measurement, RunError> {
+        let cold = opts.caches.evicted(&self.args, &self.weights);
         let compiled = self.compiled;
-        measure_again(compiled, self.next_args(), number, opts)
+        measure_again(compiled, self.next_args(), number, opts, &cold)
     }
 
     fn next_args(&mut self) -> &mut [BufferData] {
@@ -458,6 +479,7 @@ pub fn evaluate_kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::runner::Caches;
     use ttdb_algo::ops::{Anchor, EpilogueOp, Era, Window2d, WorkloadSpec};
 
     /// A 3x3 NHWC conv with a ReLU, small enough for the interpreter.
@@ -548,7 +570,7 @@ mod tests {
                 warmup: 0,
                 repeat: 4,
                 min_repeat_ms: 1,
-                flush_cache: true,
+                caches: Caches::ColdButFirst,
                 ..MeasureOptions::default()
             },
             ..EvalOptions::default()
@@ -566,5 +588,35 @@ mod tests {
         // Evicting lines from the caches changes no byte of any argument.
         assert_eq!(&p.args[..p.args.len() - 1], &inputs[..]);
         assert_eq!(p.args.last(), Some(&out));
+    }
+
+    #[test]
+    fn cold_weights_are_the_conv_kernel_and_only_when_they_are_large_enough() {
+        let dag = small_conv();
+        let reference = Reference::new(&dag, 5).expect("reference");
+        assert_eq!(reference.weights, vec![1], "data, then the conv's kernel");
+        let opts = |min_bytes| EvalOptions {
+            measure: MeasureOptions {
+                warmup: 0,
+                repeat: 3,
+                min_repeat_ms: 5,
+                caches: Caches::ColdWeights { min_bytes },
+                ..MeasureOptions::default()
+            },
+            ..EvalOptions::default()
+        };
+        let build = build_steps(&dag, &[], &opts(1));
+        let Ok(mut p) = build.prepare(&reference, &opts(1)) else {
+            panic!("the naive schedule verifies");
+        };
+        assert_eq!(p.weights, vec![1]);
+        let weight_bytes = p.args[1].len() * 4;
+        let big = opts(weight_bytes).measure;
+        assert_eq!(big.caches.evicted(&p.args, &p.weights), vec![1]);
+        assert_eq!(p.time(&big).expect("timed").number, 1, "cold: timed alone");
+        let small = opts(weight_bytes + 1).measure;
+        assert!(small.caches.evicted(&p.args, &p.weights).is_empty());
+        let warm = p.time(&small).expect("timed");
+        assert!(warm.number > 1, "warm: runs back to back ({})", warm.number);
     }
 }

@@ -21,6 +21,9 @@ pub struct Reference {
     /// rebuilds the same reference from the DAG and this.
     pub seed: u64,
     pub inputs: Vec<TensorData>,
+    /// Which of `inputs` are the kernel's weights ([`Dag::weight_inputs`]): the ones a
+    /// model's kernel meets cold ([`crate::measure::runner::Caches::ColdWeights`]).
+    pub weights: Vec<usize>,
     /// Per output: (flat positions, reference values there).
     pub expected: Vec<ExpectedValues>,
     pub eval_time: Duration,
@@ -79,6 +82,7 @@ impl Reference {
         Ok(Reference {
             seed,
             inputs: random_inputs(dag, seed),
+            weights: dag.weight_inputs(),
             expected,
             eval_time: t.elapsed(),
         })
@@ -108,6 +112,7 @@ impl Reference {
         Ok(Reference {
             seed,
             inputs,
+            weights: dag.weight_inputs(),
             expected,
             eval_time: t.elapsed(),
         })

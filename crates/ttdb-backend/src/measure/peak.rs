@@ -82,7 +82,7 @@ pub fn measure_fma(lanes: i64, threads: usize, opts: &MeasureOptions) -> Result<
         threads: Some(threads),
         ..opts.clone()
     };
-    let m = measure(&c, &mut bufs, &opts).map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    let m = measure(&c, &mut bufs, &opts, &[]).map_err(|e| CodegenError::Llvm(e.to_string()))?;
     let flops = 2.0 * (lanes * CHAINS * iters) as f64 * threads as f64;
     Ok(flops / m.min / 1e9)
 }

@@ -1,9 +1,8 @@
 //! Timing runner modelled on TVM's `time_evaluator` as used by Ansor: warm-up, then `repeat`
 //! measurements, each averaging `number` back-to-back runs where `number` is grown until one
-//! measurement lasts at least `min_repeat_ms`. Optional cache flush before every run (then each
-//! run is timed individually and the flush is excluded): as TVM's `enable_cpu_cache_flush`,
-//! every argument but the first leaves the caches, so a kernel is timed as it runs inside a
-//! model, its input just written by the kernel before it and its weights cold.
+//! measurement lasts at least `min_repeat_ms`. Optionally some arguments leave the caches
+//! before every run ([`Caches`]; each run is then timed alone and the eviction is excluded),
+//! so a kernel is timed as it runs inside a model.
 
 use crate::codegen::{CompiledKernel, RunError, RunOptions};
 use crate::loopnest::data::BufferData;
@@ -14,8 +13,9 @@ pub struct MeasureOptions {
     pub warmup: usize,
     pub repeat: usize,
     pub min_repeat_ms: u64,
-    /// Evict every argument but the first from the caches before each run.
-    pub flush_cache: bool,
+    /// What the caches hold when a run starts.
+    #[serde(default)]
+    pub caches: Caches,
     pub threads: Option<usize>,
     /// Per-run timeout.
     pub timeout: Option<Duration>,
@@ -27,9 +27,54 @@ impl Default for MeasureOptions {
             warmup: 1,
             repeat: 5,
             min_repeat_ms: 100,
-            flush_cache: false,
+            caches: Caches::Warm,
             threads: None,
             timeout: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// What the caches hold when a timed run starts.
+///
+/// Inside a model a kernel's input was just written by the kernel before it, but its weights
+/// were last read a whole inference ago: when the model's weights exceed the caches, every
+/// kernel meets its own from memory. On ResNet-50 (Intel, 2 MB of L2 per core), the kernels
+/// with 2-9.4 MB of weights timed with them cold came within 0-17% above their times inside
+/// the model (median 2%); timed warm they were 18-36% below (docs/measurements.md,
+/// nineteenth session). TVM's flush also evicts the output and every other input, which a
+/// model's kernel finds where the kernels before it left them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Caches {
+    /// Nothing evicted: back-to-back runs, as TVM times by default.
+    #[default]
+    Warm,
+    /// The kernel's weights evicted before each run when together they take at least
+    /// `min_bytes` (a host's per-core L2: smaller weights are timed warm).
+    ColdWeights { min_bytes: usize },
+    /// Every argument but the first evicted before each run: TVM's `enable_cpu_cache_flush`
+    /// (`cache_flush_cpu_non_first_arg`).
+    ColdButFirst,
+}
+
+impl Caches {
+    /// The arguments to evict before each run, of a kernel whose weights are the arguments
+    /// `weights` (indices into `args`).
+    pub fn evicted(&self, args: &[BufferData], weights: &[usize]) -> Vec<usize> {
+        match *self {
+            Caches::Warm => Vec::new(),
+            Caches::ColdButFirst => (1..args.len()).collect(),
+            Caches::ColdWeights { min_bytes } => {
+                let bytes: usize = weights
+                    .iter()
+                    .filter_map(|&i| args.get(i))
+                    .map(|b| b.len() * b.dtype().bytes())
+                    .sum();
+                if bytes >= min_bytes && bytes > 0 {
+                    weights.iter().copied().filter(|&i| i < args.len()).collect()
+                } else {
+                    Vec::new()
+                }
+            }
         }
     }
 }
@@ -76,16 +121,15 @@ impl Measurement {
     }
 }
 
-/// Evicts `bufs[1..]` from every cache level (TVM's `cache_flush_cpu_non_first_arg`): the
-/// first argument is the data input, which the kernel before this one has just written.
-fn flush_non_first_args(bufs: &[BufferData]) {
+/// Evicts the arguments `cold` (indices into `bufs`) from every cache level.
+fn evict(bufs: &[BufferData], cold: &[usize]) {
     #[cfg(target_arch = "x86_64")]
-    for b in bufs.iter().skip(1) {
+    for b in cold.iter().filter_map(|&i| bufs.get(i)) {
         evict_lines(b.as_ptr(), b.len() * b.dtype().bytes());
     }
-    // Without clflush one sweep evicts every argument at once (the first too).
+    // Without clflush one sweep evicts every argument at once (the warm ones too).
     #[cfg(not(target_arch = "x86_64"))]
-    if bufs.len() > 1 {
+    if !cold.is_empty() {
         sweep_caches();
     }
 }
@@ -121,11 +165,13 @@ fn sweep_caches() {
     std::hint::black_box(acc);
 }
 
-/// Time a compiled kernel on `bufs`.
+/// Time a compiled kernel on `bufs`, the arguments `cold` (indices into `bufs`, from
+/// [`Caches::evicted`]) evicted before each run; none: back-to-back runs.
 pub fn measure(
     k: &CompiledKernel,
     bufs: &mut [BufferData],
     opts: &MeasureOptions,
+    cold: &[usize],
 ) -> Result<Measurement, RunError> {
     let ro = RunOptions {
         threads: opts.threads,
@@ -136,12 +182,12 @@ pub fn measure(
     }
     let min_dur = Duration::from_millis(opts.min_repeat_ms);
     let mut samples = Vec::with_capacity(opts.repeat);
-    if opts.flush_cache {
+    if !cold.is_empty() {
         for _ in 0..opts.repeat.max(1) {
             let mut total = Duration::ZERO;
             let mut runs = 0;
             while runs == 0 || total < min_dur {
-                flush_non_first_args(bufs);
+                evict(bufs, cold);
                 let t = Instant::now();
                 k.run(bufs, &ro)?;
                 total += t.elapsed();
@@ -170,15 +216,16 @@ pub fn measure(
 
 /// One more sample of a kernel whose `number` (runs per sample) an earlier [`measure`] on the
 /// same buffers calibrated: `opts.warmup` runs, then `number` runs timed together (no
-/// calibration runs, whose cost is otherwise paid again for every sample). With
-/// `flush_cache`, one sample of [`measure`] (runs are timed one by one there).
+/// calibration runs, whose cost is otherwise paid again for every sample). With arguments
+/// `cold`, one sample of [`measure`] (runs are timed one by one there).
 pub fn measure_again(
     k: &CompiledKernel,
     bufs: &mut [BufferData],
     number: usize,
     opts: &MeasureOptions,
+    cold: &[usize],
 ) -> Result<Measurement, RunError> {
-    if opts.flush_cache {
+    if !cold.is_empty() {
         return measure(
             k,
             bufs,
@@ -186,6 +233,7 @@ pub fn measure_again(
                 repeat: 1,
                 ..opts.clone()
             },
+            cold,
         );
     }
     let ro = RunOptions {

@@ -20,7 +20,7 @@ use std::time::Instant;
 use ttdb_algo::ir::Dag;
 use ttdb_algo::schedule::stage_inits_from_dag;
 use ttdb_backend::evaluate::{EvalOptions, Evaluation, Reference};
-use ttdb_backend::measure::runner::MeasureOptions;
+use ttdb_backend::measure::runner::{Caches, MeasureOptions};
 use ttdb_format::ansor::{Record, Step, WorkloadKey};
 use ttdb_store::store::lookup::{self, RefinableWorkload, SourceRecord};
 use ttdb_store::store::{Store, StoreError};
@@ -33,9 +33,8 @@ pub struct RefineOptions {
     /// Timings per candidate (each at least `min_repeat_ms`): the samples of the t-test.
     pub samples: usize,
     pub min_repeat_ms: u64,
-    /// Evict every argument but the first from the caches before each timed run
-    /// (`ttdb_backend::measure::runner::MeasureOptions::flush_cache`).
-    pub flush_cache: bool,
+    /// What the caches hold when a candidate's timed run starts (warm by default).
+    pub caches: Caches,
     /// Records re-measured per source (imported, ttdb's own) to find the starts.
     pub starts: usize,
     /// How descents from several starts share the budget (`crate::search::restarts`).
@@ -61,7 +60,7 @@ impl Default for RefineOptions {
             droplet: DropletOptions::default(),
             samples: 5,
             min_repeat_ms: 25,
-            flush_cache: false,
+            caches: Caches::Warm,
             starts: 5,
             restarts: RestartOptions::default(),
             prepack: true,
@@ -95,7 +94,7 @@ impl RefineOptions {
                 warmup: 1,
                 repeat: self.samples.max(3),
                 min_repeat_ms: self.min_repeat_ms,
-                flush_cache: self.flush_cache,
+                caches: self.caches,
                 timeout: Some(self.droplet.max_timeout),
                 ..MeasureOptions::default()
             },
