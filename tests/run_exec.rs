@@ -37,6 +37,7 @@ fn the_arena_is_smaller_than_the_tensors_and_reruns_give_identical_outputs() {
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
+        records: Default::default(),
     };
     let run = ModelRun::load(&mnasnet(), &opts, None).unwrap();
     let m = &run.memory;
@@ -178,6 +179,7 @@ fn an_activation_the_schedule_reads_packed_is_packed_by_a_step_of_its_own() {
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
+        records: Default::default(),
     };
     let store = common::open_db(&db);
     let run = ModelRun::load(&model, &opts, Some(&store)).unwrap();

@@ -34,6 +34,7 @@ fn run_options(m: &Value, layout: LayoutMode) -> ModelRunOptions {
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
+        records: Default::default(),
     }
 }
 
@@ -246,6 +247,7 @@ fn a_large_constant_of_shape_is_filled_with_its_value() {
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
+        records: Default::default(),
     };
     let run = ModelRun::load(&path, &opts, None).unwrap();
     let x = fill::input_floats("x", n as usize);
@@ -277,6 +279,7 @@ fn glue_ttdb_cannot_build_yet_is_refused_naming_the_op_and_node() {
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
+        records: Default::default(),
     };
     let e = ModelRun::load(&path, &opts, None)
         .err()
@@ -304,6 +307,7 @@ fn run_hand_made(
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
+        records: Default::default(),
     };
     let run = ModelRun::load(&path, &opts, None).unwrap();
     let x = fill::input_floats("x", x_len);
@@ -615,6 +619,7 @@ fn gemm_beta_scales_its_bias() {
         target: Target::detect(),
         weight_limits: Default::default(),
         naive: false,
+        records: Default::default(),
     };
     let run = ModelRun::load(&path, &opts, None).unwrap();
     let x = fill::input_floats("x", 8);

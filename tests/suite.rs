@@ -31,6 +31,7 @@ mod lower_corpus;
 mod lower_hostile;
 mod match_apply;
 mod match_host_isa;
+mod model_choice;
 mod onnx_acceptance;
 mod onnx_cli;
 mod onnx_constants;

@@ -183,7 +183,10 @@ fn tune_times_with_cold_weights_and_refuses_two_cache_states() {
     let both = [TUNE, &["--cold-weights", "--flush-cache"]].concat();
     let (code, _, err) = ttdb(&db, &both);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--cold-weights") && err.contains("--flush-cache"), "{err}");
+    assert!(
+        err.contains("--cold-weights") && err.contains("--flush-cache"),
+        "{err}"
+    );
     assert_eq!(search_measurements(&db), 0);
     let cold = [TUNE, &["--cold-weights"]].concat();
     let (code, out, err) = ttdb(&db, &cold);

@@ -219,6 +219,7 @@ pub(super) fn run_options(
         target: super::machine().target.clone(),
         weight_limits: Default::default(),
         naive,
+        records: Default::default(),
     })
 }
 

@@ -133,6 +133,10 @@ pub struct TuneArgs {
     /// `ttdb run --repeat` does (the glue between kernels included); 0: none.
     #[arg(long, default_value_t = 20, value_name = "N", requires = "model")]
     pub e2e_runs: usize,
+    /// With MODEL: keep each kernel's cheapest record by tuned cost, instead of timing its
+    /// few best inside the model after the search and pinning the fastest there.
+    #[arg(long, requires = "model")]
+    pub no_model_choice: bool,
     /// Print the result as JSON on standard output.
     #[arg(long)]
     pub json: bool,
@@ -288,6 +292,7 @@ fn tune(
                 plot: args.plot.as_deref(),
                 dry_run: args.dry_run,
                 e2e_runs: args.e2e_runs,
+                model_choice: !args.no_model_choice,
                 json: args.json,
             },
         );

@@ -10,6 +10,7 @@ use std::path::Path;
 use ttdb_store::store::Store;
 use ttdb_tuning::matcher::ModelMatch;
 use ttdb_tuning::run::{time_on_deterministic_inputs, ModelRun as ModelRunner, Schedule, Timing};
+use ttdb_tuning::tune::in_model::{self, InModelOptions, InModelReport};
 use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneReport};
 use ttdb_tuning::tune::search::TuneOptions;
 
@@ -107,6 +108,8 @@ pub struct ModelRun<'a> {
     pub dry_run: bool,
     /// `--e2e-runs`: timed runs of the tuned model here at the end (0: none).
     pub e2e_runs: usize,
+    /// Unless `--no-model-choice`: each kernel's schedule chosen by its time in the model.
+    pub model_choice: bool,
     pub json: bool,
 }
 
@@ -115,6 +118,7 @@ pub struct ModelRun<'a> {
 struct TuneAndRun {
     #[serde(flatten)]
     tune: ModelTuneReport,
+    model_choice: ModelChoice,
     end_to_end: EndToEnd,
     /// The whole-graph blocking the kernels were tuned under (`--layout-plan`).
     layout_plan: Option<ttdb_onnx::onnx::LayoutPlan>,
@@ -146,6 +150,94 @@ pub(super) struct EndToEndRun<'a> {
     pub interrupted: bool,
 }
 
+/// Why the tuned model cannot run here now (a dry run stored nothing, workers of another
+/// class measured it, it was interrupted); None: it can.
+fn not_runnable_here(e: &EndToEndRun) -> Option<String> {
+    if e.interrupted {
+        return Some("interrupted".into());
+    }
+    if e.dry_run {
+        return Some("--dry-run stored nothing to run".into());
+    }
+    let here = super::machine().target.host.class();
+    match e.remote {
+        Some(r) if r.0.host_class != here => Some(format!(
+            "tuned for host class {}, and this host is {here}: run `ttdb run` on one of those workers' machines",
+            r.0.host_class
+        )),
+        _ => None,
+    }
+}
+
+/// The model as the tune left it: its layout, and the plan it pinned (a `replan` tune
+/// re-planned once, at its start).
+fn tuned_model_args(e: &EndToEndRun) -> ModelArgs {
+    ModelArgs {
+        layout: Some(e.layout.to_string()),
+        layout_plan: match e.model.layout_plan.as_str() {
+            "replan" => "planned".into(),
+            other => other.into(),
+        },
+        ..e.model.clone()
+    }
+}
+
+/// Each kernel's schedule chosen among its few best by its time in the model
+/// (`ttdb_tuning::tune::in_model`), or why not.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum ModelChoice {
+    Chosen(InModelReport),
+    NotChosen(String),
+}
+
+pub(super) fn choose_in_model(
+    store: &Store,
+    e: &EndToEndRun,
+    enabled: bool,
+) -> Result<ModelChoice, CliError> {
+    if !enabled {
+        return Ok(ModelChoice::NotChosen("--no-model-choice".into()));
+    }
+    if let Some(why) = not_runnable_here(e) {
+        return Ok(ModelChoice::NotChosen(why));
+    }
+    let model = tuned_model_args(e);
+    let opts = super::run::run_options(&model, false, super::kernels::PlanDb::Read(store))?;
+    let bar = super::progress_bar(0, "{spinner} {msg} {elapsed}");
+    if let Some(b) = &bar {
+        b.set_message("choosing each kernel's schedule among its best by its time in the model");
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+    }
+    let r = in_model::choose_in_model(store, &model.model, &opts, &InModelOptions::default());
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(match r {
+        Ok(r) => ModelChoice::Chosen(r),
+        // The tune stands on its own: a model `ttdb run` cannot load yet is a note.
+        Err(why) => ModelChoice::NotChosen(format!("`ttdb run` cannot run it: {why}")),
+    })
+}
+
+pub(super) fn render_model_choice(c: &ModelChoice) -> String {
+    match c {
+        ModelChoice::NotChosen(why) => format!("schedules chosen in the model: none ({why})\n"),
+        ModelChoice::Chosen(r) if r.workloads.is_empty() => {
+            "schedules chosen in the model: none (no kernel has two near-best records)\n".into()
+        }
+        ModelChoice::Chosen(r) => format!(
+            "schedules chosen in the model: {} of {} kernels run another than their cheapest record; \
+             in the model they take {:.3} ms where the cheapest took {:.3} ({:.0} s)\n",
+            r.changed,
+            r.workloads.len(),
+            r.chosen_ms,
+            r.cheapest_ms,
+            r.seconds
+        ),
+    }
+}
+
 /// Runs the model as `ttdb run` would, on what the tune stored, unless there is nothing to
 /// run for this host (a dry run, workers of another class) or the user asked for none.
 pub(super) fn end_to_end(store: &Store, e: &EndToEndRun) -> Result<EndToEnd, CliError> {
@@ -153,30 +245,10 @@ pub(super) fn end_to_end(store: &Store, e: &EndToEndRun) -> Result<EndToEnd, Cli
     if e.runs == 0 {
         return not("--e2e-runs 0".into());
     }
-    if e.interrupted {
-        return not("interrupted".into());
+    if let Some(why) = not_runnable_here(e) {
+        return not(why);
     }
-    if e.dry_run {
-        return not("--dry-run stored nothing to run".into());
-    }
-    let here = super::machine().target.host.class();
-    if let Some(r) = e.remote {
-        if r.0.host_class != here {
-            return not(format!(
-                "tuned for host class {}, and this host is {here}: run `ttdb run --repeat {}` on one of those workers' machines",
-                r.0.host_class, e.runs
-            ));
-        }
-    }
-    let model = ModelArgs {
-        layout: Some(e.layout.to_string()),
-        // The plan the tune pinned (a `replan` tune re-planned once, at its start).
-        layout_plan: match e.model.layout_plan.as_str() {
-            "replan" => "planned".into(),
-            other => other.into(),
-        },
-        ..e.model.clone()
-    };
+    let model = tuned_model_args(e);
     let opts = super::run::run_options(&model, false, super::kernels::PlanDb::Read(store))?;
     let mut bar = super::run::CompileBar(None);
     let loaded = ModelRunner::load_with_progress(&model.model, &opts, Some(store), &mut bar);
@@ -280,25 +352,26 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         super::plot::write_tune_plot(path, &title, &report.curve)
             .map_err(|message| CliError { message, code: 1 })?;
     }
-    let end_to_end = end_to_end(
-        store,
-        &EndToEndRun {
-            model: &args.model,
-            layout: &m.list.layout,
-            runs: args.e2e_runs,
-            remote: args.remote,
-            dry_run: args.dry_run,
-            interrupted: report.interrupted,
-        },
-    )?;
+    let tuned = EndToEndRun {
+        model: &args.model,
+        layout: &m.list.layout,
+        runs: args.e2e_runs,
+        remote: args.remote,
+        dry_run: args.dry_run,
+        interrupted: report.interrupted,
+    };
+    let model_choice = choose_in_model(store, &tuned, args.model_choice)?;
+    let end_to_end = end_to_end(store, &tuned)?;
     let out = TuneAndRun {
         tune: report,
+        model_choice,
         end_to_end,
         layout_plan: m.list.layout_plan.clone(),
     };
     super::progress::print_report(&out, out.tune.interrupted, args.json, |r| {
         let mut s = render_model_tune(&r.tune, super::progress::peak_gflops());
         s.push_str(&super::kernels::render_layout_plan(&m.list));
+        s.push_str(&render_model_choice(&r.model_choice));
         s.push_str(&render_end_to_end(&r.end_to_end, r.tune.kernel_sum_ms));
         s
     })

@@ -169,7 +169,16 @@ mod tests {
         assert_eq!(l2_size("2", "Data", "1M"), Some(1 << 20));
         assert_eq!(l2_size("1", "Data", "48K"), None, "an L1");
         assert_eq!(l2_size("2", "Instruction", "1M"), None);
-        for bad in ["", "K", "0K", "12", "3G", "-1K", "99999999999999999999999K", "18446744073709551615K"] {
+        for bad in [
+            "",
+            "K",
+            "0K",
+            "12",
+            "3G",
+            "-1K",
+            "99999999999999999999999K",
+            "18446744073709551615K",
+        ] {
             assert_eq!(l2_size("2", "Unified", bad), None, "{bad:?}");
         }
     }

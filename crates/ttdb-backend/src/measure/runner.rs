@@ -70,7 +70,11 @@ impl Caches {
                     .map(|b| b.len() * b.dtype().bytes())
                     .sum();
                 if bytes >= min_bytes && bytes > 0 {
-                    weights.iter().copied().filter(|&i| i < args.len()).collect()
+                    weights
+                        .iter()
+                        .copied()
+                        .filter(|&i| i < args.len())
+                        .collect()
                 } else {
                     Vec::new()
                 }

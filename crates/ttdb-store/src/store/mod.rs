@@ -18,6 +18,7 @@ pub mod measurement;
 pub mod postgres;
 pub mod query;
 pub mod queue;
+pub mod record_pins;
 mod sqlite;
 pub mod structural;
 pub mod target;
@@ -66,6 +67,7 @@ const MIGRATIONS: &[Migration] = &[
     per_dialect!("007_work_queue.sql"),
     shared!("008_unrankable_index.sql"),
     shared!("009_layout_plans.sql"),
+    shared!("010_record_pins.sql"),
 ];
 
 /// `PRAGMA application_id` of a ttdb database: "ttdb" in ASCII, written by migration 6.

@@ -54,6 +54,9 @@ pub struct ModelRunOptions {
     pub weight_limits: WeightLimits,
     /// Every kernel on the naive loop nest (no stored or default schedule): a baseline.
     pub naive: bool,
+    /// Records to run instead of the chosen ones, by workload key (`export::chosen_record`
+    /// chooses otherwise): the in-model choice times the candidates this way.
+    pub records: HashMap<String, i64>,
 }
 
 /// Where a kernel's schedule came from.
@@ -75,6 +78,15 @@ pub struct PlannedKernel {
     pub class: String,
     pub anchored: bool,
     pub schedule: Schedule,
+    /// The stored record it runs (with [`Schedule::Stored`]).
+    pub record: Option<RanRecord>,
+}
+
+/// A stored record a kernel runs: its id and the workload key it was chosen under.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RanRecord {
+    pub workload_key: String,
+    pub record_id: i64,
 }
 
 /// One kernel call of the plan (its name and class are `plan[i]`'s).
@@ -133,11 +145,12 @@ fn stored_schedule(
     store: &Store,
     k: &onnx::Kernel,
     compat: &str,
-    target: &Target,
-) -> Result<(Era, Record, String), String> {
-    let host = crate::tune::export::ForHost::of(&target.host);
+    opts: &ModelRunOptions,
+) -> Result<(Era, Record, String, RanRecord), String> {
+    let host = crate::tune::export::ForHost::of(&opts.target.host);
+    let db = |e: ttdb_store::store::StoreError| format!("the database: {e}");
     let w = crate::tune::export::chosen_record(store, k, compat, &host)
-        .map_err(|e| format!("the database: {e}"))?
+        .map_err(db)?
         .ok_or("no valid record under its workload keys")?;
     let era = Era::ALL
         .iter()
@@ -150,8 +163,23 @@ fn stored_schedule(
                 w.tvm_eras.join(", ")
             )
         })?;
-    let record = Record::parse(&w.raw).map_err(|e| format!("its record does not parse: {e}"))?;
-    Ok((era, record, w.source))
+    let (raw, source, record_id) = match opts.records.get(&w.workload_key) {
+        Some(&id) => {
+            let r = ttdb_store::store::lookup::valid_record(store, id)
+                .map_err(db)?
+                .filter(|r| r.key == w.workload_key)
+                .ok_or_else(|| format!("record {id} is no valid record of its workload"))?;
+            let label = r.label();
+            (r.raw, label, id)
+        }
+        None => (w.raw, w.source, w.record_id),
+    };
+    let record = Record::parse(&raw).map_err(|e| format!("its record does not parse: {e}"))?;
+    let ran = RanRecord {
+        workload_key: w.workload_key,
+        record_id,
+    };
+    Ok((era, record, source, ran))
 }
 
 /// For each kernel, the first with the same lowered code (repeated layers), and the
@@ -341,9 +369,9 @@ impl ModelPlan {
             let dag = match &k.kind {
                 KernelKind::Tuned => {
                     let spec = k.spec.as_ref().ok_or("a tuned kernel without a spec")?;
-                    stored = store.map(|s| stored_schedule(s, k, &compat, &opts.target));
+                    stored = store.map(|s| stored_schedule(s, k, &compat, opts));
                     let era = match &stored {
-                        Some(Ok((era, _, _))) => *era,
+                        Some(Ok((era, _, _, _))) => *era,
                         _ => Era::V010,
                     };
                     spec.build(era, &k.inputs)
@@ -427,12 +455,16 @@ impl ModelPlan {
                     )),
                 ))
             };
+            let mut ran = None;
             let (lowered, schedule) = match stored {
-                Some(Ok((_, record, source))) => {
+                Some(Ok((_, record, source, r))) => {
                     let default = LowerOptions::default();
                     match prepack::lower(&dag, &record.steps, &default, &mut inputs, &mut constants)
                     {
-                        Ok(l) => (l, Schedule::Stored(source)),
+                        Ok(l) => {
+                            ran = Some(r);
+                            (l, Schedule::Stored(source))
+                        }
                         Err(e) => fallback(
                             Some(format!(
                                 "its stored schedule ({source}) does not lower: {e}"
@@ -459,6 +491,7 @@ impl ModelPlan {
                     class: "layout_rewrite".into(),
                     anchored: false,
                     schedule: Schedule::Default(None),
+                    record: None,
                 });
                 lowered_all.push((kernel, vec![pack.from], pack.to));
             }
@@ -467,6 +500,7 @@ impl ModelPlan {
                 class: k.class.clone(),
                 anchored: k.is_anchored(),
                 schedule,
+                record: ran,
             });
             lowered_all.push((lowered, inputs, k.values.output));
         }

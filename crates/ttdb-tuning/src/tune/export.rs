@@ -20,6 +20,7 @@ use ttdb_format::ansor::{KeyForm, WorkloadKey};
 use ttdb_format::host::{class_of, HostFingerprint, IsaCompat};
 use ttdb_onnx::onnx::{Kernel, KernelList};
 use ttdb_store::store::lookup::{self, SourceRecord};
+use ttdb_store::store::record_pins;
 use ttdb_store::store::Store;
 
 /// A record written for a kernel.
@@ -39,6 +40,9 @@ pub struct WrittenRecord {
     /// Whether ttdb measured and verified it on a machine of this host's class (what
     /// ranks it first).
     pub measured_here: bool,
+    /// Chosen over the cheapest by its time inside a model (`tune MODEL`, `record_pins`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub chosen_in_model: bool,
     #[serde(skip)]
     pub raw: String,
 }
@@ -98,20 +102,43 @@ impl ForHost {
     }
 }
 
-/// The cheapest record of workload `id` that ttdb verified on a machine of class `class`.
+/// The records of workload `id` that ttdb verified on a machine of class `class`: (record
+/// id, mean cost), cheapest first.
+pub fn measured_on_class(
+    store: &Store,
+    id: i64,
+    class: &str,
+) -> ttdb_store::store::Result<Vec<(i64, f64)>> {
+    let verified = lookup::verified_records(store, id)?;
+    let mut out: Vec<(i64, f64)> = Vec::new();
+    for v in verified {
+        let here = class_of(&v.llvm_cpu, v.isa_features.split_whitespace(), v.cores) == class;
+        if here && !out.iter().any(|(r, _)| *r == v.record_id) {
+            out.push((v.record_id, v.mean_cost));
+        }
+    }
+    Ok(out)
+}
+
+/// The record of workload `id` that runs for a machine of class `class`, of those ttdb
+/// verified on that class: the one chosen inside a model (`record_pins`) while the cheapest
+/// is still the one it was chosen over, else the cheapest. True: the pinned one.
 fn best_measured_on_class(
     store: &Store,
     id: i64,
     class: &str,
-) -> ttdb_store::store::Result<Option<SourceRecord>> {
-    let verified = lookup::verified_records(store, id)?;
-    let here = verified
-        .iter()
-        .find(|v| class_of(&v.llvm_cpu, v.isa_features.split_whitespace(), v.cores) == class);
-    match here {
-        Some(v) => lookup::valid_record(store, v.record_id),
-        None => Ok(None),
+) -> ttdb_store::store::Result<Option<(SourceRecord, bool)>> {
+    let Some(&(cheapest, _)) = measured_on_class(store, id, class)?.first() else {
+        return Ok(None);
+    };
+    if let Some(pin) = record_pins::pinned_record(store, id, class)? {
+        if pin.holds_over(cheapest) && pin.record_id != cheapest {
+            if let Some(r) = lookup::valid_record(store, pin.record_id)? {
+                return Ok(Some((r, true)));
+            }
+        }
     }
+    Ok(lookup::valid_record(store, cheapest)?.map(|r| (r, false)))
 }
 
 /// One of a kernel's TVM workload keys.
@@ -198,14 +225,14 @@ fn export_kernel(
             }
             records += lookup::record_count(store, id, compat)?;
             let best = match best_measured_on_class(store, id, &host.class)? {
-                Some(r) => Some((r.isa_requirement().check(&host.isa), r, true)),
+                Some((r, pinned)) => Some((r.isa_requirement().check(&host.isa), r, true, pinned)),
                 None => lookup::best_record_per_target(store, id, compat)?
                     .into_iter()
-                    .map(|r| (r.isa_requirement().check(&host.isa), r, false))
+                    .map(|r| (r.isa_requirement().check(&host.isa), r, false, false))
                     // Stable: among equal verdicts the cost order of the query stays.
-                    .min_by_key(|(isa, _, _)| isa.rank()),
+                    .min_by_key(|(isa, _, _, _)| isa.rank()),
             };
-            if let Some((isa, r, measured_here)) = best {
+            if let Some((isa, r, measured_here, chosen_in_model)) = best {
                 out.written.push(WrittenRecord {
                     workload_key: stored,
                     tvm_eras: eras.iter().map(|e| e.to_string()).collect(),
@@ -215,6 +242,7 @@ fn export_kernel(
                     source: r.label(),
                     isa,
                     measured_here,
+                    chosen_in_model,
                     raw: r.raw,
                 });
             }
