@@ -1,5 +1,5 @@
 //! `tune MODEL` chooses each kernel's schedule among its few best records by its time inside
-//! the model (`ttdb_tuning::tune::in_model`) and pins it; `export --model` (and so `run` and
+//! the model (`ttdb_tuning::run::in_model`) and pins it; `export --model` (and so `run` and
 //! `build`, which take the record it chooses) follow a pin only while the cheapest record is
 //! the one it was chosen over.
 use crate::common;

@@ -164,7 +164,7 @@ impl TuneArgs {
         o.refine.caches = if self.flush_cache {
             Caches::ColdButFirst
         } else if self.cold_weights {
-            super::machine().target.cold_weights()
+            Caches::cold_weights(&super::machine().target)
         } else {
             Caches::Warm
         };

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::path::Path;
 use ttdb_store::store::Store;
 use ttdb_tuning::matcher::ModelMatch;
+use ttdb_tuning::run::in_model::{self, InModelOptions, InModelReport};
 use ttdb_tuning::run::{time_on_deterministic_inputs, ModelRun as ModelRunner, Schedule, Timing};
-use ttdb_tuning::tune::in_model::{self, InModelOptions, InModelReport};
 use ttdb_tuning::tune::model::{tune_model, ModelTuneOptions, ModelTuneReport};
 use ttdb_tuning::tune::search::TuneOptions;
 
@@ -183,7 +183,7 @@ fn tuned_model_args(e: &EndToEndRun) -> ModelArgs {
 }
 
 /// Each kernel's schedule chosen among its few best by its time in the model
-/// (`ttdb_tuning::tune::in_model`), or why not.
+/// (`ttdb_tuning::run::in_model`), or why not.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum ModelChoice {

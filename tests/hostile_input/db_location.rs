@@ -18,13 +18,14 @@ fn a_database_of_an_earlier_ttdb_stops_ranking_its_bad_costs_on_open() {
         // As an earlier ttdb stored it: schema 5, the bad record ranked by its mean, and
         // none of what later migrations added (the work queue of schema 7, with its column
         // of `measurements`: both tables are empty here, so they are made again as schema
-        // 2 had them; the index of schema 8; the pinned layout plans of schema 9).
+        // 2 had them; the index of schema 8; the pinned layout plans of schema 9; the
+        // record pins of schema 10).
         let store = ttdb::store::Store::open(&db).unwrap();
         let c = store.connection_for_tests();
         c.execute_batch(
             "DROP TABLE measurements; DROP TABLE jobs; DROP TABLE job_batches; DROP TABLE tunes;
              DROP TABLE workers; DROP TABLE hosts; DROP INDEX records_unrankable;
-             DROP TABLE layout_plans;",
+             DROP TABLE layout_plans; DROP TABLE record_pins;",
         )
         .unwrap();
         c.execute_batch(include_str!("../../schema/002_measurements.sql"))

@@ -5,7 +5,6 @@
 //! re-detects the host or reads the environment, and a test can play another machine (an
 //! AVX2 host, a 4-lane target) by building its own.
 use crate::codegen::{CodegenOptions, KERNEL_PIPELINE};
-use crate::measure::runner::Caches;
 use ttdb_format::host::HostFingerprint;
 
 /// What the measuring code prints about where time goes (`--profile`).
@@ -66,7 +65,7 @@ pub struct Target {
     pub codegen: CodegenSettings,
     pub profile: Profile,
     /// One core's L2 cache in bytes, when the OS says: weights at least this large cannot
-    /// stay next to the core through a kernel ([`Target::cold_weights`]).
+    /// stay next to the core through a kernel (`measure::runner::Caches::cold_weights`).
     pub l2_bytes: Option<usize>,
 }
 
@@ -127,14 +126,6 @@ impl Target {
         }
     }
 
-    /// Timing with a kernel's weights cold when they fill a core's L2, as inside a model
-    /// ([`Caches::ColdWeights`]); 1 MiB when the L2 is unknown.
-    pub fn cold_weights(&self) -> Caches {
-        Caches::ColdWeights {
-            min_bytes: self.l2_bytes.unwrap_or(1 << 20),
-        }
-    }
-
     /// fp32 lanes of the widest vector its ISA has.
     pub fn lanes(&self) -> usize {
         self.host.f32_lanes().max(1) as usize
@@ -181,14 +172,6 @@ mod tests {
         ] {
             assert_eq!(l2_size("2", "Unified", bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn cold_weights_are_those_that_fill_the_l2() {
-        let mut t = Target::of(host(&["avx2"], 2));
-        assert_eq!(t.cold_weights(), Caches::ColdWeights { min_bytes: 1 << 20 });
-        t.l2_bytes = Some(2 << 20);
-        assert_eq!(t.cold_weights(), Caches::ColdWeights { min_bytes: 2 << 20 });
     }
 
     fn host(flags: &[&str], cores: usize) -> HostFingerprint {

@@ -57,6 +57,14 @@ pub enum Caches {
 }
 
 impl Caches {
+    /// Weights cold when they fill one of `target`'s cores' L2, as inside a model
+    /// ([`Caches::ColdWeights`]); 1 MiB when the L2 is unknown.
+    pub fn cold_weights(target: &crate::target::Target) -> Caches {
+        Caches::ColdWeights {
+            min_bytes: target.l2_bytes.unwrap_or(1 << 20),
+        }
+    }
+
     /// The arguments to evict before each run, of a kernel whose weights are the arguments
     /// `weights` (indices into `args`).
     pub fn evicted(&self, args: &[BufferData], weights: &[usize]) -> Vec<usize> {
@@ -80,6 +88,29 @@ impl Caches {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod caches_tests {
+    use super::*;
+    use crate::target::Target;
+    use ttdb_format::host::HostFingerprint;
+
+    #[test]
+    fn cold_weights_are_those_that_fill_the_l2() {
+        let mut t = Target::of(HostFingerprint {
+            cpu_model: "test".into(),
+            isa_flags: vec!["avx2".into()],
+            llvm_cpu: "test".into(),
+            llvm_features: String::new(),
+            cores: 2,
+            ttdb_version: "test".into(),
+        });
+        let cold = |t: &Target| Caches::cold_weights(t);
+        assert_eq!(cold(&t), Caches::ColdWeights { min_bytes: 1 << 20 });
+        t.l2_bytes = Some(2 << 20);
+        assert_eq!(cold(&t), Caches::ColdWeights { min_bytes: 2 << 20 });
     }
 }
 

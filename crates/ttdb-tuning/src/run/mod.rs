@@ -12,6 +12,7 @@
 mod build;
 mod exec;
 mod glue;
+pub mod in_model;
 mod layout_choice;
 mod prepack;
 mod timing;

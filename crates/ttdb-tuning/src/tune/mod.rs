@@ -7,8 +7,6 @@
 //! * [`refine`]: Droplet search on this machine for stored workloads (and, through
 //!   [`refine::refine_schedules`], for the schedules `apply --droplet` chose);
 //! * [`model`]: `ttdb tune MODEL.onnx`, the task scheduler over a model's kernels;
-//! * [`in_model`]: after it, each kernel's schedule chosen among its few best by its time
-//!   inside the model;
 //! * [`search`]: `ttdb tune`, Ansor-style search seeded with the stored records, then
 //!   optionally Droplet;
 //! * [`export`]: the chosen schedule of each kernel of a model, as a log TVM reads;
@@ -20,7 +18,6 @@
 //!   caller as they go.
 pub mod apply;
 pub mod export;
-pub mod in_model;
 pub mod model;
 pub mod progress;
 pub mod record;

@@ -8,8 +8,8 @@
 //! each step's time is its own, so one set of runs times every workload's candidates at
 //! once. The fastest there is pinned for the workload (`record_pins`), over the cheapest by
 //! cost; `run`, `build` and `export --model` then take it while the cheapest is unchanged.
-use super::export::measured_on_class;
-use crate::run::{time_on_deterministic_inputs, ModelRun, ModelRunOptions};
+use super::{time_on_deterministic_inputs, ModelRun, ModelRunOptions};
+use crate::tune::export::measured_on_class;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -159,6 +159,7 @@ pub fn choose_in_model(
         report.seconds = t0.elapsed().as_secs_f64();
         return Ok(report);
     }
+    let base_names: Vec<String> = base.plan.iter().map(|p| p.name.clone()).collect();
     drop(base);
     let pick = |cands: &[(i64, f64)], v: usize| cands[v.min(cands.len() - 1)].0;
     let mut runs = Vec::with_capacity(variants);
@@ -173,13 +174,42 @@ pub fn choose_in_model(
         };
         runs.push(ModelRun::load(path, &variant, Some(store))?);
     }
+    // Each variant's steps of each workload, by its own plan: a schedule that reads an
+    // operand packed at run time brings a packing step of its own (`layout_rewrite`).
+    let steps_in = |run: &ModelRun, key: &str| -> Vec<usize> {
+        let names: Vec<&str> = (run.plan.iter())
+            .filter(|p| p.record.as_ref().is_some_and(|r| r.workload_key == key))
+            .map(|p| p.name.as_str())
+            .collect();
+        (0..run.plan.len())
+            .filter(|&i| {
+                let p = &run.plan[i];
+                p.record.as_ref().is_some_and(|r| r.workload_key == key)
+                    || (p.class == "layout_rewrite" && names.contains(&p.name.as_str()))
+            })
+            .collect()
+    };
+    let steps_of: Vec<HashMap<&str, Vec<usize>>> = runs
+        .iter()
+        .map(|run| {
+            (workloads.keys())
+                .map(|k| (k.as_str(), steps_in(run, k)))
+                .collect()
+        })
+        .collect();
     // per record: its steps' summed medians, one per variant run that ran it
     let mut times: HashMap<i64, Vec<f64>> = HashMap::new();
     for _ in 0..o.rounds.max(1) {
         for (v, run) in runs.iter().enumerate() {
             let t = time_on_deterministic_inputs(run, o.runs, None)?;
-            for (_, steps, cands) in workloads.values() {
-                let sum: f64 = steps.iter().map(|&i| t.kernels[i].median_ms).sum();
+            for (key, (_, steps, cands)) in &workloads {
+                let ran = &steps_of[v][key.as_str()];
+                let kernels = ran.iter().filter(|&&i| run.plan[i].record.is_some());
+                // A record that did not lower here ran the default schedule: no time for it.
+                if kernels.count() != steps.len() {
+                    continue;
+                }
+                let sum: f64 = ran.iter().map(|&i| t.kernels[i].median_ms).sum();
                 times.entry(pick(cands, v)).or_default().push(sum);
             }
         }
@@ -204,8 +234,10 @@ pub fn choose_in_model(
         } else {
             cheapest
         };
-        report.cheapest_ms += cheapest.model_ms;
-        report.chosen_ms += chosen.model_ms;
+        if cheapest.model_ms.is_finite() && chosen.model_ms.is_finite() {
+            report.cheapest_ms += cheapest.model_ms;
+            report.chosen_ms += chosen.model_ms;
+        }
         report.changed += usize::from(chosen.record_id != cheapest.record_id);
         pins.push(NewPin {
             workload_id: *id,
@@ -215,10 +247,7 @@ pub fn choose_in_model(
         });
         report.workloads.push(WorkloadChoice {
             workload_key: key.clone(),
-            kernels: steps
-                .iter()
-                .map(|&i| runs[0].plan[i].name.clone())
-                .collect(),
+            kernels: steps.iter().map(|&i| base_names[i].clone()).collect(),
             chosen: chosen.record_id,
             candidates,
         });
