@@ -1,7 +1,7 @@
 //! `tune MODEL` chooses each kernel's schedule among its few best records by its time inside
 //! the model (`ttdb_tuning::run::in_model`) and pins it; `export --model` (and so `run` and
 //! `build`, which take the record it chooses) follow a pin only while the cheapest record is
-//! the one it was chosen over.
+//! the one it was chosen over. `apply` chooses the same way unless it only transfers.
 use crate::common;
 use serde_json::Value;
 
@@ -135,6 +135,25 @@ fn tune_pins_the_fastest_in_the_model_and_export_follows_the_pin_while_it_holds(
         &format!("UPDATE record_pins SET over_record_id = {second}"),
     );
     assert_eq!(exported(&db, dir.path(), key), (cheapest, false));
+
+    // apply chooses the same way after its search, but not when it only transfers.
+    let apply = [
+        "apply",
+        &model,
+        "--time-budget",
+        "6",
+        "--e2e-runs",
+        "0",
+        "--json",
+    ];
+    let (code, out, err) = ttdb(&db, &apply);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["model_choice"]["chosen"]["workloads"].is_array(), "{v}");
+    let (code, out, err) = ttdb(&db, &[&apply[..], &["--transfer-only"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["model_choice"]["not_chosen"], "--transfer-only", "{v}");
 
     // Asked not to, it chooses nothing.
     let again = [

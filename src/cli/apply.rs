@@ -38,6 +38,11 @@ pub struct ApplyArgs {
     /// does (the glue between kernels included); 0: none.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub e2e_runs: usize,
+    /// Keep each kernel's cheapest record by tuned cost, instead of timing its few best
+    /// inside the model at the end and pinning the fastest there (as `tune MODEL` does;
+    /// never with `--transfer-only`).
+    #[arg(long)]
+    pub no_model_choice: bool,
     /// Per-run timeout in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -213,6 +218,7 @@ struct Applied {
     #[serde(flatten)]
     transfer: Option<ApplyReport>,
     search: Search,
+    model_choice: super::tune_model::ModelChoice,
     end_to_end: super::tune_model::EndToEnd,
     /// The whole-graph blocking the kernels were matched and tuned under (`--layout-plan`).
     layout_plan: Option<ttdb_onnx::onnx::LayoutPlan>,
@@ -437,20 +443,24 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         search_with_seeds(store, args, &m, left, remote.as_ref())
     };
     let outcome = phases.and_then(|(transfer, search)| {
-        let end_to_end = super::tune_model::end_to_end(
-            store,
-            &super::tune_model::EndToEndRun {
-                model: &args.model,
-                layout: &m.list.layout,
-                runs: args.e2e_runs,
-                remote: remote.as_ref(),
-                dry_run: args.dry_run,
-                interrupted: interrupted(transfer.as_ref(), &search),
-            },
-        )?;
+        let applied = super::tune_model::EndToEndRun {
+            model: &args.model,
+            layout: &m.list.layout,
+            runs: args.e2e_runs,
+            remote: remote.as_ref(),
+            dry_run: args.dry_run,
+            interrupted: interrupted(transfer.as_ref(), &search),
+        };
+        let model_choice = if args.transfer_only {
+            super::tune_model::ModelChoice::NotChosen("--transfer-only".into())
+        } else {
+            super::tune_model::choose_in_model(store, &applied, !args.no_model_choice)?
+        };
+        let end_to_end = super::tune_model::end_to_end(store, &applied)?;
         Ok(Applied {
             transfer,
             search,
+            model_choice,
             end_to_end,
             layout_plan: m.list.layout_plan.clone(),
         })
@@ -496,6 +506,7 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
                 (Search::NotRun(_), None) => f64::NAN,
             };
             s.push_str(&super::kernels::render_layout_plan(&m.list));
+            s.push_str(&super::tune_model::render_model_choice(&a.model_choice));
             s.push_str(&super::tune_model::render_end_to_end(
                 &a.end_to_end,
                 kernel_sum,

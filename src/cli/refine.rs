@@ -199,6 +199,7 @@ pub fn run(store: &mut Store, args: &RefineArgs) -> CliResult {
                 transfer_only: true,
                 transfer_apart: false,
                 e2e_runs: 0,
+                no_model_choice: true,
                 timeout: args.timeout,
                 droplet: args.trials_per_kernel.max(1),
                 tune: 0,
