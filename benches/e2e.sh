@@ -49,16 +49,10 @@ while [[ "${1:-}" == --* ]]; do
     esac
     shift 2
 done
-corpus=../shared/corpus/onnx
 models=("$@")
 if [[ ${#models[@]} -eq 0 ]]; then
-    for m in torchvision_graph_only/resnet18 torchvision_graph_only/resnet50 \
-             torchvision_graph_only/mobilenet_v2 torchvision_more/mobilenet_v3_small \
-             torchvision_more/regnet_y_400mf torchvision_more/efficientnet_b1 \
-             torchvision_more/shufflenet_v2_x1_0 \
-             torchvision_more/convnext_tiny torchvision_more/vit_b_16 transformers/distilbert_like; do
-        models+=("$corpus/$m.onnx")
-    done
+    source benches/issue_models.sh
+    models=("${issue_models[@]}")
 fi
 case $placement in
     any) want= ;;

@@ -78,11 +78,7 @@ impl Caches {
                     .map(|b| b.len() * b.dtype().bytes())
                     .sum();
                 if bytes >= min_bytes && bytes > 0 {
-                    weights
-                        .iter()
-                        .copied()
-                        .filter(|&i| i < args.len())
-                        .collect()
+                    weights.to_vec()
                 } else {
                     Vec::new()
                 }

@@ -156,10 +156,10 @@ pub(super) fn store_measurements_in(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn host() -> HostFingerprint {
+    pub(crate) fn host() -> HostFingerprint {
         HostFingerprint {
             cpu_model: "Test CPU".into(),
             isa_flags: vec!["avx2".into(), "fma".into()],
@@ -170,7 +170,8 @@ mod tests {
         }
     }
 
-    fn item(cost: Option<f64>) -> NewMeasurement {
+    /// A dense workload's measurement: verified with `cost`, or failed without one.
+    pub(crate) fn item(cost: Option<f64>) -> NewMeasurement {
         NewMeasurement {
             workload_key:
                 r#"["218090bc617f9a36fbabdf253ec28064", [14, 3072], [768, 3072], [14, 768]]"#.into(),

@@ -87,47 +87,14 @@ pub fn pin_records(store: &Store, host_class: &str, model: &str, pins: &[NewPin]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::measurement::{store_measurements, NewMeasurement};
-    use ttdb_format::ansor::Step;
-    use ttdb_format::host::HostFingerprint;
-
-    fn host() -> HostFingerprint {
-        HostFingerprint {
-            cpu_model: "Test CPU".into(),
-            isa_flags: vec!["avx2".into(), "fma".into()],
-            llvm_cpu: "znver3".into(),
-            llvm_features: "+avx2".into(),
-            cores: 2,
-            ttdb_version: "0.1.0".into(),
-        }
-    }
-
-    fn measured(split: i64, cost: f64) -> NewMeasurement {
-        NewMeasurement {
-            workload_key:
-                r#"["218090bc617f9a36fbabdf253ec28064", [14, 3072], [768, 3072], [14, 768]]"#.into(),
-            steps: vec![Step::parse(&format!(r#"["SP", 2, 0, 14, [{split}], 1]"#)).unwrap()],
-            samples: vec![cost],
-            error_no: 0,
-            error: None,
-            verified: true,
-            max_rel_error: Some(1e-6),
-            median_s: Some(cost),
-            min_s: Some(cost),
-            max_s: Some(cost),
-            gflops: None,
-            compile_ms: None,
-            wall_s: 0.1,
-            origin_record_id: None,
-            provenance: "test".into(),
-        }
-    }
+    use crate::store::measurement::store_measurements;
+    use crate::store::measurement::tests::{host, item};
 
     crate::on_both_backends! {
     fn a_pin_is_kept_per_workload_and_host_class_and_replaced_by_the_next(backend) {
         let mut s = backend.store();
         let ids = store_measurements(
-            &mut s, "search", &host(), &[measured(2, 1e-3), measured(7, 2e-3)],
+            &mut s, "search", &host(), &[item(Some(1e-3)), item(Some(2e-3))],
         ).unwrap();
         let workload: i64 = s.db.query_one(
             "SELECT workload_id FROM records WHERE id = ?1", params![ids[0]], |r| r.get(0),

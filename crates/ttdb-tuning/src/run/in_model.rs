@@ -14,6 +14,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
+use ttdb_backend::measure::runner::Measurement;
 use ttdb_format::ansor::Record;
 use ttdb_store::store::lookup;
 use ttdb_store::store::record_pins::{pin_records, NewPin};
@@ -79,6 +80,14 @@ pub struct InModelReport {
     pub seconds: f64,
 }
 
+/// A workload tried in the model: its steps (in the plan as first loaded) and candidates.
+struct Tried {
+    workload_id: i64,
+    steps: Vec<usize>,
+    /// (record id, tuned cost), cheapest first.
+    candidates: Vec<(i64, f64)>,
+}
+
 /// A workload's candidates: distinct step lists, cheapest first.
 fn candidates_of(
     store: &Store,
@@ -115,18 +124,6 @@ fn candidates_of(
     Ok((ran.workload_id, out))
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
-}
-
 /// Times the candidates of every tuned workload of the model at `path` inside it (run with
 /// `opts`, on `store`'s records) and pins the fastest of each for this host's class.
 pub fn choose_in_model(
@@ -139,18 +136,26 @@ pub fn choose_in_model(
     let class = opts.target.host.class();
     let base = ModelRun::load(path, opts, Some(store))?;
     // workload key -> (workload id, its steps, its candidates)
-    let mut workloads: BTreeMap<String, (i64, Vec<usize>, Vec<(i64, f64)>)> = BTreeMap::new();
+    let mut workloads: BTreeMap<String, Tried> = BTreeMap::new();
     for (i, p) in base.plan.iter().enumerate() {
         let Some(r) = &p.record else { continue };
         if let Some(w) = workloads.get_mut(&r.workload_key) {
-            w.1.push(i);
+            w.steps.push(i);
             continue;
         }
-        let (id, cands) = candidates_of(store, r.record_id, &class, o)?;
-        workloads.insert(r.workload_key.clone(), (id, vec![i], cands));
+        let (workload_id, candidates) = candidates_of(store, r.record_id, &class, o)?;
+        let tried = Tried {
+            workload_id,
+            steps: vec![i],
+            candidates,
+        };
+        workloads.insert(r.workload_key.clone(), tried);
     }
-    workloads.retain(|_, (_, _, c)| c.len() > 1);
-    let variants = workloads.values().map(|w| w.2.len()).max().unwrap_or(0);
+    workloads.retain(|_, w| w.candidates.len() > 1);
+    let variants = (workloads.values())
+        .map(|w| w.candidates.len())
+        .max()
+        .unwrap_or(0);
     let mut report = InModelReport {
         variants,
         ..InModelReport::default()
@@ -160,13 +165,26 @@ pub fn choose_in_model(
         return Ok(report);
     }
     let base_names: Vec<String> = base.plan.iter().map(|p| p.name.clone()).collect();
-    drop(base);
     let pick = |cands: &[(i64, f64)], v: usize| cands[v.min(cands.len() - 1)].0;
+    // The model as loaded runs variant 0 unless an earlier pin moved a kernel off its
+    // cheapest record: then it is loaded again (a load compiles every kernel).
+    let ran_cheapest = base.plan.iter().all(|p| {
+        p.record.as_ref().is_none_or(|r| {
+            workloads
+                .get(&r.workload_key)
+                .is_none_or(|w| pick(&w.candidates, 0) == r.record_id)
+        })
+    });
     let mut runs = Vec::with_capacity(variants);
-    for v in 0..variants {
+    if ran_cheapest {
+        runs.push(base);
+    } else {
+        drop(base);
+    }
+    for v in runs.len()..variants {
         let records: HashMap<String, i64> = workloads
             .iter()
-            .map(|(key, (_, _, c))| (key.clone(), pick(c, v)))
+            .map(|(key, w)| (key.clone(), pick(&w.candidates, v)))
             .collect();
         let variant = ModelRunOptions {
             records,
@@ -202,26 +220,29 @@ pub fn choose_in_model(
     for _ in 0..o.rounds.max(1) {
         for (v, run) in runs.iter().enumerate() {
             let t = time_on_deterministic_inputs(run, o.runs, None)?;
-            for (key, (_, steps, cands)) in &workloads {
+            for (key, w) in &workloads {
                 let ran = &steps_of[v][key.as_str()];
                 let kernels = ran.iter().filter(|&&i| run.plan[i].record.is_some());
                 // A record that did not lower here ran the default schedule: no time for it.
-                if kernels.count() != steps.len() {
+                if kernels.count() != w.steps.len() {
                     continue;
                 }
                 let sum: f64 = ran.iter().map(|&i| t.kernels[i].median_ms).sum();
-                times.entry(pick(cands, v)).or_default().push(sum);
+                times.entry(pick(&w.candidates, v)).or_default().push(sum);
             }
         }
     }
     let mut pins = Vec::new();
-    for (key, (id, steps, cands)) in &workloads {
-        let candidates: Vec<Candidate> = cands
-            .iter()
+    for (key, w) in &workloads {
+        let candidates: Vec<Candidate> = (w.candidates.iter())
             .map(|&(record_id, cost)| Candidate {
                 record_id,
                 tuned_ms: cost * 1e3,
-                model_ms: median(times.get(&record_id).cloned().unwrap_or_default()),
+                model_ms: Measurement::from_samples(
+                    times.get(&record_id).cloned().unwrap_or_default(),
+                    1,
+                )
+                .median,
             })
             .collect();
         let cheapest = &candidates[0];
@@ -240,14 +261,14 @@ pub fn choose_in_model(
         }
         report.changed += usize::from(chosen.record_id != cheapest.record_id);
         pins.push(NewPin {
-            workload_id: *id,
+            workload_id: w.workload_id,
             record_id: chosen.record_id,
             over_record_id: cheapest.record_id,
-            model_ms: chosen.model_ms / steps.len() as f64,
+            model_ms: chosen.model_ms / w.steps.len() as f64,
         });
         report.workloads.push(WorkloadChoice {
             workload_key: key.clone(),
-            kernels: steps.iter().map(|&i| base_names[i].clone()).collect(),
+            kernels: w.steps.iter().map(|&i| base_names[i].clone()).collect(),
             chosen: chosen.record_id,
             candidates,
         });
