@@ -91,10 +91,18 @@ fn tune_pins_the_fastest_in_the_model_and_export_follows_the_pin_while_it_holds(
         let c = w["candidates"].as_array().unwrap();
         assert!(c.len() >= 2 && c.len() <= 3, "{w}");
         let tuned: Vec<f64> = c.iter().map(|x| x["tuned_ms"].as_f64().unwrap()).collect();
+        // At most one is the rows variant of the cheapest, made for the model: in its
+        // place by its cost alone, or last.
+        let made: Vec<bool> = (c.iter())
+            .map(|x| x["rows_across_cores"].as_bool().unwrap())
+            .collect();
+        assert!(made.iter().filter(|&&m| m).count() <= 1, "{w}");
+        let found = c.len() - usize::from(made[c.len() - 1]);
         assert!(
-            tuned.windows(2).all(|p| p[0] <= p[1]),
+            tuned[..found].windows(2).all(|p| p[0] <= p[1]),
             "cheapest first: {w}"
         );
+        assert!(tuned.iter().all(|&t| t >= tuned[0]), "cheapest first: {w}");
         assert!(
             tuned.iter().all(|&t| t <= tuned[0] * 1.25),
             "within 25%: {w}"
@@ -115,7 +123,6 @@ fn tune_pins_the_fastest_in_the_model_and_export_follows_the_pin_while_it_holds(
         );
     }
     assert_eq!(r["changed"].as_u64().unwrap() as usize, changed);
-
     // A pin on the second candidate holds while the cheapest is the one it was chosen over,
     // and no longer once another record is (a later tune found a faster one).
     let w = &workloads[0];
@@ -172,4 +179,109 @@ fn tune_pins_the_fastest_in_the_model_and_export_follows_the_pin_while_it_holds(
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["model_choice"]["not_chosen"], "--no-model-choice", "{v}");
+}
+
+/// The verified records: (id, workload id, mean cost, line), cheapest first.
+fn verified_records(db: &std::path::Path) -> Vec<(i64, i64, f64, String)> {
+    let store = ttdb::store::Store::open(db).unwrap();
+    let c = store.connection_for_tests();
+    let mut q = c
+        .prepare(
+            "SELECT DISTINCT r.id, r.workload_id, r.mean_cost, r.raw FROM records r \
+             JOIN measurements m ON m.record_id = r.id AND m.verified = 1 ORDER BY r.mean_cost",
+        )
+        .unwrap();
+    q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The rows variant (`ttdb_tuning::search::partition`) of a record line, on `threads` cores.
+fn rows_variant(raw: &str, threads: usize) -> Option<Vec<ttdb::ansor::Step>> {
+    let record = ttdb::ansor::Record::parse(raw).ok()?;
+    let key = ttdb::ansor::WorkloadKey::parse(&record.task.workload_key).ok()?;
+    let dag = ttdb::recognize::recognize(&key).ok()?.dag;
+    let inits = ttdb::schedule::stage_inits_from_dag(&dag);
+    ttdb::search::partition::rows_across_cores(&inits, &record.steps, threads)
+}
+
+#[test]
+fn the_choice_measures_and_tries_the_cheapest_conv_split_over_rows() {
+    let cores = ttdb::host::available_cores();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let model = fixture_model();
+    let tune = |trials: &str, choice: bool| {
+        let mut args = vec![
+            "tune",
+            &model,
+            "--trials",
+            trials,
+            "--population",
+            "24",
+            "--e2e-runs",
+            "0",
+            "--json",
+        ];
+        if !choice {
+            args.push("--no-model-choice");
+        }
+        let (code, out, err) = ttdb(&db, &args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    tune("64", false);
+    // Make a conv record that has a rows variant its workload's cheapest, as a later
+    // search might.
+    let records = verified_records(&db);
+    let Some((start, workload, _, start_raw)) = (records.iter())
+        .find(|(_, _, _, raw)| rows_variant(raw, cores).is_some())
+        .cloned()
+    else {
+        assert!(cores < 2, "no record of the search has a rows variant");
+        return;
+    };
+    let cheapest = 0.95
+        * (records.iter())
+            .filter(|r| r.1 == workload)
+            .map(|r| r.2)
+            .fold(f64::INFINITY, f64::min);
+    sql(
+        &db,
+        &format!("UPDATE records SET mean_cost = {cheapest} WHERE id = {start}"),
+    );
+    let v = tune("1", true);
+    let workloads = v["model_choice"]["chosen"]["workloads"].as_array().cloned();
+    // Its variant was measured alone, verified and stored, naming where it came from.
+    let variant = rows_variant(&start_raw, cores).unwrap();
+    let stored: Vec<(i64, i64, f64, String)> = verified_records(&db)
+        .into_iter()
+        .filter(|r| ttdb::ansor::Record::parse(&r.3).is_ok_and(|p| p.steps == variant))
+        .collect();
+    assert_eq!(stored.len(), 1, "the variant of record {start}: {stored:?}");
+    let (variant_id, _, variant_cost, _) = stored[0].clone();
+    let provenance: String = ttdb::store::Store::open(&db)
+        .unwrap()
+        .connection_for_tests()
+        .query_row(
+            "SELECT provenance FROM measurements WHERE record_id = ?1 AND verified = 1",
+            [variant_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        provenance,
+        format!("variant (rows across cores) of record {start}")
+    );
+    // Within 25% of the cheapest alone, it is one of the candidates tried in the model.
+    let tried = (workloads.iter().flatten())
+        .flat_map(|w| w["candidates"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["record_id"] == variant_id);
+    if variant_cost <= cheapest * 1.25 {
+        let tried = tried.unwrap_or_else(|| panic!("variant {variant_id} not tried: {v}"));
+        assert_eq!(tried["rows_across_cores"], true, "{tried}");
+    } else {
+        assert!(tried.is_none(), "{v}");
+    }
 }

@@ -454,7 +454,8 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
         let model_choice = if args.transfer_only {
             super::tune_model::ModelChoice::NotChosen("--transfer-only".into())
         } else {
-            super::tune_model::choose_in_model(store, &applied, !args.no_model_choice)?
+            let refine = search_options(args, None)?.refine;
+            super::tune_model::choose_in_model(store, &applied, !args.no_model_choice, &refine)?
         };
         let end_to_end = super::tune_model::end_to_end(store, &applied)?;
         Ok(Applied {

@@ -191,10 +191,13 @@ pub(super) enum ModelChoice {
     NotChosen(String),
 }
 
+/// `refine`: the options of the searches that ran here, to measure alone the candidates the
+/// choice makes (`in_model`'s rows variants).
 pub(super) fn choose_in_model(
-    store: &Store,
+    store: &mut Store,
     e: &EndToEndRun,
     enabled: bool,
+    refine: &ttdb_tuning::tune::refine::RefineOptions,
 ) -> Result<ModelChoice, CliError> {
     if !enabled {
         return Ok(ModelChoice::NotChosen("--no-model-choice".into()));
@@ -209,7 +212,18 @@ pub(super) fn choose_in_model(
         b.set_message("choosing each kernel's schedule among its best by its time in the model");
         b.enable_steady_tick(std::time::Duration::from_millis(200));
     }
-    let r = in_model::choose_in_model(store, &model.model, &opts, &InModelOptions::default());
+    // Candidates are measured here, never on the queue's workers.
+    let local = ttdb_tuning::tune::refine::RefineOptions {
+        remote: None,
+        ..refine.clone()
+    };
+    let r = in_model::choose_in_model(
+        store,
+        &model.model,
+        &opts,
+        &InModelOptions::default(),
+        Some(&local),
+    );
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -360,7 +374,7 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         dry_run: args.dry_run,
         interrupted: report.interrupted,
     };
-    let model_choice = choose_in_model(store, &tuned, args.model_choice)?;
+    let model_choice = choose_in_model(store, &tuned, args.model_choice, &opts.refine)?;
     let end_to_end = end_to_end(store, &tuned)?;
     let out = TuneAndRun {
         tune: report,

@@ -8,14 +8,29 @@
 //! each step's time is its own, so one set of runs times every workload's candidates at
 //! once. The fastest there is pinned for the workload (`record_pins`), over the cheapest by
 //! cost; `run`, `build` and `export --model` then take it while the cheapest is unchanged.
+//!
+//! One candidate is made for the model rather than found by the search: an NCHWc conv's
+//! cheapest record with its parallel loop over output rows instead of channel chunks
+//! ([`rows_across_cores`]), which keeps each core on the rows the kernel before it wrote
+//! and which a kernel timed alone cannot show. It is measured alone first (verified, and
+//! stored as this host's record) when the database lacks it.
 use super::{time_on_deterministic_inputs, ModelRun, ModelRunOptions};
+use crate::search::interrupt;
+use crate::search::observer::Observer;
+use crate::search::partition::rows_across_cores;
+use crate::search::policy::SearchTrial;
 use crate::tune::export::measured_on_class;
+use crate::tune::record::StoreSink;
+use crate::tune::refine::RefineOptions;
+use crate::tune::trials::{Provenance, TrialSink};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
+use ttdb_algo::schedule::stage_inits_from_dag;
+use ttdb_backend::evaluate::Reference;
 use ttdb_backend::measure::runner::Measurement;
-use ttdb_format::ansor::Record;
+use ttdb_format::ansor::{Record, Step, WorkloadKey};
 use ttdb_store::store::lookup;
 use ttdb_store::store::record_pins::{pin_records, NewPin};
 use ttdb_store::store::Store;
@@ -32,6 +47,9 @@ pub struct InModelOptions {
     /// Another record is chosen only when it is this much faster in the model than the
     /// cheapest (a share: 0.03 is 3%), so that noise pins nothing.
     pub min_gain: f64,
+    /// Try each NCHWc conv's cheapest record split over output rows across the cores as
+    /// one of its candidates (the last).
+    pub rows_across_cores: bool,
 }
 
 impl Default for InModelOptions {
@@ -42,6 +60,7 @@ impl Default for InModelOptions {
             runs: 20,
             rounds: 3,
             min_gain: 0.03,
+            rows_across_cores: true,
         }
     }
 }
@@ -54,6 +73,9 @@ pub struct Candidate {
     pub tuned_ms: f64,
     /// Its time in the model: the median over the runs of its steps' sum.
     pub model_ms: f64,
+    /// The cheapest's schedule split over output rows across the cores
+    /// ([`rows_across_cores`]), made for the model rather than found by a search.
+    pub rows_across_cores: bool,
 }
 
 /// The choice for one workload.
@@ -62,7 +84,7 @@ pub struct WorkloadChoice {
     pub workload_key: String,
     /// The model's steps that run it.
     pub kernels: Vec<String>,
-    /// Cheapest by tuned cost first.
+    /// Cheapest by tuned cost first, the rows variant (if any) last.
     pub candidates: Vec<Candidate>,
     pub chosen: i64,
 }
@@ -86,22 +108,56 @@ struct Tried {
     steps: Vec<usize>,
     /// (record id, tuned cost), cheapest first.
     candidates: Vec<(i64, f64)>,
+    /// The candidate that is the cheapest's rows variant.
+    rows_variant: Option<i64>,
 }
 
-/// A workload's candidates: distinct step lists, cheapest first.
+/// Where the choice may measure a candidate the database lacks (this host's searches'
+/// options), and how many cores share a kernel in the model.
+struct Measuring<'a> {
+    refine: &'a RefineOptions,
+    threads: usize,
+}
+
+/// A workload's candidates (its steps left empty): distinct step lists, cheapest first, and
+/// the rows variant of the cheapest when `o.rows_across_cores` and it is within `o.within`
+/// alone (last, unless it is among the best alone).
 fn candidates_of(
-    store: &Store,
+    store: &mut Store,
     record_id: i64,
     class: &str,
     o: &InModelOptions,
-) -> Result<(i64, Vec<(i64, f64)>), String> {
-    let db = |e: ttdb_store::store::StoreError| format!("the database: {e}");
-    let Some(ran) = lookup::valid_record(store, record_id).map_err(db)? else {
-        return Ok((0, Vec::new()));
+    measuring: Option<&Measuring>,
+) -> Result<Tried, String> {
+    let none = |workload_id| Tried {
+        workload_id,
+        steps: Vec::new(),
+        candidates: Vec::new(),
+        rows_variant: None,
     };
-    let measured = measured_on_class(store, ran.workload_id, class).map_err(db)?;
-    let Some(&(_, cheapest)) = measured.first() else {
-        return Ok((ran.workload_id, Vec::new()));
+    let Some(ran) = lookup::valid_record(store, record_id).map_err(db)? else {
+        return Ok(none(0));
+    };
+    let first = measured_on_class(store, ran.workload_id, class).map_err(db)?;
+    let Some(&(cheapest_id, _)) = first.first() else {
+        return Ok(none(ran.workload_id));
+    };
+    let variant = match measuring.filter(|_| o.rows_across_cores) {
+        Some(m) => rows_variant(store, cheapest_id, m)?,
+        None => None,
+    };
+    // The variant, measured just now, may be the cheapest alone: it then comes first, as
+    // the record the pins are made over.
+    let measured = match &variant {
+        Some(steps) if steps_of(store, &first, steps)?.is_none() => {
+            measured_on_class(store, ran.workload_id, class).map_err(db)?
+        }
+        _ => first,
+    };
+    let cheapest = measured[0].1;
+    let variant = match &variant {
+        Some(steps) => steps_of(store, &measured, steps)?.filter(|v| v.1 <= cheapest * o.within),
+        None => None,
     };
     let mut seen: Vec<String> = Vec::new();
     let mut out = Vec::new();
@@ -121,18 +177,123 @@ fn candidates_of(
             out.push((id, cost));
         }
     }
-    Ok((ran.workload_id, out))
+    // Not among the best alone: it takes the last place.
+    if let Some(v) = variant.filter(|v| !out.contains(v)) {
+        if out.len() >= o.candidates.max(2) {
+            out.pop();
+        }
+        out.push(v);
+    }
+    Ok(Tried {
+        candidates: out,
+        rows_variant: variant.map(|v| v.0),
+        ..none(ran.workload_id)
+    })
+}
+
+fn db(e: ttdb_store::store::StoreError) -> String {
+    format!("the database: {e}")
+}
+
+/// The record among `measured` whose steps are `steps`.
+fn steps_of(
+    store: &Store,
+    measured: &[(i64, f64)],
+    steps: &[Step],
+) -> Result<Option<(i64, f64)>, String> {
+    for &(id, cost) in measured {
+        let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
+            continue;
+        };
+        if Record::parse(&r.raw).is_ok_and(|p| p.steps == steps) {
+            return Ok(Some((id, cost)));
+        }
+    }
+    Ok(None)
+}
+
+/// The rows variant of record `id` (`search::partition`), measured alone and stored first
+/// when no record of this host has its steps yet; None when the record has no such variant
+/// or it did not verify.
+fn rows_variant(store: &mut Store, id: i64, m: &Measuring) -> Result<Option<Vec<Step>>, String> {
+    let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
+        return Ok(None);
+    };
+    let Ok(parsed) = Record::parse(&r.raw) else {
+        return Ok(None);
+    };
+    let key = parsed.task.workload_key;
+    let Some(dag) = WorkloadKey::parse(&key)
+        .ok()
+        .and_then(|k| ttdb_algo::recognize::recognize(&k).ok())
+        .map(|r| r.dag)
+    else {
+        return Ok(None);
+    };
+    let Some(steps) = rows_across_cores(&stage_inits_from_dag(&dag), &parsed.steps, m.threads)
+    else {
+        return Ok(None);
+    };
+    let class = m.refine.target.host.class();
+    let workload = r.workload_id;
+    if steps_of(
+        store,
+        &measured_on_class(store, workload, &class).map_err(db)?,
+        &steps,
+    )?
+    .is_some()
+    {
+        return Ok(Some(steps));
+    }
+    let reference = Reference::new(&dag, 11)?;
+    let interrupted = || interrupt::requested();
+    let mut measurer = (m.refine).measurer(&dag, &reference, m.refine.eval(), &interrupted);
+    let timeout = m.refine.droplet.max_timeout;
+    let Some(evaluation) = measurer
+        .measure(std::slice::from_ref(&steps), timeout)
+        .pop()
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    drop(measurer);
+    let mut sink = StoreSink {
+        store,
+        host: m.refine.target.host.clone(),
+    };
+    let how = Provenance::Variant {
+        record: id,
+        how: "rows across cores",
+    };
+    let mut trials = TrialSink::new(&mut sink, &key, dag.flop_ct(), how);
+    let trial = SearchTrial {
+        round: 0,
+        origin: "rows across cores".into(),
+        steps: steps.clone(),
+        evaluation,
+    };
+    trials.measured(&[trial]);
+    trials.finish().map_err(db)?;
+    Ok(Some(steps))
 }
 
 /// Times the candidates of every tuned workload of the model at `path` inside it (run with
 /// `opts`, on `store`'s records) and pins the fastest of each for this host's class.
+/// With `measuring` (the options of this host's searches), a rows variant the database lacks
+/// is measured alone and stored first; without, only stored records are tried.
 pub fn choose_in_model(
-    store: &Store,
+    store: &mut Store,
     path: &Path,
     opts: &ModelRunOptions,
     o: &InModelOptions,
+    measuring: Option<&RefineOptions>,
 ) -> Result<InModelReport, String> {
     let t0 = Instant::now();
+    // `run`'s pool: a thread per core.
+    let measuring = measuring.map(|refine| Measuring {
+        refine,
+        threads: opts.target.host.cores,
+    });
     let class = opts.target.host.class();
     let base = ModelRun::load(path, opts, Some(store))?;
     // workload key -> (workload id, its steps, its candidates)
@@ -143,11 +304,9 @@ pub fn choose_in_model(
             w.steps.push(i);
             continue;
         }
-        let (workload_id, candidates) = candidates_of(store, r.record_id, &class, o)?;
         let tried = Tried {
-            workload_id,
             steps: vec![i],
-            candidates,
+            ..candidates_of(store, r.record_id, &class, o, measuring.as_ref())?
         };
         workloads.insert(r.workload_key.clone(), tried);
     }
@@ -243,6 +402,7 @@ pub fn choose_in_model(
                     1,
                 )
                 .median,
+                rows_across_cores: w.rows_variant == Some(record_id),
             })
             .collect();
         let cheapest = &candidates[0];

@@ -24,6 +24,7 @@ pub mod measurer;
 pub mod model_ranker;
 pub mod mutate;
 pub mod observer;
+pub mod partition;
 pub mod policy;
 #[cfg(test)]
 mod policy_tests;

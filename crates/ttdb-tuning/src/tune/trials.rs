@@ -16,6 +16,9 @@ pub enum Provenance<'a> {
     /// Droplet from the stored record `record` (when the start is one), the start described
     /// as `start`: "droplet trial N (CHANGE) of START".
     Droplet { record: Option<i64>, start: &'a str },
+    /// A variant of the stored record `record` made for a reason the search cannot time
+    /// (`crate::search::partition`), described as `how`: "variant (HOW) of record N".
+    Variant { record: i64, how: &'a str },
 }
 
 /// Stores a search's trials as they come and passes its progress on (an [`Observer`] of
@@ -95,6 +98,7 @@ impl<T: MeasuredTrial> Observer<T> for TrialSink<'_> {
         let (kind, origin) = match self.provenance {
             Provenance::Search => ("search", None),
             Provenance::Droplet { record, .. } => ("droplet", record),
+            Provenance::Variant { record, .. } => ("search", Some(record)),
         };
         let items: Vec<_> = trials
             .iter()
@@ -104,6 +108,9 @@ impl<T: MeasuredTrial> Observer<T> for TrialSink<'_> {
                     Provenance::Search => format!("search trial {} ({})", self.stored, t.how()),
                     Provenance::Droplet { start, .. } => {
                         format!("droplet trial {} ({}) of {start}", self.stored, t.how())
+                    }
+                    Provenance::Variant { record, how } => {
+                        format!("variant ({how}) of record {record}")
                     }
                 };
                 measurement_of(
