@@ -229,8 +229,9 @@ pub(super) fn choose_in_model(
     }
     Ok(match r {
         Ok(r) => ModelChoice::Chosen(r),
-        // The tune stands on its own: a model `ttdb run` cannot load yet is a note.
-        Err(why) => ModelChoice::NotChosen(format!("`ttdb run` cannot run it: {why}")),
+        // The tune stands on its own (its trials are stored): a model `ttdb run` cannot
+        // load yet, or a database that failed the choice, is a note.
+        Err(why) => ModelChoice::NotChosen(why.to_string()),
     })
 }
 

@@ -128,7 +128,7 @@ fn candidates_of(
     class: &str,
     o: &InModelOptions,
     measuring: Option<&Measuring>,
-) -> Result<Tried, String> {
+) -> Result<Tried, ChoiceError> {
     let none = |workload_id| Tried {
         workload_id,
         steps: Vec::new(),
@@ -191,8 +191,26 @@ fn candidates_of(
     })
 }
 
-fn db(e: ttdb_store::store::StoreError) -> String {
-    format!("the database: {e}")
+/// Why the choice was not made.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChoiceError {
+    /// The model does not load or run here (as `ttdb run` would say).
+    NotRunnable(String),
+    /// Reading or writing the database failed.
+    Database(String),
+}
+
+impl std::fmt::Display for ChoiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChoiceError::NotRunnable(why) => write!(f, "`ttdb run` cannot run it: {why}"),
+            ChoiceError::Database(why) => write!(f, "the database: {why}"),
+        }
+    }
+}
+
+fn db(e: ttdb_store::store::StoreError) -> ChoiceError {
+    ChoiceError::Database(e.to_string())
 }
 
 /// The record among `measured` whose steps are `steps`.
@@ -200,7 +218,7 @@ fn steps_of(
     store: &Store,
     measured: &[(i64, f64)],
     steps: &[Step],
-) -> Result<Option<(i64, f64)>, String> {
+) -> Result<Option<(i64, f64)>, ChoiceError> {
     for &(id, cost) in measured {
         let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
             continue;
@@ -215,7 +233,11 @@ fn steps_of(
 /// The rows variant of record `id` (`search::partition`), measured alone and stored first
 /// when no record of this host has its steps yet; None when the record has no such variant
 /// or it did not verify.
-fn rows_variant(store: &mut Store, id: i64, m: &Measuring) -> Result<Option<Vec<Step>>, String> {
+fn rows_variant(
+    store: &mut Store,
+    id: i64,
+    m: &Measuring,
+) -> Result<Option<Vec<Step>>, ChoiceError> {
     let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
         return Ok(None);
     };
@@ -245,7 +267,10 @@ fn rows_variant(store: &mut Store, id: i64, m: &Measuring) -> Result<Option<Vec<
     {
         return Ok(Some(steps));
     }
-    let reference = Reference::new(&dag, 11)?;
+    // Without a reference output the variant could not be verified: not tried.
+    let Ok(reference) = Reference::new(&dag, 11) else {
+        return Ok(None);
+    };
     let interrupted = || interrupt::requested();
     let mut measurer = (m.refine).measurer(&dag, &reference, m.refine.eval(), &interrupted);
     let timeout = m.refine.droplet.max_timeout;
@@ -287,7 +312,7 @@ pub fn choose_in_model(
     opts: &ModelRunOptions,
     o: &InModelOptions,
     measuring: Option<&RefineOptions>,
-) -> Result<InModelReport, String> {
+) -> Result<InModelReport, ChoiceError> {
     let t0 = Instant::now();
     // `run`'s pool: a thread per core.
     let measuring = measuring.map(|refine| Measuring {
@@ -295,7 +320,7 @@ pub fn choose_in_model(
         threads: opts.target.host.cores,
     });
     let class = opts.target.host.class();
-    let base = ModelRun::load(path, opts, Some(store))?;
+    let base = ModelRun::load(path, opts, Some(store)).map_err(ChoiceError::NotRunnable)?;
     // workload key -> (workload id, its steps, its candidates)
     let mut workloads: BTreeMap<String, Tried> = BTreeMap::new();
     for (i, p) in base.plan.iter().enumerate() {
@@ -349,7 +374,7 @@ pub fn choose_in_model(
             records,
             ..opts.clone()
         };
-        runs.push(ModelRun::load(path, &variant, Some(store))?);
+        runs.push(ModelRun::load(path, &variant, Some(store)).map_err(ChoiceError::NotRunnable)?);
     }
     // Each variant's steps of each workload, by its own plan: a schedule that reads an
     // operand packed at run time brings a packing step of its own (`layout_rewrite`).
@@ -378,7 +403,8 @@ pub fn choose_in_model(
     let mut times: HashMap<i64, Vec<f64>> = HashMap::new();
     for _ in 0..o.rounds.max(1) {
         for (v, run) in runs.iter().enumerate() {
-            let t = time_on_deterministic_inputs(run, o.runs, None)?;
+            let t = time_on_deterministic_inputs(run, o.runs, None)
+                .map_err(ChoiceError::NotRunnable)?;
             for (key, w) in &workloads {
                 let ran = &steps_of[v][key.as_str()];
                 let kernels = ran.iter().filter(|&&i| run.plan[i].record.is_some());
@@ -437,7 +463,7 @@ pub fn choose_in_model(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    pin_records(store, &class, &model, &pins).map_err(|e| format!("the database: {e}"))?;
+    pin_records(store, &class, &model, &pins).map_err(db)?;
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
 }
