@@ -241,15 +241,20 @@ pub(super) fn render_model_choice(c: &ModelChoice) -> String {
         ModelChoice::Chosen(r) if r.workloads.is_empty() => {
             "schedules chosen in the model: none (no kernel has two near-best records)\n".into()
         }
-        ModelChoice::Chosen(r) => format!(
-            "schedules chosen in the model: {} of {} kernels run another than their cheapest record; \
-             in the model they take {:.3} ms where the cheapest took {:.3} ({:.0} s)\n",
-            r.changed,
-            r.workloads.len(),
-            r.chosen_ms,
-            r.cheapest_ms,
-            r.seconds
-        ),
+        ModelChoice::Chosen(r) => {
+            let weighed: Vec<String> = (r.configurations.iter())
+                .map(|c| format!("{} {:.3} ms", c.name, c.model_ms))
+                .collect();
+            format!(
+                "schedules chosen in the model: {} of {} kernels run another than their cheapest record \
+                 ({:.0} s)\n  the whole model on each choice: {}; taken: {}\n",
+                r.changed,
+                r.workloads.len(),
+                r.seconds,
+                weighed.join(", "),
+                r.taken
+            )
+        }
     }
 }
 

@@ -11,29 +11,21 @@
 //!
 //! One candidate is made for the model rather than found by the search: an NCHWc conv's
 //! cheapest record with its parallel loop over output rows instead of channel chunks
-//! ([`rows_across_cores`]), which keeps each core on the rows the kernel before it wrote
+//! ([`crate::search::partition::rows_across_cores`]), which keeps each core on the rows the kernel before it wrote
 //! and which a kernel timed alone cannot show. It is measured alone first (verified, and
 //! stored as this host's record) when the database lacks it.
 use super::{time_on_deterministic_inputs, ModelRun, ModelRunOptions};
-use crate::search::interrupt;
-use crate::search::observer::Observer;
-use crate::search::partition::rows_across_cores;
-use crate::search::policy::SearchTrial;
-use crate::tune::export::measured_on_class;
-use crate::tune::record::StoreSink;
 use crate::tune::refine::RefineOptions;
-use crate::tune::trials::{Provenance, TrialSink};
+use candidates::{candidates_of, Measuring, Tried};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
-use ttdb_algo::schedule::stage_inits_from_dag;
-use ttdb_backend::evaluate::Reference;
 use ttdb_backend::measure::runner::Measurement;
-use ttdb_format::ansor::{Record, Step, WorkloadKey};
-use ttdb_store::store::lookup;
 use ttdb_store::store::record_pins::{pin_records, NewPin};
 use ttdb_store::store::Store;
+
+mod candidates;
 
 #[derive(Clone, Debug)]
 pub struct InModelOptions {
@@ -50,6 +42,14 @@ pub struct InModelOptions {
     /// Try each NCHWc conv's cheapest record split over output rows across the cores as
     /// one of its candidates (the last).
     pub rows_across_cores: bool,
+    /// The "rows" configuration takes every rows variant that ran at most this much slower
+    /// than the cheapest (a share) with every other rows variant: it may pay a little for
+    /// what the conv after it gains.
+    pub rows_tolerance: f64,
+    /// Rounds of the configurations timed end to end, taking turns, and how much faster
+    /// than the cheapest records one must be (a share) to be taken.
+    pub confirm_rounds: usize,
+    pub min_model_gain: f64,
 }
 
 impl Default for InModelOptions {
@@ -61,6 +61,9 @@ impl Default for InModelOptions {
             rounds: 3,
             min_gain: 0.03,
             rows_across_cores: true,
+            rows_tolerance: 0.10,
+            confirm_rounds: 5,
+            min_model_gain: 0.01,
         }
     }
 }
@@ -74,7 +77,7 @@ pub struct Candidate {
     /// Its time in the model: the median over the runs of its steps' sum.
     pub model_ms: f64,
     /// The cheapest's schedule split over output rows across the cores
-    /// ([`rows_across_cores`]), made for the model rather than found by a search.
+    /// ([`crate::search::partition::rows_across_cores`]), made for the model rather than found by a search.
     pub rows_across_cores: bool,
 }
 
@@ -99,96 +102,24 @@ pub struct InModelReport {
     pub cheapest_ms: f64,
     pub chosen_ms: f64,
     pub variants: usize,
+    /// The whole model on each configuration weighed (distinct ones), and the one taken.
+    pub configurations: Vec<Configuration>,
+    pub taken: &'static str,
     pub seconds: f64,
 }
 
-/// A workload tried in the model: its steps (in the plan as first loaded) and candidates.
-struct Tried {
-    workload_id: i64,
-    steps: Vec<usize>,
-    /// (record id, tuned cost), cheapest first.
-    candidates: Vec<(i64, f64)>,
-    /// The candidate that is the cheapest's rows variant.
-    rows_variant: Option<i64>,
-}
-
-/// Where the choice may measure a candidate the database lacks (this host's searches'
-/// options), and how many cores share a kernel in the model.
-struct Measuring<'a> {
-    refine: &'a RefineOptions,
-    threads: usize,
-}
-
-/// A workload's candidates (its steps left empty): distinct step lists, cheapest first, and
-/// the rows variant of the cheapest when `o.rows_across_cores` and it is within `o.within`
-/// alone (last, unless it is among the best alone).
-fn candidates_of(
-    store: &mut Store,
-    record_id: i64,
-    class: &str,
-    o: &InModelOptions,
-    measuring: Option<&Measuring>,
-) -> Result<Tried, ChoiceError> {
-    let none = |workload_id| Tried {
-        workload_id,
-        steps: Vec::new(),
-        candidates: Vec::new(),
-        rows_variant: None,
-    };
-    let Some(ran) = lookup::valid_record(store, record_id).map_err(db)? else {
-        return Ok(none(0));
-    };
-    let first = measured_on_class(store, ran.workload_id, class).map_err(db)?;
-    let Some(&(cheapest_id, _)) = first.first() else {
-        return Ok(none(ran.workload_id));
-    };
-    let variant = match measuring.filter(|_| o.rows_across_cores) {
-        Some(m) => rows_variant(store, cheapest_id, m)?,
-        None => None,
-    };
-    // The variant, measured just now, may be the cheapest alone: it then comes first, as
-    // the record the pins are made over.
-    let measured = match &variant {
-        Some(steps) if steps_of(store, &first, steps)?.is_none() => {
-            measured_on_class(store, ran.workload_id, class).map_err(db)?
-        }
-        _ => first,
-    };
-    let cheapest = measured[0].1;
-    let variant = match &variant {
-        Some(steps) => steps_of(store, &measured, steps)?.filter(|v| v.1 <= cheapest * o.within),
-        None => None,
-    };
-    let mut seen: Vec<String> = Vec::new();
-    let mut out = Vec::new();
-    for (id, cost) in measured {
-        if out.len() >= o.candidates || cost > cheapest * o.within {
-            break;
-        }
-        let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
-            continue;
-        };
-        let Ok(parsed) = Record::parse(&r.raw) else {
-            continue;
-        };
-        let steps = format!("{:?}", parsed.steps);
-        if !seen.contains(&steps) {
-            seen.push(steps);
-            out.push((id, cost));
-        }
-    }
-    // Not among the best alone: it takes the last place.
-    if let Some(v) = variant.filter(|v| !out.contains(v)) {
-        if out.len() >= o.candidates.max(2) {
-            out.pop();
-        }
-        out.push(v);
-    }
-    Ok(Tried {
-        candidates: out,
-        rows_variant: variant.map(|v| v.0),
-        ..none(ran.workload_id)
-    })
+/// One way to choose every workload's record, timed end to end.
+#[derive(Clone, Debug, Serialize)]
+pub struct Configuration {
+    pub name: &'static str,
+    /// Workloads on another record than their cheapest.
+    pub changed: usize,
+    /// The model's median run (ms): the median over the rounds of each round's median.
+    pub model_ms: f64,
+    #[serde(skip)]
+    records: HashMap<String, i64>,
+    #[serde(skip)]
+    pick: usize,
 }
 
 /// Why the choice was not made.
@@ -211,95 +142,6 @@ impl std::fmt::Display for ChoiceError {
 
 fn db(e: ttdb_store::store::StoreError) -> ChoiceError {
     ChoiceError::Database(e.to_string())
-}
-
-/// The record among `measured` whose steps are `steps`.
-fn steps_of(
-    store: &Store,
-    measured: &[(i64, f64)],
-    steps: &[Step],
-) -> Result<Option<(i64, f64)>, ChoiceError> {
-    for &(id, cost) in measured {
-        let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
-            continue;
-        };
-        if Record::parse(&r.raw).is_ok_and(|p| p.steps == steps) {
-            return Ok(Some((id, cost)));
-        }
-    }
-    Ok(None)
-}
-
-/// The rows variant of record `id` (`search::partition`), measured alone and stored first
-/// when no record of this host has its steps yet; None when the record has no such variant
-/// or it did not verify.
-fn rows_variant(
-    store: &mut Store,
-    id: i64,
-    m: &Measuring,
-) -> Result<Option<Vec<Step>>, ChoiceError> {
-    let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
-        return Ok(None);
-    };
-    let Ok(parsed) = Record::parse(&r.raw) else {
-        return Ok(None);
-    };
-    let key = parsed.task.workload_key;
-    let Some(dag) = WorkloadKey::parse(&key)
-        .ok()
-        .and_then(|k| ttdb_algo::recognize::recognize(&k).ok())
-        .map(|r| r.dag)
-    else {
-        return Ok(None);
-    };
-    let Some(steps) = rows_across_cores(&stage_inits_from_dag(&dag), &parsed.steps, m.threads)
-    else {
-        return Ok(None);
-    };
-    let class = m.refine.target.host.class();
-    let workload = r.workload_id;
-    if steps_of(
-        store,
-        &measured_on_class(store, workload, &class).map_err(db)?,
-        &steps,
-    )?
-    .is_some()
-    {
-        return Ok(Some(steps));
-    }
-    // Without a reference output the variant could not be verified: not tried.
-    let Ok(reference) = Reference::new(&dag, 11) else {
-        return Ok(None);
-    };
-    let interrupted = || interrupt::requested();
-    let mut measurer = (m.refine).measurer(&dag, &reference, m.refine.eval(), &interrupted);
-    let timeout = m.refine.droplet.max_timeout;
-    let Some(evaluation) = measurer
-        .measure(std::slice::from_ref(&steps), timeout)
-        .pop()
-        .flatten()
-    else {
-        return Ok(None);
-    };
-    drop(measurer);
-    let mut sink = StoreSink {
-        store,
-        host: m.refine.target.host.clone(),
-    };
-    let how = Provenance::Variant {
-        record: id,
-        how: "rows across cores",
-    };
-    let mut trials = TrialSink::new(&mut sink, &key, dag.flop_ct(), how);
-    let trial = SearchTrial {
-        round: 0,
-        origin: "rows across cores".into(),
-        steps: steps.clone(),
-        evaluation,
-    };
-    trials.measured(&[trial]);
-    trials.finish().map_err(db)?;
-    Ok(Some(steps))
 }
 
 /// Times the candidates of every tuned workload of the model at `path` inside it (run with
@@ -417,30 +259,79 @@ pub fn choose_in_model(
             }
         }
     }
-    let mut pins = Vec::new();
-    for (key, w) in &workloads {
-        let candidates: Vec<Candidate> = (w.candidates.iter())
-            .map(|&(record_id, cost)| Candidate {
-                record_id,
-                tuned_ms: cost * 1e3,
-                model_ms: Measurement::from_samples(
-                    times.get(&record_id).cloned().unwrap_or_default(),
-                    1,
-                )
-                .median,
-                rows_across_cores: w.rows_variant == Some(record_id),
-            })
+    // Each workload's candidates with their times, and its pick in each configuration.
+    let weighed: Vec<(&String, &Tried, Vec<Candidate>, [usize; 3])> = (workloads.iter())
+        .map(|(key, w)| {
+            let candidates: Vec<Candidate> = (w.candidates.iter())
+                .map(|&(record_id, cost)| Candidate {
+                    record_id,
+                    tuned_ms: cost * 1e3,
+                    model_ms: Measurement::from_samples(
+                        times.get(&record_id).cloned().unwrap_or_default(),
+                        1,
+                    )
+                    .median,
+                    rows_across_cores: w.rows_variant == Some(record_id),
+                })
+                .collect();
+            let picks = picks(&candidates, o);
+            (key, w, candidates, picks)
+        })
+        .collect();
+    // The whole model decides among the configurations, end to end: the per-kernel
+    // times above miss what one kernel's choice does to the next (and pick the minimum of
+    // noisy timings).
+    drop(runs.drain(1..));
+    let mut configurations: Vec<Configuration> = Vec::new();
+    let mut loaded: Vec<ModelRun> = Vec::new();
+    for (c, name) in CONFIGURATIONS.iter().enumerate() {
+        let records: HashMap<String, i64> = (weighed.iter())
+            .map(|(key, _, cands, p)| ((*key).clone(), cands[p[c]].record_id))
             .collect();
+        let changed = weighed.iter().filter(|x| x.3[c] != 0).count();
+        if configurations.iter().any(|k| k.records == records) {
+            continue;
+        }
+        if c > 0 {
+            let variant = ModelRunOptions {
+                records: records.clone(),
+                ..opts.clone()
+            };
+            let run =
+                ModelRun::load(path, &variant, Some(store)).map_err(ChoiceError::NotRunnable)?;
+            loaded.push(run);
+        }
+        configurations.push(Configuration {
+            name,
+            changed,
+            model_ms: f64::NAN,
+            records,
+            pick: c,
+        });
+    }
+    let mut medians: Vec<Vec<f64>> = vec![Vec::new(); configurations.len()];
+    if configurations.len() > 1 {
+        for _ in 0..o.confirm_rounds.max(1) {
+            for (k, run) in runs.iter().chain(loaded.iter()).enumerate() {
+                let t = time_on_deterministic_inputs(run, o.runs, None)
+                    .map_err(ChoiceError::NotRunnable)?;
+                medians[k].push(t.median_ms);
+            }
+        }
+    }
+    for (k, m) in medians.into_iter().enumerate() {
+        configurations[k].model_ms = Measurement::from_samples(m, 1).median;
+    }
+    let cheapest_ms = configurations[0].model_ms;
+    let taken = (configurations.iter())
+        .filter(|k| k.model_ms < cheapest_ms * (1.0 - o.min_model_gain))
+        .min_by(|a, b| a.model_ms.total_cmp(&b.model_ms))
+        .map_or(0, |k| k.pick);
+    report.taken = CONFIGURATIONS[taken];
+    let mut pins = Vec::new();
+    for (key, w, candidates, picks) in weighed {
         let cheapest = &candidates[0];
-        let fastest = candidates
-            .iter()
-            .min_by(|a, b| a.model_ms.total_cmp(&b.model_ms))
-            .unwrap_or(cheapest);
-        let chosen = if fastest.model_ms < cheapest.model_ms * (1.0 - o.min_gain) {
-            fastest
-        } else {
-            cheapest
-        };
+        let chosen = &candidates[picks[taken]];
         if cheapest.model_ms.is_finite() && chosen.model_ms.is_finite() {
             report.cheapest_ms += cheapest.model_ms;
             report.chosen_ms += chosen.model_ms;
@@ -459,6 +350,7 @@ pub fn choose_in_model(
             candidates,
         });
     }
+    report.configurations = configurations;
     let model = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -466,4 +358,28 @@ pub fn choose_in_model(
     pin_records(store, &class, &model, &pins).map_err(db)?;
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The configurations the whole model weighs, in the order of [`picks`]' indices.
+const CONFIGURATIONS: [&str; 3] = ["cheapest", "per kernel", "rows"];
+
+/// A workload's candidate in each configuration: the cheapest; the fastest in the model
+/// when `o.min_gain` faster than the cheapest; that, or the rows variant when it ran within
+/// `o.rows_tolerance` of the cheapest in the run of every rows variant at once.
+fn picks(candidates: &[Candidate], o: &InModelOptions) -> [usize; 3] {
+    let cheapest = &candidates[0];
+    let fastest = (0..candidates.len())
+        .min_by(|&a, &b| candidates[a].model_ms.total_cmp(&candidates[b].model_ms))
+        .unwrap_or(0);
+    let per_kernel = if candidates[fastest].model_ms < cheapest.model_ms * (1.0 - o.min_gain) {
+        fastest
+    } else {
+        0
+    };
+    let rows = (candidates.iter())
+        .position(|c| {
+            c.rows_across_cores && c.model_ms <= cheapest.model_ms * (1.0 + o.rows_tolerance)
+        })
+        .unwrap_or(per_kernel);
+    [0, per_kernel, rows]
 }
