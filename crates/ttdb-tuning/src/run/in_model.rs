@@ -383,3 +383,43 @@ fn picks(candidates: &[Candidate], o: &InModelOptions) -> [usize; 3] {
         .unwrap_or(per_kernel);
     [0, per_kernel, rows]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(record_id: i64, model_ms: f64, rows: bool) -> Candidate {
+        Candidate {
+            record_id,
+            tuned_ms: 1.0,
+            model_ms,
+            rows_across_cores: rows,
+        }
+    }
+
+    #[test]
+    fn each_configuration_picks_its_candidate() {
+        let o = InModelOptions::default();
+        // The second is 5% faster in the model; the rows variant 8% slower than the
+        // cheapest, within the tolerance.
+        let c = [
+            candidate(1, 1.00, false),
+            candidate(2, 0.95, false),
+            candidate(3, 1.08, true),
+        ];
+        assert_eq!(picks(&c, &o), [0, 1, 2]);
+        // 2% faster is noise: the cheapest stays; the rows variant 20% slower is left.
+        let c = [
+            candidate(1, 1.00, false),
+            candidate(2, 0.98, false),
+            candidate(3, 1.20, true),
+        ];
+        assert_eq!(picks(&c, &o), [0, 0, 0]);
+        // The rows variant fastest of all: taken per kernel and in the rows configuration.
+        let c = [candidate(1, 1.00, false), candidate(3, 0.80, true)];
+        assert_eq!(picks(&c, &o), [0, 1, 1]);
+        // A candidate with no time (it did not lower) is never picked.
+        let c = [candidate(1, 1.00, false), candidate(2, f64::NAN, false)];
+        assert_eq!(picks(&c, &o), [0, 0, 0]);
+    }
+}
