@@ -274,14 +274,56 @@ fn the_choice_measures_and_tries_the_cheapest_conv_split_over_rows() {
         provenance,
         format!("variant (rows across cores) of record {start}")
     );
-    // Within 25% of the cheapest alone, it is one of the candidates tried in the model.
+    // Within 25% of the cheapest alone, it is one of the candidates tried in the model:
+    // marked as the rows variant, unless it is now the cheapest alone itself (first).
     let tried = (workloads.iter().flatten())
-        .flat_map(|w| w["candidates"].as_array().cloned().unwrap_or_default())
-        .find(|c| c["record_id"] == variant_id);
+        .filter_map(|w| w["candidates"].as_array().cloned())
+        .find_map(|c| {
+            let at = c.iter().position(|x| x["record_id"] == variant_id)?;
+            Some((at, c[at].clone()))
+        });
     if variant_cost <= cheapest * 1.25 {
-        let tried = tried.unwrap_or_else(|| panic!("variant {variant_id} not tried: {v}"));
-        assert_eq!(tried["rows_across_cores"], true, "{tried}");
+        let (at, tried) = tried.unwrap_or_else(|| panic!("variant {variant_id} not tried: {v}"));
+        assert_eq!(tried["rows_across_cores"], at > 0, "{tried}");
     } else {
         assert!(tried.is_none(), "{v}");
     }
+    // The whole model weighed the configurations end to end, the cheapest records first,
+    // and pinned the one it took.
+    let chosen = &v["model_choice"]["chosen"];
+    let configurations = chosen["configurations"].as_array().unwrap();
+    assert_eq!(configurations[0]["name"], "cheapest", "{chosen}");
+    let taken = chosen["taken"].as_str().unwrap();
+    assert!(
+        configurations.iter().any(|c| c["name"] == taken),
+        "{chosen}"
+    );
+
+    // `--trials 0`: no search, the choice again on what is stored.
+    let records_before = verified_records(&db).len();
+    let (code, out, err) = ttdb(
+        &db,
+        &["tune", &model, "--trials", "0", "--e2e-runs", "0", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let again: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        again.get("trials").is_none() && again.get("kernels").is_none(),
+        "{again}"
+    );
+    assert!(
+        again["model_choice"]["chosen"]["workloads"].is_array(),
+        "{again}"
+    );
+    assert_eq!(
+        verified_records(&db).len(),
+        records_before,
+        "--trials 0 measured a trial"
+    );
+    let (code, out, _) = ttdb(&db, &["tune", &model, "--trials", "0", "--e2e-runs", "0"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("no search (--trials 0)"), "{out}");
+    let (code, _, err) = ttdb(&db, &["tune", "--all", "--trials", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--trials 0 without MODEL"), "{err}");
 }

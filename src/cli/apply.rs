@@ -502,9 +502,9 @@ pub fn run(store: &mut Store, args: &ApplyArgs) -> CliResult {
                 }
             }
             let kernel_sum = match (&a.search, &a.transfer) {
-                (Search::Ran(r), _) => r.kernel_sum_ms,
-                (Search::NotRun(_), Some(t)) => t.tuned_total_ms,
-                (Search::NotRun(_), None) => f64::NAN,
+                (Search::Ran(r), _) => Some(r.kernel_sum_ms),
+                (Search::NotRun(_), Some(t)) => Some(t.tuned_total_ms),
+                (Search::NotRun(_), None) => None,
             };
             s.push_str(&super::kernels::render_layout_plan(&m.list));
             s.push_str(&super::tune_model::render_model_choice(&a.model_choice));

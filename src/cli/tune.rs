@@ -65,7 +65,8 @@ pub struct TuneArgs {
     #[arg(long)]
     pub limit: Option<usize>,
     /// Measured search trials: per workload with --workload/--class/--all (default 200),
-    /// for the whole model with MODEL (default 64 per kernel).
+    /// for the whole model with MODEL (default 64 per kernel; 0: no search, only the choice
+    /// in the model among the stored records, and the end-to-end run).
     #[arg(long)]
     pub trials: Option<usize>,
     /// Candidates measured per round.
@@ -228,10 +229,24 @@ pub fn render_tune(r: &TuneReport, peak_gflops: Option<f64>) -> String {
 
 pub fn run(store: &mut Store, args: &TuneArgs) -> CliResult {
     if args.trials == Some(0) {
-        return Err(CliError {
-            message: "--trials must be at least 1".into(),
-            code: 2,
-        });
+        // With a model, no search: the choice in the model on the stored records, and the
+        // end-to-end run.
+        let clash = [
+            (args.model.is_none(), "without MODEL"),
+            (args.workers.is_some(), "with --workers"),
+            (args.dry_run, "with --dry-run"),
+            (args.curve.is_some(), "with --curve"),
+            (args.plot.is_some(), "with --plot"),
+        ];
+        if let Some((_, what)) = clash.iter().find(|c| c.0) {
+            return Err(CliError {
+                message: format!(
+                    "--trials 0 {what}: --trials 0 searches nothing, and only re-chooses a model's \
+                     stored schedules in the model (`tune MODEL --trials 0`)"
+                ),
+                code: 2,
+            });
+        }
     }
     if args.workers.is_some() && args.dry_run {
         return Err(CliError {

@@ -116,8 +116,9 @@ pub struct ModelRun<'a> {
 /// What `tune MODEL` prints: the tune, then the model run end to end with what it stored.
 #[derive(serde::Serialize)]
 struct TuneAndRun {
+    /// None with `--trials 0` (no search).
     #[serde(flatten)]
-    tune: ModelTuneReport,
+    tune: Option<ModelTuneReport>,
     model_choice: ModelChoice,
     end_to_end: EndToEnd,
     /// The whole-graph blocking the kernels were tuned under (`--layout-plan`).
@@ -293,7 +294,8 @@ pub(super) fn end_to_end(store: &Store, e: &EndToEndRun) -> Result<EndToEnd, Cli
     })
 }
 
-pub(super) fn render_end_to_end(e: &EndToEnd, kernel_sum_ms: f64) -> String {
+/// `kernel_sum_ms`: the tuned kernels' sum, when a search gave one.
+pub(super) fn render_end_to_end(e: &EndToEnd, kernel_sum_ms: Option<f64>) -> String {
     match e {
         EndToEnd::NotMeasured(why) => format!("end to end: not measured ({why})\n"),
         EndToEnd::Measured {
@@ -301,14 +303,15 @@ pub(super) fn render_end_to_end(e: &EndToEnd, kernel_sum_ms: f64) -> String {
             stored_kernels,
             default_kernels,
         } => format!(
-            "end to end here (as `ttdb run`, {} runs on {} threads): median {:.3} ms (min {:.3}, p90 {:.3}) \
-             against the kernel sum {kernel_sum_ms:.3} ms\n  glue between the kernels {:.3} ms ({:.1}% of \
-             the kernel time); {stored_kernels} tunable kernels on a stored schedule{}\n",
+            "end to end here (as `ttdb run`, {} runs on {} threads): median {:.3} ms (min {:.3}, p90 {:.3}){}\n  \
+             glue between the kernels {:.3} ms ({:.1}% of the kernel time); {stored_kernels} tunable kernels \
+             on a stored schedule{}\n",
             t.runs,
             t.threads,
             t.median_ms,
             t.min_ms,
             t.p90_ms,
+            kernel_sum_ms.map_or(String::new(), |k| format!(" against the kernel sum {k:.3} ms")),
             t.glue_ms,
             100.0 * t.glue_share,
             if *default_kernels > 0 {
@@ -360,6 +363,9 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         seeds: args.seeds.max(1),
         share_bests: !args.no_sharing,
     };
+    if args.trials == Some(0) {
+        return choose_and_run(store, args, &m, &opts, None);
+    }
     let report = search_model(store, &m, &opts, args.remote, args.dry_run)?;
     if let Some(path) = args.curve {
         write_curve(path, &report).map_err(|e| CliError {
@@ -372,13 +378,26 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         super::plot::write_tune_plot(path, &title, &report.curve)
             .map_err(|message| CliError { message, code: 1 })?;
     }
+    choose_and_run(store, args, &m, &opts, Some(report))
+}
+
+/// After the search (`report`; None: `--trials 0`, none): the choice in the model, the
+/// end-to-end run, and the report.
+fn choose_and_run(
+    store: &mut Store,
+    args: &ModelRun,
+    m: &ModelMatch,
+    opts: &ModelTuneOptions,
+    report: Option<ModelTuneReport>,
+) -> CliResult {
+    let interrupted = report.as_ref().is_some_and(|r| r.interrupted);
     let tuned = EndToEndRun {
         model: &args.model,
         layout: &m.list.layout,
         runs: args.e2e_runs,
         remote: args.remote,
         dry_run: args.dry_run,
-        interrupted: report.interrupted,
+        interrupted,
     };
     let model_choice = choose_in_model(store, &tuned, args.model_choice, &opts.refine)?;
     let end_to_end = end_to_end(store, &tuned)?;
@@ -388,11 +407,15 @@ pub fn run(store: &mut Store, args: &ModelRun) -> CliResult {
         end_to_end,
         layout_plan: m.list.layout_plan.clone(),
     };
-    super::progress::print_report(&out, out.tune.interrupted, args.json, |r| {
-        let mut s = render_model_tune(&r.tune, super::progress::peak_gflops());
+    super::progress::print_report(&out, interrupted, args.json, |r| {
+        let mut s = match &r.tune {
+            Some(t) => render_model_tune(t, super::progress::peak_gflops()),
+            None => "no search (--trials 0): the stored records as they are\n".into(),
+        };
         s.push_str(&super::kernels::render_layout_plan(&m.list));
         s.push_str(&render_model_choice(&r.model_choice));
-        s.push_str(&render_end_to_end(&r.end_to_end, r.tune.kernel_sum_ms));
+        let kernel_sum = r.tune.as_ref().map(|t| t.kernel_sum_ms);
+        s.push_str(&render_end_to_end(&r.end_to_end, kernel_sum));
         s
     })
 }
