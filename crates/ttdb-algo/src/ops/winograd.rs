@@ -420,9 +420,9 @@ pub fn winograd_kernel_transform(
                     *v = (0..3).map(|y| g[e][y] * w(y as i64, x as i64)).sum();
                 }
             }
-            for e in 0..a {
-                for u in 0..a {
-                    let s: f64 = (0..3).map(|x| gw[e][x] * g[u][x]).sum();
+            for (e, gw_e) in gw.iter().enumerate().take(a) {
+                for (u, g_u) in g.iter().enumerate().take(a) {
+                    let s: f64 = (0..3).map(|x| gw_e[x] * g_u[x]).sum();
                     out.data[(((e as i64 * alpha + u as i64) * co + o) * ci + c) as usize] = s;
                 }
             }

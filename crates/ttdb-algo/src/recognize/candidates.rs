@@ -19,7 +19,11 @@ pub struct Candidate {
 
 /// Each family's anchors for a one-input key ([`one_input_anchors`]), in the order they are
 /// tried: a family's hook is its line here.
-const ONE_INPUT_FAMILIES: &[fn(&[i64], &[i64]) -> Vec<Anchor>] = &[
+/// A family's anchors for a key's shapes: (data, output) or (data, weight, output).
+type OneInputFamily = fn(&[i64], &[i64]) -> Vec<Anchor>;
+type TwoInputFamily = fn(&[i64], &[i64], &[i64]) -> Vec<Anchor>;
+
+const ONE_INPUT_FAMILIES: &[OneInputFamily] = &[
     pool::anchor_candidates,
     reduction::softmax_candidates,
     reduction::mean_candidates,
@@ -27,7 +31,7 @@ const ONE_INPUT_FAMILIES: &[fn(&[i64], &[i64]) -> Vec<Anchor>] = &[
 
 /// Each family's anchors for a two-input key (data, weight / second operand), in the order
 /// they are tried.
-const TWO_INPUT_FAMILIES: &[fn(&[i64], &[i64], &[i64]) -> Vec<Anchor>] = &[
+const TWO_INPUT_FAMILIES: &[TwoInputFamily] = &[
     winograd::candidates,
     conv2d::nhwc_candidates,
     conv2d::group_nhwc_candidates,

@@ -244,7 +244,8 @@ impl Build {
     }
 
     /// The run phase up to timing: packs the weights, runs once, verifies. Err: the failed
-    /// evaluation.
+    /// evaluation (once per candidate, and what the caller reports: not worth a box).
+    #[allow(clippy::result_large_err)]
     pub fn prepare(
         &self,
         reference: &Reference,

@@ -46,7 +46,8 @@ pub struct WorkerSpec {
     pub fault_candidate: Option<u64>,
 }
 
-/// Parent to worker.
+/// Parent to worker. A `Task` is sent once per workload and read once: its size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
     /// The workload the next requests measure: its DAG, the seed of its reference (rebuilt

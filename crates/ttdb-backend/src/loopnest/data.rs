@@ -78,7 +78,7 @@ impl BufferData {
             BufferData::F32(v) => v.as_ptr() as *const u8,
             BufferData::F64(v) => v.as_ptr() as *const u8,
             BufferData::I8(v) => v.as_ptr() as *const u8,
-            BufferData::U8(v) => v.as_ptr() as *const u8,
+            BufferData::U8(v) => v.as_ptr(),
             BufferData::I32(v) => v.as_ptr() as *const u8,
             BufferData::I64(v) => v.as_ptr() as *const u8,
         }

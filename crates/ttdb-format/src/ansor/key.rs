@@ -229,7 +229,7 @@ impl WorkloadKey {
     pub fn shapes_with_rank(&self, rank: usize) -> Option<Vec<Vec<i64>>> {
         match self.form {
             KeyForm::Nested => self.nested_shapes(),
-            KeyForm::Flat if rank > 0 && self.args.len() % rank == 0 => {
+            KeyForm::Flat if rank > 0 && self.args.len().is_multiple_of(rank) => {
                 Some(self.flat_ints().chunks(rank).map(<[i64]>::to_vec).collect())
             }
             _ => None,

@@ -281,8 +281,10 @@ fn source_index(mut p: usize, shape: &[i64], strides: &[usize]) -> usize {
 
 /// The element-wise ops computed here: their number of operands and their function of
 /// f64 operands; truth values are 0 / 1.
-fn elementwise_fn(op: &str) -> Option<(usize, fn(&[f64]) -> f64)> {
-    let f: fn(&[f64]) -> f64 = match op {
+type ElementwiseFn = fn(&[f64]) -> f64;
+
+fn elementwise_fn(op: &str) -> Option<(usize, ElementwiseFn)> {
+    let f: ElementwiseFn = match op {
         "Add" => |a| a[0] + a[1],
         "Sub" => |a| a[0] - a[1],
         "Mul" => |a| a[0] * a[1],

@@ -367,12 +367,10 @@ fn walk_epilogue(
             }
         };
         visited.push(op);
-        match e {
-            Some(e) => {
-                epilogue.push(e);
-                latest = epilogue.len();
-            }
-            None => {} // SimplifyExpr removed it: its output is its input
+        // None: SimplifyExpr removed it, its output is its input.
+        if let Some(e) = e {
+            epilogue.push(e);
+            latest = epilogue.len();
         }
         number.insert(o.output, latest);
         cur = o.output;

@@ -7,6 +7,7 @@
 //! * **vector-lane use**: vectorized loop extents over whole vectors;
 //! * **tile footprint**: the innermost tile's working set against the L2 cache;
 //! * **adaptation**: the share of split steps that survived re-targeting unchanged;
+//!
 //! times the source record's per-core throughput where it was tuned (a schedule that ran
 //! fast on its own workload is a better bet).
 use super::{MatchOptions, SourceRecord};

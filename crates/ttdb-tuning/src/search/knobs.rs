@@ -565,7 +565,7 @@ fn set_fuse_count(steps: &mut Vec<Step>, kind: &KnobKind, count: u32) -> Result<
     };
     let from = fused.unwrap_or(an_step);
     for step in steps[from..].iter_mut().skip(usize::from(fused.is_some())) {
-        if !step.map_loop_ids(stage, &remap) {
+        if !step.map_loop_ids(stage, remap) {
             return Err(format!("{step} names a loop the new fuse group swallows"));
         }
     }

@@ -61,6 +61,9 @@ impl SchedulerOptions {
 /// trials, returning the trials measured (0: nothing new) and its best seconds after.
 pub trait Tasks {
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     fn weight(&self, i: usize) -> f64;
     fn round(&mut self, i: usize, want: usize) -> (usize, Option<f64>);
     fn interrupted(&self) -> bool {

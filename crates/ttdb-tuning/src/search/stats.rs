@@ -133,7 +133,9 @@ mod tests {
     /// Values from scipy 1.16 `stats.ttest_ind(a, b, equal_var=False)`.
     #[test]
     fn welch_matches_scipy() {
-        let cases: [(&[f64], &[f64], f64, f64, f64); 4] = [
+        // (a, b, t, degrees of freedom, p) as scipy gives them
+        type Case<'a> = (&'a [f64], &'a [f64], f64, f64, f64);
+        let cases: [Case; 4] = [
             (
                 &[1.0, 2.0, 3.0, 4.0],
                 &[2.5, 3.5, 4.5, 5.5, 6.5],

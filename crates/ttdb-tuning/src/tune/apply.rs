@@ -306,6 +306,7 @@ impl References {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn apply_kernel(
     k: &Kernel,
     km: &crate::matcher::KernelMatch,

@@ -201,7 +201,7 @@ fn softmax_has_nine_sketches() {
     for shape in [vec![1, 1024], vec![1, 12, 128, 128]] {
         let axis = shape.len() - 1;
         let spec = WorkloadSpec::new(Anchor::Softmax { axis }, vec![]);
-        let sk = generate_sketches(&spec_dag(spec, &[shape.clone()]), &HW).unwrap();
+        let sk = generate_sketches(&spec_dag(spec, std::slice::from_ref(&shape)), &HW).unwrap();
         assert_eq!(sk.len(), 9, "{shape:?}");
         assert!(sk[8].steps.is_empty());
     }
