@@ -89,3 +89,81 @@ fn schedules_of_other_ops_have_no_variant() {
         None
     );
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn with_splits(steps: &[Step], channel: Vec<i64>, row: Vec<i64>) -> Vec<Step> {
+        let mut out = steps.to_vec();
+        for (i, lengths) in [(CHANNEL_SP, channel), (ROW_SP, row)] {
+            let Step::Split(sp) = &mut out[i] else {
+                unreachable!()
+            };
+            sp.lengths = lengths;
+        }
+        out
+    }
+
+    /// What a variant must be: it replays, its channel chunks form one outer tile and its
+    /// rows at least `threads`, and the channel split still tiles its whole extent.
+    fn check(inits: &[StageInit], v: &[Step], threads: usize) -> Result<(), TestCaseError> {
+        prop_assert!(replay(inits, v).is_ok());
+        let (Step::Split(c), Step::Split(r)) = (&v[CHANNEL_SP], &v[ROW_SP]) else {
+            unreachable!()
+        };
+        prop_assert_eq!(exact_outer(c), Some(1));
+        prop_assert!(exact_outer(r).is_some_and(|o| o >= threads as i64));
+        prop_assert_eq!(c.lengths.iter().product::<i64>(), c.extent);
+        Ok(())
+    }
+
+    proptest! {
+        // Any lengths a record may carry (zero, negative, not dividing): no panic, and a
+        // variant is sound.
+        #[test]
+        fn any_split_lengths_give_a_sound_variant_or_none(
+            channel in proptest::collection::vec(-3i64..40, 3),
+            row in proptest::collection::vec(-3i64..40, 3),
+            threads in 0usize..5,
+        ) {
+            let (inits, steps) = layer3_conv1();
+            let steps = with_splits(&steps, channel, row);
+            if let Some(v) = rows_across_cores(&inits, &steps, threads) {
+                check(&inits, &v, threads)?;
+            }
+        }
+    }
+
+    /// Every exact tiling of the channel chunks (16) and rows (14) on 2 and 4 cores.
+    #[test]
+    fn every_exact_tiling_gives_a_sound_variant_or_none() {
+        let (inits, steps) = layer3_conv1();
+        let triples = |divisors: &[i64], extent: i64| -> Vec<Vec<i64>> {
+            let mut out = Vec::new();
+            for &a in divisors {
+                for &b in divisors {
+                    for &c in divisors {
+                        if extent % (a * b * c) == 0 {
+                            out.push(vec![a, b, c]);
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let mut variants = 0;
+        for threads in [2, 4] {
+            for channel in triples(&[1, 2, 4, 8, 16], 16) {
+                for row in triples(&[1, 2, 7, 14], 14) {
+                    let steps = with_splits(&steps, channel.clone(), row);
+                    if let Some(v) = rows_across_cores(&inits, &steps, threads) {
+                        check(&inits, &v, threads).unwrap();
+                        variants += 1;
+                    }
+                }
+            }
+        }
+        assert!(variants > 100, "{variants} variants");
+    }
+}
