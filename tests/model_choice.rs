@@ -14,6 +14,26 @@ fn fixture_model() -> String {
         .to_string()
 }
 
+/// `tune MODEL` on the fixture with `trials` trials, populations of `population`, no
+/// end-to-end run, and `extra`: its JSON report.
+fn tune_fixture(db: &std::path::Path, trials: &str, population: &str, extra: &[&str]) -> Value {
+    let model = fixture_model();
+    let args = [
+        "tune",
+        &model,
+        "--trials",
+        trials,
+        "--population",
+        population,
+        "--e2e-runs",
+        "0",
+        "--json",
+    ];
+    let (code, out, err) = ttdb(db, &[&args[..], extra].concat());
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
 /// The record `export --model` writes under `workload_key`.
 fn exported(db: &std::path::Path, dir: &std::path::Path, workload_key: &str) -> (i64, bool) {
     let log = dir.join("chosen.log");
@@ -58,20 +78,7 @@ fn tune_pins_the_fastest_in_the_model_and_export_follows_the_pin_while_it_holds(
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
     let model = fixture_model();
-    let tune = [
-        "tune",
-        &model,
-        "--trials",
-        "64",
-        "--population",
-        "24",
-        "--e2e-runs",
-        "0",
-        "--json",
-    ];
-    let (code, out, err) = ttdb(&db, &tune);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = tune_fixture(&db, "64", "24", &[]);
     let r = &v["model_choice"]["chosen"];
     let workloads = r["workloads"].as_array().unwrap_or_else(|| panic!("{v}"));
     assert!(
@@ -163,21 +170,7 @@ fn tune_pins_the_fastest_in_the_model_and_export_follows_the_pin_while_it_holds(
     assert_eq!(v["model_choice"]["not_chosen"], "--transfer-only", "{v}");
 
     // Asked not to, it chooses nothing.
-    let again = [
-        "tune",
-        &model,
-        "--trials",
-        "8",
-        "--population",
-        "8",
-        "--e2e-runs",
-        "0",
-        "--json",
-        "--no-model-choice",
-    ];
-    let (code, out, err) = ttdb(&db, &again);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = tune_fixture(&db, "8", "8", &["--no-model-choice"]);
     assert_eq!(v["model_choice"]["not_chosen"], "--no-model-choice", "{v}");
 }
 
@@ -212,26 +205,7 @@ fn the_choice_measures_and_tries_the_cheapest_conv_split_over_rows() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
     let model = fixture_model();
-    let tune = |trials: &str, choice: bool| {
-        let mut args = vec![
-            "tune",
-            &model,
-            "--trials",
-            trials,
-            "--population",
-            "24",
-            "--e2e-runs",
-            "0",
-            "--json",
-        ];
-        if !choice {
-            args.push("--no-model-choice");
-        }
-        let (code, out, err) = ttdb(&db, &args);
-        assert_eq!(code, 0, "{err}");
-        serde_json::from_str::<Value>(&out).unwrap()
-    };
-    tune("64", false);
+    tune_fixture(&db, "64", "24", &["--no-model-choice"]);
     // Make a conv record that has a rows variant its workload's cheapest, as a later
     // search might.
     let records = verified_records(&db);
@@ -251,7 +225,7 @@ fn the_choice_measures_and_tries_the_cheapest_conv_split_over_rows() {
         &db,
         &format!("UPDATE records SET mean_cost = {cheapest} WHERE id = {start}"),
     );
-    let v = tune("1", true);
+    let v = tune_fixture(&db, "1", "24", &[]);
     let workloads = v["model_choice"]["chosen"]["workloads"].as_array().cloned();
     // Its variant was measured alone, verified and stored, naming where it came from.
     let variant = rows_variant(&start_raw, cores).unwrap();

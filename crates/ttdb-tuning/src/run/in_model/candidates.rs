@@ -57,24 +57,24 @@ pub(super) fn candidates_of(
     let Some(&(cheapest_id, _)) = first.first() else {
         return Ok(none(ran.workload_id));
     };
-    let variant = match measuring.filter(|_| o.rows_across_cores) {
-        Some(m) => rows_variant(store, cheapest_id, m)?,
-        None => None,
-    };
-    // The variant measured just now may be the cheapest alone, the record pins are made
-    // over: the list is read again.
-    let measured = match &variant {
-        Some(steps) if steps_of(store, &first, steps)?.is_none() => {
-            measured_on_class(store, ran.workload_id, class).map_err(db)?
-        }
-        _ => first,
+    // A variant measured just now may be the cheapest alone, the record pins are made
+    // over: then the list is read again.
+    let wants_variant = measuring.filter(|_| o.rows_across_cores);
+    let (measured, variant) = match wants_variant {
+        Some(m) => match rows_variant(store, cheapest_id, m, &first)? {
+            Some(Variant::Stored(found)) => (first, Some(found)),
+            Some(Variant::MeasuredNow(steps)) => {
+                let again = measured_on_class(store, ran.workload_id, class).map_err(db)?;
+                let found = steps_of(store, &again, &steps)?;
+                (again, found)
+            }
+            None => (first, None),
+        },
+        None => (first, None),
     };
     let cheapest = measured[0].1;
-    let variant = match &variant {
-        Some(steps) => steps_of(store, &measured, steps)?.filter(|v| v.1 <= cheapest * o.within),
-        None => None,
-    };
-    // Measured just now, it may be the cheapest alone: then it is simply the first.
+    let variant = variant.filter(|v| v.1 <= cheapest * o.within);
+    // The cheapest alone itself (measured just now, or stored earlier): simply the first.
     let variant = variant.filter(|v| v.0 != measured[0].0);
     let mut seen: Vec<String> = Vec::new();
     let mut out = Vec::new();
@@ -107,7 +107,7 @@ pub(super) fn candidates_of(
 }
 
 /// The record among `measured` whose steps are `steps`.
-pub(super) fn steps_of(
+fn steps_of(
     store: &Store,
     measured: &[(i64, f64)],
     steps: &[Step],
@@ -123,14 +123,23 @@ pub(super) fn steps_of(
     Ok(None)
 }
 
-/// The rows variant of record `id` (`search::partition`), measured alone and stored first
-/// when no record of this host has its steps yet; None when the record has no such variant
-/// or it did not verify.
+/// The rows variant of record `id`, when it has one (`search::partition`).
+enum Variant {
+    /// A record among those already measured on this host class: (record id, cost).
+    Stored((i64, f64)),
+    /// None of them had its steps: measured alone and stored just now (if it verified).
+    MeasuredNow(Vec<Step>),
+}
+
+/// The rows variant of record `id`: found among `measured` (this host class's records of
+/// its workload), or else measured alone and stored; None when the record has no such
+/// variant or it was not measured.
 fn rows_variant(
     store: &mut Store,
     id: i64,
     m: &Measuring,
-) -> Result<Option<Vec<Step>>, ChoiceError> {
+    measured: &[(i64, f64)],
+) -> Result<Option<Variant>, ChoiceError> {
     let Some(r) = lookup::valid_record(store, id).map_err(db)? else {
         return Ok(None);
     };
@@ -149,16 +158,8 @@ fn rows_variant(
     else {
         return Ok(None);
     };
-    let class = m.refine.target.host.class();
-    let workload = r.workload_id;
-    if steps_of(
-        store,
-        &measured_on_class(store, workload, &class).map_err(db)?,
-        &steps,
-    )?
-    .is_some()
-    {
-        return Ok(Some(steps));
+    if let Some(found) = steps_of(store, measured, &steps)? {
+        return Ok(Some(Variant::Stored(found)));
     }
     // Without a reference output the variant could not be verified: not tried.
     let Ok(reference) = Reference::new(&dag, 11) else {
@@ -192,5 +193,5 @@ fn rows_variant(
     };
     trials.measured(&[trial]);
     trials.finish().map_err(db)?;
-    Ok(Some(steps))
+    Ok(Some(Variant::MeasuredNow(steps)))
 }
